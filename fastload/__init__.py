@@ -1,0 +1,37 @@
+"""fastload: feed PyTorch image training as fast as the hardware allows.
+
+Data flows one way: datasets (encoded bytes + label) → decode → uint8 transforms →
+fast_collate → Loader (torch DataLoader workers, DDP sharding) → prefetch (device copy,
+normalization and layout change).
+"""
+
+from . import transforms
+from .collate import fast_collate
+from .config import LoaderConfig
+from .datasets import ImageDataset, ImageFolder, ImageList
+from .decode import DecodeError, decode_image, get_decoder, image_size
+from .loader import Loader
+from .prefetch import CudaPrefetcher, Normalizer
+from .sampler import ShardedBatchSampler
+from .storage import SharedArray, StringArray
+
+__version__ = "0.1.0"
+
+__all__ = sorted([
+    "CudaPrefetcher",
+    "DecodeError",
+    "ImageDataset",
+    "ImageFolder",
+    "ImageList",
+    "Loader",
+    "LoaderConfig",
+    "Normalizer",
+    "ShardedBatchSampler",
+    "SharedArray",
+    "StringArray",
+    "decode_image",
+    "fast_collate",
+    "get_decoder",
+    "image_size",
+    "transforms",
+])

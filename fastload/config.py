@@ -1,0 +1,111 @@
+"""One configuration shared by :class:`fastload.Loader` and ``fastload tune``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import torch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+BACKENDS = ("process", "thread")
+START_METHODS = (None, "fork", "spawn", "forkserver")
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """How a Loader batches, parallelises and delivers data.
+
+    Attributes:
+        batch_size: Samples per batch (per rank).
+        shuffle: Reshuffle every epoch from (seed, epoch).
+        drop_last: Drop each rank's last incomplete batch.
+        num_workers: Worker processes (threads with backend="thread"); "auto" uses the
+            tuner's saved profile for this machine and dataset, else the CPUs available.
+        prefetch_factor: Batches each worker keeps ready.
+        persistent_workers: Keep workers alive between epochs.
+        pin_memory: Pin host batches; None means "when the device is CUDA".
+        backend: "process" (torch DataLoader workers) or "thread".
+        start_method: Worker start method (None: the platform default).
+        seed: Base seed; augmentation depends only on (seed, epoch, index).
+        device: Where batches are delivered; None means cuda if available, else cpu.
+        normalize: Deliver float (x/255 - mean)/std; False delivers the uint8 batch.
+        mean: Per-channel mean, in [0, 1] units.
+        std: Per-channel standard deviation, in [0, 1] units.
+        dtype: Output dtype when normalizing: "float32", "float16" or "bfloat16".
+        depth: Batches in flight on the device (the prefetcher's queue).
+        on_error: "raise" or "skip" (a bad sample is replaced by another and counted).
+        timeout: Seconds to wait for a worker's batch (0: forever, as in DataLoader).
+        rank: This process's rank; None reads torch.distributed (else 0).
+        world_size: Number of ranks; None reads torch.distributed (else 1).
+    """
+
+    batch_size: int = 256
+    shuffle: bool = False
+    drop_last: bool = False
+    num_workers: Union[int, str] = "auto"
+    prefetch_factor: int = 2
+    persistent_workers: bool = True
+    pin_memory: bool | None = None
+    backend: str = "process"
+    start_method: str | None = None
+    seed: int = 0
+    device: Any = None
+    normalize: bool = True
+    mean: tuple[float, ...] = field(default=IMAGENET_MEAN)
+    std: tuple[float, ...] = field(default=IMAGENET_STD)
+    dtype: str = "float32"
+    depth: int = 2
+    on_error: str = "raise"
+    timeout: float = 0.0
+    rank: int | None = None
+    world_size: int | None = None
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, minimum: int = 1) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+        positive_int("batch_size")
+        positive_int("prefetch_factor")
+        positive_int("depth")
+        positive_int("seed", 0)
+        if self.num_workers != "auto":
+            positive_int("num_workers", 0)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.start_method not in START_METHODS:
+            raise ValueError(f"start_method must be one of {START_METHODS}, got {self.start_method!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if len(self.mean) != len(self.std) or not self.mean:
+            raise ValueError(f"mean {self.mean!r} and std {self.std!r} must have one value per channel")
+        if any(s <= 0 for s in self.std):
+            raise ValueError(f"std values must be positive, got {self.std!r}")
+        if self.timeout < 0:
+            raise ValueError(f"timeout must be >= 0, got {self.timeout!r}")
+        if self.world_size is not None:
+            positive_int("world_size")
+        if self.rank is not None:
+            positive_int("rank", 0)
+            if self.world_size is not None and self.rank >= self.world_size:
+                raise ValueError(f"rank {self.rank} must be < world_size {self.world_size}")
+
+    def replace(self, **changes: Any) -> LoaderConfig:
+        """A copy with ``changes`` applied; unknown names raise TypeError listing the valid ones."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise TypeError(f"unknown Loader option(s) {unknown}; valid: {sorted(names)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["device"] = None if self.device is None else str(self.device)
+        return d

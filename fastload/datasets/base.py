@@ -1,0 +1,84 @@
+"""The dataset contract: encoded bytes + label by index, decoded and transformed on demand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..decode import DecodeError, get_decoder
+from ..storage import SharedArray
+from ..transforms import Compose, as_compose
+
+
+def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator for one sample's augmentation: a function of its identity only."""
+    return np.random.default_rng((seed, epoch, index))
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """Base class: subclasses implement :meth:`read` and :meth:`describe`.
+
+    Labels live in a shared int64 array (``self.labels``); per-sample metadata must be
+    held in :mod:`fastload.storage` arrays, never Python lists.
+
+    Args:
+        labels: One int label per sample.
+        transform: A Compose, a list of transforms, one transform, or None (full decode).
+        decoder: A backend name from ``fastload.decode.BACKENDS``; None picks the best.
+    """
+
+    def __init__(self, labels: Any, transform: Any = None, decoder: str | None = None) -> None:
+        self._labels = labels if isinstance(labels, SharedArray) else SharedArray(labels, np.int64)
+        self.transform: Compose = as_compose(transform)
+        if decoder is not None:
+            get_decoder(decoder)  # fail now, naming the backend, not in a worker
+        self.decoder = decoder
+        self.epoch = 0
+        self.seed = 0
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Read-only int64 array of all labels (no decoding)."""
+        return self._labels.array
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def read(self, index: int) -> tuple[Any, int]:
+        """Encoded image bytes and label of sample ``index``."""
+        raise NotImplementedError
+
+    def describe(self, index: int) -> str:
+        """A name for sample ``index`` in error messages (its path or key)."""
+        return f"sample {index}"
+
+    def load(self, index: int, epoch: int = 0, seed: int = 0) -> tuple[np.ndarray, int]:
+        """Reads, decodes and transforms sample ``index`` with the rng of (seed, epoch, index).
+
+        Raises:
+            DecodeError: The sample's bytes are not a decodable image (message names it).
+            IndexError: ``index`` is out of range.
+        """
+        n = len(self)
+        if not 0 <= index < n:
+            raise IndexError(f"index {index} out of range for dataset of {n} samples")
+        data, label = self.read(index)
+        try:
+            img = self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index))
+        except DecodeError as e:
+            raise DecodeError(f"sample {index} ({self.describe(index)}): {e}") from e
+        return img, label
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+        return self.load(int(index), self.epoch, self.seed)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Epoch used by ``__getitem__`` (the Loader passes epochs explicitly instead)."""
+        self.epoch = int(epoch)
+
+    def summary(self) -> dict:
+        """Short description for the CLI and the tuner's JSON."""
+        return {"type": type(self).__name__, "samples": len(self),
+                "classes": int(self.labels.max()) + 1 if len(self) else 0}

@@ -1,0 +1,160 @@
+"""Image files on disk: a folder per class, or a ``relative/path label`` list file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from ..storage import StringArray, as_string_array
+from .base import ImageDataset
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def _scan_files(top: str, extensions: tuple[str, ...], prefix: str) -> list[str]:
+    """Relative paths of matching files below ``top``, sorted, following symlinks."""
+    found: list[str] = []
+    stack = [(top, prefix)]
+    while stack:
+        path, rel = stack.pop()
+        with os.scandir(path) as it:
+            for entry in it:
+                if entry.is_dir():
+                    stack.append((entry.path, rel + entry.name + "/"))
+                elif entry.name.lower().endswith(extensions):
+                    found.append(rel + entry.name)
+    found.sort()
+    return found
+
+
+class _FileDataset(ImageDataset):
+    """Shared reading of files named by relative paths under ``root``."""
+
+    def __init__(self, root: str, paths: StringArray, labels: Any, transform: Any, decoder: str | None) -> None:
+        super().__init__(labels, transform, decoder)
+        if len(paths) != len(self._labels):
+            raise ValueError(f"{len(paths)} paths but {len(self._labels)} labels")
+        self.root = os.fspath(root)
+        self.paths = paths
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.root, self.paths[index])
+
+    def describe(self, index: int) -> str:
+        return self.path(index)
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        with open(self.path(index), "rb") as f:
+            return f.read(), int(self._labels.array[index])
+
+
+class ImageFolder(_FileDataset):
+    """One subfolder per class (``root/<class>/**/<image>``), classes sorted by name.
+
+    Args:
+        root: Folder whose subfolders are the classes.
+        transform: Applied to each decoded image (see :mod:`fastload.transforms`).
+        extensions: File name endings to keep (case-insensitive).
+        decoder: Decoder backend name; None picks the best available.
+
+    Raises:
+        FileNotFoundError: ``root`` does not exist or is not a folder.
+        ValueError: No class folder or no image was found.
+    """
+
+    def __init__(self, root: str | os.PathLike, transform: Any = None, *,
+                 extensions: Iterable[str] = IMG_EXTENSIONS, decoder: str | None = None) -> None:
+        root = os.fspath(root)
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"ImageFolder root {root!r} does not exist or is not a folder")
+        exts = tuple(e.lower() for e in extensions)
+        if not exts:
+            raise ValueError("extensions is empty")
+        classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+        if not classes:
+            raise ValueError(f"ImageFolder root {root!r} has no class subfolders")
+        paths: list[str] = []
+        counts = np.zeros(len(classes), dtype=np.int64)
+        for idx, name in enumerate(classes):
+            files = _scan_files(os.path.join(root, name), exts, name + "/")
+            counts[idx] = len(files)
+            paths.extend(files)
+        if not paths:
+            raise ValueError(f"no images with extensions {exts} under {root!r}")
+        labels = np.repeat(np.arange(len(classes), dtype=np.int64), counts)
+        super().__init__(root, StringArray(paths), labels, transform, decoder)
+        self.classes = classes
+        self.class_to_idx = {c: i for i, c in enumerate(classes)}
+
+    def summary(self) -> dict:
+        return {**super().summary(), "root": self.root, "classes": len(self.classes)}
+
+
+class ImageList(_FileDataset):
+    """Images named in a ``relative/path label`` text file (Caffe / ImageNet list format).
+
+    Blank lines and lines starting with ``#`` are skipped; the path may contain spaces
+    (the label is the last field).
+
+    Args:
+        list_file: The list file.
+        root: Folder the paths are relative to (default: the list file's folder).
+        transform: Applied to each decoded image.
+        decoder: Decoder backend name; None picks the best available.
+
+    Raises:
+        FileNotFoundError: The list file does not exist.
+        ValueError: A line is malformed (the message gives its number) or the list is empty.
+    """
+
+    def __init__(self, list_file: str | os.PathLike, root: str | os.PathLike | None = None,
+                 transform: Any = None, *, decoder: str | None = None) -> None:
+        list_file = os.fspath(list_file)
+        if not os.path.isfile(list_file):
+            raise FileNotFoundError(f"list file {list_file!r} does not exist")
+        paths, labels = parse_list_file(list_file)
+        root = os.path.dirname(os.path.abspath(list_file)) if root is None else os.fspath(root)
+        super().__init__(root, StringArray(paths), labels, transform, decoder)
+        self.list_file = list_file
+
+    @classmethod
+    def from_arrays(cls, paths: Iterable[str] | StringArray, labels: Any, root: str | os.PathLike = "",
+                    transform: Any = None, *, decoder: str | None = None) -> ImageList:
+        """Builds the dataset from paths (relative to ``root``) and int labels."""
+        self = cls.__new__(cls)
+        paths = as_string_array(paths)
+        if len(paths) == 0:
+            raise ValueError("ImageList.from_arrays got no paths")
+        _FileDataset.__init__(self, os.fspath(root), paths, labels, transform, decoder)
+        self.list_file = None
+        return self
+
+
+def parse_list_file(list_file: str) -> tuple[list[str], np.ndarray]:
+    paths: list[str] = []
+    labels: list[int] = []
+    with open(list_file, encoding="utf-8", errors="surrogateescape") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.rsplit(None, 1)
+            try:
+                if len(parts) != 2:
+                    raise ValueError
+                label = int(parts[1])
+                if label < 0:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(
+                    f"{list_file}:{lineno}: expected 'relative/path label' with a "
+                    f"non-negative integer label, got {line!r}"
+                ) from None
+            paths.append(parts[0])
+            labels.append(label)
+    if not paths:
+        raise ValueError(f"list file {list_file!r} names no images")
+    return paths, np.asarray(labels, dtype=np.int64)

@@ -1,0 +1,51 @@
+"""What this process may use: CPUs (affinity and cgroup quota) and its local rank."""
+
+from __future__ import annotations
+
+import math
+import os
+
+
+def _cgroup_cpu_limit() -> float | None:
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return int(quota) / int(period)
+
+
+def available_cpus() -> int:
+    """CPUs this process may actually run on: affinity mask, capped by the cgroup quota."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    limit = _cgroup_cpu_limit()
+    if limit is not None:
+        n = min(n, max(1, math.floor(limit)))
+    return max(1, n)
+
+
+def local_world_size() -> int:
+    """Processes sharing this machine under torchrun (1 otherwise)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+def cpus_per_rank() -> int:
+    return max(1, available_cpus() // local_world_size())
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()

@@ -1,0 +1,272 @@
+"""uint8 HWC → uint8 HWC transforms, planned from the JPEG header where they can be.
+
+The first transform of a pipeline may be a *crop planner* (RandomResizedCrop, Resize,
+Resize + CenterCrop): it chooses its crop from the header size alone, so the image is
+decoded at the smallest DCT scale that still covers the crop at output size.
+Randomness comes from the ``rng`` passed in, which the datasets derive from
+(seed, epoch, sample index): output never depends on which worker ran a sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from .decode import Decoder, image_size
+
+__all__ = [
+    "CenterCrop",
+    "Compose",
+    "Crop",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "ResizedCenterCrop",
+    "eval",
+    "train",
+]
+
+
+def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
+    pair = (size, size) if isinstance(size, int) else tuple(size)
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v > 0 for v in pair):
+        raise ValueError(f"{what} must be a positive int or (height, width), got {size!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def resize(img: np.ndarray, out_h: int, out_w: int, dst: np.ndarray | None = None) -> np.ndarray:
+    """Resizes with area averaging when shrinking (antialiased) and bilinear otherwise."""
+    h, w = img.shape[:2]
+    if (h, w) == (out_h, out_w):
+        if dst is None:
+            return img
+        dst[...] = img
+        return dst
+    interp = cv2.INTER_AREA if out_h <= h and out_w <= w else cv2.INTER_LINEAR
+    return cv2.resize(img, (out_w, out_h), dst=dst, interpolation=interp)
+
+
+@dataclass(frozen=True)
+class Crop:
+    """A crop box in full-resolution pixels and the size it is resized to."""
+
+    top: float
+    left: float
+    height: float
+    width: float
+    out_h: int
+    out_w: int
+
+    @property
+    def min_scale(self) -> float:
+        """The smallest decode scale whose crop still has out_h × out_w pixels."""
+        return max(self.out_h / self.height, self.out_w / self.width)
+
+    def apply(self, img: np.ndarray, full_h: int, full_w: int, dst: np.ndarray | None = None) -> np.ndarray:
+        """Crops and resizes ``img``, a decode of a full_h × full_w image at any scale."""
+        ry, rx = img.shape[0] / full_h, img.shape[1] / full_w
+        y0 = min(int(round(self.top * ry)), img.shape[0] - 1)
+        x0 = min(int(round(self.left * rx)), img.shape[1] - 1)
+        y1 = max(min(int(round((self.top + self.height) * ry)), img.shape[0]), y0 + 1)
+        x1 = max(min(int(round((self.left + self.width) * rx)), img.shape[1]), x0 + 1)
+        return resize(img[y0:y1, x0:x1], self.out_h, self.out_w, dst)
+
+
+class CropPlanner:
+    """A transform whose geometry is chosen from the image size alone."""
+
+    def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
+        raise NotImplementedError
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        h, w = img.shape[:2]
+        return self.plan(h, w, rng).apply(img, h, w)
+
+
+class RandomResizedCrop(CropPlanner):
+    """torchvision's RandomResizedCrop: 10 tries at a random area and aspect ratio, then
+    a centre crop clamped to ``ratio``.
+
+    Args:
+        size: Output size, an int or (height, width).
+        scale: Range of the crop's area as a fraction of the image's.
+        ratio: Range of the crop's aspect ratio (width / height), sampled log-uniformly.
+    """
+
+    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3 / 4, 4 / 3)) -> None:
+        self.size = _pair(size, "size")
+        if len(scale) != 2 or not 0 < scale[0] <= scale[1]:
+            raise ValueError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
+        if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
+            raise ValueError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self._log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+
+    def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
+        area = h * w
+        for _ in range(10):
+            target = area * rng.uniform(*self.scale)
+            aspect = math.exp(rng.uniform(*self._log_ratio))
+            cw = int(round(math.sqrt(target * aspect)))
+            ch = int(round(math.sqrt(target / aspect)))
+            if 0 < cw <= w and 0 < ch <= h:
+                top = int(rng.integers(0, h - ch + 1))
+                left = int(rng.integers(0, w - cw + 1))
+                return Crop(top, left, ch, cw, *self.size)
+        in_ratio = w / h
+        if in_ratio < self.ratio[0]:
+            cw, ch = w, int(round(w / self.ratio[0]))
+        elif in_ratio > self.ratio[1]:
+            ch, cw = h, int(round(h * self.ratio[1]))
+        else:
+            ch, cw = h, w
+        return Crop((h - ch) // 2, (w - cw) // 2, ch, cw, *self.size)
+
+    def __repr__(self) -> str:
+        return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+
+
+class Resize(CropPlanner):
+    """Resizes the shorter side to ``size``, keeping the aspect ratio (torchvision's
+    int truncation of the longer side)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = _pair(size, "size")[0]
+
+    def out_size(self, h: int, w: int) -> tuple[int, int]:
+        if h <= w:
+            return self.size, max(1, int(self.size * w / h))
+        return max(1, int(self.size * h / w)), self.size
+
+    def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
+        return Crop(0, 0, h, w, *self.out_size(h, w))
+
+    def __repr__(self) -> str:
+        return f"Resize({self.size})"
+
+
+class CenterCrop:
+    """Crops the centre ``size`` (torchvision's rounding); the image must be at least that big."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        self.size = _pair(size, "size")
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        h, w = img.shape[:2]
+        ch, cw = self.size
+        if ch > h or cw > w:
+            raise ValueError(f"CenterCrop{self.size} is larger than the {h}x{w} image")
+        top, left = int(round((h - ch) / 2)), int(round((w - cw) / 2))
+        return img[top : top + ch, left : left + cw]
+
+    def __repr__(self) -> str:
+        return f"CenterCrop({self.size})"
+
+
+class ResizedCenterCrop(CropPlanner):
+    """Resize(resize) followed by CenterCrop(size) as one crop of the full image, so the
+    decode can be reduced and only the kept pixels are resized."""
+
+    def __init__(self, size: int | Sequence[int], resize: int) -> None:
+        self.size = _pair(size, "size")
+        self.resize = Resize(resize)
+        if max(self.size) > self.resize.size:
+            raise ValueError(f"crop {self.size} is larger than the resize {resize}")
+
+    def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
+        rh, rw = self.resize.out_size(h, w)
+        sy, sx = h / rh, w / rw
+        ch, cw = self.size
+        top, left = int(round((rh - ch) / 2)), int(round((rw - cw) / 2))
+        return Crop(top * sy, left * sx, ch * sy, cw * sx, ch, cw)
+
+    def __repr__(self) -> str:
+        return f"ResizedCenterCrop(size={self.size}, resize={self.resize.size})"
+
+
+class RandomHorizontalFlip:
+    """Flips left-right with probability ``p`` (a view: no copy until collate)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        if not 0 <= p <= 1:
+            raise ValueError(f"p must be in [0, 1], got {p!r}")
+        self.p = p
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return img[:, ::-1] if rng.random() < self.p else img
+
+    def __repr__(self) -> str:
+        return f"RandomHorizontalFlip(p={self.p})"
+
+
+class Compose:
+    """Applies transforms in order; each is ``f(img, rng) -> img``.
+
+    A leading Resize + CenterCrop is fused into one ResizedCenterCrop.
+    """
+
+    def __init__(self, transforms: Sequence) -> None:
+        ts = list(transforms)
+        for t in ts:
+            if not callable(t):
+                raise TypeError(f"transform {t!r} is not callable")
+        if len(ts) >= 2 and isinstance(ts[0], Resize) and isinstance(ts[1], CenterCrop):
+            ts[:2] = [ResizedCenterCrop(ts[1].size, ts[0].size)]
+        self.transforms = ts
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        for t in self.transforms:
+            img = t(img, rng)
+        return img
+
+    def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop | None:
+        """The leading crop planner's plan, or None if the pipeline has none."""
+        if self.transforms and isinstance(self.transforms[0], CropPlanner):
+            return self.transforms[0].plan(h, w, rng)
+        return None
+
+    def decode(self, data, decoder: Decoder, rng: np.random.Generator) -> np.ndarray:
+        """Decodes ``data`` (reduced when the leading crop allows) and transforms it."""
+        h, w = image_size(data)
+        crop = self.plan(h, w, rng)
+        rest = self.transforms[1:] if crop is not None else self.transforms
+        img = decoder.decode(data, crop.min_scale if crop is not None else 1.0)
+        if crop is not None:
+            img = crop.apply(img, h, w)
+        for t in rest:
+            img = t(img, rng)
+        return img
+
+    def __repr__(self) -> str:
+        return "Compose([" + ", ".join(map(repr, self.transforms)) + "])"
+
+
+def as_compose(transform) -> Compose:
+    """Wraps a transform (or None) so datasets always hold a Compose."""
+    if transform is None:
+        return Compose([])
+    if isinstance(transform, Compose):
+        return transform
+    if isinstance(transform, (list, tuple)):
+        return Compose(transform)
+    return Compose([transform])
+
+
+def train(size: int = 224, scale: Sequence[float] = (0.08, 1.0), flip: bool = True) -> Compose:
+    """RandomResizedCrop(size, scale) and a random horizontal flip."""
+    ts: list = [RandomResizedCrop(size, scale=scale)]
+    if flip:
+        ts.append(RandomHorizontalFlip())
+    return Compose(ts)
+
+
+def eval(size: int = 224, resize: int | None = None) -> Compose:  # noqa: A001 (torchvision-style name)
+    """Resize the shorter side to ``resize`` (default size / 0.875), then centre-crop ``size``."""
+    size_hw = _pair(size, "size")
+    return Compose([ResizedCenterCrop(size_hw, resize or int(round(max(size_hw) / 0.875)))])
