@@ -129,9 +129,9 @@ class PillowDecoder:
         try:
             with self._image.open(io.BytesIO(data)) as img:
                 if jpeg and min_scale < 1:
+                    # draft() picks the largest power-of-2 reduction still >= this size.
                     w, h = img.size
-                    s = reduced_scale(h, w, min_scale, _POW2_SCALES)
-                    img.draft("RGB", (math.ceil(w * s), math.ceil(h * s)))
+                    img.draft("RGB", (math.ceil(w * min_scale - 1e-9), math.ceil(h * min_scale - 1e-9)))
                 rgb = img.convert("RGB") if img.mode != "RGB" else img
                 rgb.load()
                 return np.asarray(rgb)
@@ -195,10 +195,13 @@ class TurboJPEGDecoder:
         if not is_jpeg(data):
             return self._fallback().decode(data, min_scale)
         _check_jpeg_complete(data)
+        _jpeg_size(memoryview(data))  # PyTurboJPEG only warns on a JPEG with no frame
         try:
             w, h, _, colorspace = self._tj.decode_header(data)
         except OSError as e:
             raise DecodeError(f"turbojpeg cannot read JPEG header: {e}") from e
+        if w == 0 or h == 0:
+            raise DecodeError("turbojpeg found no image in the JPEG data")
         if colorspace in self._cmyk:  # TurboJPEG cannot convert CMYK to RGB
             return _make("pillow").decode(data, min_scale)
         s = reduced_scale(h, w, min_scale, self._scales)

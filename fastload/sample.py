@@ -32,7 +32,7 @@ def photo_like(rng: np.random.Generator, height: int, width: int, tint: np.ndarr
     img = 128 + 42 * img + 40 * tint.astype(np.float32)
     for _ in range(int(rng.integers(3, 9))):
         center = (int(rng.integers(0, width)), int(rng.integers(0, height)))
-        axes = (int(rng.integers(8, width // 3)), int(rng.integers(8, height // 3)))
+        axes = (int(rng.integers(4, max(5, width // 3))), int(rng.integers(4, max(5, height // 3))))
         color = tuple(float(v) for v in rng.uniform(0, 255, 3))
         cv2.ellipse(img, center, axes, float(rng.uniform(0, 180)), 0, 360, color, -1, cv2.LINE_AA)
     img += 4 * rng.standard_normal(img.shape, dtype=np.float32)

@@ -32,7 +32,7 @@ __all__ = [
 
 
 def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
-    pair = (size, size) if isinstance(size, int) else tuple(size)
+    pair = (size, size) if isinstance(size, int) else tuple(size) if isinstance(size, (tuple, list)) else ()
     if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v > 0 for v in pair):
         raise ValueError(f"{what} must be a positive int or (height, width), got {size!r}")
     return int(pair[0]), int(pair[1])
@@ -209,9 +209,14 @@ class Compose:
     """Applies transforms in order; each is ``f(img, rng) -> img``.
 
     A leading Resize + CenterCrop is fused into one ResizedCenterCrop.
+
+    Args:
+        transforms: Callables ``f(img, rng) -> img``; the first may be a crop planner.
+        reduced_decode: Let a leading crop planner decode JPEGs at a reduced DCT scale
+            (faster; pixels differ from a full decode by the decoder's filtering).
     """
 
-    def __init__(self, transforms: Sequence) -> None:
+    def __init__(self, transforms: Sequence, reduced_decode: bool = True) -> None:
         ts = list(transforms)
         for t in ts:
             if not callable(t):
@@ -219,6 +224,7 @@ class Compose:
         if len(ts) >= 2 and isinstance(ts[0], Resize) and isinstance(ts[1], CenterCrop):
             ts[:2] = [ResizedCenterCrop(ts[1].size, ts[0].size)]
         self.transforms = ts
+        self.reduced_decode = reduced_decode
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         for t in self.transforms:
@@ -236,7 +242,7 @@ class Compose:
         h, w = image_size(data)
         crop = self.plan(h, w, rng)
         rest = self.transforms[1:] if crop is not None else self.transforms
-        img = decoder.decode(data, crop.min_scale if crop is not None else 1.0)
+        img = decoder.decode(data, crop.min_scale if crop is not None and self.reduced_decode else 1.0)
         if crop is not None:
             img = crop.apply(img, h, w)
         for t in rest:
@@ -258,15 +264,16 @@ def as_compose(transform) -> Compose:
     return Compose([transform])
 
 
-def train(size: int = 224, scale: Sequence[float] = (0.08, 1.0), flip: bool = True) -> Compose:
+def train(size: int = 224, scale: Sequence[float] = (0.08, 1.0), flip: bool = True,
+          reduced_decode: bool = True) -> Compose:
     """RandomResizedCrop(size, scale) and a random horizontal flip."""
     ts: list = [RandomResizedCrop(size, scale=scale)]
     if flip:
         ts.append(RandomHorizontalFlip())
-    return Compose(ts)
+    return Compose(ts, reduced_decode)
 
 
-def eval(size: int = 224, resize: int | None = None) -> Compose:  # noqa: A001 (torchvision-style name)
+def eval(size: int = 224, resize: int | None = None, reduced_decode: bool = True) -> Compose:  # noqa: A001
     """Resize the shorter side to ``resize`` (default size / 0.875), then centre-crop ``size``."""
     size_hw = _pair(size, "size")
-    return Compose([ResizedCenterCrop(size_hw, resize or int(round(max(size_hw) / 0.875)))])
+    return Compose([ResizedCenterCrop(size_hw, resize or int(round(max(size_hw) / 0.875)))], reduced_decode)

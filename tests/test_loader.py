@@ -1,0 +1,165 @@
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fastload as fl
+from fastload.decode import DecodeError
+
+from conftest import write_folder
+
+
+def _epoch_bytes(loader, epoch):
+    loader.set_epoch(epoch)
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+def test_output_contract_on_cpu(folder):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(32))
+    with fl.Loader(ds, batch_size=10, num_workers=0, device="cpu") as loader:
+        assert len(loader) == 3
+        batches = list(loader)
+    assert [len(y) for _, y in batches] == [10, 10, 4]
+    x, y = batches[0]
+    assert x.shape == (10, 3, 32, 32) and x.dtype == torch.float32 and x.device.type == "cpu"
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    assert y.dtype == torch.int64 and y.tolist() == [0] * 8 + [1] * 2
+    assert -2.2 < x.min() < -1 and 2.0 < x.max() < 2.7  # ImageNet-normalized range
+
+
+@pytest.mark.parametrize("workers,start", [(2, "fork"), (2, "spawn")])
+def test_workers_and_start_methods_give_identical_batches(folder, workers, start):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(24))
+    opts = dict(batch_size=5, shuffle=True, seed=7, normalize=False, device="cpu")
+    with fl.Loader(ds, num_workers=0, **opts) as ref:
+        want = [_epoch_bytes(ref, e) for e in (0, 1)]
+    with fl.Loader(ds, num_workers=workers, start_method=start, **opts) as loader:
+        got = [_epoch_bytes(loader, e) for e in (0, 1)]
+    for w_epoch, g_epoch in zip(want, got):
+        assert len(w_epoch) == len(g_epoch) == 5
+        for (wx, wy), (gx, gy) in zip(w_epoch, g_epoch):
+            assert torch.equal(wx, gx) and torch.equal(wy, gy)
+    assert not torch.equal(want[0][0][0], want[1][0][0]), "epoch 1 should reshuffle"
+
+
+def test_uint8_output_layout(folder):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.eval(16, resize=20))
+    with fl.Loader(ds, batch_size=4, num_workers=0, normalize=False, device="cpu") as loader:
+        x, _ = next(iter(loader))
+    assert x.dtype == torch.uint8 and x.shape == (4, 3, 16, 16)
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    ref = ds.load(0, 0, 0)[0]
+    assert np.array_equal(x[0].permute(1, 2, 0).numpy(), ref)
+
+
+@pytest.mark.parametrize("reduced,tolerance", [(False, 0.06), (True, 0.15)])
+def test_matches_independent_pillow_pipeline(folder, reduced, tolerance):
+    """Loader tensors ≈ Pillow decode + resize + centre crop + normalize, right labels.
+
+    0.06 is ~3/255 in pixel units (resampling kernels differ); DCT-scaled decoding
+    filters differently again, most visibly on these noise-heavy test images.
+    """
+    ds = fl.ImageFolder(folder, transform=fl.transforms.eval(64, resize=73, reduced_decode=reduced))
+    mean, std = np.array(fl.config.IMAGENET_MEAN), np.array(fl.config.IMAGENET_STD)
+    with fl.Loader(ds, batch_size=8, num_workers=2, device="cpu") as loader:
+        seen = 0
+        for x, y in loader:
+            for img, label in zip(x, y):
+                path = ds.path(seen)
+                pil = Image.open(path).convert("RGB")
+                w, h = pil.size
+                nw, nh = (73, int(73 * h / w)) if w <= h else (int(73 * w / h), 73)
+                pil = pil.resize((nw, nh), Image.Resampling.BILINEAR)
+                top, left = round((nh - 64) / 2), round((nw - 64) / 2)
+                ref = np.asarray(pil)[top : top + 64, left : left + 64] / 255.0
+                ref = ((ref - mean) / std).transpose(2, 0, 1)
+                assert np.abs(img.numpy() - ref).mean() < tolerance
+                assert label.item() == ds.class_to_idx[os.path.basename(os.path.dirname(path))]
+                seen += 1
+    assert seen == len(ds)
+
+
+def test_bad_sample_raise_names_file_through_workers(tmp_path):
+    write_folder(tmp_path, num_classes=1, per_class=6)
+    (tmp_path / "c0" / "003.jpg").write_bytes(b"\xff\xd8 broken")
+    ds = fl.ImageFolder(tmp_path, transform=fl.transforms.train(16))
+    with fl.Loader(ds, batch_size=3, num_workers=2, device="cpu") as loader:
+        with pytest.raises(DecodeError, match=r"sample 3 \(.*003\.jpg\)"):
+            list(loader)
+
+
+def test_bad_sample_skip_replaces_counts_and_warns(tmp_path):
+    write_folder(tmp_path, num_classes=1, per_class=6)
+    (tmp_path / "c0" / "003.jpg").write_bytes(b"\xff\xd8 broken")
+    ds = fl.ImageFolder(tmp_path, transform=fl.transforms.train(16))
+    with fl.Loader(ds, batch_size=3, num_workers=2, device="cpu", on_error="skip") as loader:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sizes = [len(y) for _, y in loader]
+        assert sizes == [3, 3]
+        assert loader.stats()["skipped"] >= 1
+    assert any("skipped 1 bad sample" in str(w.message) and "003.jpg" in str(w.message) for w in caught)
+
+
+class _Crashing(fl.ImageDataset):
+    def __init__(self):
+        super().__init__(np.zeros(8, dtype=np.int64))
+
+    def load(self, index, epoch=0, seed=0):
+        if index == 5:
+            os._exit(3)  # a segfaulting decoder looks like this to the main process
+        return np.zeros((4, 4, 3), np.uint8), 0
+
+
+def test_worker_crash_is_an_exception_not_a_hang():
+    with fl.Loader(_Crashing(), batch_size=2, num_workers=2, device="cpu", timeout=60) as loader:
+        with pytest.raises(RuntimeError, match="(?i)worker"):
+            list(loader)
+
+
+def test_close_is_idempotent_and_stops_workers(folder):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(16))
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu")
+    next(iter(loader))
+    pids = [w.pid for w in loader._dataloader._iterator._workers]
+    loader.close()
+    loader.close()
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # already reaped: no such child
+    with pytest.raises(RuntimeError, match="closed"):
+        iter(loader)
+
+
+def test_options_are_validated(folder):
+    ds = fl.ImageFolder(folder)
+    with pytest.raises(TypeError, match="unknown Loader option.*batchsize"):
+        fl.Loader(ds, batchsize=3)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 0"):
+        fl.Loader(ds, batch_size=0)
+    with pytest.raises(ValueError, match="on_error"):
+        fl.Loader(ds, on_error="ignore")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        if not torch.cuda.is_available():
+            fl.Loader(ds, device="cuda")
+        else:
+            raise ValueError("CUDA is not available (skipped on a GPU machine)")
+    with pytest.raises(TypeError, match="not a fastload dataset"):
+        fl.Loader([1, 2, 3])
+    cfg = fl.LoaderConfig(batch_size=4, num_workers=0, device="cpu")
+    assert fl.Loader(ds, cfg, batch_size=6).config.batch_size == 6
+
+
+def test_explicit_rank_shards_the_epoch(folder):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.eval(8, resize=10))
+    seen = []
+    for rank in range(2):
+        with fl.Loader(ds, batch_size=5, num_workers=0, device="cpu", shuffle=True, rank=rank,
+                       world_size=2, normalize=False) as loader:
+            assert len(loader) == 3
+            for x, y in loader:
+                seen.extend(y.tolist())
+    assert sorted(seen) == sorted(ds.labels.tolist())

@@ -1,0 +1,135 @@
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from fastload.config import IMAGENET_MEAN, IMAGENET_STD
+from fastload.prefetch import CudaPrefetcher, Normalizer
+
+
+def _batches(n=3, size=(4, 6, 5, 3), seed=0, pin=False):
+    g = torch.Generator().manual_seed(seed)
+    for i in range(n):
+        x = torch.randint(0, 256, size, dtype=torch.uint8, generator=g)
+        yield (x.pin_memory() if pin else x), torch.arange(size[0]) + i
+
+
+def _reference(x_nhwc: torch.Tensor) -> np.ndarray:
+    x = x_nhwc.numpy().astype(np.float64) / 255.0
+    return ((x - np.array(IMAGENET_MEAN)) / np.array(IMAGENET_STD)).transpose(0, 3, 1, 2)
+
+
+def test_cpu_numerics_match_float64_reference():
+    src = list(_batches())
+    out = list(CudaPrefetcher(src, device="cpu"))
+    for (x, _), (y, labels) in zip(src, out):
+        assert y.dtype == torch.float32 and y.shape == (4, 3, 6, 5)
+        assert y.is_contiguous(memory_format=torch.channels_last)
+        np.testing.assert_allclose(y.numpy(), _reference(x), rtol=0, atol=4e-6)  # float32 rounding
+    assert [lab.tolist() for _, lab in out] == [[0, 1, 2, 3], [1, 2, 3, 4], [2, 3, 4, 5]]
+
+
+@pytest.mark.parametrize("dtype,atol", [("float16", 4e-3), ("bfloat16", 3e-2)])
+def test_reduced_precision_dtypes(dtype, atol):
+    x, _ = next(_batches())
+    y = Normalizer(dtype=dtype)(x)
+    assert y.dtype == getattr(torch, dtype) and y.is_contiguous(memory_format=torch.channels_last)
+    np.testing.assert_allclose(y.float().numpy(), _reference(x), rtol=0, atol=atol)
+
+
+def test_uint8_passthrough_layout():
+    x, _ = next(_batches())
+    y = Normalizer(normalize=False)(x)
+    assert y.dtype == torch.uint8 and torch.equal(y, x.permute(0, 3, 1, 2))
+    assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_bad_input_and_arguments():
+    with pytest.raises(TypeError, match="uint8"):
+        Normalizer()(torch.zeros(2, 3, 4, 3))
+    with pytest.raises(ValueError, match="channels"):
+        Normalizer()(torch.zeros(2, 3, 4, 1, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="dtype"):
+        Normalizer(dtype="float64")
+    with pytest.raises(ValueError, match="depth"):
+        CudaPrefetcher([], depth=0)
+
+
+def test_producer_errors_reach_the_consumer():
+    def broken():
+        yield from _batches(1)
+        raise OSError("disk went away")
+
+    it = iter(CudaPrefetcher(broken(), device="cpu"))
+    next(it)
+    with pytest.raises(OSError, match="disk went away"):
+        next(it)
+
+
+def test_stats_count_wait_time_and_close_is_idempotent():
+    def slow():
+        for b in _batches(3):
+            time.sleep(0.05)
+            yield b
+
+    p = CudaPrefetcher(slow(), device="cpu")
+    for _ in p:
+        time.sleep(0.01)
+    stats = p.stats.as_dict()
+    assert stats["batches"] == 3 and stats["wait_s"] >= 0.14
+    assert 0.5 < stats["wait_share"] <= 1.0
+    p.close()
+    p.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        next(iter(p))
+
+
+# ---- CUDA (skipped without a GPU; run by benchmarks/gpu_suite.sh) ----
+
+
+@pytest.mark.cuda
+def test_cuda_numerics_match_cpu():
+    src = list(_batches(pin=True))
+    gpu = [(y.cpu(), lab.cpu()) for y, lab in CudaPrefetcher(src, device="cuda")]
+    cpu = list(CudaPrefetcher(src, device="cpu"))
+    for (g, gl), (c, cl) in zip(gpu, cpu):
+        assert g.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(g, c, rtol=0, atol=1e-6)
+        assert torch.equal(gl, cl)
+
+
+@pytest.mark.cuda
+def test_cuda_slow_consumer_never_sees_a_corrupted_batch():
+    n, shape = 200, (8, 32, 32, 3)
+    src = list(_batches(n, shape, pin=True))
+    sums = [x.to(torch.int64).sum().item() for x, _ in src]
+    for i, (y, _) in enumerate(CudaPrefetcher(src, device="cuda", depth=3, normalizer=Normalizer(normalize=False))):
+        if i % 10 == 0:
+            torch.cuda._sleep(2_000_000)  # a long kernel on the consumer stream
+        assert y.to(torch.int64).sum().item() == sums[i]
+
+
+@pytest.mark.cuda
+def test_cuda_reserved_memory_is_flat_across_epochs():
+    src = list(_batches(4, (16, 64, 64, 3), pin=True))
+    p = CudaPrefetcher(src, device="cuda")
+    reserved = []
+    for _ in range(50):
+        for y, _ in p:
+            (y * 2).sum()
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved())
+    assert reserved[-1] == reserved[5], reserved
+
+
+@pytest.mark.cuda
+def test_cuda_unpinned_batches_are_counted_and_errors_propagate():
+    def gen():
+        yield from _batches(2, pin=False)
+        raise ValueError("bad batch")
+
+    p = CudaPrefetcher(gen(), device="cuda")
+    with pytest.warns(RuntimeWarning, match="unpinned"), pytest.raises(ValueError, match="bad batch"):
+        list(p)
+    assert p.stats.unpinned == 2

@@ -1,0 +1,115 @@
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fastload import transforms as T
+from fastload.datasets.base import sample_rng
+from fastload.decode import get_decoder
+
+from conftest import jpeg_bytes, make_image
+
+
+def test_random_resized_crop_geometry_follows_torchvision_ranges():
+    rrc = T.RandomResizedCrop(224)
+    areas, ratios = [], []
+    for i in range(2000):
+        c = rrc.plan(375, 500, np.random.default_rng(i))
+        assert 0 <= c.top and c.top + c.height <= 375 and 0 <= c.left and c.left + c.width <= 500
+        assert (c.out_h, c.out_w) == (224, 224)
+        areas.append(c.height * c.width / (375 * 500))
+        ratios.append(c.width / c.height)
+    areas, ratios = np.array(areas), np.array(ratios)
+    assert areas.min() >= 0.07 and areas.max() <= 1.0
+    assert ratios.min() >= 0.74 and ratios.max() <= 1.35
+    assert 0.35 < np.median(areas) < 0.65  # uniform in [0.08, 1] with some rejections
+    assert abs(np.median(np.log(ratios))) < 0.05  # log-uniform, centred on 1
+
+
+def test_random_resized_crop_falls_back_to_centre():
+    # A 10x1000 strip admits no crop with ratio in [3/4, 4/3] and area >= 8%.
+    c = T.RandomResizedCrop(32).plan(10, 1000, np.random.default_rng(0))
+    assert (c.height, c.width) == (10, round(10 * 4 / 3))
+    assert c.left == (1000 - c.width) // 2 and c.top == 0
+
+
+def test_same_rng_same_output_and_different_seed_differs():
+    img = make_image(3, 200, 260)
+    t = T.train(64)
+    a = t(img, sample_rng(0, 1, 5))
+    b = t(img, sample_rng(0, 1, 5))
+    c = t(img, sample_rng(0, 2, 5))
+    assert a.shape == (64, 64, 3) and a.dtype == np.uint8
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_flip_is_exact_mirror():
+    img = make_image(4, 20, 30)
+    flip = T.RandomHorizontalFlip(p=1.0)
+    assert np.array_equal(flip(img, np.random.default_rng(0)), img[:, ::-1])
+    assert T.RandomHorizontalFlip(p=0.0)(img, np.random.default_rng(0)) is img
+
+
+def test_resize_then_center_crop_matches_fused_crop():
+    img = make_image(5, 300, 400)
+    two_step = T.CenterCrop(224)(T.Resize(256)(img, None), None)
+    composed = T.Compose([T.Resize(256), T.CenterCrop(224)])
+    assert isinstance(composed.transforms[0], T.ResizedCenterCrop)
+    fused = composed(img, np.random.default_rng(0))
+    assert fused.shape == two_step.shape == (224, 224, 3)
+    assert np.abs(fused.astype(int) - two_step).mean() < 3
+
+
+def test_resize_shorter_side_keeps_aspect():
+    assert T.Resize(256)(make_image(6, 300, 400), None).shape == (256, 341, 3)
+    assert T.Resize(256)(make_image(6, 400, 300), None).shape == (341, 256, 3)
+
+
+def test_reduced_decode_pipeline_matches_full_decode():
+    """Planning from the header and decoding at a DCT scale gives the same picture."""
+    img = make_image(7, 480, 640)
+    data = jpeg_bytes(img, quality=95)
+    dec = get_decoder()
+    for pipeline in (T.eval(64, resize=73), T.train(64)):
+        reduced = pipeline.decode(data, dec, sample_rng(0, 0, 1))
+        full = pipeline(dec.decode(data), sample_rng(0, 0, 1))
+        assert reduced.shape == full.shape == (64, 64, 3)
+        assert np.abs(reduced.astype(int) - full).mean() < 6
+
+
+def test_eval_preset_matches_pillow_reference():
+    img = make_image(8, 300, 420)
+    out = T.eval(224)(img, None)
+    pil = Image.fromarray(img)
+    w = int(256 * 420 / 300)
+    ref = np.asarray(pil.resize((w, 256), Image.Resampling.BILINEAR))
+    top, left = round((256 - 224) / 2), round((w - 224) / 2)
+    ref = ref[top : top + 224, left : left + 224]
+    assert np.abs(out.astype(int) - ref).mean() < 3
+
+
+@pytest.mark.parametrize("bad", [0, -3, (1, 2, 3), "224", 1.5])
+def test_bad_sizes_are_rejected(bad):
+    with pytest.raises(ValueError, match="size"):
+        T.RandomResizedCrop(bad)
+
+
+def test_bad_arguments_name_the_value():
+    with pytest.raises(ValueError, match="scale"):
+        T.RandomResizedCrop(8, scale=(0.9, 0.1))
+    with pytest.raises(ValueError, match="p must be"):
+        T.RandomHorizontalFlip(1.5)
+    with pytest.raises(ValueError, match="larger than the resize"):
+        T.eval(224, resize=200)
+    with pytest.raises(TypeError, match="not callable"):
+        T.Compose([42])
+    with pytest.raises(ValueError, match="larger than"):
+        T.CenterCrop(50)(make_image(0, 20, 20))
+
+
+def test_min_scale_means_crop_still_covers_output():
+    c = T.RandomResizedCrop(224).plan(2000, 3000, np.random.default_rng(1))
+    s = c.min_scale
+    assert c.height * s >= 224 - 1e-6 and c.width * s >= 224 - 1e-6
+    assert math.isclose(max(224 / c.height, 224 / c.width), s)
