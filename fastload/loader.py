@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import random
+import sys
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,25 @@ def worker_init(worker_id: int) -> None:
     random.seed(seed)
 
 
+@contextmanager
+def opencv_parked():
+    """Stops OpenCV's thread pool while workers are forked, then restores it.
+
+    A forked child inherits the pool's state but not its threads; its first OpenCV
+    call (even setNumThreads) then waits forever for them.
+    """
+    cv2 = sys.modules.get("cv2")
+    if cv2 is None:
+        yield
+        return
+    previous = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(previous)
+
+
 def resolve_device(device: Any) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -45,13 +67,19 @@ def resolve_device(device: Any) -> torch.device:
 class _Batches:
     """Iterable of uint8 batches from the chosen backend, counting skipped samples."""
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: Any, forks: bool = False) -> None:
         self.source = source
+        self.forks = forks
         self.skipped = 0
         self.last_skipped: tuple[int, str] | None = None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for images, labels, skipped in self.source:
+        if self.forks:
+            with opencv_parked():
+                batches = iter(self.source)
+        else:
+            batches = iter(self.source)
+        for images, labels, skipped in batches:
             if skipped:
                 before = self.skipped
                 self.skipped += len(skipped)
@@ -107,7 +135,9 @@ class Loader:
             self._dataloader = None
         else:
             source = self._dataloader = self._make_dataloader(fetcher)
-        self._batches = _Batches(source)
+        forks = self._dataloader is not None and self.num_workers > 0 and (
+            cfg.start_method or multiprocessing.get_start_method()) == "fork"
+        self._batches = _Batches(source, forks)
         self._prefetcher = CudaPrefetcher(self._batches, self.device, cfg.depth,
                                           Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize))
         self._closed = False

@@ -163,3 +163,17 @@ def test_explicit_rank_shards_the_epoch(folder):
             for x, y in loader:
                 seen.extend(y.tolist())
     assert sorted(seen) == sorted(ds.labels.tolist())
+
+
+def test_fork_after_opencv_threads_ran_does_not_hang(folder):
+    """OpenCV's pool, used in the parent, must not deadlock forked workers."""
+    import cv2
+
+    cv2.setNumThreads(2)
+    big = np.zeros((1500, 1500, 3), np.float32)
+    for _ in range(3):
+        cv2.resize(big, (700, 700), interpolation=cv2.INTER_CUBIC)
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(16))
+    with fl.Loader(ds, batch_size=8, num_workers=2, start_method="fork", device="cpu", timeout=30) as loader:
+        assert sum(len(y) for _, y in loader) == len(ds)
+    assert cv2.getNumThreads() == 2
