@@ -8,7 +8,15 @@ normalization and layout change).
 from . import transforms
 from .collate import fast_collate
 from .config import LoaderConfig
-from .datasets import ImageDataset, ImageFolder, ImageList
+from .datasets import (
+    ImageDataset,
+    ImageFolder,
+    ImageList,
+    LMDBDataset,
+    TFRecordDataset,
+    TFRecordStream,
+    open_dataset,
+)
 from .decode import DecodeError, decode_image, get_decoder, image_size
 from .loader import Loader
 from .prefetch import CudaPrefetcher, Normalizer
@@ -24,14 +32,18 @@ __all__ = sorted([
     "ImageFolder",
     "ImageList",
     "Loader",
+    "LMDBDataset",
     "LoaderConfig",
     "Normalizer",
     "ShardedBatchSampler",
     "SharedArray",
     "StringArray",
+    "TFRecordDataset",
+    "TFRecordStream",
     "decode_image",
     "fast_collate",
     "get_decoder",
     "image_size",
+    "open_dataset",
     "transforms",
 ])

@@ -70,3 +70,33 @@ class BatchFetcher(torch.utils.data.Dataset):
 
 def identity(batch: Any) -> Any:
     return batch
+
+
+class StreamBatches(torch.utils.data.IterableDataset):
+    """Batches a TFRecordStream inside each worker (records sharded by rank and worker).
+
+    With ``on_error="skip"`` a record that fails to decode is dropped and reported.
+    """
+
+    def __init__(self, stream: Any, batch_size: int, drop_last: bool, on_error: str = "raise") -> None:
+        self.stream = stream
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.on_error = on_error
+
+    def __iter__(self):
+        samples: list = []
+        skipped: Skipped = []
+        for n, _, _, image, label in self.stream.records():
+            try:
+                samples.append((self.stream.decode(n, image), label))
+            except Exception as e:
+                if self.on_error == "raise":
+                    raise
+                skipped.append((n, f"{type(e).__name__}: {e}"))
+                continue
+            if len(samples) == self.batch_size:
+                yield (*fast_collate(samples), skipped)
+                samples, skipped = [], []
+        if samples and not self.drop_last:
+            yield (*fast_collate(samples), skipped)

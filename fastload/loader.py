@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from .config import LoaderConfig
-from .fetch import BatchFetcher, identity
+from .fetch import BatchFetcher, StreamBatches, identity
 from .prefetch import CudaPrefetcher, Normalizer
 from .sampler import ShardedBatchSampler, resolve_rank
 from .system import cpus_per_rank
@@ -112,10 +112,11 @@ class Loader:
     def __init__(self, dataset: Any, config: LoaderConfig | None = None, /, **options: Any) -> None:
         if config is not None and not isinstance(config, LoaderConfig):
             raise TypeError(f"config must be a LoaderConfig, got {type(config).__name__}")
-        if not callable(getattr(dataset, "load", None)) or not hasattr(dataset, "__len__"):
+        self.streaming = callable(getattr(dataset, "records", None))
+        if not self.streaming and (not callable(getattr(dataset, "load", None)) or not hasattr(dataset, "__len__")):
             raise TypeError(f"{type(dataset).__name__} is not a fastload dataset (needs __len__ and load())")
         cfg = (config or LoaderConfig()).replace(**options)
-        if len(dataset) == 0:
+        if not self.streaming and len(dataset) == 0:
             raise ValueError("dataset is empty")
         self.config = cfg
         self.dataset = dataset
@@ -123,24 +124,36 @@ class Loader:
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
         self.num_workers = self._resolve_workers(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
-        self.sampler = ShardedBatchSampler(len(dataset), cfg.batch_size, shuffle=cfg.shuffle,
-                                           drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
-                                           world_size=self.world_size)
-        fetcher = BatchFetcher(dataset, cfg.seed, cfg.on_error)
-        if cfg.backend == "thread":
-            from .threaded import ThreadBatches
-
-            source: Any = ThreadBatches(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
-                                        pin=self.pin_memory, timeout=cfg.timeout)
-            self._dataloader = None
+        if self.streaming:
+            if cfg.shuffle or cfg.backend != "process":
+                raise ValueError("a TFRecordStream is read in file order by the process backend: "
+                                 "use shuffle=False, backend='process' (or TFRecordDataset for random access)")
+            dataset.shard(self.rank, self.world_size)
+            dataset.seed = cfg.seed
+            self.sampler = None
+            source = self._dataloader = self._make_stream_loader(dataset)
         else:
-            source = self._dataloader = self._make_dataloader(fetcher)
+            self.sampler = ShardedBatchSampler(len(dataset), cfg.batch_size, shuffle=cfg.shuffle,
+                                               drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
+                                               world_size=self.world_size)
+            source = self._make_source(BatchFetcher(dataset, cfg.seed, cfg.on_error))
         forks = self._dataloader is not None and self.num_workers > 0 and (
             cfg.start_method or multiprocessing.get_start_method()) == "fork"
         self._batches = _Batches(source, forks)
         self._prefetcher = CudaPrefetcher(self._batches, self.device, cfg.depth,
                                           Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize))
         self._closed = False
+
+    def _make_source(self, fetcher: BatchFetcher) -> Any:
+        cfg = self.config
+        if cfg.backend == "thread":
+            from .threaded import ThreadBatches
+
+            self._dataloader = None
+            return ThreadBatches(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
+                                 pin=self.pin_memory, timeout=cfg.timeout)
+        self._dataloader = self._make_dataloader(fetcher)
+        return self._dataloader
 
     def _resolve_workers(self, num_workers: int | str) -> int:
         if num_workers != "auto":
@@ -153,22 +166,34 @@ class Loader:
             return int(profile["config"]["num_workers"])
         return cpus_per_rank()
 
-    def _make_dataloader(self, fetcher: BatchFetcher) -> DataLoader:
+    def _worker_options(self, persistent: bool) -> dict[str, Any]:
         cfg = self.config
-        workers = self.num_workers
-        kwargs: dict[str, Any] = {}
-        if workers > 0:
-            kwargs = dict(prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers,
-                          multiprocessing_context=cfg.start_method, worker_init_fn=worker_init)
-        return DataLoader(fetcher, batch_sampler=self.sampler, collate_fn=identity, num_workers=workers,
-                          pin_memory=self.pin_memory and torch.cuda.is_available(), timeout=cfg.timeout,
-                          generator=torch.Generator().manual_seed(cfg.seed), **kwargs)
+        options: dict[str, Any] = dict(num_workers=self.num_workers, collate_fn=identity, timeout=cfg.timeout,
+                                       pin_memory=self.pin_memory and torch.cuda.is_available(),
+                                       generator=torch.Generator().manual_seed(cfg.seed))
+        if self.num_workers > 0:
+            options.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=persistent,
+                           multiprocessing_context=cfg.start_method, worker_init_fn=worker_init)
+        return options
+
+    def _make_dataloader(self, fetcher: BatchFetcher) -> DataLoader:
+        return DataLoader(fetcher, batch_sampler=self.sampler, **self._worker_options(self.config.persistent_workers))
+
+    def _make_stream_loader(self, stream: Any) -> DataLoader:
+        # Workers are re-created each epoch so they see the epoch set before iterating.
+        batches = StreamBatches(stream, self.config.batch_size, self.config.drop_last, self.config.on_error)
+        return DataLoader(batches, batch_size=None, **self._worker_options(persistent=False))
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch: its shuffle order and augmentation draws (same on every rank)."""
-        self.sampler.set_epoch(epoch)
+        if self.sampler is None:
+            self.dataset.set_epoch(epoch)
+        else:
+            self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
+        if self.sampler is None:
+            raise TypeError("a streamed dataset has no length")
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

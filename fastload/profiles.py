@@ -26,7 +26,7 @@ def machine_key() -> dict:
 def dataset_key(dataset: Any) -> dict:
     summary = dataset.summary() if hasattr(dataset, "summary") else {"type": type(dataset).__name__}
     where = summary.get("root") or summary.get("path") or summary.get("paths")
-    return {"type": summary.get("type"), "samples": len(dataset),
+    return {"type": summary.get("type"), "samples": len(dataset) if hasattr(dataset, "__len__") else None,
             "where": os.path.abspath(where) if isinstance(where, str) else where}
 
 

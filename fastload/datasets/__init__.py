@@ -2,5 +2,18 @@
 
 from .base import ImageDataset, sample_rng
 from .folder import IMG_EXTENSIONS, ImageFolder, ImageList
+from .lmdb_dataset import LMDBDataset
+from .open import open_dataset
+from .tfrecord_dataset import TFRecordDataset, TFRecordStream
 
-__all__ = ["IMG_EXTENSIONS", "ImageDataset", "ImageFolder", "ImageList", "sample_rng"]
+__all__ = [
+    "IMG_EXTENSIONS",
+    "ImageDataset",
+    "ImageFolder",
+    "ImageList",
+    "LMDBDataset",
+    "TFRecordDataset",
+    "TFRecordStream",
+    "open_dataset",
+    "sample_rng",
+]

@@ -54,6 +54,18 @@ class ImageDataset(torch.utils.data.Dataset):
         """A name for sample ``index`` in error messages (its path or key)."""
         return f"sample {index}"
 
+    def check_index(self, index: int) -> None:
+        n = len(self)
+        if not 0 <= index < n:
+            raise IndexError(f"index {index} out of range for dataset of {n} samples")
+
+    def decode_sample(self, index: int, data: Any, epoch: int, seed: int) -> np.ndarray:
+        """Decodes and transforms ``data``, the bytes of sample ``index``."""
+        try:
+            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index))
+        except DecodeError as e:
+            raise DecodeError(f"sample {index} ({self.describe(index)}): {e}") from e
+
     def load(self, index: int, epoch: int = 0, seed: int = 0) -> tuple[np.ndarray, int]:
         """Reads, decodes and transforms sample ``index`` with the rng of (seed, epoch, index).
 
@@ -61,15 +73,9 @@ class ImageDataset(torch.utils.data.Dataset):
             DecodeError: The sample's bytes are not a decodable image (message names it).
             IndexError: ``index`` is out of range.
         """
-        n = len(self)
-        if not 0 <= index < n:
-            raise IndexError(f"index {index} out of range for dataset of {n} samples")
+        self.check_index(index)
         data, label = self.read(index)
-        try:
-            img = self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index))
-        except DecodeError as e:
-            raise DecodeError(f"sample {index} ({self.describe(index)}): {e}") from e
-        return img, label
+        return self.decode_sample(index, data, epoch, seed), label
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
         return self.load(int(index), self.epoch, self.seed)

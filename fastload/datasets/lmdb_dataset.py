@@ -1,0 +1,212 @@
+"""LMDB: fastload's own layout (raw encoded bytes, numpy metadata) or other tools' via ``parse=``."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..storage import StringArray
+from .base import ImageDataset
+
+META_KEY = b"__fastload_meta__"
+FORMAT_VERSION = 1
+
+_envs: dict[str, tuple[int, Any]] = {}
+_envs_lock = threading.Lock()
+
+
+def _lmdb():
+    try:
+        import lmdb
+    except ImportError as e:
+        raise ImportError("LMDB support needs the lmdb package: pip install lmdb") from e
+    return lmdb
+
+
+def open_env(path: str, **options: Any):
+    """This process's environment for ``path``, opened once and shared by all datasets.
+
+    lmdb refuses a second open of one path in a process, and an environment inherited
+    through fork must not be used; an inherited one is closed (in the child only) and
+    reopened.
+    """
+    lmdb = _lmdb()
+    real = os.path.realpath(path)
+    pid = os.getpid()
+    with _envs_lock:
+        owner, env = _envs.get(real, (None, None))
+        if env is not None and owner == pid:
+            return env
+        if env is not None:
+            env.close()  # the parent's, copied by fork
+        env = lmdb.open(path, subdir=os.path.isdir(path), max_readers=4096, **options)
+        _envs[real] = (pid, env)
+        return env
+
+
+def close_env(path: str) -> None:
+    with _envs_lock:
+        entry = _envs.pop(os.path.realpath(path), None)
+    if entry is not None and entry[0] == os.getpid():
+        entry[1].close()
+
+
+def pack_meta(keys: StringArray, labels: np.ndarray, classes: list[str]) -> bytes:
+    """The metadata record of fastload's layout: an .npz of plain arrays (no pickle)."""
+    names = StringArray(classes)
+    buf = io.BytesIO()
+    np.savez(buf, version=np.int64(FORMAT_VERSION), count=np.int64(len(keys)), keys_data=keys.data,
+             keys_offsets=keys.offsets, labels=np.asarray(labels, np.int64), classes_data=names.data,
+             classes_offsets=names.offsets)
+    return buf.getvalue()
+
+
+def unpack_meta(value: bytes, path: str) -> tuple[StringArray, np.ndarray, list[str]]:
+    try:
+        with np.load(io.BytesIO(value), allow_pickle=False) as z:
+            version = int(z["version"])
+            if version > FORMAT_VERSION:
+                raise ValueError(f"{path}: fastload LMDB format {version} is newer than this fastload "
+                                 f"({FORMAT_VERSION}); upgrade fastload")
+            keys = StringArray.from_buffer(z["keys_data"], z["keys_offsets"])
+            labels = z["labels"].astype(np.int64)
+            classes = list(StringArray.from_buffer(z["classes_data"], z["classes_offsets"]))
+            count = int(z["count"])
+    except (KeyError, OSError, ValueError) as e:
+        if "newer" in str(e):
+            raise
+        raise ValueError(f"{path}: corrupt fastload metadata record: {e}") from e
+    if not len(keys) == len(labels) == count:
+        raise ValueError(f"{path}: metadata says {count} samples but has {len(keys)} keys, {len(labels)} labels")
+    return keys, labels, classes
+
+
+def pickled_sample(value: Any) -> tuple[bytes, int]:
+    """Parses pickled (image bytes, label) pairs or {"image"/"img": ..., "label": ...} dicts.
+
+    Only used with ``allow_pickle=True``: unpickling runs code from the file.
+    """
+    obj = pickle.loads(bytes(value))
+    if isinstance(obj, dict):
+        image = next((obj[k] for k in ("image", "img", "jpeg", "data") if k in obj), None)
+        label = next((obj[k] for k in ("label", "target", "class") if k in obj), None)
+    elif isinstance(obj, (tuple, list)) and len(obj) == 2:
+        image, label = obj
+    else:
+        raise ValueError(f"unpickled a {type(obj).__name__}; pass parse= to read this layout")
+    if image is None or label is None:
+        raise ValueError(f"pickled dict has keys {sorted(obj)}; pass parse= to read this layout")
+    return bytes(image), int(label)
+
+
+class LMDBDataset(ImageDataset):
+    """Images stored in an LMDB.
+
+    fastload's layout (written by ``tools/folder2lmdb.py``) holds each image's encoded
+    bytes as they were on disk, and keys, labels and class names in a metadata record.
+    Other tools' LMDBs are read by enumerating their keys once and turning each value
+    into (image bytes, label) with ``parse``.
+
+    Args:
+        path: The LMDB directory (or file, for ``subdir=False`` databases).
+        transform: Applied to each decoded image.
+        decoder: Decoder backend name; None picks the best available.
+        parse: ``value -> (image bytes, label)`` for LMDBs not written by fastload.
+            The value is a memoryview valid only during the call.
+        allow_pickle: Unpickle values of foreign LMDBs (pickled (bytes, label) tuples or
+            dicts). Off by default: unpickling runs arbitrary code from the file.
+        buffers: Zero-copy reads; the image is decoded before the transaction ends.
+        **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
+            readahead=False, meminit=False``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: The LMDB is empty, or foreign without ``parse``/``allow_pickle``.
+    """
+
+    def __init__(self, path: str | os.PathLike, transform: Any = None, *, decoder: str | None = None,
+                 parse: Callable[[Any], tuple[Any, int]] | None = None, allow_pickle: bool = False,
+                 buffers: bool = True, **env_options: Any) -> None:
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"LMDB {path!r} does not exist")
+        self.path = path
+        self.env_options = {"readonly": True, "lock": False, "readahead": False, "meminit": False, **env_options}
+        self.buffers = buffers
+        self.classes: list[str] | None = None
+        env = open_env(path, **self.env_options)
+        with env.begin() as txn:
+            meta = txn.get(META_KEY)
+            if meta is not None:
+                keys, labels, classes = unpack_meta(meta, path)
+                self.classes = classes
+                self._parse = None
+            else:
+                if parse is None and not allow_pickle:
+                    raise ValueError(
+                        f"{path} was not written by fastload (no {META_KEY.decode()} record); pass "
+                        "parse=lambda value: (image_bytes, label), or allow_pickle=True if its values "
+                        "are pickled and you trust the file")
+                self._parse = parse or pickled_sample
+                keys, labels = self._scan(txn)
+        close_env(path)  # workers open their own; nothing open travels through fork or pickle
+        if len(keys) == 0:
+            raise ValueError(f"LMDB {path!r} holds no samples")
+        super().__init__(labels, transform, decoder)
+        self.keys = keys
+
+    def _scan(self, txn) -> tuple[StringArray, np.ndarray]:
+        from tqdm import tqdm
+
+        keys: list[bytes] = []
+        labels: list[int] = []
+        total = txn.stat()["entries"]
+        with txn.cursor() as cur:
+            for key, value in tqdm(cur, total=total, desc=f"indexing {self.path}", unit="rec",
+                                   disable=total < 100_000):
+                try:
+                    _, label = self._parse(value)
+                except Exception as e:
+                    raise ValueError(f"{self.path}: parse failed on key {key!r}: {e}") from e
+                keys.append(bytes(key))
+                labels.append(int(label))
+        return StringArray(keys), np.asarray(labels, dtype=np.int64)
+
+    def describe(self, index: int) -> str:
+        return f"{self.path} key {self.keys.get_bytes(index)!r}"
+
+    def _value(self, txn, index: int) -> Any:
+        key = self.keys.get_bytes(index)
+        value = txn.get(key)
+        if value is None:
+            raise KeyError(f"{self.path}: key {key!r} (sample {index}) is missing")
+        return value
+
+    def _split(self, value: Any, index: int) -> tuple[Any, int]:
+        if self._parse is None:
+            return value, int(self._labels.array[index])
+        data, label = self._parse(value)
+        return data, int(label)
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        self.check_index(index)
+        with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
+            data, label = self._split(self._value(txn, index), index)
+            return bytes(data), label
+
+    def load(self, index: int, epoch: int = 0, seed: int = 0) -> tuple[np.ndarray, int]:
+        self.check_index(index)
+        with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
+            data, label = self._split(self._value(txn, index), index)
+            img = self.decode_sample(index, data, epoch, seed)
+        # Decoders allocate their output, so nothing returned points into the map.
+        return img, label
+
+    def summary(self) -> dict:
+        return {**super().summary(), "path": self.path, "layout": "fastload" if self._parse is None else "foreign"}
