@@ -29,7 +29,11 @@ def alloc_batch(shape: Sequence[int], dtype: torch.dtype = torch.uint8, pin: boo
         return torch.empty(0, dtype=dtype).set_(storage).view(shape)
     if pin is None:
         pin = torch.cuda.is_available()
-    return torch.empty(shape, dtype=dtype, pin_memory=pin)
+    if pin:
+        return torch.empty(shape, dtype=dtype, pin_memory=True)
+    # numpy asks the kernel for huge pages on large arrays (madvise), which halves the
+    # page-fault cost of first touching a fresh batch compared with torch.empty.
+    return torch.from_numpy(np.empty(shape, dtype=torch.empty(0, dtype=dtype).numpy().dtype))
 
 
 def check_image(img: np.ndarray, where: str) -> None:
@@ -38,8 +42,14 @@ def check_image(img: np.ndarray, where: str) -> None:
         raise TypeError(f"{where}: expected a uint8 H×W×C numpy array, got {desc}")
 
 
-def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = None,
+                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Stacks (HWC uint8 image, label) pairs into (N×H×W×C uint8, N int64).
+
+    Args:
+        samples: (image, label) pairs, images all of one shape.
+        pin: Pin a newly allocated batch (default: when CUDA is available).
+        out: A reusable uint8 buffer of at least N×H×W×C; the batch is a view of it.
 
     Raises:
         ValueError: The batch is empty or its images differ in shape.
@@ -49,8 +59,14 @@ def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = N
         raise ValueError("fast_collate got an empty batch")
     first = samples[0][0]
     check_image(first, "fast_collate sample 0")
-    images = alloc_batch((len(samples), *first.shape), pin=pin)
-    out = images.numpy()
+    shape = (len(samples), *first.shape)
+    if out is None:
+        images = alloc_batch(shape, pin=pin)
+    elif out.dtype != torch.uint8 or tuple(out.shape[1:]) != shape[1:] or out.shape[0] < shape[0]:
+        raise ValueError(f"fast_collate: out buffer {tuple(out.shape)} {out.dtype} cannot hold a {shape} uint8 batch")
+    else:
+        images = out[: shape[0]]
+    dst = images.numpy()
     labels = np.empty(len(samples), dtype=np.int64)
     for i, (img, label) in enumerate(samples):
         if img.shape != first.shape or img.dtype != np.uint8:
@@ -59,6 +75,6 @@ def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = N
                 f"fast_collate: sample {i} has shape {img.shape} but sample 0 has {first.shape}; "
                 "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)"
             )
-        out[i] = img  # the one copy per sample; handles flipped (negative-stride) views
+        dst[i] = img  # the one copy per sample; handles flipped (negative-stride) views
         labels[i] = label
     return images, torch.from_numpy(labels)

@@ -39,14 +39,19 @@ def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
 
 
 def resize(img: np.ndarray, out_h: int, out_w: int, dst: np.ndarray | None = None) -> np.ndarray:
-    """Resizes with area averaging when shrinking (antialiased) and bilinear otherwise."""
+    """Bilinear, or area averaging (antialiased) when shrinking by more than 2x.
+
+    Up to 2x, bilinear taps every source pixel, so it barely aliases and is several
+    times faster than OpenCV's area filter at fractional ratios; after a DCT-reduced
+    decode the remaining ratio is nearly always under 2.
+    """
     h, w = img.shape[:2]
     if (h, w) == (out_h, out_w):
         if dst is None:
             return img
         dst[...] = img
         return dst
-    interp = cv2.INTER_AREA if out_h <= h and out_w <= w else cv2.INTER_LINEAR
+    interp = cv2.INTER_AREA if h > 2 * out_h or w > 2 * out_w else cv2.INTER_LINEAR
     return cv2.resize(img, (out_w, out_h), dst=dst, interpolation=interp)
 
 

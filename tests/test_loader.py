@@ -55,11 +55,11 @@ def test_uint8_output_layout(folder):
     assert np.array_equal(x[0].permute(1, 2, 0).numpy(), ref)
 
 
-@pytest.mark.parametrize("reduced,tolerance", [(False, 0.06), (True, 0.15)])
+@pytest.mark.parametrize("reduced,tolerance", [(False, 0.08), (True, 0.15)])
 def test_matches_independent_pillow_pipeline(folder, reduced, tolerance):
     """Loader tensors ≈ Pillow decode + resize + centre crop + normalize, right labels.
 
-    0.06 is ~3/255 in pixel units (resampling kernels differ); DCT-scaled decoding
+    0.08 is ~4/255 in pixel units (resampling kernels differ); DCT-scaled decoding
     filters differently again, most visibly on these noise-heavy test images.
     """
     ds = fl.ImageFolder(folder, transform=fl.transforms.eval(64, resize=73, reduced_decode=reduced))

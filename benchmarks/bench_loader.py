@@ -1,0 +1,80 @@
+"""Loader throughput: fastload against the classic torchvision-style pipeline and the
+timm/apex style, same images, workers and batch size, in one run.
+
+Training pipeline: RandomResizedCrop 224, flip, collate, normalize.
+Eval pipeline: resize 256, centre crop 224, collate, normalize.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import torch
+from common import parser, report, sample_folder
+from peers import ClassicDataset, TimmDataset, timm_fast_collate, timm_normalize
+
+import fastload as fl
+from fastload.decode import get_decoder
+from fastload.system import available_cpus
+
+
+def rate(batches_fn, epochs: int) -> float:
+    """images/s over ``epochs`` epochs after one warm-up epoch (workers started)."""
+    count = sum(x.shape[0] for x, _ in batches_fn())
+    start, images = time.perf_counter(), 0
+    for _ in range(epochs):
+        images += sum(x.shape[0] for x, _ in batches_fn())
+    assert count > 0
+    return images / (time.perf_counter() - start)
+
+
+def decode_limit(paths: list[str], cores: int) -> float:
+    dec = get_decoder()
+    blobs = [open(p, "rb").read() for p in paths]
+    start = time.perf_counter()
+    for b in blobs:
+        dec.decode(b)
+    return len(blobs) / (time.perf_counter() - start) * cores
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=available_cpus())
+    p.add_argument("--epochs", type=int, default=3)
+    args = p.parse_args()
+    root = sample_folder(args)
+    epochs = 1 if args.quick else args.epochs
+    bs, workers = (8, 2) if args.quick else (args.batch_size, args.workers)
+    ds_paths = sorted(glob.glob(os.path.join(root, "*", "*.jpg")))
+    labels = [sorted(os.listdir(root)).index(os.path.basename(os.path.dirname(p))) for p in ds_paths]
+    limit = decode_limit(ds_paths, workers)
+    common = dict(batch_size=bs, num_workers=workers, persistent_workers=True)
+    results = {}
+    for mode, train in (("train", True), ("eval", False)):
+        transform = fl.transforms.train(224) if train else fl.transforms.eval(224)
+        ours = fl.Loader(fl.ImageFolder(root, transform), batch_size=bs, num_workers=workers, shuffle=True,
+                         device="cpu")
+        classic = torch.utils.data.DataLoader(ClassicDataset(ds_paths, labels, train), shuffle=True, **common)
+        timm = torch.utils.data.DataLoader(TimmDataset(ds_paths, labels, train), shuffle=True,
+                                           collate_fn=timm_fast_collate, **common)
+        r = {
+            "fastload": rate(lambda: iter(ours), epochs),
+            "classic": rate(lambda: iter(classic), epochs),
+            "timm": rate(lambda: ((timm_normalize(x), y) for x, y in timm), epochs),
+        }
+        ours.close()
+        results[mode] = r
+        print(f"{mode}: fastload {r['fastload']:.0f} images/s | classic {r['classic']:.0f} "
+              f"({r['fastload'] / r['classic']:.2f}x) | timm/apex style {r['timm']:.0f} "
+              f"({r['fastload'] / r['timm']:.2f}x) | decode limit {limit:.0f} "
+              f"(fastload at {r['fastload'] / limit:.0%})")
+    print(f"({len(ds_paths)} images, batch {bs}, {workers} workers, {epochs} timed epoch(s) after a warm-up)")
+    report("bench_loader", args, {"images_per_s": results, "decode_limit": limit, "batch_size": bs,
+                                  "workers": workers, "images": len(ds_paths)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Helpers shared by the benchmarks: the sample data, timing, memory, reporting."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run from a checkout without installing
+
+import torch  # noqa: E402
+
+from fastload.sample import make_sample_dataset  # noqa: E402
+from fastload.system import available_cpus, cpu_model  # noqa: E402
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="a few seconds, to check the benchmark still runs")
+    p.add_argument("--data", default=os.path.join(ROOT, "data", "sample"), help="sample data folder")
+    p.add_argument("--json", default=None, help="append the result as one JSON line to this file")
+    return p
+
+
+def sample_folder(args) -> str:
+    if args.quick:
+        return make_sample_dataset(os.path.join(args.data, "quick"), num_images=32, num_classes=4, progress=False)
+    return make_sample_dataset(os.path.join(args.data, "train"))
+
+
+def machine() -> dict:
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu_model(), "cpus": available_cpus(), "gpu": gpu, "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+def timed(fn, repeat: int = 3) -> float:
+    """Best wall time of ``repeat`` calls (seconds)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def smaps_rollup(pid: int | str = "self") -> dict:
+    """USS (private) and PSS in bytes from /proc/PID/smaps_rollup."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and parts[-1] == "kB":
+                fields[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    uss = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    return {"uss": uss, "pss": fields.get("Pss", 0)}
+
+
+def report(name: str, args, result: dict) -> None:
+    record = {"benchmark": name, "quick": bool(args.quick), "machine": machine(),
+              "date": time.strftime("%Y-%m-%d"), **result}
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(record) + "\n")
