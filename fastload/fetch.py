@@ -38,9 +38,11 @@ class BatchFetcher(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def load(self, index: int, epoch: int, skipped: Skipped) -> tuple[np.ndarray, int]:
+    def load(self, index: int, epoch: int, skipped: Skipped, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+        """Sample ``index`` (or its replacement), written into ``out`` where possible."""
+        kw = {} if out is None else {"out": out}
         try:
-            return self.dataset.load(index, epoch, self.seed)
+            return self.dataset.load(index, epoch, self.seed, **kw)
         except Exception as first:
             if self.on_error == "raise":
                 raise
@@ -50,7 +52,7 @@ class BatchFetcher(torch.utils.data.Dataset):
         for _ in range(MAX_REPLACEMENTS):
             other = int(rng.integers(len(self.dataset)))
             try:
-                return self.dataset.load(other, epoch, self.seed)
+                return self.dataset.load(other, epoch, self.seed, **kw)
             except Exception as e:
                 skipped.append((other, f"{type(e).__name__}: {e}"))
                 error = e

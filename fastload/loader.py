@@ -65,7 +65,7 @@ def resolve_device(device: Any) -> torch.device:
 
 
 class _Batches:
-    """Iterable of uint8 batches from the chosen backend, counting skipped samples."""
+    """Iterable of (uint8 batch, labels, lease) from the chosen backend, counting skipped samples."""
 
     def __init__(self, source: Any, forks: bool = False) -> None:
         self.source = source
@@ -73,13 +73,13 @@ class _Batches:
         self.skipped = 0
         self.last_skipped: tuple[int, str] | None = None
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, Any]]:
         if self.forks:
             with opencv_parked():
                 batches = iter(self.source)
         else:
             batches = iter(self.source)
-        for images, labels, skipped in batches:
+        for images, labels, skipped, *lease in batches:
             if skipped:
                 before = self.skipped
                 self.skipped += len(skipped)
@@ -88,7 +88,7 @@ class _Batches:
                     index, error = skipped[-1]
                     warnings.warn(f"fastload: skipped {self.skipped} bad sample(s) so far; "
                                   f"latest: index {index}: {error}", RuntimeWarning, stacklevel=2)
-            yield images, labels
+            yield images, labels, lease[0] if lease else None
 
 
 class Loader:
@@ -150,8 +150,10 @@ class Loader:
             from .threaded import ThreadBatches
 
             self._dataloader = None
+            # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
             return ThreadBatches(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
-                                 pin=self.pin_memory, timeout=cfg.timeout)
+                                 pin=self.pin_memory and torch.cuda.is_available(), timeout=cfg.timeout,
+                                 reuse=self.device.type == "cuda" or cfg.normalize)
         self._dataloader = self._make_dataloader(fetcher)
         return self._dataloader
 

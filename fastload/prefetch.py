@@ -107,11 +107,12 @@ class Stats:
 class CudaPrefetcher:
     """Overlaps host-to-device copies and normalization with the consumer's work.
 
-    Iterates over ``iterable`` of (uint8 NHWC images, labels, ...) batches and yields
+    Iterates over ``iterable`` of (uint8 NHWC images, labels[, lease]) batches and yields
     (images, labels) on ``device``. On a CPU device it normalizes synchronously.
 
     Args:
-        iterable: Yields (images, labels) or longer tuples (extra items are dropped).
+        iterable: Yields (images, labels) or (images, labels, lease); a lease (a reused
+            host buffer) is released once the buffer's copy is done.
         device: Target device; None means cuda if available, else cpu.
         depth: Batches in flight on the side stream.
         normalizer: Applied on the side stream (default: ImageNet float32).
@@ -159,6 +160,7 @@ class CudaPrefetcher:
                 return
             images, labels = batch[0], batch[1]
             out = (self.normalizer(images.to(self.device)), labels.to(self.device))
+            self._release(batch, None)
             now = time.perf_counter()
             self.stats.total_s += now - last
             self.stats.batches += 1
@@ -185,10 +187,17 @@ class CudaPrefetcher:
             y = labels.to(self.device, non_blocking=True)
             end.record(self._stream)
             out = self.normalizer(x)
+        self._release(batch, end)  # a reused host buffer is rewritten only after this copy
         self._timings.append((start, end, images.numel() * images.element_size()))
         # The host batch stays referenced until handed over, after its copy was enqueued.
         self._pending.append((out, y, images))
         return True
+
+    @staticmethod
+    def _release(batch: Any, event: Any) -> None:
+        lease = batch[2] if len(batch) > 2 else None
+        if lease is not None:
+            lease.release(event)
 
     def _collect_timings(self) -> None:
         # Only finished copies are read, so stats never block the host.

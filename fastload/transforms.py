@@ -52,7 +52,8 @@ def resize(img: np.ndarray, out_h: int, out_w: int, dst: np.ndarray | None = Non
         dst[...] = img
         return dst
     interp = cv2.INTER_AREA if h > 2 * out_h or w > 2 * out_w else cv2.INTER_LINEAR
-    return cv2.resize(img, (out_w, out_h), dst=dst, interpolation=interp)
+    resized = cv2.resize(img, (out_w, out_h), dst=dst, interpolation=interp)
+    return resized if dst is None else dst
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,12 @@ class RandomHorizontalFlip:
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return img[:, ::-1] if rng.random() < self.p else img
 
+    def apply_inplace(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Same draw as ``__call__``, flipping ``img`` in place (for a batch slot)."""
+        if rng.random() < self.p:
+            cv2.flip(img, 1, dst=img)
+        return img
+
     def __repr__(self) -> str:
         return f"RandomHorizontalFlip(p={self.p})"
 
@@ -242,16 +249,23 @@ class Compose:
             return self.transforms[0].plan(h, w, rng)
         return None
 
-    def decode(self, data, decoder: Decoder, rng: np.random.Generator) -> np.ndarray:
-        """Decodes ``data`` (reduced when the leading crop allows) and transforms it."""
+    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None) -> np.ndarray:
+        """Decodes ``data`` (reduced when the leading crop allows) and transforms it.
+
+        With ``out`` (a batch slot of the output's shape), the leading crop resizes
+        straight into it and in-place transforms keep it there; the result is ``out``
+        whenever that was possible, else a separate array the caller must copy.
+        """
         h, w = image_size(data)
         crop = self.plan(h, w, rng)
         rest = self.transforms[1:] if crop is not None else self.transforms
         img = decoder.decode(data, crop.min_scale if crop is not None and self.reduced_decode else 1.0)
         if crop is not None:
-            img = crop.apply(img, h, w)
+            direct = out is not None and out.shape == (crop.out_h, crop.out_w, img.shape[2])
+            img = crop.apply(img, h, w, out if direct else None)
         for t in rest:
-            img = t(img, rng)
+            inplace = getattr(t, "apply_inplace", None)
+            img = inplace(img, rng) if inplace is not None and img is out else t(img, rng)
         return img
 
     def __repr__(self) -> str:

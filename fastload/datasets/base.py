@@ -59,15 +59,18 @@ class ImageDataset(torch.utils.data.Dataset):
         if not 0 <= index < n:
             raise IndexError(f"index {index} out of range for dataset of {n} samples")
 
-    def decode_sample(self, index: int, data: Any, epoch: int, seed: int) -> np.ndarray:
-        """Decodes and transforms ``data``, the bytes of sample ``index``."""
+    def decode_sample(self, index: int, data: Any, epoch: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Decodes and transforms ``data``, the bytes of sample ``index`` (into ``out`` when it can)."""
         try:
-            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index))
+            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index), out)
         except DecodeError as e:
             raise DecodeError(f"sample {index} ({self.describe(index)}): {e}") from e
 
-    def load(self, index: int, epoch: int = 0, seed: int = 0) -> tuple[np.ndarray, int]:
+    def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """Reads, decodes and transforms sample ``index`` with the rng of (seed, epoch, index).
+
+        With ``out``, the image is written into it where the transforms allow (the
+        returned image is then ``out``).
 
         Raises:
             DecodeError: The sample's bytes are not a decodable image (message names it).
@@ -75,7 +78,7 @@ class ImageDataset(torch.utils.data.Dataset):
         """
         self.check_index(index)
         data, label = self.read(index)
-        return self.decode_sample(index, data, epoch, seed), label
+        return self.decode_sample(index, data, epoch, seed, out), label
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
         return self.load(int(index), self.epoch, self.seed)

@@ -200,11 +200,11 @@ class LMDBDataset(ImageDataset):
             data, label = self._split(self._value(txn, index), index)
             return bytes(data), label
 
-    def load(self, index: int, epoch: int = 0, seed: int = 0) -> tuple[np.ndarray, int]:
+    def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         self.check_index(index)
         with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
             data, label = self._split(self._value(txn, index), index)
-            img = self.decode_sample(index, data, epoch, seed)
+            img = self.decode_sample(index, data, epoch, seed, out)
         # Decoders allocate their output, so nothing returned points into the map.
         return img, label
 

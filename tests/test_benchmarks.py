@@ -1,0 +1,24 @@
+"""Every benchmark's --quick mode runs, so none of them can rot."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(os.path.dirname(HERE), "benchmarks")
+sys.path.insert(0, BENCH)
+from run_all import BENCHMARKS  # noqa: E402
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_quick_mode_runs_and_reports(name, tmp_path):
+    out = tmp_path / "results.jsonl"
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, f"{name}.py"), "--quick", "--json", str(out),
+                           "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.strip(), "a benchmark must print its figures"
+    record = json.loads(out.read_text().splitlines()[-1])
+    assert record["benchmark"] == name and record["quick"] is True

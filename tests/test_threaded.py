@@ -1,0 +1,115 @@
+import threading
+import time
+import traceback
+
+import pytest
+import torch
+
+import fastload as fl
+from fastload.threaded import BufferRing
+
+
+def _run(ds, backend, **kw):
+    opts = dict(batch_size=5, num_workers=2, shuffle=True, seed=11, device="cpu", backend=backend)
+    opts.update(kw)
+    with fl.Loader(ds, **opts) as loader:
+        out = []
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            for x, y in loader:
+                out.append((x.clone(), y.clone()))
+        return out
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_byte_identical_to_process_backend(folder, normalize, world_size):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(20))
+    for rank in range(world_size):
+        kw = dict(normalize=normalize, rank=rank, world_size=world_size)
+        a, b = _run(ds, "process", **kw), _run(ds, "thread", **kw)
+        assert len(a) == len(b) > 0
+        for (xa, ya), (xb, yb) in zip(a, b):
+            assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_reused_buffers_survive_a_slow_consumer(folder):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.eval(16, resize=18))
+    loader = fl.Loader(ds, batch_size=3, num_workers=2, shuffle=True, seed=11, device="cpu", backend="thread",
+                       prefetch_factor=1)
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        got = []
+        for x, y in loader:
+            time.sleep(0.02)  # threads run ahead and must wait for a free buffer
+            got.append((x.clone(), y.clone()))
+    ring = loader._batches.source.ring
+    assert len(ring.buffers) == ring.count < len(got), "buffers must be reused, not one per batch"
+    loader.close()
+    ref = fl.Loader(ds, batch_size=3, num_workers=0, shuffle=True, seed=11, device="cpu")
+    ref.set_epoch(1)
+    for (xa, ya), (xb, yb) in zip(ref, got):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_slots_are_written_in_place(folder):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(16))
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", backend="thread")
+    for _ in range(2):
+        list(loader)
+    threads = loader._batches.source
+    assert threads.extra_copies == 4, "only the first batch (which sizes the ring) is copied"
+    assert threads.bytes_written == 2 * len(ds) * 16 * 16 * 3  # each sample's pixels written once
+    loader.close()
+
+
+def _exploding(img, rng):
+    raise ZeroDivisionError("transform blew up")
+
+
+def test_transform_error_reaches_the_loop_with_its_traceback(folder):
+    ds = fl.ImageFolder(folder, transform=[fl.transforms.RandomResizedCrop(8), _exploding])
+    with fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", backend="thread") as loader:
+        with pytest.raises(ZeroDivisionError, match="blew up") as info:
+            list(loader)
+    assert "_exploding" in "".join(traceback.format_tb(info.value.__traceback__))
+
+
+def test_no_thread_left_after_close(folder):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(16))
+    loader = fl.Loader(ds, batch_size=4, num_workers=3, device="cpu", backend="thread")
+    next(iter(loader))  # abandoned mid-epoch
+    loader.close()
+    loader.close()
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("fastload")]
+    assert alive == []
+
+
+class _Event:
+    def __init__(self):
+        self.done = False
+
+    def query(self):
+        return self.done
+
+
+def test_ring_waits_for_the_copy_event():
+    ring = BufferRing(1, pin=False)
+    ring.allocate((2, 4, 4, 3))
+    stop = threading.Event()
+    slot = ring.acquire(stop)
+    event = _Event()
+    ring.release(slot, event)  # copy enqueued but not finished
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(ring.acquire(stop)))
+    waiter.start()
+    time.sleep(0.2)
+    assert got == [], "buffer reused while its copy was in flight"
+    event.done = True
+    waiter.join(2)
+    assert got == [0]
+
+
+def test_thread_backend_needs_threads(folder):
+    with pytest.raises(ValueError, match="num_workers >= 1"):
+        fl.Loader(fl.ImageFolder(folder), num_workers=0, backend="thread", device="cpu")
