@@ -46,6 +46,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         rate, _ = _throughput(ds, batch_size=64, shuffle=True, num_workers=workers, seed=0)
         print(f"converted to {fmt} at {made['images_per_s']:.0f} images/s (verified) → {type(ds).__name__} "
               f"→ Loader: {rate:.0f} images/s")
+    from fastload.tune import build_args, print_table, run
+
+    print("\nfastload tune (short: batch 32 and 64, 1 s per configuration):")
+    print_table(run(build_args([root, "--batch-sizes", "32,64", "--seconds", "1"])))
     return 0
 
 
@@ -77,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     info = sub.add_parser("info", help="show decoders, CPUs and GPU")
     info.set_defaults(func=cmd_info)
+    from fastload.tune import add_parser as add_tune
+
+    add_tune(sub)
     return parser
 
 

@@ -1,0 +1,206 @@
+"""``fastload tune``: measure workers × batch size × settings on this machine and dataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from .. import transforms
+from ..config import LoaderConfig
+from ..datasets.open import open_dataset
+from ..system import cpu_model, cpus_per_rank
+from .measure import bottleneck, measure_loader
+from .search import DIMENSIONS, Searcher, Space, adaptive_search, grid_search
+
+__all__ = ["Space", "adaptive_search", "build_args", "grid_search", "main", "print_table", "run", "worker_candidates"]
+
+
+def worker_candidates(cpus: int | None = None) -> list[int]:
+    """0, 1, 2, 4, 6, ... up to the CPUs this process (rank) may use."""
+    cpus = cpus or cpus_per_rank()
+    return sorted({0, 1, cpus, *range(2, cpus + 1, 2)})
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"{what} is empty")
+    return values
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("tune", help="find the fastest loader settings for this machine and dataset",
+                       description="Measure loader configurations on DATASET and report the fastest.")
+    p.add_argument("dataset", help="image folder, list file, LMDB, or TFRecord file(s)/glob")
+    p.add_argument("--batch-sizes", type=lambda t: _ints(t, "--batch-sizes"), default=[64, 128, 256])
+    p.add_argument("--workers", type=lambda t: _ints(t, "--workers"), default=None,
+                   help="worker counts (default: 0,1,2,4,... up to the CPUs available)")
+    p.add_argument("--prefetch", type=lambda t: _ints(t, "--prefetch"), default=[2])
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                   help="pin host batches (default: when the device is CUDA)")
+    p.add_argument("--backends", default="process,thread", help="comma-separated: process, thread")
+    p.add_argument("--transform", choices=["train", "eval"], default="train")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per configuration")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--grid", action="store_true", help="measure every combination (default: adaptive)")
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write every measurement as JSON")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="plot throughput against workers")
+    p.add_argument("--save-profile", action="store_true", help="let num_workers='auto' use the result")
+    p.add_argument("--model", default=None, help="(CUDA) time a training step of this torchvision/timm model")
+    p.set_defaults(func=main)
+
+
+def build_args(argv: list[str]) -> argparse.Namespace:
+    """The namespace ``fastload tune ARGV`` would get (for calling :func:`run` from code)."""
+    parser = argparse.ArgumentParser(prog="fastload")
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["tune", *argv])
+
+
+def run(args: argparse.Namespace, progress: bool = True) -> dict:
+    """Runs the search described by ``args`` (the CLI's namespace); returns the JSON report."""
+    if args.seconds <= 0:
+        raise ValueError(f"--seconds must be positive, got {args.seconds}")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda requested but CUDA is not available")
+    if args.model and device != "cuda":
+        raise ValueError("--model needs --device cuda")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = sorted(set(backends) - {"process", "thread"})
+    if unknown:
+        raise ValueError(f"unknown backend(s) {unknown}; choose from process, thread")
+    pin = [args.pin if args.pin is not None else device == "cuda"]
+    space = Space(args.batch_sizes, args.workers if args.workers is not None else worker_candidates(),
+                  args.prefetch, backends, pin)
+    tf = transforms.train(args.size) if args.transform == "train" else transforms.eval(args.size)
+    dataset = open_dataset(args.dataset, transform=tf)
+    if not hasattr(dataset, "load"):
+        raise ValueError(f"{args.dataset} is a stream; the tuner needs random access (uncompress it first)")
+    budget = len(space.grid())
+    bar = tqdm(total=budget, desc="tuning", unit="config", disable=None if progress else True)
+
+    def to_config(c: dict) -> LoaderConfig:
+        return LoaderConfig(device=device, shuffle=True, **c)
+
+    def measure(c: dict) -> float:
+        res = measure_loader(dataset, to_config(c), args.seconds)
+        details[tuple(c[d] for d in DIMENSIONS)] = res
+        return res["samples_per_s"]
+
+    def tick(c: dict, rate: float) -> None:
+        bar.update(1)
+        bar.set_postfix_str(f"bs={c['batch_size']} w={c['num_workers']} {c['backend']}: {rate:.0f}/s")
+
+    details: dict = {}
+    searcher = Searcher(measure, tick)
+    start = time.perf_counter()
+    best, best_rate = (grid_search if args.grid else adaptive_search)(space, searcher)
+    bar.close()
+    # PyTorch's default: no workers, at the batch size the search chose.
+    baseline = {**best, "num_workers": 0, "backend": "process"}
+    base_rate = searcher(baseline)
+    verdict = bottleneck(dataset, to_config(best), best_rate, max(1.0, args.seconds / 2))
+    report = {
+        "machine": {"cpu": cpu_model(), "cpus": cpus_per_rank(),
+                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+        "dataset": dataset.summary() if hasattr(dataset, "summary") else {"path": args.dataset},
+        "search": "grid" if args.grid else "adaptive", "seconds_per_config": args.seconds,
+        "measured": len(searcher.results), "grid_size": budget, "elapsed_s": time.perf_counter() - start,
+        "measurements": [{**c, **details[tuple(c[d] for d in DIMENSIONS)]} for c, _ in searcher.results],
+        "best": {**best, "samples_per_s": best_rate},
+        "baseline": {**baseline, "samples_per_s": base_rate},
+        "speedup_over_baseline": best_rate / base_rate if base_rate else None,
+        "bottleneck": verdict,
+        "config": to_config(best).to_dict(),
+    }
+    if args.model:
+        from .model import model_step
+
+        report["model"] = model_step(args.model, args.size, space.values["batch_size"], best_rate)
+    return report
+
+
+def print_table(report: dict) -> None:
+    rows = sorted(report["measurements"], key=lambda m: (m["batch_size"], m["backend"], m["num_workers"],
+                                                         m["prefetch_factor"]))
+    best = report["best"]
+    print(f"\n{'':2}{'batch':>6} {'workers':>7} {'prefetch':>8} {'backend':>8} {'pin':>5} {'samples/s':>10} "
+          f"{'cpu %':>6} {'PSS MB':>7}")
+    for m in rows:
+        mark = "* " if all(m[d] == best[d] for d in DIMENSIONS) else "  "
+        print(f"{mark}{m['batch_size']:>6} {m['num_workers']:>7} {m['prefetch_factor']:>8} {m['backend']:>8} "
+              f"{str(m['pin_memory']):>5} {m['samples_per_s']:>10.0f} {m['cpu_percent']:>6.0f} "
+              f"{m['peak_pss'] / 1e6:>7.0f}")
+    b = report["baseline"]
+    print(f"* best: batch {best['batch_size']}, {best['num_workers']} workers, prefetch {best['prefetch_factor']}, "
+          f"{best['backend']} backend: {best['samples_per_s']:.0f} samples/s, "
+          f"{report['speedup_over_baseline']:.2f}x PyTorch's default (num_workers=0, batch {b['batch_size']}: "
+          f"{b['samples_per_s']:.0f}/s)")
+    v = report["bottleneck"]
+    stages = ", ".join(f"{k} {r:.0f}/s" for k, r in v["stages_samples_per_s"].items())
+    print(f"bottleneck: {v['bound_by']} ({stages}; the pipeline runs at {v['pipeline_share_of_bound']:.0%} of it)")
+    print(f"measured {report['measured']} of {report['grid_size']} configurations ({report['search']} search) "
+          f"in {report['elapsed_s']:.0f} s")
+    if "model" in report:
+        m = report["model"]
+        print(f"model {m['name']}: {m['samples_per_s']:.0f} samples/s at batch {m['batch_size']} "
+              f"(largest that fits: {m['max_batch_size']}); input-bound: {m['input_bound']}")
+
+
+def plot(report: dict, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("--plot needs matplotlib: pip install 'fastload[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series: dict = {}
+    for m in report["measurements"]:
+        series.setdefault((m["batch_size"], m["backend"]), []).append((m["num_workers"], m["samples_per_s"]))
+    for (bs, backend), points in sorted(series.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"batch {bs}, {backend}")
+    ax.set_xlabel("workers")
+    ax.set_ylabel("samples/s")
+    ax.set_title(f"fastload tune: {report['dataset'].get('type', '')} on {report['machine']['cpu']}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.plot:  # fail before measuring, not after
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ImportError("--plot needs matplotlib: pip install 'fastload[plot]'") from None
+    report = run(args)
+    print_table(report)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(report, f, indent=2, default=str)
+        print(f"wrote {args.json_out}")
+    if args.plot:
+        plot(report, args.plot)
+        print(f"wrote {args.plot}")
+    if args.save_profile:
+        from ..profiles import save
+
+        dataset = open_dataset(args.dataset)
+        path = save(dataset, report["config"], report["best"])
+        print(f"saved profile {path}: Loader(num_workers='auto') now uses {report['best']['num_workers']} workers")
+    return 0
