@@ -138,6 +138,8 @@ class CudaPrefetcher:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._closed:
             raise RuntimeError("CudaPrefetcher is closed")
+        # Batches queued by an abandoned earlier pass must not leak into this one.
+        self._pending.clear()
         source = iter(self.iterable)
         if self._stream is None:
             yield from self._iter_cpu(source)

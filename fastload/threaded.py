@@ -71,6 +71,7 @@ class BufferRing:
             self._cond.notify()
 
     def reset(self) -> None:
+        """Frees buffers an abandoned pass never released; pending copy events still gate them."""
         with self._cond:
             self._busy = [False] * self.count
             self._cond.notify_all()

@@ -133,3 +133,12 @@ def test_cuda_unpinned_batches_are_counted_and_errors_propagate():
     with pytest.warns(RuntimeWarning, match="unpinned"), pytest.raises(ValueError, match="bad batch"):
         list(p)
     assert p.stats.unpinned == 2
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_abandoned_pass_does_not_leak_into_the_next(device):
+    src = list(_batches(3, pin=device == "cuda"))
+    p = CudaPrefetcher(src, device=device)
+    first = next(iter(p))[1].cpu()
+    again = [labels.cpu().tolist() for _, labels in p]
+    assert first.tolist() == [0, 1, 2, 3] and again == [[0, 1, 2, 3], [1, 2, 3, 4], [2, 3, 4, 5]]
