@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHMARKS = ["bench_decode", "bench_collate", "bench_loader", "bench_formats", "bench_memory", "bench_threads", "bench_h2d",
+BENCHMARKS = ["bench_decode", "bench_collate", "bench_loader", "bench_formats", "bench_memory", "bench_threads", "profile_loader", "bench_h2d",
               "bench_gpu_train"]
 
 

@@ -19,6 +19,7 @@ from .fetch import BatchFetcher, StreamBatches, identity
 from .prefetch import CudaPrefetcher, Normalizer
 from .sampler import ShardedBatchSampler, resolve_rank
 from .system import cpus_per_rank
+from .threaded import ThreadBatches
 
 SKIP_WARN_EVERY = 100
 
@@ -122,6 +123,7 @@ class Loader:
         self.dataset = dataset
         self.device = resolve_device(cfg.device)
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
+        self.profile: dict | None = None  # the tuned profile behind num_workers="auto", if any
         self.num_workers = self._resolve_workers(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
         if self.streaming:
@@ -147,8 +149,6 @@ class Loader:
     def _make_source(self, fetcher: BatchFetcher) -> Any:
         cfg = self.config
         if cfg.backend == "thread":
-            from .threaded import ThreadBatches
-
             self._dataloader = None
             # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
             return ThreadBatches(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,

@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
+from tqdm import tqdm
 
 from ..storage import SharedArray, StringArray
 from .base import ImageDataset
@@ -163,13 +163,15 @@ class TFRecordDataset(ImageDataset):
                  label_key: str = LABEL_KEY, label_offset: int = 0, check_crc: bool = True,
                  index_dir: str | None = None, decoder: str | None = None) -> None:
         files = expand_paths(paths_or_glob)
-        file_ids, offsets, lengths = [], [], []
-        for i, path in enumerate(files):
+        for path in files:
             if path.endswith(".gz"):
                 raise ValueError(f"{path} is compressed: use TFRecordStream for GZIP files")
-            idx = index_path(path, index_dir)
-            if not os.path.exists(idx):
-                build_index(path, idx)
+        indexes = [index_path(path, index_dir) for path in files]
+        missing = [(p, i) for p, i in zip(files, indexes) if not os.path.exists(i)]
+        for path, idx in tqdm(missing, desc="indexing TFRecord files", unit="file", disable=len(missing) < 2):
+            build_index(path, idx)
+        file_ids, offsets, lengths = [], [], []
+        for i, idx in enumerate(indexes):
             off, length = read_index(idx)
             file_ids.append(np.full(len(off), i, np.int32))
             offsets.append(off)
