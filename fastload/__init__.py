@@ -25,14 +25,14 @@ from .storage import SharedArray, StringArray
 
 __version__ = "0.1.0"
 
-__all__ = sorted([
+__all__ = [
     "CudaPrefetcher",
     "DecodeError",
     "ImageDataset",
     "ImageFolder",
     "ImageList",
-    "Loader",
     "LMDBDataset",
+    "Loader",
     "LoaderConfig",
     "Normalizer",
     "ShardedBatchSampler",
@@ -46,4 +46,4 @@ __all__ = sorted([
     "image_size",
     "open_dataset",
     "transforms",
-])
+]

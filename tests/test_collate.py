@@ -54,3 +54,13 @@ def test_batch_built_in_a_worker_is_in_shared_memory():
 def test_main_process_batch_is_plain_without_cuda():
     t = alloc_batch((2, 3), pin=False)
     assert not t.is_shared() and not t.is_pinned()
+
+
+def test_out_buffer_is_filled_in_place_and_checked():
+    samples = _samples(3)
+    out = torch.zeros((5, 5, 7, 3), dtype=torch.uint8)
+    images, labels = fast_collate(samples, out=out)
+    assert images.data_ptr() == out.data_ptr() and images.shape == (3, 5, 7, 3)
+    assert np.array_equal(out[2].numpy(), samples[2][0])
+    with pytest.raises(ValueError, match="cannot hold"):
+        fast_collate(_samples(6), out=out)
