@@ -68,11 +68,11 @@ def resolve_device(device: Any) -> torch.device:
 class _Batches:
     """Iterable of (uint8 batch, labels, lease) from the chosen backend, counting skipped samples."""
 
-    def __init__(self, source: Any, forks: bool = False) -> None:
+    def __init__(self, source: Any, forks: bool = False, workers: bool = False) -> None:
         self.source = source
-        self.forks = forks
+        self.forks = forks  # workers are forked: park OpenCV's pool around it
+        self.workers = workers  # batches come from worker processes
         self.skipped = 0
-        self.last_skipped: tuple[int, str] | None = None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, Any]]:
         if self.forks:
@@ -80,11 +80,21 @@ class _Batches:
                 batches = iter(self.source)
         else:
             batches = iter(self.source)
+        try:
+            yield from self._counted(batches)
+        except (ConnectionError, EOFError) as e:
+            if not self.workers:
+                raise
+            # A worker that dies while its batch is in transit leaves the receiving end
+            # of the pipe or of the shared-memory hand-over without a peer.
+            raise RuntimeError(f"fastload: lost a DataLoader worker process or its batch (a crash: out of "
+                               f"memory, or a fault in a decoder?): {e!r}") from e
+
+    def _counted(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor, Any]]:
         for images, labels, skipped, *lease in batches:
             if skipped:
                 before = self.skipped
                 self.skipped += len(skipped)
-                self.last_skipped = skipped[-1]
                 if before == 0 or before // SKIP_WARN_EVERY != self.skipped // SKIP_WARN_EVERY:
                     index, error = skipped[-1]
                     warnings.warn(f"fastload: skipped {self.skipped} bad sample(s) so far; "
@@ -139,9 +149,9 @@ class Loader:
                                                drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
                                                world_size=self.world_size)
             source = self._make_source(BatchFetcher(dataset, cfg.seed, cfg.on_error))
-        forks = self._dataloader is not None and self.num_workers > 0 and (
-            cfg.start_method or multiprocessing.get_start_method()) == "fork"
-        self._batches = _Batches(source, forks)
+        workers = self._dataloader is not None and self.num_workers > 0
+        forks = workers and (cfg.start_method or multiprocessing.get_start_method()) == "fork"
+        self._batches = _Batches(source, forks, workers)
         self._prefetcher = CudaPrefetcher(self._batches, self.device, cfg.depth,
                                           Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize))
         self._closed = False

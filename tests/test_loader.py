@@ -177,3 +177,19 @@ def test_fork_after_opencv_threads_ran_does_not_hang(folder):
     with fl.Loader(ds, batch_size=8, num_workers=2, start_method="fork", device="cpu", timeout=30) as loader:
         assert sum(len(y) for _, y in loader) == len(ds)
     assert cv2.getNumThreads() == 2
+
+
+def test_batch_lost_in_transit_becomes_a_worker_error():
+    from fastload.loader import _Batches
+
+    def source():
+        yield torch.zeros(1, 2, 2, 3, dtype=torch.uint8), torch.zeros(1), []
+        raise ConnectionResetError("peer gone")
+
+    batches = iter(_Batches(source(), workers=True))
+    next(batches)
+    with pytest.raises(RuntimeError, match="lost a DataLoader worker") as info:
+        next(batches)
+    assert isinstance(info.value.__cause__, ConnectionResetError)
+    with pytest.raises(ConnectionResetError):  # in-process loading keeps the dataset's own error
+        list(_Batches(source(), workers=False))
