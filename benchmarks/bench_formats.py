@@ -7,11 +7,10 @@ import os
 import tempfile
 import time
 
-from common import parser, report, sample_folder
+from common import loader_parser, report, sample_folder
 
 import fastload as fl
 from fastload.convert import convert
-from fastload.system import available_cpus
 
 
 def rate(ds, bs: int, workers: int, epochs: int) -> float:
@@ -26,10 +25,7 @@ def rate(ds, bs: int, workers: int, epochs: int) -> float:
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=available_cpus())
-    p.add_argument("--epochs", type=int, default=4)
+    p = loader_parser(__doc__, epochs=4)
     args = p.parse_args()
     root = sample_folder(args)
     bs, workers, epochs = (8, 2, 1) if args.quick else (args.batch_size, args.workers, args.epochs)

@@ -12,12 +12,11 @@ import os
 import time
 
 import torch
-from common import parser, report, sample_folder
+from common import loader_parser, report, sample_folder
 from peers import ClassicDataset, TimmDataset, timm_fast_collate, timm_normalize
 
 import fastload as fl
 from fastload.decode import get_decoder
-from fastload.system import available_cpus
 
 
 def rate(batches_fn, epochs: int) -> float:
@@ -40,10 +39,7 @@ def decode_limit(paths: list[str], cores: int) -> float:
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=available_cpus())
-    p.add_argument("--epochs", type=int, default=3)
+    p = loader_parser(__doc__)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     rounds = 1 if args.quick else args.rounds

@@ -6,10 +6,9 @@ from __future__ import annotations
 import time
 
 import torch
-from common import parser, report, sample_folder
+from common import loader_parser, report, sample_folder
 
 import fastload as fl
-from fastload.system import available_cpus
 
 
 def measure(ds, backend: str, bs: int, workers: int, epochs: int, device: str) -> tuple[float, fl.Loader]:
@@ -24,10 +23,7 @@ def measure(ds, backend: str, bs: int, workers: int, epochs: int, device: str) -
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=available_cpus())
-    p.add_argument("--epochs", type=int, default=3)
+    p = loader_parser(__doc__)
     args = p.parse_args()
     ds = fl.ImageFolder(sample_folder(args), transform=fl.transforms.train(224))
     bs, workers, epochs = (8, 2, 1) if args.quick else (args.batch_size, args.workers, args.epochs)

@@ -26,6 +26,15 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def loader_parser(description: str, epochs: int = 3) -> argparse.ArgumentParser:
+    """``parser`` plus the loader settings every throughput benchmark shares."""
+    p = parser(description)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=available_cpus())
+    p.add_argument("--epochs", type=int, default=epochs, help="timed epochs after a warm-up epoch")
+    return p
+
+
 def sample_folder(args) -> str:
     if args.quick:
         return make_sample_dataset(os.path.join(args.data, "quick"), num_images=32, num_classes=4, progress=False)
