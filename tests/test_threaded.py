@@ -113,3 +113,30 @@ def test_ring_waits_for_the_copy_event():
 def test_thread_backend_needs_threads(folder):
     with pytest.raises(ValueError, match="num_workers >= 1"):
         fl.Loader(fl.ImageFolder(folder), num_workers=0, backend="thread", device="cpu")
+
+
+def test_ctrl_c_exits_promptly(folder):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import fastload as fl\n"
+        f"ds = fl.ImageFolder({folder!r}, transform=fl.transforms.train(64))\n"
+        "loader = fl.Loader(ds, batch_size=4, num_workers=2, device='cpu', backend='thread')\n"
+        "print('started', flush=True)\n"
+        "while True:\n"
+        "    for _ in loader:\n"
+        "        pass\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=20)
+    assert time.monotonic() - start < 5, "took too long to stop"
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
