@@ -118,7 +118,8 @@ class LMDBDataset(ImageDataset):
         transform: Applied to each decoded image.
         decoder: Decoder backend name; None picks the best available.
         parse: ``value -> (image bytes, label)`` for LMDBs not written by fastload.
-            The value is a memoryview valid only during the call.
+            The value is a memoryview valid only during the call. It travels to the
+            workers, so under spawn it must be picklable (a module-level function).
         allow_pickle: Unpickle values of foreign LMDBs (pickled (bytes, label) tuples or
             dicts). Off by default: unpickling runs arbitrary code from the file.
         buffers: Zero-copy reads; the image is decoded before the transaction ends.
