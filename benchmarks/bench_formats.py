@@ -7,7 +7,7 @@ import os
 import tempfile
 import time
 
-from common import loader_parser, report, sample_folder
+from common import loader_parser, loader_rate, report, sample_folder
 
 import fastload as fl
 from fastload.convert import convert
@@ -15,13 +15,7 @@ from fastload.convert import convert
 
 def rate(ds, bs: int, workers: int, epochs: int) -> float:
     with fl.Loader(ds, batch_size=bs, num_workers=workers, shuffle=True, device="cpu") as loader:
-        for _ in loader:  # warm-up epoch
-            pass
-        start, images = time.perf_counter(), 0
-        for epoch in range(1, epochs + 1):
-            loader.set_epoch(epoch)
-            images += sum(y.shape[0] for _, y in loader)
-    return images / (time.perf_counter() - start)
+        return loader_rate(loader, epochs)
 
 
 def main() -> None:

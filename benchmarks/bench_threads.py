@@ -3,23 +3,16 @@ same images, in one run; and the host bytes written per batch by the thread back
 
 from __future__ import annotations
 
-import time
 
 import torch
-from common import loader_parser, report, sample_folder
+from common import loader_parser, loader_rate, report, sample_folder
 
 import fastload as fl
 
 
 def measure(ds, backend: str, bs: int, workers: int, epochs: int, device: str) -> tuple[float, fl.Loader]:
     loader = fl.Loader(ds, batch_size=bs, num_workers=workers, shuffle=True, backend=backend, device=device)
-    for _ in loader:  # warm-up epoch: workers and buffers in place
-        pass
-    start, images = time.perf_counter(), 0
-    for epoch in range(1, epochs + 1):
-        loader.set_epoch(epoch)
-        images += sum(y.shape[0] for _, y in loader)
-    return images / (time.perf_counter() - start), loader
+    return loader_rate(loader, epochs), loader
 
 
 def main() -> None:

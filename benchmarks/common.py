@@ -16,6 +16,7 @@ import torch  # noqa: E402
 
 from fastload.sample import make_sample_dataset  # noqa: E402
 from fastload.system import available_cpus, cpu_model  # noqa: E402
+from fastload.tune.measure import memory  # noqa: E402
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -57,16 +58,20 @@ def timed(fn, repeat: int = 3) -> float:
     return best
 
 
-def smaps_rollup(pid: int | str = "self") -> dict:
-    """USS (private) and PSS in bytes from /proc/PID/smaps_rollup."""
-    fields = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 3 and parts[-1] == "kB":
-                fields[parts[0].rstrip(":")] = int(parts[1]) * 1024
-    uss = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
-    return {"uss": uss, "pss": fields.get("Pss", 0)}
+def smaps_rollup() -> dict:
+    """USS and PSS (bytes) of this process, from /proc/self/smaps_rollup."""
+    return memory([os.getpid()])
+
+
+def loader_rate(loader, epochs: int) -> float:
+    """images/s over ``epochs`` epochs after a warm-up epoch (workers and buffers in place)."""
+    for _ in loader:
+        pass
+    start, images = time.perf_counter(), 0
+    for epoch in range(1, epochs + 1):
+        loader.set_epoch(epoch)
+        images += sum(y.shape[0] for _, y in loader)
+    return images / (time.perf_counter() - start)
 
 
 def report(name: str, args, result: dict) -> None:

@@ -216,6 +216,7 @@ _MAKERS = {"turbojpeg": TurboJPEGDecoder, "opencv": OpenCVDecoder, "pillow": Pil
 _cache: dict[str, Decoder] = {}
 _lock = threading.Lock()
 _warned = False
+_default: Decoder | None = None  # get_decoder(None), resolved once per process
 
 
 def _make(name: str) -> Decoder:
@@ -255,8 +256,11 @@ def default_backend() -> str:
 
 def get_decoder(name: str | None = None) -> Decoder:
     """Returns the decoder called ``name`` (one of BACKENDS), or the best available."""
+    global _default
     if name is None:
-        name = default_backend()
+        if _default is None:
+            _default = get_decoder(default_backend())
+        return _default
     if name not in _MAKERS:
         raise ValueError(f"unknown decoder backend {name!r}; choose from {BACKENDS}")
     try:

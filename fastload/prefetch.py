@@ -43,6 +43,9 @@ class Normalizer:
         self._scale = torch.tensor([1.0 / (255.0 * s) for s in std], dtype=torch.float64).float()
         self._shift = torch.tensor([m / s for m, s in zip(mean, std)], dtype=torch.float64).float()
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        pad = (0.0,) * (4 - len(std)) if len(std) <= 4 else ()
+        self._cv_scale = tuple(float(v) for v in self._scale) + pad  # OpenCV takes 4-value scalars
+        self._cv_shift = tuple(float(v) for v in self._shift) + pad
 
     def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if device not in self._on:
@@ -75,10 +78,8 @@ class Normalizer:
 
         n, h, w, c = images.shape
         rows = images.numpy().reshape(n * h, w, c)
-        scale = tuple(float(v) for v in self._scale) + (0.0,) * (4 - c)
-        shift = tuple(float(v) for v in self._shift) + (0.0,) * (4 - c)
-        out = cv2.multiply(rows, scale, dtype=cv2.CV_32F)
-        cv2.subtract(out, shift, dst=out)
+        out = cv2.multiply(rows, self._cv_scale, dtype=cv2.CV_32F)
+        cv2.subtract(out, self._cv_shift, dst=out)
         return torch.from_numpy(out.reshape(n, h, w, c))
 
 

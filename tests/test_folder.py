@@ -78,6 +78,8 @@ def test_image_list_bad_line_names_line_number(tmp_path, line):
 def test_image_list_from_arrays_and_errors(tmp_path, folder):
     ds = fl.ImageList.from_arrays(["c0/000.jpg", "c2/001.jpg"], [5, 6], root=folder)
     assert len(ds) == 2 and ds[1][1] == 6
+    with pytest.raises(ValueError, match="labels must be >= 0; sample 1 has -3"):
+        fl.ImageList.from_arrays(["c0/000.jpg", "c2/001.jpg"], [5, -3], root=folder)
     with pytest.raises(ValueError, match="2 paths but 1 labels"):
         fl.ImageList.from_arrays(["a", "b"], [1], root=folder)
     with pytest.raises(FileNotFoundError, match="missing.txt"):

@@ -24,13 +24,19 @@ class ImageDataset(torch.utils.data.Dataset):
     held in :mod:`fastload.storage` arrays, never Python lists.
 
     Args:
-        labels: One int label per sample.
+        labels: One int label per sample, or None when the subclass provides
+            ``__len__`` and ``labels`` itself (labels stored inside the records).
         transform: A Compose, a list of transforms, one transform, or None (full decode).
         decoder: A backend name from ``fastload.decode.BACKENDS``; None picks the best.
     """
 
     def __init__(self, labels: Any, transform: Any = None, decoder: str | None = None) -> None:
-        self._labels = labels if isinstance(labels, SharedArray) else SharedArray(labels, np.int64)
+        if labels is not None and not isinstance(labels, SharedArray):
+            labels = SharedArray(labels, np.int64)
+        if labels is not None and len(labels) and labels.array.min() < 0:
+            bad = int(np.argmin(labels.array))
+            raise ValueError(f"labels must be >= 0; sample {bad} has {labels.array[bad]}")
+        self._labels: SharedArray | None = labels
         self.transform: Compose = as_compose(transform)
         if decoder is not None:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker

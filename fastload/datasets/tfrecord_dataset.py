@@ -187,8 +187,7 @@ class TFRecordDataset(ImageDataset):
         self._fds: dict[int, int] = {}
         self._fd_pid = os.getpid()
         # Labels live inside the records: read lazily (one pass) only when asked for.
-        super().__init__(np.zeros(0, np.int64), transform, decoder)
-        self._labels = None
+        super().__init__(None, transform, decoder)
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -251,7 +250,7 @@ class TFRecordStream(IterableDataset):
         self.files = StringArray(expand_paths(paths_or_glob))
         self.image_key, self.label_key, self.label_offset = image_key, label_key, label_offset
         self.check_crc, self.compression = check_crc, compression
-        self._proto = ImageDataset(np.zeros(0, np.int64), transform, decoder)  # decode + transform
+        self._proto = ImageDataset(None, transform, decoder)  # decode + transform
         self.epoch, self.seed, self.rank, self.world_size = 0, 0, 0, 1
 
     def shard(self, rank: int, world_size: int) -> None:

@@ -110,8 +110,7 @@ class BytesOnly(ImageDataset):
     """Reads each sample's bytes and returns a 1×1 image: storage cost alone."""
 
     def __init__(self, dataset: ImageDataset) -> None:
-        super().__init__(np.zeros(0, np.int64))
-        self._labels = None
+        super().__init__(None)
         self.dataset = dataset
 
     def __len__(self) -> int:
