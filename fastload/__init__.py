@@ -6,6 +6,7 @@ normalization and layout change).
 """
 
 from . import transforms
+from .batch import HostBatch, SampleError, SkippedSample
 from .collate import fast_collate
 from .config import LoaderConfig
 from .datasets import (
@@ -19,7 +20,8 @@ from .datasets import (
 )
 from .decode import DecodeError, decode_image, get_decoder, image_size
 from .loader import Loader
-from .prefetch import CudaPrefetcher, Normalizer
+from .normalize import Normalizer
+from .prefetch import CudaPrefetcher
 from .sampler import ShardedBatchSampler
 from .storage import SharedArray, StringArray
 
@@ -28,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CudaPrefetcher",
     "DecodeError",
+    "HostBatch",
     "ImageDataset",
     "ImageFolder",
     "ImageList",
@@ -35,8 +38,10 @@ __all__ = [
     "Loader",
     "LoaderConfig",
     "Normalizer",
+    "SampleError",
     "ShardedBatchSampler",
     "SharedArray",
+    "SkippedSample",
     "StringArray",
     "TFRecordDataset",
     "TFRecordStream",

@@ -39,6 +39,8 @@ class LoaderConfig:
         depth: Batches in flight on the device (the prefetcher's queue).
         on_error: "raise" or "skip" (a bad sample is replaced by another and counted).
         timeout: Seconds to wait for a worker's batch (0: forever, as in DataLoader).
+        stall_warning: Seconds without a batch before one warning naming the samples in
+            flight and the workers loading them (0: never).
         rank: This process's rank; None reads torch.distributed (else 0).
         world_size: Number of ranks; None reads torch.distributed (else 1).
     """
@@ -61,6 +63,7 @@ class LoaderConfig:
     depth: int = 2
     on_error: str = "raise"
     timeout: float = 0.0
+    stall_warning: float = 60.0
     rank: int | None = None
     world_size: int | None = None
 
@@ -88,8 +91,10 @@ class LoaderConfig:
             raise ValueError(f"mean {self.mean!r} and std {self.std!r} must have one value per channel")
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std values must be positive, got {self.std!r}")
-        if self.timeout < 0:
-            raise ValueError(f"timeout must be >= 0, got {self.timeout!r}")
+        for name in ("timeout", "stall_warning"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
         if self.world_size is not None:
             positive_int("world_size")
         if self.rank is not None:

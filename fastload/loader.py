@@ -1,59 +1,24 @@
-"""fastload.Loader: sampler → workers (torch DataLoader) → fast_collate → prefetch to device."""
+"""fastload.Loader: the epoch counter, a batch source, and the device stage."""
 
 from __future__ import annotations
 
-import multiprocessing
-import random
-import sys
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader, get_worker_info
 
+from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig
-from .fetch import BatchFetcher, StreamBatches, identity
-from .prefetch import CudaPrefetcher, Normalizer
-from .sampler import ShardedBatchSampler, resolve_rank
+from .normalize import Normalizer
+from .prefetch import CudaPrefetcher
+from .sampler import ShardedBatchSampler, check_epoch, resolve_rank
+from .sources import BatchFetcher, InFlight, ProcessSource, StreamSource, ThreadSource, WorkerOptions
+from .sources.watchdog import Watchdog
 from .system import cpus_per_rank
-from .threaded import ThreadBatches
 
 SKIP_WARN_EVERY = 100
-
-
-def worker_init(worker_id: int) -> None:
-    """Per-worker setup: single-threaded OpenCV and torch, seeds from the loader's seed."""
-    import cv2
-
-    cv2.setNumThreads(1)
-    cv2.ocl.setUseOpenCL(False)
-    torch.set_num_threads(1)
-    info = get_worker_info()
-    seed = info.seed if info is not None else worker_id
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
-
-
-@contextmanager
-def opencv_parked():
-    """Stops OpenCV's thread pool while workers are forked, then restores it.
-
-    A forked child inherits the pool's state but not its threads; its first OpenCV
-    call (even setNumThreads) then waits forever for them.
-    """
-    cv2 = sys.modules.get("cv2")
-    if cv2 is None:
-        yield
-        return
-    previous = cv2.getNumThreads()
-    cv2.setNumThreads(1)
-    try:
-        yield
-    finally:
-        cv2.setNumThreads(previous)
+MAX_SKIPPED_KEPT = 10_000
 
 
 def resolve_device(device: Any) -> torch.device:
@@ -65,49 +30,21 @@ def resolve_device(device: Any) -> torch.device:
     return device
 
 
-class _Batches:
-    """Iterable of (uint8 batch, labels, lease) from the chosen backend, counting skipped samples."""
-
-    def __init__(self, source: Any, forks: bool = False, workers: bool = False) -> None:
-        self.source = source
-        self.forks = forks  # workers are forked: park OpenCV's pool around it
-        self.workers = workers  # batches come from worker processes
-        self.skipped = 0
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, Any]]:
-        if self.forks:
-            with opencv_parked():
-                batches = iter(self.source)
-        else:
-            batches = iter(self.source)
-        try:
-            yield from self._counted(batches)
-        except (ConnectionError, EOFError) as e:
-            if not self.workers:
-                raise
-            # A worker that dies while its batch is in transit leaves the receiving end
-            # of the pipe or of the shared-memory hand-over without a peer.
-            raise RuntimeError(f"fastload: lost a DataLoader worker process or its batch (a crash: out of "
-                               f"memory, or a fault in a decoder?): {e!r}") from e
-
-    def _counted(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor, Any]]:
-        for images, labels, skipped, *lease in batches:
-            if skipped:
-                before = self.skipped
-                self.skipped += len(skipped)
-                if before == 0 or before // SKIP_WARN_EVERY != self.skipped // SKIP_WARN_EVERY:
-                    index, error = skipped[-1]
-                    warnings.warn(f"fastload: skipped {self.skipped} bad sample(s) so far; "
-                                  f"latest: index {index}: {error}", RuntimeWarning, stacklevel=2)
-            yield images, labels, lease[0] if lease else None
+def is_stream(dataset: Any) -> bool:
+    return callable(getattr(dataset, "records_for", None))
 
 
 class Loader:
     """Batches of normalized images on a device, from a fastload dataset.
 
+    Each pass over the loader is a new epoch (new shuffle order and augmentation draws):
+    the first pass is epoch 0, the next 1, and so on; ``set_epoch(e)`` makes the next
+    pass epoch ``e``. Starting a pass ends an unfinished earlier one.
+
     Args:
-        dataset: A fastload dataset (``ImageFolder``, ``LMDBDataset``, ...) or anything
-            with ``__len__`` and ``load(index, epoch, seed) -> (HWC uint8, label)``.
+        dataset: A fastload dataset (``ImageFolder``, ``LMDBDataset``, ...), anything
+            with ``__len__`` and ``load(index, epoch, seed) -> (HWC uint8, label)``, or a
+            stream (``TFRecordStream``).
         config: A LoaderConfig to start from (the tuner writes these).
         **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``.
 
@@ -123,114 +60,149 @@ class Loader:
     def __init__(self, dataset: Any, config: LoaderConfig | None = None, /, **options: Any) -> None:
         if config is not None and not isinstance(config, LoaderConfig):
             raise TypeError(f"config must be a LoaderConfig, got {type(config).__name__}")
-        self.streaming = callable(getattr(dataset, "records", None))
+        self._closed = True  # until construction succeeds (for __del__)
+        self.streaming = is_stream(dataset)
         if not self.streaming and (not callable(getattr(dataset, "load", None)) or not hasattr(dataset, "__len__")):
             raise TypeError(f"{type(dataset).__name__} is not a fastload dataset (needs __len__ and load())")
-        cfg = (config or LoaderConfig()).replace(**options)
         if not self.streaming and len(dataset) == 0:
             raise ValueError("dataset is empty")
-        self.config = cfg
         self.dataset = dataset
+        self.profile: dict | None = None  # the tuned profile behind num_workers="auto", if any
+        self.config = cfg = self._resolve_auto((config or LoaderConfig()).replace(**options), options)
         self.device = resolve_device(cfg.device)
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
-        self.profile: dict | None = None  # the tuned profile behind num_workers="auto", if any
-        self.num_workers = self._resolve_workers(cfg.num_workers)
+        self.num_workers = int(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
-        if self.streaming:
-            if cfg.shuffle or cfg.backend != "process":
-                raise ValueError("a TFRecordStream is read in file order by the process backend: "
-                                 "use shuffle=False, backend='process' (or TFRecordDataset for random access)")
-            dataset.shard(self.rank, self.world_size)
-            dataset.seed = cfg.seed
-            self.sampler = None
-            source = self._dataloader = self._make_stream_loader(dataset)
-        else:
-            self.sampler = ShardedBatchSampler(len(dataset), cfg.batch_size, shuffle=cfg.shuffle,
-                                               drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
-                                               world_size=self.world_size)
-            source = self._make_source(BatchFetcher(dataset, cfg.seed, cfg.on_error))
-        workers = self._dataloader is not None and self.num_workers > 0
-        forks = workers and (cfg.start_method or multiprocessing.get_start_method()) == "fork"
-        self._batches = _Batches(source, forks, workers)
-        self._prefetcher = CudaPrefetcher(self._batches, self.device, cfg.depth,
+        self.skipped: list[SkippedSample] = []  # what on_error="skip" replaced (the most recent 10,000)
+        self.skipped_count = 0
+        self.sampler: ShardedBatchSampler | None = None
+        self._source = self._make_source()
+        inflight = self._source.inflight
+        self._watchdog = Watchdog(inflight, None if self.streaming else dataset, cfg.stall_warning)
+        self._prefetcher = CudaPrefetcher((), self.device, cfg.depth,
                                           Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize))
+        self._next_epoch = 0
+        self.epoch: int | None = None  # of the current (or last) pass
+        self._pass: Iterator | None = None
         self._closed = False
 
-    def _make_source(self, fetcher: BatchFetcher) -> Any:
-        cfg = self.config
-        if cfg.backend == "thread":
-            self._dataloader = None
-            # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
-            return ThreadBatches(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
-                                 pin=self.pin_memory and torch.cuda.is_available(), timeout=cfg.timeout,
-                                 reuse=self.device.type == "cuda" or cfg.normalize)
-        self._dataloader = self._make_dataloader(fetcher)
-        return self._dataloader
-
-    def _resolve_workers(self, num_workers: int | str) -> int:
-        if num_workers != "auto":
-            return int(num_workers)
-        from .profiles import lookup
+    def _resolve_auto(self, cfg: LoaderConfig, explicit: dict) -> LoaderConfig:
+        if cfg.num_workers != "auto":
+            return cfg
+        from .profiles import lookup, settings_for_rank
 
         profile = lookup(self.dataset)
-        if profile is not None:
-            self.profile = profile
-            return int(profile["config"]["num_workers"])
-        return cpus_per_rank()
+        if profile is None:
+            return cfg.replace(num_workers=cpus_per_rank())
+        self.profile = profile
+        tuned = {k: v for k, v in settings_for_rank(profile).items() if k == "num_workers" or k not in explicit}
+        return cfg.replace(**tuned)
 
-    def _worker_options(self, persistent: bool) -> dict[str, Any]:
+    def _options(self) -> WorkerOptions:
         cfg = self.config
-        options: dict[str, Any] = dict(num_workers=self.num_workers, collate_fn=identity, timeout=cfg.timeout,
-                                       pin_memory=self.pin_memory and torch.cuda.is_available(),
-                                       generator=torch.Generator().manual_seed(cfg.seed))
-        if self.num_workers > 0:
-            options.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=persistent,
-                           multiprocessing_context=cfg.start_method, worker_init_fn=worker_init)
-        return options
+        return WorkerOptions(self.num_workers, cfg.prefetch_factor, cfg.persistent_workers, cfg.start_method,
+                             cfg.timeout, self.pin_memory and torch.cuda.is_available(), cfg.seed)
 
-    def _make_dataloader(self, fetcher: BatchFetcher) -> DataLoader:
-        return DataLoader(fetcher, batch_sampler=self.sampler, **self._worker_options(self.config.persistent_workers))
+    def _make_source(self) -> Any:
+        cfg = self.config
+        if self.streaming:
+            if cfg.shuffle or cfg.backend != "process":
+                raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
+                                 "backend='process' (or TFRecordDataset for random access)")
+            return StreamSource(self.dataset, batch_size=cfg.batch_size, drop_last=cfg.drop_last,
+                                on_error=cfg.on_error, seed=cfg.seed, rank=self.rank, world_size=self.world_size,
+                                options=self._options())
+        self.sampler = ShardedBatchSampler(len(self.dataset), cfg.batch_size, shuffle=cfg.shuffle,
+                                           drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
+                                           world_size=self.world_size)
+        threads = cfg.backend == "thread"
+        inflight = InFlight(self.num_workers + 1 if threads else max(1, self.num_workers))
+        fetcher = BatchFetcher(self.dataset, cfg.seed, cfg.on_error, inflight)
+        if threads:
+            # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
+            return ThreadSource(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
+                                pin=self.pin_memory and torch.cuda.is_available(), timeout=cfg.timeout,
+                                reuse=self.device.type == "cuda" or cfg.normalize)
+        return ProcessSource(fetcher, self.sampler, self._options())
 
-    def _make_stream_loader(self, stream: Any) -> DataLoader:
-        # Workers are re-created each epoch so they see the epoch set before iterating.
-        batches = StreamBatches(stream, self.config.batch_size, self.config.drop_last, self.config.on_error)
-        return DataLoader(batches, batch_size=None, **self._worker_options(persistent=False))
+    # DataLoader-style read-only attributes that training frameworks look for.
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.config.drop_last
 
     def set_epoch(self, epoch: int) -> None:
-        """Selects the epoch: its shuffle order and augmentation draws (same on every rank)."""
-        if self.sampler is None:
-            self.dataset.set_epoch(epoch)
-        else:
-            self.sampler.set_epoch(epoch)
+        """Makes the next pass epoch ``epoch`` (its shuffle order and augmentation draws,
+        the same on every rank). Without it each new pass advances the epoch by one."""
+        self._next_epoch = check_epoch(epoch)
 
     def __len__(self) -> int:
-        if self.sampler is None:
-            raise TypeError("a streamed dataset has no length")
-        return len(self.sampler)
+        return len(self.sampler) if self.sampler is not None else len(self._source)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._closed:
             raise RuntimeError("Loader is closed")
-        return iter(self._prefetcher)
+        self._end_pass()
+        self.epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
+        self._pass = self._run(self.epoch)
+        return self._pass
+
+    def _run(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # A generator method: the pass holds a reference to the Loader, so
+        # `for x, y in Loader(...)` keeps the loader alive until the loop ends.
+        outputs = self._prefetcher.run(self._observed(self._source.batches(epoch)))
+        try:
+            yield from outputs
+        finally:
+            outputs.close()
+            self._watchdog.arrived()
+
+    def _observed(self, batches: Iterator[HostBatch]) -> Iterator[HostBatch]:
+        while True:
+            self._watchdog.waiting()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                self._watchdog.arrived()
+            if batch.skipped:
+                self._record_skipped(batch.skipped)
+            yield batch
+
+    def _record_skipped(self, skipped: tuple[SkippedSample, ...]) -> None:
+        before = self.skipped_count
+        self.skipped_count += len(skipped)
+        self.skipped.extend(skipped)
+        del self.skipped[:-MAX_SKIPPED_KEPT]
+        if before == 0 or before // SKIP_WARN_EVERY != self.skipped_count // SKIP_WARN_EVERY:
+            warnings.warn(f"fastload: skipped {self.skipped_count} bad sample(s) so far (loader.skipped lists "
+                          f"them); latest: {skipped[-1]}", RuntimeWarning, stacklevel=4)
+
+    def _end_pass(self) -> None:
+        current, self._pass = self._pass, None
+        if current is not None:
+            current.close()
 
     def stats(self) -> dict:
-        """Data-wait time and share, host-to-device GB/s, unpinned and skipped counts."""
-        return {**self._prefetcher.stats.as_dict(), "skipped": self._batches.skipped}
+        """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""
+        return {**self._prefetcher.stats.as_dict(), "skipped": self.skipped_count}
 
     def close(self) -> None:
-        """Stops workers and frees queued batches; safe to call twice."""
+        """Ends the current pass and stops the workers (within a few seconds, even if one
+        is stuck in a sample); safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        self._prefetcher.close()
-        source = self._batches.source
-        if hasattr(source, "close"):
-            source.close()
-        # DataLoader has no public shutdown for persistent workers; dropping its
-        # iterator runs _shutdown_workers() through the iterator's __del__.
-        if self._dataloader is not None and getattr(self._dataloader, "_iterator", None) is not None:
-            self._dataloader._iterator._shutdown_workers()
-            self._dataloader._iterator = None
+        try:
+            self._end_pass()
+        finally:
+            self._watchdog.stop()
+            self._source.close()
+            self._prefetcher.close()
 
     def __enter__(self) -> Loader:
         return self
@@ -246,6 +218,7 @@ class Loader:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"Loader({type(self.dataset).__name__}[{len(self.dataset)}], batch_size={c.batch_size}, "
+        size = "stream" if self.streaming else str(len(self.dataset))
+        return (f"Loader({type(self.dataset).__name__}[{size}], batch_size={c.batch_size}, "
                 f"num_workers={self.num_workers}, backend={c.backend!r}, device={self.device}, "
                 f"rank={self.rank}/{self.world_size})")

@@ -10,7 +10,9 @@ from typing import Any
 
 import torch
 
-from .system import available_cpus, cpu_model
+from .system import available_cpus, cpu_model, local_world_size
+
+APPLIED = ("num_workers", "backend", "prefetch_factor")  # what num_workers="auto" takes from a profile
 
 
 def cache_dir() -> str:
@@ -42,6 +44,7 @@ def save(dataset: Any, config: dict, result: dict) -> str:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"machine": machine_key(), "dataset": dataset_key(dataset), "config": config,
+                   "tuned_for": {"local_world_size": local_world_size(), "cpus": available_cpus()},
                    "result": result}, f, indent=2)
     os.replace(tmp, path)
     return path
@@ -55,8 +58,24 @@ def lookup(dataset: Any, announce: bool = True) -> dict | None:
             profile = json.load(f)
     except (OSError, ValueError):
         return None
-    if announce:
-        print(f"fastload: num_workers='auto' uses tuned profile {path} "
-              f"(num_workers={profile['config'].get('num_workers')})", file=sys.stderr)
     profile["path"] = path
+    if announce:
+        settings = ", ".join(f"{k}={v!r}" for k, v in settings_for_rank(profile).items())
+        print(f"fastload: num_workers='auto' uses tuned profile {path} ({settings})", file=sys.stderr)
     return profile
+
+
+def settings_for_rank(profile: dict, ranks: int | None = None) -> dict[str, Any]:
+    """The profile's worker settings for one of ``ranks`` processes sharing this machine.
+
+    A profile tuned by one process with 16 workers gives each of 8 local ranks 2: the
+    machine's CPUs are what was tuned, not a per-process count.
+    """
+    ranks = local_world_size() if ranks is None else ranks
+    tuned_ranks = int(profile.get("tuned_for", {}).get("local_world_size", 1))
+    config = profile["config"]
+    settings = {k: config[k] for k in APPLIED if k in config}
+    if "num_workers" in settings:
+        total = int(settings["num_workers"]) * tuned_ranks
+        settings["num_workers"] = max(1 if total else 0, total // ranks)
+    return settings

@@ -31,6 +31,12 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return rank, world_size
 
 
+def check_epoch(epoch: int) -> int:
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+        raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+    return int(epoch)
+
+
 class ShardedBatchSampler:
     """Yields this rank's batches; every rank yields the same number of batches.
 
@@ -77,15 +83,15 @@ class ShardedBatchSampler:
             )
 
     def set_epoch(self, epoch: int) -> None:
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        self.epoch = int(epoch)
+        """Epoch used when iterating the sampler itself (``requests`` takes it explicitly)."""
+        self.epoch = check_epoch(epoch)
 
-    def rank_indices(self) -> np.ndarray:
-        """This rank's indices for the current epoch, in order."""
+    def rank_indices(self, epoch: int | None = None) -> np.ndarray:
+        """This rank's indices for ``epoch`` (default: the one set), in order."""
+        epoch = self.epoch if epoch is None else check_epoch(epoch)
         n = self.num_samples
         if self.shuffle:
-            order = np.random.default_rng((self.seed, self.epoch)).permutation(n)
+            order = np.random.default_rng((self.seed, epoch)).permutation(n)
         else:
             order = np.arange(n, dtype=np.int64)
         total = self.per_rank * self.world_size
@@ -98,10 +104,14 @@ class ShardedBatchSampler:
             mine = mine[: self.num_batches * self.batch_size]
         return mine.astype(np.int64, copy=False)
 
+    def requests(self, epoch: int, start: int = 0) -> Iterator[BatchRequest]:
+        """This rank's batches of ``epoch``, from batch number ``start`` on."""
+        mine = self.rank_indices(epoch)
+        for first in range(start * self.batch_size, len(mine), self.batch_size):
+            yield BatchRequest(epoch, mine[first : first + self.batch_size])
+
     def __iter__(self) -> Iterator[BatchRequest]:
-        mine = self.rank_indices()
-        for start in range(0, len(mine), self.batch_size):
-            yield BatchRequest(self.epoch, mine[start : start + self.batch_size])
+        return self.requests(self.epoch)
 
     def __len__(self) -> int:
         return self.num_batches

@@ -70,7 +70,9 @@ class ImageDataset(torch.utils.data.Dataset):
         try:
             return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index), out)
         except DecodeError as e:
-            raise DecodeError(f"sample {index} ({self.describe(index)}): {e}") from e
+            named = DecodeError(f"sample {index} ({self.describe(index)}): {e}")
+            named.sample_index = index  # the loader adds no second name
+            raise named from e
 
     def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """Reads, decodes and transforms sample ``index`` with the rng of (seed, epoch, index).

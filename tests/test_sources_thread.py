@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fastload as fl
-from fastload.threaded import BufferRing
+from fastload.sources.ring import BufferRing
 
 
 def _run(ds, backend, **kw):
@@ -43,8 +43,8 @@ def test_reused_buffers_survive_a_slow_consumer(folder):
         for x, y in loader:
             time.sleep(0.02)  # threads run ahead and must wait for a free buffer
             got.append((x.clone(), y.clone()))
-    ring = loader._batches.source.ring
-    assert len(ring.buffers) == ring.count < len(got), "buffers must be reused, not one per batch"
+    ring = loader._source.ring
+    assert len(ring) < len(got), "buffers must be reused, not one per batch"
     loader.close()
     ref = fl.Loader(ds, batch_size=3, num_workers=0, shuffle=True, seed=11, device="cpu")
     ref.set_epoch(1)
@@ -57,9 +57,7 @@ def test_slots_are_written_in_place(folder):
     loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", backend="thread")
     for _ in range(2):
         list(loader)
-    threads = loader._batches.source
-    assert threads.extra_copies == 4, "only the first batch (which sizes the ring) is copied"
-    assert threads.bytes_written == 2 * len(ds) * 16 * 16 * 3  # each sample's pixels written once
+    assert loader._source.copies == 1, "only the first sample (which sizes the ring) is copied"
     loader.close()
 
 
@@ -67,12 +65,14 @@ def _exploding(img, rng):
     raise ZeroDivisionError("transform blew up")
 
 
-def test_transform_error_reaches_the_loop_with_its_traceback(folder):
+def test_transform_error_reaches_the_loop_with_its_traceback_and_sample(folder):
     ds = fl.ImageFolder(folder, transform=[fl.transforms.RandomResizedCrop(8), _exploding])
     with fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", backend="thread") as loader:
-        with pytest.raises(ZeroDivisionError, match="blew up") as info:
+        with pytest.raises(fl.SampleError, match=r"sample 0 \(.*c0/000\.jpg\): ZeroDivisionError: .*blew up") as info:
             list(loader)
-    assert "_exploding" in "".join(traceback.format_tb(info.value.__traceback__))
+    cause = info.value.__cause__
+    assert isinstance(cause, ZeroDivisionError)
+    assert "_exploding" in "".join(traceback.format_tb(cause.__traceback__))
 
 
 def test_no_thread_left_after_close(folder):
@@ -86,26 +86,59 @@ def test_no_thread_left_after_close(folder):
 
 
 class _Event:
+    """A CUDA event stand-in: done once ``fire`` is called; synchronize() blocks until then."""
+
     def __init__(self):
-        self.done = False
+        self._done = threading.Event()
+        self.synchronized = 0
 
     def query(self):
+        return self._done.is_set()
+
+    def synchronize(self):
+        self.synchronized += 1
+        self._done.wait()
+
+    def fire(self):
+        self._done.set()
+
+
+class _Writers:
+    def __init__(self, done=True):
+        self.done = done
+
+    def finished(self):
         return self.done
 
 
-def test_ring_waits_for_the_copy_event():
-    ring = BufferRing(1, pin=False)
-    ring.allocate((2, 4, 4, 3))
-    stop = threading.Event()
-    slot = ring.acquire(stop)
+def test_ring_waits_for_the_copy_event_without_polling():
+    ring = BufferRing(1, (2, 4, 4, 3), pin=False)
+    slot = ring.acquire(_Writers())
     event = _Event()
     ring.release(slot, event)  # copy enqueued but not finished
     got = []
-    waiter = threading.Thread(target=lambda: got.append(ring.acquire(stop)))
+    waiter = threading.Thread(target=lambda: got.append(ring.acquire(_Writers())))
     waiter.start()
     time.sleep(0.2)
     assert got == [], "buffer reused while its copy was in flight"
-    event.done = True
+    assert event.synchronized == 1, "the ring should block on the event, not poll it"
+    event.fire()
+    waiter.join(2)
+    assert got == [0]
+
+
+def test_ring_waits_for_writers_of_a_released_slot():
+    ring = BufferRing(1, (2, 4, 4, 3), pin=False)
+    writers = _Writers(done=False)
+    slot = ring.acquire(writers)
+    ring.release(slot)  # the consumer gave it back (an abandoned pass) but tasks still write
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(ring.acquire(_Writers())))
+    waiter.start()
+    time.sleep(0.2)
+    assert got == [], "buffer reused while decode tasks still wrote into it"
+    writers.done = True
+    ring.writers_finished()
     waiter.join(2)
     assert got == [0]
 

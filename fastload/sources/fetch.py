@@ -1,0 +1,167 @@
+"""Batch request → HostBatch: the one place samples are loaded, named, replaced and collated.
+
+Every backend goes through :class:`BatchFetcher`, so error policy, error messages,
+in-flight tracking and the collate into a batch buffer are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from ..batch import HostBatch, SampleError, SkippedSample
+from ..collate import alloc_batch, check_image
+from ..datasets.base import sample_rng
+from ..sampler import BatchRequest
+from .inflight import InFlight
+
+MAX_REPLACEMENTS = 10
+
+
+def describe(dataset: Any, index: int) -> str:
+    """The dataset's name for sample ``index`` (path, key or record), else "sample N"."""
+    name = getattr(dataset, "describe", None)
+    if name is not None:
+        try:
+            return str(name(index))
+        except Exception:  # naming must never hide the real error
+            pass
+    return f"sample {index}"
+
+
+def name_error(dataset: Any, index: int, error: Exception) -> Exception:
+    """``error`` if it already names sample ``index``, else a SampleError that does."""
+    if getattr(error, "sample_index", None) == index:
+        return error
+    where = describe(dataset, index)
+    named = SampleError(f"sample {index} ({where}): {type(error).__name__}: {error}", index, where)
+    named.__cause__ = error
+    return named
+
+
+def accepts_out(load: Any) -> bool:
+    """Whether ``load`` takes ``out=`` (a batch row to write the image into)."""
+    try:
+        params = inspect.signature(load).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "out" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+@dataclass
+class Loaded:
+    """One sample as loaded into (or beside) its batch slot."""
+
+    image: np.ndarray
+    label: int
+    index: int  # the sample actually loaded (differs from the request after a replacement)
+    skipped: list[SkippedSample]
+
+
+class BatchFetcher(torch.utils.data.Dataset):
+    """Loads samples with the error policy and collates them into one uint8 batch.
+
+    Also the torch Dataset handed to DataLoader workers: its ``__getitems__`` turns a
+    BatchRequest into a HostBatch in the worker.
+
+    Args:
+        dataset: Anything with ``__len__`` and ``load(index, epoch, seed, out=None)``.
+        seed: Base seed for augmentation randomness.
+        on_error: "raise" (the error names the sample) or "skip" (replace the sample by
+            a deterministic random other one, reported with the batch).
+        inflight: Table the loading worker marks (for the watchdog and worker deaths).
+    """
+
+    def __init__(self, dataset: Any, seed: int, on_error: str, inflight: InFlight) -> None:
+        self.dataset, self.seed, self.on_error, self.inflight = dataset, seed, on_error, inflight
+        self._writes_in_place = accepts_out(dataset.load)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None) -> tuple[np.ndarray, int]:
+        self.inflight.begin(worker, index, epoch)
+        try:
+            if out is None or not self._writes_in_place:
+                return self.dataset.load(index, epoch, self.seed)
+            return self.dataset.load(index, epoch, self.seed, out=out)
+        finally:
+            self.inflight.end(worker)
+
+    def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | None = None) -> Loaded:
+        """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow."""
+        try:
+            image, label = self._load_one(index, epoch, worker, out)
+            return Loaded(image, label, index, [])
+        except Exception as e:
+            if self.on_error == "raise":
+                raise name_error(self.dataset, index, e) from e
+            error: Exception = e
+        skipped = [SkippedSample(epoch, index, describe(self.dataset, index), f"{type(error).__name__}: {error}")]
+        rng = sample_rng(self.seed, epoch, index)
+        for _ in range(MAX_REPLACEMENTS):
+            other = int(rng.integers(len(self.dataset)))
+            try:
+                image, label = self._load_one(other, epoch, worker, out)
+                return Loaded(image, label, other, skipped)
+            except Exception as e:
+                skipped.append(SkippedSample(epoch, other, describe(self.dataset, other), f"{type(e).__name__}: {e}"))
+                error = e
+        raise SampleError(f"on_error='skip': sample {index} and {MAX_REPLACEMENTS} replacements failed; "
+                          f"last: {skipped[-1]}", index, skipped[0].where) from error
+
+    def fetch(self, request: BatchRequest, worker: int = 0, pin: bool | None = None) -> HostBatch:
+        """Loads and collates one batch: the first sample fixes the shape, the rest are
+        written straight into their rows."""
+        indices = request.indices
+        first = self.load(int(indices[0]), request.epoch, worker)
+        check_image(first.image, f"sample {first.index} ({describe(self.dataset, first.index)})")
+        images = alloc_batch((len(indices), *first.image.shape), pin=pin)
+        rows = images.numpy()
+        rows[0] = first.image
+        loaded = [first]
+        for j in range(1, len(indices)):
+            slot = rows[j]
+            item = self.load(int(indices[j]), request.epoch, worker, slot)
+            put(slot, item, self.dataset)
+            loaded.append(item)
+        return collated(images, loaded, request.epoch)
+
+    def __getitems__(self, request: BatchRequest) -> HostBatch:
+        info = get_worker_info()
+        return self.fetch(request, info.id if info is not None else 0)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+        item = self.load(int(index), 0)
+        return item.image, item.label
+
+
+def put(slot: np.ndarray, item: Loaded, dataset: Any) -> int:
+    """Copies ``item`` into its batch row ``slot`` unless the transforms already wrote it
+    there (``item.image is slot``); returns the number of copies made (0 or 1)."""
+    if item.image is slot:
+        return 0
+    if item.image.shape != slot.shape or item.image.dtype != np.uint8:
+        where = f"sample {item.index} ({describe(dataset, item.index)})"
+        check_image(item.image, where)
+        raise ValueError(f"{where} has shape {item.image.shape} but the batch holds {slot.shape}; "
+                         "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
+    slot[...] = item.image  # handles flipped (negative-stride) views
+    return 1
+
+
+def collated(images: torch.Tensor, loaded: list[Loaded], epoch: int, labels: torch.Tensor | None = None,
+             indices: torch.Tensor | None = None) -> HostBatch:
+    """The HostBatch of ``loaded`` samples whose pixels are already in ``images``."""
+    n = len(loaded)
+    labels = torch.empty(n, dtype=torch.int64) if labels is None else labels[:n]
+    indices = torch.empty(n, dtype=torch.int64) if indices is None else indices[:n]
+    labels.numpy()[:] = [item.label for item in loaded]
+    indices.numpy()[:] = [item.index for item in loaded]
+    skipped = tuple(s for item in loaded for s in item.skipped)
+    return HostBatch(images[:n], labels, indices, epoch, skipped)

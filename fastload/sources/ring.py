@@ -1,0 +1,108 @@
+"""A ring of reused batch buffers whose slots come back only when nobody touches them.
+
+A slot is rewritten only after (1) every decode task writing into it has finished —
+also the tasks of an abandoned pass — and (2) the consumer released it, and (3) the
+CUDA event recorded after its host-to-device copy, if any, has completed. Events
+cannot notify, so the ring waits on the one it needs with ``synchronize()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..collate import alloc_batch
+
+SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed when all is well)
+
+
+@dataclass
+class SlotBuffers:
+    """The pinned (with CUDA) host memory of one batch."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    indices: torch.Tensor
+
+
+@dataclass
+class _Slot:
+    buffers: SlotBuffers
+    held: bool = False  # lent to the consumer
+    writers: Any = None  # the job writing into it: has ``finished()``
+    event: Any = None  # CUDA event recorded after its copy
+    generation: int = field(default=0)
+
+
+class RingLease:
+    """Gives a slot back to its ring (see :class:`fastload.batch.Lease`)."""
+
+    def __init__(self, ring: BufferRing, slot: int) -> None:
+        self._ring, self._slot = ring, slot
+
+    def release(self, event: Any = None) -> None:
+        self._ring.release(self._slot, event)
+
+
+class BufferRing:
+    """``count`` batch buffers of one shape, allocated once.
+
+    Args:
+        count: Number of buffers.
+        shape: uint8 batch shape N×H×W×C (N = the batch size).
+        pin: Pin the buffers (for asynchronous copies to CUDA).
+    """
+
+    def __init__(self, count: int, shape: tuple[int, ...], pin: bool) -> None:
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        n = shape[0]
+        self.shape = tuple(shape)
+        self._slots = [_Slot(SlotBuffers(alloc_batch(shape, pin=pin), alloc_batch((n,), torch.int64, pin=pin),
+                                          alloc_batch((n,), torch.int64, pin=pin))) for _ in range(count)]
+        self._cond = threading.Condition()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def buffers(self, slot: int) -> SlotBuffers:
+        return self._slots[slot].buffers
+
+    def acquire(self, writers: Any) -> int:
+        """A free slot, now lent to ``writers`` (whose ``finished()`` gates its reuse) and
+        then to the consumer; waits for one if none is free."""
+        while True:
+            waiting_on: Any = None
+            with self._cond:
+                for i, s in enumerate(self._slots):
+                    if s.held or (s.writers is not None and not s.writers.finished()):
+                        continue
+                    if s.event is None or s.event.query():
+                        s.held, s.writers, s.event = True, writers, None
+                        return i
+                    waiting_on = s.event
+                if waiting_on is None:
+                    self._cond.wait(SAFETY_WAKE_S)
+                    continue
+            waiting_on.synchronize()  # outside the lock: the copy ends on its own
+
+    def release(self, slot: int, event: Any = None) -> None:
+        with self._cond:
+            s = self._slots[slot]
+            s.held, s.event = False, event
+            self._cond.notify_all()
+
+    def writers_finished(self) -> None:
+        """Called by a job when its last task ends, so a waiting ``acquire`` looks again."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def release_all(self) -> None:
+        """Slots an abandoned pass never gave back; their writers and events still gate them."""
+        with self._cond:
+            for s in self._slots:
+                s.held = False
+            self._cond.notify_all()

@@ -1,0 +1,140 @@
+"""Stream backend: DataLoader workers batch the records of their own slot of a stream.
+
+Slot ``rank * num_workers + worker`` of ``world_size * num_workers`` reads its own
+records (each record is read once per epoch over all ranks and workers), and every slot
+yields the same number of records, so every rank yields the same number of batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, get_worker_info
+
+from ..batch import HostBatch, SampleError, SkippedSample
+from ..collate import alloc_batch, check_image
+from .fetch import Loaded, collated, put
+from .process import WorkerOptions, dataloader_options, is_worker_failure, opencv_parked, worker_failure
+from .inflight import InFlight
+
+
+class _SlotBatches(torch.utils.data.IterableDataset):
+    """One epoch of one rank: each worker batches its slot's records."""
+
+    def __init__(self, stream: Any, epoch: int, seed: int, rank: int, world_size: int, batch_size: int,
+                 drop_last: bool, on_error: str, inflight: InFlight) -> None:
+        super().__init__()
+        self.stream, self.epoch, self.seed = stream, epoch, seed
+        self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
+        self.drop_last, self.on_error, self.inflight = drop_last, on_error, inflight
+
+    def _load(self, record: Any, worker: int) -> Loaded:
+        self.inflight.begin(worker, record.number, self.epoch)
+        try:
+            if record.error is not None:
+                raise record.error
+            return Loaded(self.stream.decode(record, self.epoch, self.seed), int(record.label), record.number, [])
+        except Exception as e:
+            if getattr(e, "sample_index", None) == record.number or self.on_error != "raise":
+                raise
+            raise SampleError(f"record {record.number} ({record.where}): {type(e).__name__}: {e}",
+                              record.number, record.where) from e
+        finally:
+            self.inflight.end(worker)
+
+    def _samples(self, worker: int, slot: int, slots: int) -> Iterator[Loaded]:
+        """The slot's samples; under "skip" a failed record is replaced by a good neighbour,
+        so the count (and the rank's batch count) stays the same."""
+        last: Loaded | None = None
+        owed: list[SkippedSample] = []
+        for record in self.stream.records_for(slot, slots, drop_last=self.drop_last):
+            try:
+                item = self._load(record, worker)
+            except Exception as e:
+                if self.on_error == "raise":
+                    raise
+                skip = SkippedSample(self.epoch, record.number, record.where, f"{type(e).__name__}: {e}")
+                if last is None:
+                    owed.append(skip)
+                    continue
+                yield Loaded(last.image, last.label, last.index, [skip])
+                continue
+            for skip in owed:
+                yield Loaded(item.image, item.label, item.index, [skip])
+            owed, last = [], item
+            yield item
+        if owed:
+            raise SampleError(f"on_error='skip': every record of stream slot {slot} failed; first: {owed[0]}",
+                              owed[0].index, owed[0].where)
+
+    def __iter__(self) -> Iterator[HostBatch]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        slot, slots = self.rank * workers + worker, self.world_size * workers
+        items: list[Loaded] = []
+        for item in self._samples(worker, slot, slots):
+            items.append(item)
+            if len(items) == self.batch_size:
+                yield self._collate(items)
+                items = []
+        if items and not self.drop_last:
+            yield self._collate(items)
+
+    def _collate(self, items: list[Loaded]) -> HostBatch:
+        check_image(items[0].image, f"record {items[0].index}")
+        images = alloc_batch((len(items), *items[0].image.shape))
+        rows = images.numpy()
+        for j, item in enumerate(items):
+            put(rows[j], item, None)
+        return collated(images, items, self.epoch)
+
+
+class StreamSource:
+    """HostBatches from a record stream (e.g. TFRecordStream), one DataLoader per epoch.
+
+    Args:
+        stream: Has ``slot_length``, ``records_for`` and ``decode`` (see TFRecordStream).
+        batch_size, drop_last, on_error, seed: As in LoaderConfig.
+        rank, world_size: This rank among all.
+        options: Worker count and settings (workers are started each epoch).
+    """
+
+    def __init__(self, stream: Any, *, batch_size: int, drop_last: bool, on_error: str, seed: int, rank: int,
+                 world_size: int, options: WorkerOptions) -> None:
+        self.stream, self.batch_size, self.drop_last = stream, batch_size, drop_last
+        self.on_error, self.seed, self.rank, self.world_size = on_error, seed, rank, world_size
+        self.options = options
+        self.inflight = InFlight(max(1, options.num_workers))
+        self._closed = False
+
+    def __len__(self) -> int:
+        workers = max(1, self.options.num_workers)
+        per_slot = self.stream.slot_length(self.world_size * workers, drop_last=self.drop_last)
+        per_worker = per_slot // self.batch_size if self.drop_last else math.ceil(per_slot / self.batch_size)
+        return workers * per_worker
+
+    def batches(self, epoch: int) -> Iterator[HostBatch]:
+        if self._closed:
+            raise RuntimeError("stream source is closed")
+        data = _SlotBatches(self.stream, epoch, self.seed, self.rank, self.world_size, self.batch_size,
+                            self.drop_last, self.on_error, self.inflight)
+        loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, persistent=False))
+        if self.options.forks:
+            with opencv_parked():
+                it = iter(loader)
+        else:
+            it = iter(loader)
+        try:
+            yield from it
+        except (ConnectionError, EOFError) as e:
+            raise worker_failure(e, self.inflight, None) from e
+        except RuntimeError as e:
+            if not is_worker_failure(e):
+                raise
+            raise worker_failure(e, self.inflight, None) from e
+
+    def close(self) -> None:
+        self._closed = True

@@ -1,0 +1,230 @@
+"""Thread backend: decode threads write samples straight into reused (pinned) batch buffers.
+
+PyTurboJPEG, OpenCV and Pillow release the GIL while decoding, so threads decode in
+parallel with no shared-memory hop and no pin-memory copy. Each batch is a job of one
+task per sample; a ring slot is reused only when its job has finished (also a job of an
+abandoned pass), its consumer released it and its copy to the GPU is done.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..batch import HostBatch
+from ..collate import alloc_batch, check_image
+from ..sampler import BatchRequest, ShardedBatchSampler
+from .fetch import BatchFetcher, Loaded, collated, describe, put
+from .process import worker_failure
+from .ring import BufferRing, RingLease
+
+JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
+WAIT_S = 0.1  # result waits wake this often so Ctrl-C and timeouts are prompt
+
+
+class _Job:
+    """One batch being decoded: a task per sample, results in order, first error kept."""
+
+    def __init__(self, request: BatchRequest, rows: np.ndarray, ring: BufferRing | None) -> None:
+        self.request, self.rows, self.ring = request, rows, ring
+        self.loaded: list[Loaded | None] = [None] * len(request.indices)
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.copies = 0
+        self.buffers: Any = None  # the ring slot's SlotBuffers, or None for a one-off buffer
+        self._left = len(request.indices)
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    def run(self, j: int, fetcher: BatchFetcher, worker: int) -> None:
+        try:
+            if not self.cancelled and self.error is None and self.loaded[j] is None:
+                slot = self.rows[j]
+                item = fetcher.load(int(self.request.indices[j]), self.request.epoch, worker, slot)
+                self.copies += put(slot, item, fetcher.dataset)
+                self.loaded[j] = item
+        except BaseException as e:  # re-raised in the consumer, with its traceback
+            if self.error is None:
+                self.error = e
+        finally:
+            with self._lock:
+                self._left -= 1
+                last = self._left == 0
+            if last:
+                self._done.set()
+                if self.ring is not None:
+                    self.ring.writers_finished()
+
+    def wait(self, timeout: float, on_timeout) -> None:
+        deadline = time.monotonic() + timeout if timeout else None
+        while not self._done.wait(WAIT_S):
+            if deadline is not None and time.monotonic() > deadline:
+                raise on_timeout()
+        if self.error is not None:
+            raise self.error
+
+
+class _Pool:
+    """Daemon threads running (job, sample) tasks; never blocks interpreter exit."""
+
+    def __init__(self, fetcher: BatchFetcher, threads: int) -> None:
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, args=(fetcher, i), name=f"fastload-decode-{i}",
+                                          daemon=True) for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def _work(self, fetcher: BatchFetcher, worker: int) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            job, j = task
+            job.run(j, fetcher, worker)
+
+    def submit(self, job: _Job, first: int = 0) -> None:
+        for j in range(first, len(job.loaded)):
+            self._tasks.put((job, j))
+
+    def shutdown(self, wait_s: float) -> None:
+        for _ in self._threads:
+            self._tasks.put(None)
+        deadline = time.monotonic() + wait_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def alive(self) -> int:
+        return sum(t.is_alive() for t in self._threads)
+
+
+class ThreadSource:
+    """HostBatches decoded by a pool of threads in this process.
+
+    Args:
+        fetcher: Loads samples with the error policy.
+        sampler: This rank's requests per epoch.
+        num_threads: Decoding threads.
+        prefetch: Batches being decoded ahead of the consumer.
+        pin: Pin the ring buffers (for CUDA).
+        reuse: Reuse buffers; off when the consumer keeps views of the uint8 batch.
+        timeout: Seconds to wait for a batch (0: forever).
+    """
+
+    def __init__(self, fetcher: BatchFetcher, sampler: ShardedBatchSampler, num_threads: int, prefetch: int, *,
+                 pin: bool, reuse: bool = True, timeout: float = 0.0) -> None:
+        if num_threads < 1:
+            raise ValueError(f"the thread backend needs num_workers >= 1, got {num_threads}")
+        if len(fetcher.inflight) < num_threads + 1:
+            raise ValueError("the in-flight table needs a row per thread plus one for the consumer")
+        self.fetcher, self.sampler, self.inflight = fetcher, sampler, fetcher.inflight
+        self.prefetch, self.pin, self.reuse, self.timeout = prefetch, pin, reuse, timeout
+        self.ring: BufferRing | None = None
+        self.copies = 0  # samples decoded beside their slot and copied in
+        self._consumer = num_threads  # the in-flight row of the consumer thread
+        self._pool: _Pool | None = _Pool(fetcher, num_threads)
+        self._jobs: deque[_Job] = deque()
+
+    def _ring_slots(self) -> int:
+        # decoding ahead + the batch being handed over + one in its device copy
+        return self.prefetch + 2
+
+    def _start(self, request: BatchRequest) -> tuple[_Job, Any]:
+        """Allocates the batch's rows, submits its samples; returns the job and its lease."""
+        assert self._pool is not None
+        n, epoch = len(request.indices), request.epoch
+        first: Loaded | None = None
+        if self.ring is None or not self.reuse:
+            # The first sample fixes the shape: load it here, then write the rest in place.
+            first = self.fetcher.load(int(request.indices[0]), epoch, self._consumer)
+            check_image(first.image, f"sample {first.index} ({describe(self.fetcher.dataset, first.index)})")
+            shape = (self.sampler.batch_size, *first.image.shape)
+            if self.reuse:
+                self.ring = BufferRing(self._ring_slots(), shape, self.pin)
+        lease = None
+        if self.reuse:
+            assert self.ring is not None
+            job = _Job(request, np.empty(0), self.ring)
+            slot = self.ring.acquire(job)
+            bufs = self.ring.buffers(slot)
+            job.rows, job.buffers = bufs.images[:n].numpy(), bufs
+            lease = RingLease(self.ring, slot)
+        else:
+            job = _Job(request, alloc_batch((n, *first.image.shape), pin=self.pin).numpy(), None)
+        if first is not None:
+            self.copies += put(job.rows[0], first, self.fetcher.dataset)
+            job.loaded[0] = first
+            job.run(0, self.fetcher, self._consumer)  # counts the task done (already loaded)
+        self._pool.submit(job, 1 if first is not None else 0)
+        return job, lease
+
+    def _finish(self, job: _Job, lease: Any) -> HostBatch:
+        def timed_out() -> RuntimeError:
+            return worker_failure(RuntimeError(f"thread backend timed out after {self.timeout} s"),
+                                  self.fetcher.inflight, self.fetcher.dataset)
+
+        job.wait(self.timeout, timed_out)
+        self.copies += job.copies
+        loaded = [item for item in job.loaded if item is not None]
+        images = torch.from_numpy(job.rows) if job.buffers is None else job.buffers.images
+        labels = indices = None
+        if job.buffers is not None:
+            labels, indices = job.buffers.labels, job.buffers.indices
+        batch = collated(images, loaded, job.request.epoch, labels, indices)
+        batch.lease = lease
+        return batch
+
+    def batches(self, epoch: int) -> Iterator[HostBatch]:
+        if self._pool is None:
+            raise RuntimeError("thread source is closed")
+        self._cancel()
+        if self.ring is not None:
+            self.ring.release_all()
+        requests = self.sampler.requests(epoch)
+        pending: deque = deque()
+        try:
+            for request in requests:
+                pending.append(self._start(request))
+                if len(pending) >= self.prefetch:
+                    break
+            self._jobs = deque(job for job, _ in pending)
+            while pending:
+                job, lease = pending.popleft()
+                try:
+                    batch = self._finish(job, lease)
+                except BaseException:
+                    if lease is not None:
+                        lease.release()
+                    raise
+                request = next(requests, None)
+                if request is not None:
+                    pending.append(self._start(request))  # before the hand-over: keep threads busy
+                    self._jobs.append(pending[-1][0])
+                yield batch
+        finally:
+            for job, lease in pending:
+                job.cancelled = True  # its tasks end at once; its slot waits for them
+                if lease is not None:
+                    lease.release()
+
+    def _cancel(self) -> None:
+        for job in self._jobs:
+            job.cancelled = True
+        self._jobs.clear()
+
+    def close(self) -> None:
+        """Stops the threads; returns within a few seconds even if one is stuck in a sample."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        self._cancel()
+        pool.shutdown(JOIN_S)
