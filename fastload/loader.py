@@ -185,7 +185,10 @@ class Loader:
     def _end_pass(self) -> None:
         current, self._pass = self._pass, None
         if current is not None:
-            current.close()
+            try:
+                current.close()
+            except ValueError:  # running in another thread (close() from elsewhere): the source's
+                pass            # close() below ends it
 
     def stats(self) -> dict:
         """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""

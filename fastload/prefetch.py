@@ -131,7 +131,8 @@ class CudaPrefetcher:
 
     def _cpu(self, source: Iterator[HostBatch]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for batch in source:
-            out = self.normalizer(batch.images.to(self.device)), batch.labels.to(self.device)
+            # Labels are copied: they may live in a reused buffer (tiny, so always).
+            out = self.normalizer(batch.images.to(self.device)), batch.labels.to(self.device, copy=True)
             if out[0].data_ptr() != batch.images.data_ptr():
                 batch.release()  # normalization copied the pixels: the buffer can be rewritten
             yield out

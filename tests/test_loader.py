@@ -125,10 +125,11 @@ def test_close_is_idempotent_and_stops_workers(folder):
     ds = fl.ImageFolder(folder, transform=fl.transforms.train(16))
     import multiprocessing
 
+    before = {p.pid for p in multiprocessing.active_children()}
     loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu")
     next(iter(loader))
-    pids = [p.pid for p in multiprocessing.active_children()]
-    assert len(pids) >= 2
+    pids = [p.pid for p in multiprocessing.active_children() if p.pid not in before]
+    assert len(pids) == 2
     loader.close()
     loader.close()
     deadline = time.monotonic() + 10

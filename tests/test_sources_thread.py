@@ -77,11 +77,13 @@ def test_transform_error_reaches_the_loop_with_its_traceback_and_sample(folder):
 
 def test_no_thread_left_after_close(folder):
     ds = fl.ImageFolder(folder, transform=fl.transforms.train(16))
-    loader = fl.Loader(ds, batch_size=4, num_workers=3, device="cpu", backend="thread")
+    before = set(threading.enumerate())  # earlier tests may leave daemon threads stuck in a sample
+    loader = fl.Loader(ds, batch_size=4, num_workers=3, device="cpu", backend="thread", stall_warning=0.5)
     next(iter(loader))  # abandoned mid-epoch
+    assert len(set(threading.enumerate()) - before) >= 3
     loader.close()
     loader.close()
-    alive = [t.name for t in threading.enumerate() if t.name.startswith("fastload")]
+    alive = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("fastload")]
     assert alive == []
 
 

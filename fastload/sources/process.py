@@ -107,8 +107,26 @@ def is_worker_failure(error: BaseException) -> bool:
     return text.startswith(("DataLoader worker (pid", "DataLoader timed out"))
 
 
+def forget_frames(error: BaseException) -> BaseException:
+    """Clears the tracebacks of ``error`` and its chain, and returns it.
+
+    Raised out of a DataLoader iterator, their frames hold the iterator: wherever the
+    error ends up being freed, the iterator's shutdown would run there, and after a
+    worker error torch's shutdown waits 5 s per worker. The worker's own traceback is
+    kept in the message text by DataLoader.
+    """
+    seen: set[int] = set()
+    chained: BaseException | None = error
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        chained.with_traceback(None)
+        chained = chained.__cause__ or chained.__context__
+    return error
+
+
 def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> RuntimeError:
     """A worker death or timeout, with the sample(s) that were being loaded."""
+    forget_frames(error)
     busy = inflight.busy()
     pids = {int(p) for p in re.findall(r"\d+", str(error).split(")")[0])} if "pid" in str(error) else set()
     named = [b for b in busy if b.pid in pids] or busy
@@ -118,6 +136,22 @@ def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> Ru
     head = ("fastload: lost a DataLoader worker process or its batch (a crash: out of memory, "
             f"or a fault in a decoder?): {error!r}") if lost else f"fastload: {error}"
     return RuntimeError(f"{head}; {where or 'no sample was in flight'}")
+
+
+def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
+    """Drops the last references in ``holder`` on a daemon thread, waiting up to ``wait_s``.
+
+    DataLoader has no public shutdown: dropping the last reference to it (or to its
+    iterator) joins the workers, waiting 5 s for each stuck one before terminating it.
+    """
+    done = threading.Event()
+
+    def drop() -> None:
+        holder.clear()
+        done.set()
+
+    threading.Thread(target=drop, name="fastload-shutdown", daemon=True).start()
+    done.wait(wait_s)
 
 
 class ProcessSource:
@@ -146,33 +180,32 @@ class ProcessSource:
         else:
             it = iter(self._loader)
         try:
-            yield from it
-        except (ConnectionError, EOFError) as e:
-            if self.options.num_workers == 0:
-                raise
-            # A worker that dies while its batch is in transit leaves the receiving end
-            # of the pipe or of the shared-memory hand-over without a peer.
-            raise worker_failure(e, self.fetcher.inflight, self.fetcher.dataset) from e
-        except RuntimeError as e:
-            if not is_worker_failure(e):
-                raise
-            raise worker_failure(e, self.fetcher.inflight, self.fetcher.dataset) from e
+            while True:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                except Exception as e:
+                    if self.options.num_workers == 0:
+                        raise  # loaded in this process: keep the whole traceback
+                    # A worker that dies while its batch is in transit leaves the receiving end
+                    # of the pipe or of the shared-memory hand-over without a peer.
+                    if isinstance(e, (ConnectionError, EOFError)) or is_worker_failure(e):
+                        raise worker_failure(e, self.inflight, self.fetcher.dataset) from e
+                    raise forget_frames(e)
+                yield batch
+        finally:
+            # Ours may be the last reference (closed meanwhile, or no persistent workers), and
+            # an error's traceback would keep it in this frame: drop it where a worker stuck
+            # in a sample cannot hold up this thread.
+            holder = [it]
+            del it
+            drop_in_background(holder)
 
     def close(self) -> None:
         """Shuts the workers down; returns within a few seconds even if one is stuck."""
-        loader, self._loader = self._loader, None
-        if loader is None:
+        if self._loader is None:
             return
-        # DataLoader has no public shutdown: dropping the last reference to it (and so
-        # to its persistent iterator) joins the workers, waiting up to 5 s for each
-        # stuck one before terminating it. That happens in the background.
-        done = threading.Event()
-
-        def drop(holder: list) -> None:
-            holder.clear()
-            done.set()
-
-        thread = threading.Thread(target=drop, args=([loader],), name="fastload-shutdown", daemon=True)
-        del loader
-        thread.start()
-        done.wait(CLOSE_WAIT_S)
+        holder: list = [self._loader]
+        self._loader = None
+        drop_in_background(holder)

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import alloc_batch, check_image
 from .fetch import Loaded, collated, put
-from .process import WorkerOptions, dataloader_options, is_worker_failure, opencv_parked, worker_failure
+from .process import WorkerOptions, dataloader_options, forget_frames, is_worker_failure, opencv_parked, worker_failure
 from .inflight import InFlight
 
 
@@ -127,14 +127,18 @@ class StreamSource:
                 it = iter(loader)
         else:
             it = iter(loader)
-        try:
-            yield from it
-        except (ConnectionError, EOFError) as e:
-            raise worker_failure(e, self.inflight, None) from e
-        except RuntimeError as e:
-            if not is_worker_failure(e):
-                raise
-            raise worker_failure(e, self.inflight, None) from e
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            except Exception as e:
+                if self.options.num_workers == 0:
+                    raise
+                if isinstance(e, (ConnectionError, EOFError)) or is_worker_failure(e):
+                    raise worker_failure(e, self.inflight, None) from e
+                raise forget_frames(e)  # see forget_frames
+            yield batch
 
     def close(self) -> None:
         self._closed = True

@@ -65,9 +65,11 @@ class _Job:
                 if self.ring is not None:
                     self.ring.writers_finished()
 
-    def wait(self, timeout: float, on_timeout) -> None:
+    def wait(self, timeout: float, on_timeout, closed: threading.Event) -> None:
         deadline = time.monotonic() + timeout if timeout else None
         while not self._done.wait(WAIT_S):
+            if closed.is_set():
+                raise RuntimeError("thread source was closed while waiting for a batch")
             if deadline is not None and time.monotonic() > deadline:
                 raise on_timeout()
         if self.error is not None:
@@ -133,6 +135,7 @@ class ThreadSource:
         self._consumer = num_threads  # the in-flight row of the consumer thread
         self._pool: _Pool | None = _Pool(fetcher, num_threads)
         self._jobs: deque[_Job] = deque()
+        self._closed = threading.Event()
 
     def _ring_slots(self) -> int:
         # decoding ahead + the batch being handed over + one in its device copy
@@ -172,7 +175,7 @@ class ThreadSource:
             return worker_failure(RuntimeError(f"thread backend timed out after {self.timeout} s"),
                                   self.fetcher.inflight, self.fetcher.dataset)
 
-        job.wait(self.timeout, timed_out)
+        job.wait(self.timeout, timed_out, self._closed)
         self.copies += job.copies
         loaded = [item for item in job.loaded if item is not None]
         images = torch.from_numpy(job.rows) if job.buffers is None else job.buffers.images
@@ -226,5 +229,6 @@ class ThreadSource:
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        self._closed.set()
         self._cancel()
         pool.shutdown(JOIN_S)

@@ -62,3 +62,5 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(2.0)

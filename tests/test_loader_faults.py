@@ -1,0 +1,166 @@
+"""Injected faults: stuck and dying workers, deleted files, failing transforms, tuned profiles."""
+
+import json
+import os
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import fastload as fl
+from fastload.decode import DecodeError
+
+from conftest import write_folder
+
+BACKENDS = ["process", "thread"]
+
+
+class _Stuck(fl.ImageDataset):
+    """Sample ``stuck`` never finishes loading (within the test's patience)."""
+
+    def __init__(self, n=16, stuck=5, seconds=30.0):
+        super().__init__(np.zeros(n, np.int64))
+        self.stuck, self.seconds = stuck, seconds
+
+    def describe(self, index):
+        return f"shard-7/img-{index}.jpg"
+
+    def load(self, index, epoch=0, seed=0):
+        if index == self.stuck:
+            time.sleep(self.seconds)
+        return np.zeros((4, 4, 3), np.uint8), 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_watchdog_names_the_stuck_sample_and_close_is_prompt(backend):
+    loader = fl.Loader(_Stuck(), batch_size=2, num_workers=2, backend=backend, device="cpu", stall_warning=1.0,
+                       timeout=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match=r"timed out.*sample 5 \(shard-7/img-5\.jpg\)"):
+            list(loader)  # batch 2 holds sample 5: it never comes
+    messages = [str(w.message) for w in caught if "no batch" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert "sample 5 (shard-7/img-5.jpg)" in messages[0] and "worker" in messages[0]
+    start = time.monotonic()
+    loader.close()
+    assert time.monotonic() - start < 5, "close() waited for the stuck sample"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_close_from_another_thread_while_the_consumer_waits(backend):
+    loader = fl.Loader(_Stuck(), batch_size=2, num_workers=2, backend=backend, device="cpu", stall_warning=0)
+    it = iter(loader)
+    next(it), next(it)
+    consumer = threading.Thread(target=lambda: pytest.raises(RuntimeError, next, it), daemon=True)
+    consumer.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    loader.close()
+    assert time.monotonic() - start < 5
+
+
+def test_no_stall_warning_while_the_consumer_is_busy():
+    ds = _Stuck(n=8, stuck=-1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fl.Loader(ds, batch_size=2, num_workers=0, device="cpu", stall_warning=0.5) as loader:
+            for _ in loader:
+                time.sleep(0.7)  # a long training step is not a stalled loader
+    assert not [w for w in caught if "no batch" in str(w.message)]
+
+
+class _Dies(fl.ImageDataset):
+    def __init__(self):
+        super().__init__(np.zeros(8, np.int64))
+
+    def describe(self, index):
+        return f"img-{index}.jpg"
+
+    def load(self, index, epoch=0, seed=0):
+        if index == 5:
+            os._exit(3)  # a segfaulting decoder looks like this to the main process
+        return np.zeros((4, 4, 3), np.uint8), 0
+
+
+def test_worker_death_names_the_sample_it_was_loading():
+    with fl.Loader(_Dies(), batch_size=2, num_workers=2, device="cpu", timeout=60) as loader:
+        with pytest.raises(RuntimeError, match=r"(?i)worker.*sample 5 \(img-5\.jpg\)"):
+            list(loader)
+
+
+def _exploding(img, rng):
+    raise ZeroDivisionError("transform blew up")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_transform_error_names_index_and_file(folder, backend):
+    ds = fl.ImageFolder(folder, transform=[fl.transforms.RandomResizedCrop(8), _exploding])
+    with fl.Loader(ds, batch_size=4, num_workers=2, backend=backend, device="cpu") as loader:
+        with pytest.raises(fl.SampleError, match=r"sample 0 \(.*c0/000\.jpg\).*ZeroDivisionError.*blew up"):
+            list(loader)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_deleted_after_indexing_names_it(tmp_path, backend):
+    write_folder(tmp_path, num_classes=1, per_class=6)
+    ds = fl.ImageFolder(tmp_path, transform=fl.transforms.train(16))
+    os.remove(tmp_path / "c0" / "004.jpg")
+    with fl.Loader(ds, batch_size=3, num_workers=2, backend=backend, device="cpu") as loader:
+        with pytest.raises(fl.SampleError, match=r"sample 4 \(.*004\.jpg\): FileNotFoundError"):
+            list(loader)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_skip_lists_what_it_skipped(tmp_path, backend):
+    write_folder(tmp_path, num_classes=1, per_class=6)
+    (tmp_path / "c0" / "002.jpg").write_bytes(b"\xff\xd8 broken")
+    os.remove(tmp_path / "c0" / "004.jpg")
+    ds = fl.ImageFolder.__new__(fl.ImageFolder)
+    with open(tmp_path / "c0" / "000.jpg", "rb"):  # the index was built before 004 went away
+        pass
+    write_folder(tmp_path, num_classes=1, per_class=6)  # restore, index, then break two files
+    ds = fl.ImageFolder(tmp_path, transform=fl.transforms.train(16))
+    (tmp_path / "c0" / "002.jpg").write_bytes(b"\xff\xd8 broken")
+    os.remove(tmp_path / "c0" / "004.jpg")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fl.Loader(ds, batch_size=3, num_workers=2, backend=backend, device="cpu", on_error="skip") as loader:
+            sizes = [len(y) for _, y in loader]
+            skipped = list(loader.skipped)
+    assert sizes == [3, 3]
+    assert sorted(s.index for s in skipped)[:2] == [2, 4]
+    by_index = {s.index: s for s in skipped}
+    assert by_index[2].where.endswith("002.jpg") and "DecodeError" in by_index[2].error
+    assert by_index[4].where.endswith("004.jpg") and "FileNotFoundError" in by_index[4].error
+    assert all(s.epoch == 0 for s in skipped)
+
+
+def test_auto_workers_divide_a_profile_among_local_ranks(folder, monkeypatch, tmp_path):
+    from fastload import profiles
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ds = fl.ImageFolder(folder)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    config = fl.LoaderConfig(num_workers=4, backend="thread", prefetch_factor=3).to_dict()
+    path = profiles.save(ds, config, {"samples_per_s": 1.0})
+    assert json.load(open(path))["tuned_for"]["local_world_size"] == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with fl.Loader(ds, device="cpu") as loader:
+        assert loader.num_workers == 2, "4 tuned workers shared by 2 local ranks"
+        assert loader.config.backend == "thread" and loader.config.prefetch_factor == 3
+        assert loader.profile["path"] == path
+    with fl.Loader(ds, device="cpu", backend="process") as loader:  # explicit options win
+        assert loader.config.backend == "process" and loader.num_workers == 2
+
+
+def test_decode_error_keeps_its_type_and_names_the_file_once(tmp_path):
+    write_folder(tmp_path, num_classes=1, per_class=3)
+    (tmp_path / "c0" / "001.jpg").write_bytes(b"\xff\xd8 broken")
+    ds = fl.ImageFolder(tmp_path, transform=fl.transforms.train(16))
+    with fl.Loader(ds, batch_size=3, num_workers=0, device="cpu") as loader:
+        with pytest.raises(DecodeError) as info:
+            list(loader)
+    assert str(info.value).count("001.jpg") == 1
