@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from .decode import Decoder, image_size
+from .decode import Decoder, check_pixels, read_header
 
 __all__ = [
     "CenterCrop",
@@ -249,17 +249,23 @@ class Compose:
             return self.transforms[0].plan(h, w, rng)
         return None
 
-    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None) -> np.ndarray:
+    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
+               max_pixels: int | None = None) -> np.ndarray:
         """Decodes ``data`` (reduced when the leading crop allows) and transforms it.
 
-        With ``out`` (a batch slot of the output's shape), the leading crop resizes
-        straight into it and in-place transforms keep it there; the result is ``out``
-        whenever that was possible, else a separate array the caller must copy.
+        The header is read once, checked against the pixel limit (``max_pixels``, else
+        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With ``out`` (a
+        batch slot of the output's shape), the leading crop resizes straight into it and
+        in-place transforms keep it there; the result is ``out`` whenever that was
+        possible, else a separate array the caller must copy.
         """
-        h, w = image_size(data)
+        header = read_header(data)
+        check_pixels(header, max_pixels)
+        h, w = header.height, header.width
         crop = self.plan(h, w, rng)
         rest = self.transforms[1:] if crop is not None else self.transforms
-        img = decoder.decode(data, crop.min_scale if crop is not None and self.reduced_decode else 1.0)
+        scale = crop.min_scale if crop is not None and self.reduced_decode else 1.0
+        img = decoder.decode(data, scale, header=header, max_pixels=max_pixels)
         if crop is not None:
             direct = out is not None and out.shape == (crop.out_h, crop.out_w, img.shape[2])
             img = crop.apply(img, h, w, out if direct else None)
