@@ -89,14 +89,16 @@ def _jpeg_header(buf: memoryview) -> ImageHeader:
 
 
 def _pillow_header(head: memoryview) -> ImageHeader:
-    try:
-        from PIL import Image
+    from PIL import Image
 
+    try:
         # Lazy: Image.open reads the header only. Pillow's own decompression-bomb check
         # (PIL.Image.MAX_IMAGE_PIXELS) runs here too and fails images twice over it.
         with Image.open(io.BytesIO(head)) as img:
             w, h = img.size
             return ImageHeader(h, w, (img.format or "unknown").lower(), len(img.getbands()))
+    except Image.DecompressionBombError as e:
+        raise DecodeError(f"image over Pillow's limit, PIL.Image.MAX_IMAGE_PIXELS: {e}") from e
     except Exception as e:
         raise DecodeError(f"unrecognised image header: {e}") from e
 
