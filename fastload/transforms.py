@@ -2,7 +2,9 @@
 
 The first transform of a pipeline may be a *crop planner* (RandomResizedCrop, Resize,
 Resize + CenterCrop): it chooses its crop from the header size alone, so the image is
-decoded at the smallest DCT scale that still covers the crop at output size.
+decoded at the smallest DCT scale that still covers the crop at output size (twice the
+output size when antialiased: ``fastload.resize.REDUCE_GAP``). Resizing is antialiased
+bilinear by default, as in torchvision v2; ``antialias=False`` trades that for speed.
 Randomness comes from the ``rng`` passed in, which the datasets derive from
 (seed, epoch, sample index): output never depends on which worker ran a sample.
 """
@@ -11,12 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
-from .decode import Decoder, image_size
+from .decode import Decoder, check_pixels, read_header
+from .resize import Crop, resize  # noqa: F401  (resize: re-exported)
 
 __all__ = [
     "CenterCrop",
@@ -38,50 +40,6 @@ def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
-def resize(img: np.ndarray, out_h: int, out_w: int, dst: np.ndarray | None = None) -> np.ndarray:
-    """Bilinear, or area averaging (antialiased) when shrinking by more than 2x.
-
-    Up to 2x, bilinear taps every source pixel, so it barely aliases and is several
-    times faster than OpenCV's area filter at fractional ratios; after a DCT-reduced
-    decode the remaining ratio is nearly always under 2.
-    """
-    h, w = img.shape[:2]
-    if (h, w) == (out_h, out_w):
-        if dst is None:
-            return img
-        dst[...] = img
-        return dst
-    interp = cv2.INTER_AREA if h > 2 * out_h or w > 2 * out_w else cv2.INTER_LINEAR
-    resized = cv2.resize(img, (out_w, out_h), dst=dst, interpolation=interp)
-    return resized if dst is None else dst
-
-
-@dataclass(frozen=True)
-class Crop:
-    """A crop box in full-resolution pixels and the size it is resized to."""
-
-    top: float
-    left: float
-    height: float
-    width: float
-    out_h: int
-    out_w: int
-
-    @property
-    def min_scale(self) -> float:
-        """The smallest decode scale whose crop still has out_h × out_w pixels."""
-        return max(self.out_h / self.height, self.out_w / self.width)
-
-    def apply(self, img: np.ndarray, full_h: int, full_w: int, dst: np.ndarray | None = None) -> np.ndarray:
-        """Crops and resizes ``img``, a decode of a full_h × full_w image at any scale."""
-        ry, rx = img.shape[0] / full_h, img.shape[1] / full_w
-        y0 = min(int(round(self.top * ry)), img.shape[0] - 1)
-        x0 = min(int(round(self.left * rx)), img.shape[1] - 1)
-        y1 = max(min(int(round((self.top + self.height) * ry)), img.shape[0]), y0 + 1)
-        x1 = max(min(int(round((self.left + self.width) * rx)), img.shape[1]), x0 + 1)
-        return resize(img[y0:y1, x0:x1], self.out_h, self.out_w, dst)
-
-
 class CropPlanner:
     """A transform whose geometry is chosen from the image size alone."""
 
@@ -101,10 +59,12 @@ class RandomResizedCrop(CropPlanner):
         size: Output size, an int or (height, width).
         scale: Range of the crop's area as a fraction of the image's.
         ratio: Range of the crop's aspect ratio (width / height), sampled log-uniformly.
+        antialias: Antialiased bilinear resize, as torchvision v2 (False: OpenCV's
+            bilinear, faster but aliased when shrinking; see :func:`fastload.resize.resize`).
     """
 
     def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
-                 ratio: Sequence[float] = (3 / 4, 4 / 3)) -> None:
+                 ratio: Sequence[float] = (3 / 4, 4 / 3), antialias: bool = True) -> None:
         self.size = _pair(size, "size")
         if len(scale) != 2 or not 0 < scale[0] <= scale[1]:
             raise ValueError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
@@ -113,6 +73,7 @@ class RandomResizedCrop(CropPlanner):
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
         self._log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+        self.antialias = bool(antialias)
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
         area = h * w
@@ -124,7 +85,7 @@ class RandomResizedCrop(CropPlanner):
             if 0 < cw <= w and 0 < ch <= h:
                 top = int(rng.integers(0, h - ch + 1))
                 left = int(rng.integers(0, w - cw + 1))
-                return Crop(top, left, ch, cw, *self.size)
+                return Crop(top, left, ch, cw, *self.size, self.antialias)
         in_ratio = w / h
         if in_ratio < self.ratio[0]:
             cw, ch = w, int(round(w / self.ratio[0]))
@@ -132,18 +93,20 @@ class RandomResizedCrop(CropPlanner):
             ch, cw = h, int(round(h * self.ratio[1]))
         else:
             ch, cw = h, w
-        return Crop((h - ch) // 2, (w - cw) // 2, ch, cw, *self.size)
+        return Crop((h - ch) // 2, (w - cw) // 2, ch, cw, *self.size, self.antialias)
 
     def __repr__(self) -> str:
-        return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+        return (f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
+                f"antialias={self.antialias})")
 
 
 class Resize(CropPlanner):
     """Resizes the shorter side to ``size``, keeping the aspect ratio (torchvision's
-    int truncation of the longer side)."""
+    int truncation of the longer side); antialiased unless ``antialias=False``."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, antialias: bool = True) -> None:
         self.size = _pair(size, "size")[0]
+        self.antialias = bool(antialias)
 
     def out_size(self, h: int, w: int) -> tuple[int, int]:
         if h <= w:
@@ -151,10 +114,10 @@ class Resize(CropPlanner):
         return max(1, int(self.size * h / w)), self.size
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
-        return Crop(0, 0, h, w, *self.out_size(h, w))
+        return Crop(0, 0, h, w, *self.out_size(h, w), self.antialias, window=True)
 
     def __repr__(self) -> str:
-        return f"Resize({self.size})"
+        return f"Resize({self.size}, antialias={self.antialias})"
 
 
 class CenterCrop:
@@ -177,11 +140,13 @@ class CenterCrop:
 
 class ResizedCenterCrop(CropPlanner):
     """Resize(resize) followed by CenterCrop(size) as one crop of the full image, so the
-    decode can be reduced and only the kept pixels are resized."""
+    decode can be reduced and only the kept pixels are resized. Antialiased (the
+    default), its pixels are those of Pillow's resize then centre crop."""
 
-    def __init__(self, size: int | Sequence[int], resize: int) -> None:
+    def __init__(self, size: int | Sequence[int], resize: int, antialias: bool = True) -> None:
         self.size = _pair(size, "size")
-        self.resize = Resize(resize)
+        self.resize = Resize(resize, antialias)
+        self.antialias = self.resize.antialias
         if max(self.size) > self.resize.size:
             raise ValueError(f"crop {self.size} is larger than the resize {resize}")
 
@@ -190,10 +155,10 @@ class ResizedCenterCrop(CropPlanner):
         sy, sx = h / rh, w / rw
         ch, cw = self.size
         top, left = int(round((rh - ch) / 2)), int(round((rw - cw) / 2))
-        return Crop(top * sy, left * sx, ch * sy, cw * sx, ch, cw)
+        return Crop(top * sy, left * sx, ch * sy, cw * sx, ch, cw, self.antialias, window=True)
 
     def __repr__(self) -> str:
-        return f"ResizedCenterCrop(size={self.size}, resize={self.resize.size})"
+        return f"ResizedCenterCrop(size={self.size}, resize={self.resize.size}, antialias={self.antialias})"
 
 
 class RandomHorizontalFlip:
@@ -234,7 +199,7 @@ class Compose:
             if not callable(t):
                 raise TypeError(f"transform {t!r} is not callable")
         if len(ts) >= 2 and isinstance(ts[0], Resize) and isinstance(ts[1], CenterCrop):
-            ts[:2] = [ResizedCenterCrop(ts[1].size, ts[0].size)]
+            ts[:2] = [ResizedCenterCrop(ts[1].size, ts[0].size, ts[0].antialias)]
         self.transforms = ts
         self.reduced_decode = reduced_decode
 
@@ -249,17 +214,23 @@ class Compose:
             return self.transforms[0].plan(h, w, rng)
         return None
 
-    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None) -> np.ndarray:
+    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
+               max_pixels: int | None = None) -> np.ndarray:
         """Decodes ``data`` (reduced when the leading crop allows) and transforms it.
 
-        With ``out`` (a batch slot of the output's shape), the leading crop resizes
-        straight into it and in-place transforms keep it there; the result is ``out``
-        whenever that was possible, else a separate array the caller must copy.
+        The header is read once, checked against the pixel limit (``max_pixels``, else
+        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With ``out`` (a
+        batch slot of the output's shape), the leading crop resizes straight into it and
+        in-place transforms keep it there; the result is ``out`` whenever that was
+        possible, else a separate array the caller must copy.
         """
-        h, w = image_size(data)
+        header = read_header(data)
+        check_pixels(header, max_pixels)
+        h, w = header.height, header.width
         crop = self.plan(h, w, rng)
         rest = self.transforms[1:] if crop is not None else self.transforms
-        img = decoder.decode(data, crop.min_scale if crop is not None and self.reduced_decode else 1.0)
+        scale = crop.decode_scale if crop is not None and self.reduced_decode else 1.0
+        img = decoder.decode(data, scale, header=header, max_pixels=max_pixels)
         if crop is not None:
             direct = out is not None and out.shape == (crop.out_h, crop.out_w, img.shape[2])
             img = crop.apply(img, h, w, out if direct else None)
@@ -284,15 +255,22 @@ def as_compose(transform) -> Compose:
 
 
 def train(size: int = 224, scale: Sequence[float] = (0.08, 1.0), flip: bool = True,
-          reduced_decode: bool = True) -> Compose:
-    """RandomResizedCrop(size, scale) and a random horizontal flip."""
-    ts: list = [RandomResizedCrop(size, scale=scale)]
+          reduced_decode: bool = True, antialias: bool = True) -> Compose:
+    """RandomResizedCrop(size, scale) and a random horizontal flip (antialiased unless
+    ``antialias=False``, the faster OpenCV bilinear)."""
+    ts: list = [RandomResizedCrop(size, scale=scale, antialias=antialias)]
     if flip:
         ts.append(RandomHorizontalFlip())
     return Compose(ts, reduced_decode)
 
 
-def eval(size: int = 224, resize: int | None = None, reduced_decode: bool = True) -> Compose:  # noqa: A001
-    """Resize the shorter side to ``resize`` (default size / 0.875), then centre-crop ``size``."""
+def eval(size: int = 224, resize: int | None = None, reduced_decode: bool = True,  # noqa: A001
+         antialias: bool = True) -> Compose:
+    """Resize the shorter side to ``resize`` (default size / 0.875), then centre-crop ``size``.
+
+    Antialiased, it matches torchvision's Resize + CenterCrop on PIL images to within
+    rounding; ``antialias=False`` is the faster OpenCV bilinear.
+    """
     size_hw = _pair(size, "size")
-    return Compose([ResizedCenterCrop(size_hw, resize or int(round(max(size_hw) / 0.875)))], reduced_decode)
+    crop = ResizedCenterCrop(size_hw, resize or int(round(max(size_hw) / 0.875)), antialias)
+    return Compose([crop], reduced_decode)

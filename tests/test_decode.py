@@ -1,5 +1,9 @@
+import io
 import math
+import resource
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -7,6 +11,7 @@ from PIL import Image
 
 from fastload import decode as dec
 from fastload.decode import BACKENDS, DecodeError, decode_image, get_decoder, image_size
+from fastload.photos import source_photos
 
 from conftest import jpeg_bytes, make_image, png_bytes
 
@@ -111,3 +116,193 @@ def test_missing_turbojpeg_warns_once_and_falls_back(monkeypatch):
         assert dec.default_backend() == "opencv"
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "pip install PyTurboJPEG" in messages[0]
+
+
+# --- corrupt entropy-coded data ---------------------------------------------------------
+
+TURBO = pytest.mark.skipif(not dec._available("turbojpeg"), reason="needs libjpeg-turbo")
+
+
+def _scan_start(data: bytes) -> int:
+    """Offset of the first entropy-coded byte: just after the first SOS segment."""
+    i = 2
+    while data[i + 1] != 0xDA:
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return i + 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+
+
+def _flip_scan_bytes(data: bytes, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    out = bytearray(data)
+    for pos in rng.integers(_scan_start(data), len(data) - 2, size=int(rng.integers(1, 4))):
+        out[pos] ^= int(rng.integers(1, 256))
+    return bytes(out)
+
+
+def _libjpeg_complains(data: bytes) -> bool:
+    """Whether libjpeg warns or fails on ``data``, asked through PyTurboJPEG (in one thread
+    only: catch_warnings changes process-wide state)."""
+    import turbojpeg
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            turbojpeg.TurboJPEG().decode(data)
+        except OSError:
+            return True
+    return bool(caught)
+
+
+def _pillow_pixels(data: bytes) -> np.ndarray | None:
+    try:
+        with Image.open(io.BytesIO(data)) as img:  # Pillow decodes past libjpeg's warnings
+            return np.asarray(img.convert("RGB"))
+    except OSError:  # libjpeg's fatal errors
+        return None
+
+
+@pytest.fixture(scope="module")
+def real_jpegs():
+    try:
+        photos = source_photos()
+    except ImportError as e:
+        pytest.skip(str(e))
+    names = ("astronaut.png", "chelsea.png", "coffee.png", "motorcycle_left.png", "rocket.jpg", "camera.png")
+    return {(name, q): jpeg_bytes(photos[name], quality=q) for name in names for q in (75, 95)}
+
+
+@TURBO
+def test_corrupt_scan_data_in_real_photos_is_a_decode_error(real_jpegs):
+    warned = 0
+    for (name, q), data in real_jpegs.items():
+        clean = decode_image(data, backend="turbojpeg")
+        assert np.abs(clean.astype(np.int16) - _pillow_pixels(data)).mean() < 1, "clean photo decodes wrong"
+        for seed in range(8):
+            bad = _flip_scan_bytes(data, seed)
+            if not _libjpeg_complains(bad):
+                # The Huffman stream fell back in step: libjpeg sees nothing, and JPEG has no
+                # checksum for any decoder to see it with (a few blocks, or a colour shift).
+                decode_image(bad, backend="turbojpeg")
+                continue
+            warned += 1
+            damaged = _pillow_pixels(bad)
+            assert damaged is None or np.any(damaged != clean), f"{name} q{q} seed {seed}"
+            # libjpeg's own message, e.g. "Corrupt JPEG data: 83 extraneous bytes before marker 0xd9"
+            with pytest.raises(DecodeError, match=r"^libjpeg-turbo: \w+"):
+                decode_image(bad, backend="turbojpeg")
+            with pytest.raises(DecodeError, match=r"^libjpeg-turbo: \w+"):
+                decode_image(bad, min_scale=0.3, backend="turbojpeg")  # DCT-reduced decode too
+    assert warned >= len(real_jpegs) * 8 // 3, f"only {warned} corruptions reached libjpeg's checks"
+
+
+@TURBO
+def test_threads_attribute_corrupt_jpeg_errors_to_exactly_their_files(real_jpegs):
+    items = []
+    for data in real_jpegs.values():
+        items.append(data)
+        corrupt = [b for b in (_flip_scan_bytes(data, s) for s in range(30)) if _libjpeg_complains(b)]
+        items += corrupt[:2]
+
+    def outcome(data: bytes):
+        try:
+            img = decode_image(data, backend="turbojpeg")
+        except DecodeError as e:
+            return str(e)
+        return int(img.astype(np.int64).sum()), img.shape
+
+    expected = [outcome(d) for d in items]
+    errors = sum(isinstance(e, str) for e in expected)
+    assert errors == len(items) - len(real_jpegs), "every corrupt JPEG must fail, every clean one decode"
+    assert len({e for e in expected if isinstance(e, str)}) > errors // 2  # messages tell files apart
+    rng = np.random.default_rng(0)
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(4):
+            order = rng.permutation(len(items))
+            got = list(pool.map(outcome, [items[i] for i in order]))
+            assert got == [expected[i] for i in order]
+
+
+# --- pixel limit ------------------------------------------------------------------------
+
+
+def _claiming(data: bytes, h: int, w: int) -> bytes:
+    """A real JPEG whose frame header claims h x w."""
+    i = data.index(b"\xff\xc0")
+    return data[: i + 5] + h.to_bytes(2, "big") + w.to_bytes(2, "big") + data[i + 9 :]
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_huge_header_fails_fast_before_allocating(backend):
+    data = _claiming(jpeg_bytes(make_image(2, 256, 320), quality=95), 65500, 65500)
+    peak = _peak_rss_mb()
+    start = time.perf_counter()
+    with pytest.raises(DecodeError, match=r"65500x65500 = 4,290,250,000 pixels is over the limit of 89,478,485"):
+        decode_image(data, backend=backend)
+    assert time.perf_counter() - start < 0.5
+    assert _peak_rss_mb() - peak < 200
+
+
+def test_huge_png_and_pillow_format_headers_fail():
+    png = bytearray(png_bytes(Image.fromarray(make_image(3, 8, 8))))
+    png[16:24] = (70000).to_bytes(4, "big") + (60000).to_bytes(4, "big")
+    with pytest.raises(DecodeError, match="70000x60000"):
+        decode_image(bytes(png))
+    bmp = io.BytesIO()
+    Image.fromarray(make_image(3, 8, 8)).save(bmp, format="BMP")
+    raw = bytearray(bmp.getvalue())
+    raw[18:26] = (12000).to_bytes(4, "little") + (11000).to_bytes(4, "little")  # 132M: Pillow only warns
+    with pytest.warns(Image.DecompressionBombWarning), pytest.raises(DecodeError, match="12000x11000"):
+        decode_image(bytes(raw))
+
+
+def test_pixel_limit_per_call_module_and_dataset(monkeypatch):
+    from fastload.datasets.base import ImageDataset
+    from fastload.transforms import eval as eval_preset
+
+    data = jpeg_bytes(make_image(4, 60, 80))  # 4,800 pixels
+    assert decode_image(data, max_pixels=4800).shape == (60, 80, 3)
+    with pytest.raises(DecodeError, match="80x60 = 4,800 pixels is over the limit of 4,799"):
+        decode_image(data, max_pixels=4799)
+    monkeypatch.setattr(dec, "MAX_IMAGE_PIXELS", 4799)
+    with pytest.raises(DecodeError, match="limit of 4,799"):
+        decode_image(data)
+    assert decode_image(data, max_pixels=10**9).shape == (60, 80, 3)  # per call wins
+    monkeypatch.setattr(dec, "MAX_IMAGE_PIXELS", None)  # Pillow's idiom: None disables
+    assert decode_image(data).shape == (60, 80, 3)
+    for bad, err in ((0, ValueError), (-5, ValueError), (1.5e6, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="max_pixels"):
+            decode_image(data, max_pixels=bad)
+
+    class OneSample(ImageDataset):
+        def __len__(self):
+            return 1
+
+        def read(self, index):
+            return data, 0
+
+        def describe(self, index):
+            return "mem://0.jpg"
+
+    for transform in (None, eval_preset(32)):
+        with pytest.raises(DecodeError, match=r"sample 0 \(mem://0.jpg\): .*limit of 4,000"):
+            OneSample([0], transform, max_pixels=4000).load(0)
+        assert OneSample([0], transform, max_pixels=4800).load(0)[0].shape[2] == 3
+    assert OneSample([0]).max_pixels is None
+    with pytest.raises(ValueError, match="max_pixels"):
+        OneSample([0], max_pixels=0)
+
+
+def test_read_header_parses_once_what_decoders_need(photo):
+    from fastload.decode import ImageHeader, read_header
+
+    assert read_header(jpeg_bytes(photo)) == ImageHeader(181, 243, "jpeg", 3, False)
+    assert read_header(jpeg_bytes(photo, mode="L")).components == 1
+    assert read_header(jpeg_bytes(photo, mode="CMYK")).components == 4
+    buf = io.BytesIO()
+    Image.fromarray(photo).save(buf, format="JPEG", progressive=True)
+    assert read_header(buf.getvalue()).progressive
+    assert read_header(png_bytes(Image.fromarray(photo).convert("RGBA"))) == ImageHeader(181, 243, "png", 4)

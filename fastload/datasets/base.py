@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decode import DecodeError, get_decoder
+from ..decode import DecodeError, check_max_pixels, get_decoder
 from ..storage import SharedArray
 from ..transforms import Compose, as_compose
 
@@ -28,9 +28,13 @@ class ImageDataset(torch.utils.data.Dataset):
             ``__len__`` and ``labels`` itself (labels stored inside the records).
         transform: A Compose, a list of transforms, one transform, or None (full decode).
         decoder: A backend name from ``fastload.decode.BACKENDS``; None picks the best.
+        max_pixels: Samples whose header claims more pixels fail with DecodeError before
+            decoding; None uses ``fastload.decode.MAX_IMAGE_PIXELS`` (Pillow's limit)
+            when the sample is decoded. Kept on the dataset, so it reaches workers.
     """
 
-    def __init__(self, labels: Any, transform: Any = None, decoder: str | None = None) -> None:
+    def __init__(self, labels: Any, transform: Any = None, decoder: str | None = None, *,
+                 max_pixels: int | None = None) -> None:
         if labels is not None and not isinstance(labels, SharedArray):
             labels = SharedArray(labels, np.int64)
         if labels is not None and len(labels) and labels.array.min() < 0:
@@ -41,6 +45,8 @@ class ImageDataset(torch.utils.data.Dataset):
         if decoder is not None:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder = decoder
+        check_max_pixels(max_pixels)
+        self.max_pixels = max_pixels
         self.epoch = 0
         self.seed = 0
 
@@ -68,7 +74,8 @@ class ImageDataset(torch.utils.data.Dataset):
     def decode_sample(self, index: int, data: Any, epoch: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
         """Decodes and transforms ``data``, the bytes of sample ``index`` (into ``out`` when it can)."""
         try:
-            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index), out)
+            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index), out,
+                                         self.max_pixels)
         except DecodeError as e:
             named = DecodeError(f"sample {index} ({self.describe(index)}): {e}")
             named.sample_index = index  # the loader adds no second name

@@ -1,0 +1,127 @@
+"""Encoded image bytes → RGB uint8 HWC arrays, with reduced-size (DCT-scaled) JPEG decode.
+
+Backends, best first: libjpeg-turbo through TurboJPEG (JPEG only; other formats go to
+OpenCV or Pillow), OpenCV, Pillow. All three release the GIL while decoding. Decoders
+are looked up by name through :func:`get_decoder` so datasets pickle only the name.
+
+Every decode reads the header first and refuses images over a pixel limit before any
+pixel memory is allocated: ``max_pixels`` per call, else :data:`MAX_IMAGE_PIXELS`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+
+import numpy as np
+
+from ._base import Buffer, DecodeError, Decoder, check_max_pixels, check_pixels, reduced_scale
+from .fallback import OpenCVDecoder, PillowDecoder
+from .header import ImageHeader, image_size, is_jpeg, read_header
+from .turbo import TurboJPEGDecoder
+
+__all__ = [
+    "BACKENDS",
+    "MAX_IMAGE_PIXELS",
+    "DecodeError",
+    "Decoder",
+    "ImageHeader",
+    "check_pixels",
+    "decode_image",
+    "default_backend",
+    "get_decoder",
+    "image_size",
+    "is_jpeg",
+    "read_header",
+    "reduced_scale",
+]
+
+BACKENDS = ("turbojpeg", "opencv", "pillow")
+
+#: Images with more pixels than this fail with DecodeError before decoding (a JPEG of
+#: 100 KB can claim 65500x65500). Pillow's default; None disables the check. Set it at
+#: import time: worker processes started with "spawn" re-import this module.
+MAX_IMAGE_PIXELS: int | None = 89_478_485
+
+_MAKERS = {"turbojpeg": TurboJPEGDecoder, "opencv": OpenCVDecoder, "pillow": PillowDecoder}
+_cache: dict[str, Decoder] = {}
+_lock = threading.Lock()
+_warned = False
+_default: Decoder | None = None  # get_decoder(None), resolved once per process
+
+
+def _make(name: str) -> Decoder:
+    with _lock:
+        if name not in _cache:
+            _cache[name] = _MAKERS[name]()
+        return _cache[name]
+
+
+def _available(name: str) -> bool:
+    try:
+        _make(name)
+        return True
+    except (ImportError, OSError, RuntimeError):
+        return False
+
+
+def default_backend() -> str:
+    """The best backend that loads here (``FASTLOAD_DECODER`` overrides)."""
+    global _warned
+    forced = os.environ.get("FASTLOAD_DECODER")
+    if forced:
+        return forced
+    if _available("turbojpeg"):
+        return "turbojpeg"
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "fastload: PyTurboJPEG or libjpeg-turbo is missing, decoding JPEG with OpenCV "
+            "(slower, and corrupt JPEG data that libjpeg only warns about decodes silently). "
+            "Install with `pip install PyTurboJPEG` and `apt-get install libturbojpeg0` (Debian/Ubuntu).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return "opencv" if _available("opencv") else "pillow"
+
+
+def get_decoder(name: str | None = None) -> Decoder:
+    """Returns the decoder called ``name`` (one of BACKENDS), or the best available."""
+    global _default
+    if name is None:
+        if _default is None:
+            _default = get_decoder(default_backend())
+        return _default
+    if name not in _MAKERS:
+        raise ValueError(f"unknown decoder backend {name!r}; choose from {BACKENDS}")
+    try:
+        return _make(name)
+    except (ImportError, OSError, RuntimeError) as e:
+        hint = {
+            "turbojpeg": "pip install PyTurboJPEG and apt-get install libturbojpeg0",
+            "opencv": "pip install opencv-python-headless",
+            "pillow": "pip install pillow",
+        }[name]
+        raise ImportError(f"decoder backend {name!r} is unavailable ({e}); {hint}") from e
+
+
+def decode_image(data: Buffer, min_scale: float = 1.0, backend: str | None = None, *,
+                 max_pixels: int | None = None) -> np.ndarray:
+    """Decodes ``data`` to an RGB uint8 HWC array.
+
+    Args:
+        data: Encoded image bytes (JPEG, PNG, anything Pillow reads).
+        min_scale: With a value below 1, JPEGs are decoded at the smallest DCT scale
+            whose output is still at least ``ceil(side * min_scale)`` on each side.
+        backend: One of BACKENDS; the best available when None.
+        max_pixels: Refuse images with more pixels than this (read from the header,
+            before decoding); None uses ``fastload.decode.MAX_IMAGE_PIXELS``.
+
+    Raises:
+        DecodeError: The bytes are corrupt, truncated, not an image, or over the pixel
+            limit. With the turbojpeg backend, corrupt JPEG data that libjpeg only warns
+            about is an error too (the message is libjpeg's).
+    """
+    check_max_pixels(max_pixels)
+    return get_decoder(backend).decode(data, min_scale, max_pixels=max_pixels)

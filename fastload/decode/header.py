@@ -1,0 +1,111 @@
+"""Image headers read without decoding pixels: JPEG and PNG parsed here, the rest by Pillow."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from ._base import Buffer, DecodeError
+
+_JPEG_SOI = b"\xff\xd8"
+_PNG_SIG = b"\x89PNG\r\n\x1a\n"
+# SOF markers carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) do not.
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+# PNG colour type -> channels: grey, RGB, palette, grey + alpha, RGBA.
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an image's header says, read once per sample and passed to the decoder.
+
+    Attributes:
+        height: Rows of the full-size image.
+        width: Columns of the full-size image.
+        format: "jpeg", "png", or Pillow's format name in lower case.
+        components: Colour channels stored (JPEG: 1 grey, 3 YCbCr or RGB, 4 CMYK or YCCK).
+        progressive: A progressive JPEG.
+    """
+
+    height: int
+    width: int
+    format: str
+    components: int = 3
+    progressive: bool = False
+
+
+def is_jpeg(data: Buffer) -> bool:
+    return bytes(data[:2]) == _JPEG_SOI
+
+
+def read_header(data: Buffer) -> ImageHeader:
+    """The header of ``data``, without decoding pixels.
+
+    Raises:
+        DecodeError: The bytes do not start like an image, or its header is cut short.
+    """
+    head = memoryview(data)
+    if bytes(head[:2]) == _JPEG_SOI:
+        return _jpeg_header(head)
+    if bytes(head[:8]) == _PNG_SIG and len(head) >= 26:
+        h, w = int.from_bytes(head[20:24], "big"), int.from_bytes(head[16:20], "big")
+        if h == 0 or w == 0:
+            raise DecodeError(f"PNG header has zero size {w}x{h}")
+        return ImageHeader(h, w, "png", _PNG_CHANNELS.get(head[25], 3))
+    return _pillow_header(head)
+
+
+def image_size(data: Buffer) -> tuple[int, int]:
+    """(height, width) read from the header, without decoding pixels."""
+    header = read_header(data)
+    return header.height, header.width
+
+
+def _jpeg_header(buf: memoryview) -> ImageHeader:
+    i, n = 2, len(buf)
+    while i + 4 <= n:
+        if buf[i] != 0xFF:
+            raise DecodeError(f"corrupt JPEG header: no marker at byte {i}")
+        marker = buf[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+            continue
+        if marker in _SOF_MARKERS:
+            if i + 10 > n:
+                break
+            h = (buf[i + 5] << 8) | buf[i + 6]
+            w = (buf[i + 7] << 8) | buf[i + 8]
+            if h == 0 or w == 0:
+                raise DecodeError(f"JPEG frame has zero size {w}x{h}")
+            return ImageHeader(h, w, "jpeg", buf[i + 9], marker in _PROGRESSIVE_SOF)
+        if marker in (0xD9, 0xDA):  # end of image or start of scan before any frame
+            break
+        i += 2 + ((buf[i + 2] << 8) | buf[i + 3])
+    raise DecodeError("truncated or corrupt JPEG header: no frame size found")
+
+
+def _pillow_header(head: memoryview) -> ImageHeader:
+    from PIL import Image
+
+    try:
+        # Lazy: Image.open reads the header only. Pillow's own decompression-bomb check
+        # (PIL.Image.MAX_IMAGE_PIXELS) runs here too and fails images twice over it.
+        with Image.open(io.BytesIO(head)) as img:
+            w, h = img.size
+            return ImageHeader(h, w, (img.format or "unknown").lower(), len(img.getbands()))
+    except Image.DecompressionBombError as e:
+        raise DecodeError(f"image over Pillow's limit, PIL.Image.MAX_IMAGE_PIXELS: {e}") from e
+    except Exception as e:
+        raise DecodeError(f"unrecognised image header: {e}") from e
+
+
+def check_jpeg_complete(data: Buffer) -> None:
+    # FFD9 cannot occur inside entropy-coded data (FF is always stuffed), so a JPEG
+    # without EOI near its end was cut short; decoders would fill the rest with grey.
+    tail = bytes(memoryview(data)[-4096:])
+    if tail.rfind(b"\xff\xd9") < 0:
+        raise DecodeError("truncated JPEG: no end-of-image marker")

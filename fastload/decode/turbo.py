@@ -1,0 +1,114 @@
+"""JPEG through libjpeg-turbo's TurboJPEG API, called with ctypes so that a libjpeg
+warning fails the call that caused it.
+
+libjpeg "warns" when entropy-coded data is corrupt and decodes on regardless, into
+garbage or grey. PyTurboJPEG passes those warnings to ``warnings.warn``: printed once
+per process, naming no file, and catchable only by changing the process-wide warning
+filters, which many decoding threads cannot do safely. Here every call has its own
+TurboJPEG handle, asks libjpeg to stop at the first warning (TJFLAG_STOPONWARNING) and
+reads the message from that handle, so concurrent calls never see each other's errors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import os
+import platform
+from ctypes import c_char_p, c_int, c_ulong, c_void_p
+
+import numpy as np
+
+from ._base import POW2_SCALES, Buffer, DecodeError, Decoder, as_array, check_pixels, reduced_scale
+from .header import ImageHeader, check_jpeg_complete, read_header
+
+TJPF_RGB = 0
+TJFLAG_STOPONWARNING = 8192  # libjpeg-turbo >= 2.0; older versions ignore it
+
+
+def _library_path(turbojpeg) -> str:
+    # PyTurboJPEG's search order: the linker's path, its list of usual places, LD_LIBRARY_PATH.
+    path = ctypes.util.find_library("turbojpeg")
+    if path:
+        return path
+    candidates = list(getattr(turbojpeg, "DEFAULT_LIB_PATHS", {}).get(platform.system(), []))
+    candidates += [os.path.join(d, "libturbojpeg.so.0") for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            return candidate
+    raise OSError("libturbojpeg not found (apt-get install libturbojpeg0, or brew install jpeg-turbo)")
+
+
+def _load_library() -> ctypes.CDLL:
+    import turbojpeg  # PyTurboJPEG: only to find the library as it would
+
+    lib = ctypes.CDLL(_library_path(turbojpeg))
+    lib.tjInitDecompress.argtypes = []
+    lib.tjInitDecompress.restype = c_void_p
+    lib.tjDestroy.argtypes = [c_void_p]
+    lib.tjDestroy.restype = c_int
+    lib.tjDecompress2.argtypes = [c_void_p, c_void_p, c_ulong, c_void_p, c_int, c_int, c_int, c_int, c_int]
+    lib.tjDecompress2.restype = c_int
+    if hasattr(lib, "tjGetErrorStr2"):  # per handle, libjpeg-turbo >= 2.0
+        lib.tjGetErrorStr2.argtypes = [c_void_p]
+        lib.tjGetErrorStr2.restype = c_char_p
+    lib.tjGetErrorStr.argtypes = []
+    lib.tjGetErrorStr.restype = c_char_p
+    return lib
+
+
+class TurboJPEGDecoder:
+    name = "turbojpeg"
+
+    def __init__(self) -> None:
+        self._lib = _load_library()
+        self._error = getattr(self._lib, "tjGetErrorStr2", None)
+        self._other: Decoder | None = None
+        self._pillow: Decoder | None = None
+
+    def _fallback(self) -> Decoder:
+        if self._other is None:
+            from .fallback import OpenCVDecoder, PillowDecoder
+
+            try:
+                self._other = OpenCVDecoder()
+            except ImportError:
+                self._other = PillowDecoder()
+        return self._other
+
+    def _cmyk(self) -> Decoder:
+        if self._pillow is None:
+            from .fallback import PillowDecoder
+
+            self._pillow = PillowDecoder()
+        return self._pillow
+
+    def decode(self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None,
+               max_pixels: int | None = None) -> np.ndarray:
+        header = read_header(data) if header is None else header
+        if header.format != "jpeg":
+            return self._fallback().decode(data, min_scale, header=header, max_pixels=max_pixels)
+        check_pixels(header, max_pixels)
+        check_jpeg_complete(data)
+        if header.components == 4:  # TurboJPEG cannot convert CMYK or YCCK to RGB
+            return self._cmyk().decode(data, min_scale, header=header, max_pixels=max_pixels)
+        s = reduced_scale(header.height, header.width, min_scale, POW2_SCALES)
+        # libjpeg's scaled size: ceil(side * s). Asked for exactly that, tjDecompress2
+        # picks scale s (the largest whose output fits) and writes within this buffer.
+        h, w = math.ceil(header.height * s), math.ceil(header.width * s)
+        out = np.empty((h, w, 3), dtype=np.uint8)
+        src = as_array(data)
+        lib = self._lib
+        handle = lib.tjInitDecompress()
+        if not handle:
+            raise MemoryError("tjInitDecompress failed")
+        try:
+            status = lib.tjDecompress2(handle, src.ctypes.data, src.size, out.ctypes.data, w, w * 3, h,
+                                       TJPF_RGB, TJFLAG_STOPONWARNING)
+            if status != 0:
+                message = self._error(handle) if self._error is not None else lib.tjGetErrorStr()
+                raise DecodeError(f"libjpeg-turbo: {message.decode(errors='replace')}")
+        finally:
+            lib.tjDestroy(handle)
+        return out
