@@ -42,6 +42,24 @@ def check_image(img: np.ndarray, where: str) -> None:
         raise TypeError(f"{where}: expected a uint8 H×W×C numpy array, got {desc}")
 
 
+def write_row(row: np.ndarray, img: np.ndarray, where: str) -> int:
+    """Copies ``img`` into its batch row unless it already is that row (a transform wrote
+    it in place); returns the number of copies made (0 or 1).
+
+    Raises:
+        TypeError: ``img`` is not a uint8 H×W×C array.
+        ValueError: ``img`` does not have the row's shape.
+    """
+    if img is row:
+        return 0
+    if img.shape != row.shape or img.dtype != np.uint8:
+        check_image(img, where)
+        raise ValueError(f"{where} has shape {img.shape} but the batch holds {row.shape}; "
+                         "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
+    row[...] = img  # the one copy per sample; handles flipped (negative-stride) views
+    return 1
+
+
 def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = None,
                  out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Stacks (HWC uint8 image, label) pairs into (N×H×W×C uint8, N int64).
@@ -66,15 +84,8 @@ def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = N
         raise ValueError(f"fast_collate: out buffer {tuple(out.shape)} {out.dtype} cannot hold a {shape} uint8 batch")
     else:
         images = out[: shape[0]]
-    dst = images.numpy()
-    labels = np.empty(len(samples), dtype=np.int64)
-    for i, (img, label) in enumerate(samples):
-        if img.shape != first.shape or img.dtype != np.uint8:
-            check_image(img, f"fast_collate sample {i}")
-            raise ValueError(
-                f"fast_collate: sample {i} has shape {img.shape} but sample 0 has {first.shape}; "
-                "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)"
-            )
-        dst[i] = img  # the one copy per sample; handles flipped (negative-stride) views
-        labels[i] = label
+    rows = images.numpy()
+    for i, (img, _) in enumerate(samples):
+        write_row(rows[i], img, f"fast_collate sample {i}")
+    labels = np.fromiter((label for _, label in samples), dtype=np.int64, count=len(samples))
     return images, torch.from_numpy(labels)

@@ -87,10 +87,11 @@ class CudaPrefetcher:
         device: Target device; None means cuda if available, else cpu.
         depth: Batches in flight on the side stream.
         normalizer: Applied on the side stream (default: ImageNet float32).
+        stream: The CUDA side stream to use (default: a new one).
     """
 
     def __init__(self, iterable: Iterable, device: Any = None, depth: int = 2,
-                 normalizer: Normalizer | None = None) -> None:
+                 normalizer: Normalizer | None = None, stream: Any = None) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1, got {depth!r}")
         self.iterable = iterable
@@ -100,7 +101,11 @@ class CudaPrefetcher:
         self.depth = depth
         self.normalizer = normalizer or Normalizer()
         self.stats = Stats()
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        if stream is not None and self.device.type != "cuda":
+            raise ValueError(f"a CUDA stream was given for device {self.device}")
+        if self.device.type == "cuda" and stream is None:
+            stream = torch.cuda.Stream(self.device)
+        self._stream = stream
         self._timings: deque = deque()
         self._warned_unpinned = False
         self._closed = False

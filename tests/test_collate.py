@@ -23,7 +23,7 @@ def test_layout_values_and_labels():
 
 def test_mixed_sizes_is_a_clear_error():
     samples = _samples() + [(np.zeros((6, 7, 3), np.uint8), 1)]
-    with pytest.raises(ValueError, match=r"sample 4 has shape \(6, 7, 3\) but sample 0 has \(5, 7, 3\)"):
+    with pytest.raises(ValueError, match=r"sample 4 has shape \(6, 7, 3\) but the batch holds \(5, 7, 3\)"):
         fast_collate(samples)
 
 

@@ -99,15 +99,93 @@ def test_cuda_numerics_match_cpu():
         assert torch.equal(gl, cl)
 
 
+# These tests keep the consumer asynchronous (no .item(), no synchronize until the end)
+# and delay the *side* stream, so a missing wait, record_stream or buffer gate shows up
+# as wrong sums instead of being hidden by a host sync.
+
+LONG = 20_000_000  # torch.cuda._sleep cycles: milliseconds of GPU time
+
+
+class _SlowNormalizer(Normalizer):
+    """Normalizes after a long kernel on the (side) stream it runs on."""
+
+    def __call__(self, images):
+        torch.cuda._sleep(LONG)
+        return super().__call__(images)
+
+
+def _expected_sums(src, normalizer):
+    return torch.stack([normalizer(x.cuda()).double().sum().cpu() for x, _ in src])
+
+
 @pytest.mark.cuda
-def test_cuda_slow_consumer_never_sees_a_corrupted_batch():
-    n, shape = 200, (8, 32, 32, 3)
-    src = list(_batches(n, shape, pin=True))
-    sums = [x.to(torch.int64).sum().item() for x, _ in src]
-    for i, (y, _) in enumerate(CudaPrefetcher(src, device="cuda", depth=3, normalizer=Normalizer(normalize=False))):
-        if i % 10 == 0:
-            torch.cuda._sleep(2_000_000)  # a long kernel on the consumer stream
-        assert y.to(torch.int64).sum().item() == sums[i]
+def test_cuda_consumer_waits_for_each_batch():
+    """Fails without the consumer's wait on the batch's ready event."""
+    src = list(_batches(20, (8, 32, 32, 3), pin=True))
+    want = _expected_sums(src, Normalizer())
+    got = torch.zeros(len(src), dtype=torch.float64, device="cuda")
+    for i, (y, _) in enumerate(CudaPrefetcher(src, device="cuda", depth=3, normalizer=_SlowNormalizer())):
+        got[i] = y.double().sum()  # queued on the consumer stream: no host sync
+    torch.testing.assert_close(got.cpu(), want)
+
+
+@pytest.mark.cuda
+def test_cuda_freed_outputs_are_not_reused_while_the_consumer_reads():
+    """Fails without record_stream: a freed output block would be refilled by the side
+    stream while the consumer's (delayed) read of it is still queued."""
+    src = list(_batches(30, (8, 32, 32, 3), pin=True))
+    want = _expected_sums(src, Normalizer())
+    got = torch.zeros(len(src), dtype=torch.float64, device="cuda")
+    for i, (y, _) in enumerate(CudaPrefetcher(src, device="cuda", depth=2)):
+        torch.cuda._sleep(LONG)  # the consumer's step runs long...
+        got[i] = y.double().sum()  # ...then reads the batch; y is dropped right away
+        del y
+    torch.testing.assert_close(got.cpu(), want)
+
+
+@pytest.mark.cuda
+def test_cuda_reused_host_buffer_waits_for_its_copy():
+    """Fails if a ring buffer is handed back before its host-to-device copy ran: batch i
+    is filled with i, and the copy of each batch is held back on the side stream."""
+    from fastload.batch import HostBatch
+    from fastload.sources.ring import BufferRing, RingLease
+
+    ring = BufferRing(1, (4, 8, 8, 3), pin=True)
+    side = torch.cuda.Stream()
+    n = 12
+
+    def source():
+        for i in range(n):
+            slot = ring.acquire(None)  # waits for the previous copy's event
+            bufs = ring.buffers(slot)
+            bufs.images.fill_(i)
+            bufs.labels.fill_(i)
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(LONG)  # the copy of this batch starts late
+            yield HostBatch(bufs.images, bufs.labels, bufs.indices, 0, (), RingLease(ring, slot))
+
+    got = torch.zeros(n, dtype=torch.float64, device="cuda")
+    prefetcher = CudaPrefetcher(source(), device="cuda", depth=2, normalizer=Normalizer(normalize=False),
+                                stream=side)
+    for i, (y, labels) in enumerate(prefetcher):
+        got[i] = y.double().mean() + labels.double().mean()
+    torch.testing.assert_close(got.cpu(), 2 * torch.arange(n, dtype=torch.float64))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_cuda_loader_batches_equal_the_cpu_path(folder, backend):
+    import fastload as fl
+
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(24))
+    opts = dict(batch_size=5, num_workers=2, shuffle=True, seed=3, backend=backend, normalize=False)
+    with fl.Loader(ds, device="cpu", **opts) as cpu, fl.Loader(ds, device="cuda", **opts) as gpu:
+        for (cx, cy), (gx, gy) in zip(cpu, gpu):
+            assert torch.equal(cx, gx.cpu()) and torch.equal(cy, gy.cpu())
+        with fl.Loader(ds, device="cuda", **{**opts, "normalize": True}) as norm:
+            with fl.Loader(ds, device="cpu", **{**opts, "normalize": True}) as cnorm:
+                for (cx, _), (gx, _) in zip(cnorm, norm):
+                    torch.testing.assert_close(gx.cpu(), cx, rtol=0, atol=1e-6)
 
 
 @pytest.mark.cuda

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
-from ..collate import alloc_batch, check_image
+from ..collate import alloc_batch, check_image, write_row
 from ..datasets.base import sample_rng
 from ..sampler import BatchRequest
 from .inflight import InFlight
@@ -142,17 +142,10 @@ class BatchFetcher(torch.utils.data.Dataset):
 
 
 def put(slot: np.ndarray, item: Loaded, dataset: Any) -> int:
-    """Copies ``item`` into its batch row ``slot`` unless the transforms already wrote it
-    there (``item.image is slot``); returns the number of copies made (0 or 1)."""
+    """Writes ``item`` into its batch row (see :func:`fastload.collate.write_row`)."""
     if item.image is slot:
         return 0
-    if item.image.shape != slot.shape or item.image.dtype != np.uint8:
-        where = f"sample {item.index} ({describe(dataset, item.index)})"
-        check_image(item.image, where)
-        raise ValueError(f"{where} has shape {item.image.shape} but the batch holds {slot.shape}; "
-                         "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
-    slot[...] = item.image  # handles flipped (negative-stride) views
-    return 1
+    return write_row(slot, item.image, f"sample {item.index} ({describe(dataset, item.index)})")
 
 
 def collated(images: torch.Tensor, loaded: list[Loaded], epoch: int, labels: torch.Tensor | None = None,
