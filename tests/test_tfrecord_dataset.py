@@ -268,3 +268,19 @@ def test_record_that_disagrees_with_its_index_is_named(tmp_path):
     open(path, "wb").write(bytes(raw))
     with pytest.raises(ValueError, match=rf"record at byte {offsets[1]} holds .* index says .*stale"):
         ds.read(1)
+
+
+def test_sidecar_counts_catch_a_shard_cut_at_a_record_boundary(tmp_path, folder):
+    from fastload.convert import convert
+
+    dst = str(tmp_path / "t")
+    convert(folder, dst, "tfrecord", shards=2, progress=False)
+    shard = os.path.join(dst, "data-00001-of-00002")
+    offsets = [int(line.split()[0]) for line in open(shard + ".idx")]
+    with open(shard, "r+b") as f:
+        f.truncate(offsets[-1])
+    with pytest.raises(ValueError, match=r"data-00001-of-00002: 11 records, but the dataset's metadata sidecar "
+                                         r"says 12"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the index is stale too, and rebuilt
+            fl.open_dataset(dst)

@@ -217,6 +217,23 @@ def test_missing_feature_is_an_error_record(tmp_path):
     assert all(isinstance(r.error, KeyError) and "image/jpeg" in str(r.error) for r in records)
 
 
+def test_decode_uses_the_records_number_and_names_it(tmp_path, folder):
+    from fastload.convert import convert
+
+    convert(folder, str(tmp_path / "t"), "tfrecord", shards=2, progress=False)
+    stream = fl.TFRecordStream(str(tmp_path / "t"), transform=fl.transforms.train(16))
+    assert stream.classes == ["c0", "c1", "c2"]
+    a = {r.number: r for r in stream.records_for(0, 2)}
+    b = {r.number: r for r in stream.records_for(1, 2)}
+    assert sorted({**a, **b}) == list(range(24))
+    ds = fl.TFRecordDataset(str(tmp_path / "t"), transform=fl.transforms.train(16))
+    for n, record in {**a, **b}.items():  # the same augmentation as the map-style dataset's sample n
+        assert np.array_equal(stream.decode(record, 3, 7), ds.load(n, 3, 7)[0])
+    bad = fl.StreamRecord(5, "somewhere record at byte 9", b"not an image", 0)
+    with pytest.raises(fl.DecodeError, match="record 5 \\(somewhere record at byte 9\\)"):
+        stream.decode(bad, 0, 0)
+
+
 def test_slot_arguments_are_checked(tmp_path):
     stream = fl.TFRecordStream(_files(tmp_path, [3]))
     with pytest.raises(ValueError, match="slot 4 must be in"):
