@@ -284,3 +284,17 @@ def test_sidecar_counts_catch_a_shard_cut_at_a_record_boundary(tmp_path, folder)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the index is stale too, and rebuilt
             fl.open_dataset(dst)
+
+
+def test_forked_child_reopens_its_own_descriptors(tmp_path):
+    for k in range(4):
+        write_records(str(tmp_path / f"f{k}.tfrecord"), [k], first_seed=k)
+    ds = fl.TFRecordDataset(str(tmp_path), max_open_files=2)
+    assert [ds.read(i)[1] for i in range(4)] == [0, 1, 2, 3] and ds._pool.open_count() == 2
+    pid = os.fork()
+    if pid == 0:  # the child: inherited descriptors are dropped, reads open their own
+        ok = ds._pool.open_count() == 0 and [ds.read(i)[1] for i in (3, 0, 2, 1)] == [3, 0, 2, 1]
+        os._exit(0 if ok and ds._pool.open_count() == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [ds.read(i)[1] for i in range(4)] == [0, 1, 2, 3]

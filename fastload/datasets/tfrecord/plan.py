@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,16 +54,19 @@ def _whole_files(counts: Sequence[int], nonempty: list[int], num_slots: int) -> 
 
 
 def _ranges(counts: Sequence[int], num_slots: int) -> list[list[Segment]]:
-    total = sum(counts)
+    starts = list(itertools.accumulate(counts, initial=0))  # record number of each file's first record
+    total = starts[-1]
     plan: list[list[Segment]] = []
     for slot in range(num_slots):
         lo, hi = slot * total // num_slots, (slot + 1) * total // num_slots
-        segments, first = [], 0
-        for file_id, n in enumerate(counts):
-            start, stop = max(lo, first) - first, min(hi, first + n) - first
-            if start < stop:
-                segments.append(Segment(file_id, start, stop))
-            first += n
+        segments = []
+        file_id = bisect.bisect_right(starts, lo) - 1
+        while lo < hi:
+            stop = min(hi, starts[file_id + 1])
+            if lo < stop:
+                segments.append(Segment(file_id, lo - starts[file_id], stop - starts[file_id]))
+            lo = stop
+            file_id += 1
         plan.append(segments)
     return plan
 
