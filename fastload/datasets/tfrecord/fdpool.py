@@ -21,7 +21,7 @@ class FilePool:
     """Read-only descriptors for ``files``, at most ``limit`` open at once (least recently used closed).
 
     A descriptor in use by one thread is never closed under it by another; when all are in
-    use the pool goes over the limit until they are released.
+    use the pool goes over the limit until they are released, then closes the extra ones.
 
     Args:
         files: The paths, indexed by file id.
@@ -46,6 +46,8 @@ class FilePool:
         finally:
             with self._lock:
                 self._open[file_id][1] -= 1
+                if len(self._open) > self.limit:  # back under the limit once the rush is over
+                    self._evict(self.limit)
 
     def _acquire(self, file_id: int) -> int:
         with self._lock:
