@@ -38,7 +38,7 @@ def test_folder_to_lmdb_round_trip(folder, tmp_path):
 def test_folder_to_tfrecord_round_trip_in_tensorflow_layout(folder, tmp_path):
     dst = str(tmp_path / "tfr")
     convert(folder, dst, "tfrecord", shards=3, verify_output=True, progress=False)
-    files = sorted(f for f in os.listdir(dst) if not f.endswith(".idx"))
+    files = sorted(f for f in os.listdir(dst) if not f.endswith((".idx", ".json")))
     assert files == [f"data-0000{k}-of-00003" for k in range(3)]
     src, back = fl.ImageFolder(folder), fl.TFRecordDataset(os.path.join(dst, "data-*"), fl.transforms.train(16))
     assert _pairs(back) == _pairs(src)
@@ -50,7 +50,7 @@ def test_folder_to_tfrecord_round_trip_in_tensorflow_layout(folder, tmp_path):
         raw = f.read(int.from_bytes(open(os.path.join(dst, files[0]), "rb").read(8), "little"))
     feats = example_pb2().Example.FromString(raw).features.feature
     assert {"image/encoded", "image/class/label", "image/height", "image/width", "image/format",
-            "image/class/synset", "image/filename"} <= set(feats)
+            "image/class/synset", "image/class/text", "image/filename"} <= set(feats)
     assert feats["image/class/synset"].bytes_list.value[0] == b"c0"
 
 
@@ -72,8 +72,9 @@ def test_reencode_shrinks_and_keeps_labels(folder, tmp_path):
 
 def test_map_grows_from_a_tiny_start(folder, tmp_path, monkeypatch):
     from fastload import convert as conv
+    from fastload.convert import writers
 
-    monkeypatch.setattr(conv, "COMMIT_EVERY", 5)
+    monkeypatch.setattr(writers, "COMMIT_EVERY", 5)
     records = conv.read_all(fl.ImageFolder(folder), 1, None, None, "", False)
     conv.write_lmdb(records, str(tmp_path / "g.lmdb"), 24, None, map_size=32 * 1024)
     assert len(fl.LMDBDataset(str(tmp_path / "g.lmdb"))) == 24
@@ -118,3 +119,118 @@ def test_tools_run_from_a_checkout(folder, tmp_path, tool, fmt):
     assert "wrote 24 records" in proc.stdout and "verified" in proc.stdout
     again = subprocess.run(args, capture_output=True, text=True)
     assert again.returncode == 2 and "exists; pass --overwrite" in again.stderr
+
+
+# --- Converters without rough edges ---------------------------------------------------
+
+
+@pytest.mark.parametrize("chain", [("lmdb",), ("tfrecord",), ("tfrecord", "lmdb"), ("lmdb", "tfrecord"),
+                                   ("tfrecord", "lmdb", "tfrecord")])
+def test_every_direction_keeps_bytes_labels_and_class_names(folder, tmp_path, chain):
+    src = fl.ImageFolder(folder)
+    path = folder
+    for k, fmt in enumerate(chain):
+        dst = str(tmp_path / f"step{k}.{fmt}")
+        convert(path, dst, fmt, shards=2, verify_output=True, progress=False)
+        back = fl.open_dataset(dst)
+        assert _pairs(back) == _pairs(src), (path, dst)
+        assert back.classes == src.classes == ["c0", "c1", "c2"], (path, dst)
+        path = dst
+
+
+def _slow_converter(src, dst, fmt):
+    """A converter process that writes one record per 20 ms (so it can be killed mid-run)."""
+    code = (
+        "import sys, time, zlib\n"
+        "real = zlib.crc32\n"
+        "def slow(data, *start):\n"
+        "    time.sleep(0.02)\n"
+        "    return real(data, *start)\n"
+        "zlib.crc32 = slow  # the converters checksum every record they write\n"
+        "from fastload.convert import main\n"
+        f"sys.exit(main({fmt!r}, {[src, dst, '--workers', '1'] + (['--shards', '8'] if fmt == 'tfrecord' else [])}))\n")
+    return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": ROOT},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "lmdb"])
+def test_killed_conversion_leaves_nothing_that_opens_and_a_rerun_cleans_up(tmp_path, fmt):
+    import signal
+    import time
+
+    src = write_folder(tmp_path / "src", num_classes=2, per_class=40, size=(32, 32))
+    dst = str(tmp_path / "out" / "train")
+    os.makedirs(tmp_path / "out")
+    proc = _slow_converter(src, dst, fmt)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # until a few shards (or LMDB commits) are on disk
+        partial = [os.path.join(tmp_path / "out", e) for e in os.listdir(tmp_path / "out")]
+        if partial and (fmt == "lmdb" or any("00003-of" in f for f in os.listdir(partial[0]))):
+            break
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = os.listdir(tmp_path / "out")
+    assert left, "the converter finished before it was killed"
+    for entry in left:
+        with pytest.raises(ValueError, match="incomplete conversion .*died before finishing"):
+            fl.open_dataset(str(tmp_path / "out" / entry))
+    with pytest.raises(FileNotFoundError, match="unfinished conversion"):
+        fl.open_dataset(dst)
+    with pytest.raises(FileNotFoundError):
+        fl.open_dataset(str(tmp_path / "out" / "*"))  # the temporary name matches no glob
+    with pytest.warns(RuntimeWarning, match="no longer running"):
+        convert(src, dst, fmt, shards=8, progress=False)
+    assert os.listdir(tmp_path / "out") == ["train"]
+    assert len(fl.open_dataset(dst)) == 80
+
+
+def test_a_running_conversion_into_the_same_destination_is_refused(tmp_path, folder):
+    from fastload.convert.staging import stage
+
+    dst = str(tmp_path / "busy.lmdb")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        os.rename(stage(dst, False), str(tmp_path / f".busy.lmdb.partial-{child.pid}"))  # as if the child wrote it
+        with pytest.raises(FileExistsError, match=rf"partial-{child.pid} is an unfinished .* pid {child.pid} is still"):
+            convert(folder, dst, "lmdb", progress=False)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_missing_parent_folders_are_created(folder, tmp_path):
+    dst = str(tmp_path / "a" / "b" / "out.lmdb")
+    convert(folder, dst, "lmdb", progress=False)
+    assert len(fl.LMDBDataset(dst)) == 24
+
+
+def test_reencode_error_names_the_source_file_and_index(tmp_path):
+    src = write_folder(tmp_path / "src", num_classes=1, per_class=4)
+    (tmp_path / "src" / "c0" / "002.jpg").write_bytes(b"\xff\xd8 broken")
+    with pytest.raises(fl.DecodeError, match=r"index 2 \(.*c0/002\.jpg\)"):
+        convert(src, str(tmp_path / "out.lmdb"), "lmdb", quality=80, progress=False)
+
+
+@pytest.mark.filterwarnings("ignore:.*no readable size")
+@pytest.mark.parametrize("fmt", ["lmdb", "tfrecord"])
+def test_verify_decodes_every_image_and_lists_the_failures(tmp_path, fmt):
+    src = write_folder(tmp_path / "src", num_classes=2, per_class=5)
+    good = (tmp_path / "src" / "c0" / "001.jpg").read_bytes()
+    (tmp_path / "src" / "c0" / "001.jpg").write_bytes(good[: len(good) // 3])  # cut short: does not decode
+    (tmp_path / "src" / "c1" / "003.jpg").write_bytes(b"\xff\xd8\xff garbage")
+    failed = r"2 of 10 records .* record 1 .*does not decode.* record 8 .*does not decode"
+    with pytest.raises(ValueError, match=failed) as e:
+        convert(src, str(tmp_path / "out"), fmt, verify_output=True, progress=False)
+    assert len(e.value.failures) == 2 and e.value.total == 10  # a VerifyError
+    args = [sys.executable, os.path.join(ROOT, "tools", f"folder2{fmt}.py"), src, str(tmp_path / "again"), "--verify"]
+    proc = subprocess.run(args, capture_output=True, text=True)
+    assert proc.returncode == 1 and "2 of 10 records failed verification" in proc.stderr
+    assert "verified" not in proc.stdout
+
+
+def test_progress_bars_show_images_per_second(folder, tmp_path, capsys):
+    convert(folder, str(tmp_path / "p.lmdb"), "lmdb", verify_output=True, progress=True)
+    err = capsys.readouterr().err
+    assert "images/s" in err and "verify" in err

@@ -4,7 +4,7 @@ from .base import ImageDataset, sample_rng
 from .folder import IMG_EXTENSIONS, ImageFolder, ImageList
 from .lmdb_dataset import LMDBDataset
 from .open import open_dataset
-from .tfrecord_dataset import TFRecordDataset, TFRecordStream
+from .tfrecord import StreamRecord, TFRecordDataset, TFRecordError, TFRecordStream
 
 __all__ = [
     "IMG_EXTENSIONS",
@@ -12,7 +12,9 @@ __all__ = [
     "ImageFolder",
     "ImageList",
     "LMDBDataset",
+    "StreamRecord",
     "TFRecordDataset",
+    "TFRecordError",
     "TFRecordStream",
     "open_dataset",
     "sample_rng",

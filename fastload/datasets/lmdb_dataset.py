@@ -13,6 +13,7 @@ import numpy as np
 
 from ..storage import StringArray
 from .base import ImageDataset
+from .partial import check_complete
 
 META_KEY = b"__fastload_meta__"
 FORMAT_VERSION = 1
@@ -137,6 +138,7 @@ class LMDBDataset(ImageDataset):
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"LMDB {path!r} does not exist")
+        check_complete(path)
         self.path = path
         self.env_options = {"readonly": True, "lock": False, "readahead": False, "meminit": False, **env_options}
         self.buffers = buffers

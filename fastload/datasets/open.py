@@ -8,7 +8,8 @@ from typing import Any
 
 from .folder import IMG_EXTENSIONS, ImageFolder, ImageList
 from .lmdb_dataset import LMDBDataset
-from .tfrecord_dataset import INDEX_SUFFIX, TFRecordDataset, TFRecordStream, expand_paths, masked_crc
+from .partial import check_complete, explain_missing
+from .tfrecord import TFRecordDataset, TFRecordStream, expand_paths, masked_crc, record_files
 
 
 def looks_like_tfrecord(path: str) -> bool:
@@ -38,14 +39,16 @@ def detect(path: str) -> str:
         files = expand_paths(path)
         return "tfrecord-stream" if any(f.endswith(".gz") for f in files) else "tfrecord"
     if not os.path.exists(path):
-        raise FileNotFoundError(f"dataset {path!r} does not exist")
+        raise FileNotFoundError(f"dataset {path!r} does not exist{explain_missing(path)}")
+    if os.path.isdir(path):
+        check_complete(path)
     if _is_lmdb(path):
         return "lmdb"
     if os.path.isdir(path):
         entries = [e for e in os.scandir(path) if not e.name.startswith(".")]
         if any(e.is_dir() for e in entries):
             return "folder"
-        files = [e.path for e in entries if e.is_file() and not e.name.endswith((INDEX_SUFFIX, ".index"))]
+        files = record_files(path)
         if files and all(looks_like_tfrecord(f) for f in files):
             return "tfrecord-stream" if any(f.endswith(".gz") for f in files) else "tfrecord"
         raise ValueError(f"{path!r} is a folder but not an image folder (no class subfolders), "

@@ -1,0 +1,126 @@
+"""Writers of fastload's LMDB layout and of TFRecord shards, both staged then published."""
+
+from __future__ import annotations
+
+import os
+import warnings
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..datasets.lmdb_dataset import META_KEY, pack_meta
+from ..datasets.tfrecord import INDEX_SUFFIX, frame, make_example, write_meta
+from ..decode import DecodeError, image_size, is_jpeg
+from ..storage import StringArray
+from .staging import discard, publish, stage
+
+COMMIT_EVERY = 2000
+
+Records = Iterator[tuple[int, bytes, int]]  # (index, encoded bytes, label) in index order
+
+
+def write_lmdb(records: Records, dst: str, n: int, classes: Sequence[str] | None, overwrite: bool = False,
+               map_size: int = 1 << 26) -> np.ndarray:
+    """Writes fastload's LMDB layout; returns the crc32 of every record's bytes."""
+    import lmdb
+
+    tmp = stage(dst, overwrite)
+    env = lmdb.open(tmp, map_size=map_size, subdir=True, meminit=False, map_async=True)
+    crcs = np.zeros(n, np.uint32)
+    labels = np.zeros(n, np.int64)
+    keys = [b"%09d" % i for i in range(n)]
+    pending: list[tuple[bytes, bytes]] = []
+
+    def commit() -> None:
+        nonlocal map_size
+        while True:
+            try:
+                with env.begin(write=True) as txn:
+                    for key, value in pending:
+                        txn.put(key, value)
+                break
+            except lmdb.MapFullError:
+                map_size *= 2  # the aborted transaction is replayed on the larger map
+                env.set_mapsize(map_size)
+        pending.clear()
+
+    published = False
+    try:
+        count = 0
+        for i, data, label in records:
+            crcs[i], labels[i] = zlib.crc32(data), label
+            pending.append((keys[i], data))
+            count += 1
+            if len(pending) >= COMMIT_EVERY:
+                commit()
+        if count != n:
+            raise RuntimeError(f"expected {n} records, got {count}")
+        pending.append((META_KEY, pack_meta(StringArray(keys), labels, list(classes or []))))
+        commit()
+        env.sync(True)
+        env.close()
+        publish(tmp, dst)
+        published = True
+    finally:
+        env.close()
+        if not published:
+            discard(tmp)
+    return crcs
+
+
+def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Sequence[str] | None,
+                   names: Callable[[int], str] | None = None, prefix: str = "data",
+                   overwrite: bool = False) -> np.ndarray:
+    """Writes ``shards`` TFRecord files, their ``.idx`` indexes and a metadata sidecar into folder ``dst``.
+
+    The sidecar ``<prefix>.fastload.json`` holds the class names and each shard's record
+    count; each record also names its class in ``image/class/synset`` and ``image/class/text``.
+    """
+    if shards < 1 or shards > n:
+        raise ValueError(f"--shards must be between 1 and the {n} records, got {shards}")
+    tmp = stage(dst, overwrite)
+    bounds = [round(k * n / shards) for k in range(shards + 1)]
+    crcs = np.zeros(n, np.uint32)
+    counts: dict[str, int] = {}
+    unsized: list[str] = []
+    shard, out, index = -1, None, None
+    published = False
+    try:
+        for i, data, label in records:
+            while i >= bounds[shard + 1]:
+                if out is not None:
+                    out.close()
+                    index.close()
+                shard += 1
+                shard_name = f"{prefix}-{shard:05d}-of-{shards:05d}"
+                counts[shard_name] = bounds[shard + 1] - bounds[shard]
+                out = open(os.path.join(tmp, shard_name), "wb")
+                index = open(os.path.join(tmp, shard_name + INDEX_SUFFIX), "w")
+            crcs[i] = zlib.crc32(data)
+            class_name = classes[label] if classes and 0 <= label < len(classes) else None
+            name = names(i) if names is not None else str(i)
+            try:
+                size = image_size(data)
+            except DecodeError as e:  # bytes are copied as they are; --verify reports them
+                size = (0, 0)
+                unsized.append(f"index {i} ({name}): {e}")
+            example = make_example(data, label, name, class_name, size, b"JPEG" if is_jpeg(data) else b"PNG")
+            record = frame(example)
+            index.write(f"{out.tell()} {len(record)}\n")
+            out.write(record)
+        out.close()
+        index.close()
+        write_meta(tmp, prefix, classes, counts)
+        publish(tmp, dst)
+        published = True
+        if unsized:
+            warnings.warn(f"fastload: {len(unsized)} image(s) have no readable size (image/height and "
+                          f"image/width written as 0), first {unsized[0]}", RuntimeWarning, stacklevel=3)
+    finally:
+        if out is not None:
+            out.close()
+            index.close()
+        if not published:
+            discard(tmp)
+    return crcs

@@ -1,0 +1,116 @@
+"""TFRecordDataset: random access to uncompressed TFRecord files through their indexes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ...storage import SharedArray, StringArray
+from ..base import ImageDataset
+from .example import IMAGE_KEY, LABEL_KEY, example_fields
+from .fdpool import MAX_OPEN_FILES, FilePool
+from .files import expand_paths, read_meta
+from .framing import TFRecordError, parse_record
+from .index import load_index
+
+
+def load_indexes(files: list[str], expected: dict[str, int],
+                 index_dir: str | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The index of every file (validated, rebuilt when stale), checked against the sidecar counts."""
+    indexes = []
+    for path in tqdm(files, desc="reading TFRecord indexes", unit="file", delay=2):
+        offsets, lengths, _ = load_index(path, index_dir)
+        want = expected.get(path)
+        if want is not None and want != len(offsets):
+            raise ValueError(f"{path}: {len(offsets)} records, but the dataset's metadata sidecar says {want} "
+                             "(file cut short or replaced?)")
+        indexes.append((offsets, lengths))
+    return indexes
+
+
+class TFRecordDataset(ImageDataset):
+    """Map-style access to uncompressed TFRecord files of ``tf.train.Example``.
+
+    Indexes (``offset length`` lines) are built beside the data, or under ``index_dir``
+    when that folder is read-only, and rebuilt when they no longer match their file. At
+    most ``max_open_files`` descriptors are open per process.
+
+    Args:
+        paths_or_glob: A file, glob, folder of record files, or a list of them. Shard sets
+            named ``*-NNNNN-of-MMMMM`` found through a folder or glob must be complete.
+        transform: Applied to each decoded image.
+        image_key: Feature holding the encoded image.
+        label_key: Feature holding the int64 label.
+        label_offset: Added to every label (-1 for TensorFlow's 1-based ImageNet labels).
+        check_crc: Verify each record's data CRC (length CRCs are always checked).
+        index_dir: Where to build missing indexes when the data folder is read-only.
+        decoder: Decoder backend name; None picks the best available.
+        max_open_files: Most file descriptors held open at once (per process).
+
+    Attributes:
+        classes: Class names from the metadata sidecar fastload's converter writes, else None.
+
+    Raises:
+        FileNotFoundError: No such file, or a glob that matches nothing.
+        TFRecordError: A file's framing is broken (names the file and byte offset).
+        ValueError: An incomplete shard set, GZIP files, or no records at all.
+    """
+
+    def __init__(self, paths_or_glob: Any, transform: Any = None, *, image_key: str = IMAGE_KEY,
+                 label_key: str = LABEL_KEY, label_offset: int = 0, check_crc: bool = True,
+                 index_dir: str | None = None, decoder: str | None = None,
+                 max_open_files: int = MAX_OPEN_FILES) -> None:
+        files = expand_paths(paths_or_glob)
+        for path in files:
+            if path.endswith(".gz"):
+                raise ValueError(f"{path} is compressed: use TFRecordStream for GZIP files")
+        classes, expected = read_meta(files)
+        indexes = load_indexes(files, expected, index_dir)
+        self.classes: list[str] | None = classes
+        self.files = StringArray(files)
+        self._file_ids = SharedArray(np.concatenate([np.full(len(o), i, np.int32)
+                                                     for i, (o, _) in enumerate(indexes)]), np.int32)
+        self._offsets = SharedArray(np.concatenate([o for o, _ in indexes]), np.int64)
+        self._lengths = SharedArray(np.concatenate([n for _, n in indexes]), np.int64)
+        if len(self._offsets) == 0:
+            raise ValueError(f"no records in {files}")
+        self.image_key, self.label_key, self.label_offset = image_key, label_key, label_offset
+        self.check_crc = check_crc
+        self._pool = FilePool(self.files, max_open_files)
+        # Labels live inside the records: read lazily (one pass) only when asked for.
+        super().__init__(None, transform, decoder)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def labels(self) -> np.ndarray:
+        if self._labels is None:
+            self._labels = SharedArray([self.read(i)[1] for i in range(len(self))], np.int64)
+        return self._labels.array
+
+    def describe(self, index: int) -> str:
+        return f"{self.files[int(self._file_ids.array[index])]} record at byte {int(self._offsets.array[index])}"
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        self.check_index(index)
+        file_id = int(self._file_ids.array[index])
+        offset, length = int(self._offsets.array[index]), int(self._lengths.array[index])
+        buf = self._pool.pread(file_id, length, offset)
+        path = self.files[file_id]
+        if len(buf) < length:
+            raise TFRecordError(path, offset, f"truncated record at byte {offset}: the index says {length} "
+                                              f"bytes, the file has {len(buf)} (changed since it was opened?)")
+        data = parse_record(buf, path, offset, self.check_crc)
+        image, label = example_fields(data, self.image_key, self.label_key, f"{path} record at byte {offset}")
+        return image, label + self.label_offset
+
+    def close(self) -> None:
+        """Closes this process's idle file descriptors (they reopen on the next read)."""
+        self._pool.close()
+
+    def summary(self) -> dict:
+        return {"type": type(self).__name__, "samples": len(self), "paths": list(self.files),
+                "classes": len(self.classes) if self.classes else None}

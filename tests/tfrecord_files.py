@@ -1,0 +1,40 @@
+"""TFRecord files written byte by byte for tests (independent of fastload's own writer)."""
+
+import gzip
+import struct
+
+import crc32c
+from tfrecord import example_pb2 as pb
+
+from conftest import jpeg_bytes, make_image
+
+
+def masked(data: bytes) -> int:
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def framed(data: bytes) -> bytes:
+    head = struct.pack("<Q", len(data))
+    return head + struct.pack("<I", masked(head)) + data + struct.pack("<I", masked(data))
+
+
+def example(image: bytes, label: int) -> bytes:
+    feats = {"image/encoded": pb.Feature(bytes_list=pb.BytesList(value=[image])),
+             "image/class/label": pb.Feature(int64_list=pb.Int64List(value=[label]))}
+    return pb.Example(features=pb.Features(feature=feats)).SerializeToString()
+
+
+def tiny_jpeg(seed: int) -> bytes:
+    return jpeg_bytes(make_image(seed, 8, 8))
+
+
+def write_records(path, labels, gz: bool = False, first_seed: int = 0) -> list[int]:
+    """Writes one Example per label (a distinct tiny JPEG each); returns the record offsets."""
+    offsets, raw = [], b""
+    for k, label in enumerate(labels):
+        offsets.append(len(raw))
+        raw += framed(example(tiny_jpeg(first_seed + k), label))
+    with (gzip.open(path, "wb") if gz else open(path, "wb")) as f:
+        f.write(raw)
+    return offsets
