@@ -1,0 +1,73 @@
+"""A TFRecordStream through the Loader: equal batch counts per rank, each record once, on_error."""
+
+import gzip
+import warnings
+
+import pytest
+
+import fastload as fl
+
+from tfrecord_files import write_records
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+def _stream_files(tmp_path, sizes, gz):
+    root = tmp_path / "data"
+    root.mkdir()
+    first = 0
+    for k, n in enumerate(sizes):
+        name = f"part-{k:05d}-of-{len(sizes):05d}" + (".gz" if gz else "")
+        write_records(str(root / name), range(first, first + n), gz, first)
+        first += n
+    return str(root / "part-*")
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_ranks_get_equal_batch_counts_and_every_record_once(tmp_path, gz):
+    """25 records, batch 3, 4 ranks: DDP hangs unless every rank yields as many batches."""
+    pattern = _stream_files(tmp_path, [7, 6, 6, 6], gz)
+    stream = fl.TFRecordStream(pattern, transform=fl.transforms.eval(8, resize=8))
+    counts, seen = [], []
+    for rank in range(4):
+        with fl.Loader(stream, batch_size=3, num_workers=2, rank=rank, world_size=4, device="cpu",
+                       normalize=False) as loader:
+            batches = [y.tolist() for _, y in loader]
+            assert len(batches) == len(loader)
+            counts.append(len(batches))
+            seen += [label for b in batches for label in b]
+    assert len(set(counts)) == 1, counts
+    assert set(seen) == set(range(25)), "a record was never read"
+
+
+def test_corrupt_record_is_skipped_and_named_and_counts_stay_equal(tmp_path):
+    path = str(tmp_path / "one.tfrecord")
+    offsets = write_records(path, range(40))
+    raw = bytearray(open(path, "rb").read())
+    raw[offsets[17] + 40] ^= 0xFF  # inside record 17's data: its CRC fails
+    with gzip.open(path + ".gz", "wb") as f:
+        f.write(bytes(raw))
+    stream = fl.TFRecordStream(path + ".gz", transform=fl.transforms.eval(8, resize=8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fl.Loader(stream, batch_size=4, num_workers=2, device="cpu", on_error="skip") as loader:
+            labels = [label for _, y in loader for label in y.tolist()]
+            skipped = loader.skipped
+    assert len(labels) == 40 and 17 not in labels
+    assert [s.index for s in skipped] == [17] and "CRC" in skipped[0].error and "byte" in skipped[0].where
+    with fl.Loader(stream, batch_size=4, num_workers=2, device="cpu") as loader:
+        with pytest.raises(Exception, match="CRC"):
+            list(loader)
+
+
+def test_stream_passes_are_epochs(tmp_path):
+    pattern = _stream_files(tmp_path, [5, 5], False)
+    stream = fl.TFRecordStream(pattern, transform=fl.transforms.train(8))
+    with fl.Loader(stream, batch_size=5, num_workers=0, device="cpu", normalize=False) as loader:
+        a = [x.clone() for x, _ in loader]
+        b = [x.clone() for x, _ in loader]
+    assert len(a) == len(b) == 2
+    assert any(not (x == y).all() for x, y in zip(a, b)), "augmentation repeated across passes"
