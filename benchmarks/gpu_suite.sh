@@ -15,7 +15,7 @@ fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 status=0
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"; } > "$OUT/device.txt" 2>&1
-python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_prefetch.py 2>&1 | tee "$OUT/cuda_tests.txt" || status=1
+python3 -m pytest -q -m cuda -p no:cacheprovider tests/ 2>&1 | tee "$OUT/cuda_tests.txt" || status=1
 for bench in bench_h2d bench_gpu_train bench_loader bench_decode bench_collate; do
     python3 "benchmarks/$bench.py" --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/$bench.txt" || status=1
 done
