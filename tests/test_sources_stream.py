@@ -7,7 +7,7 @@ import pytest
 
 import fastload as fl
 
-from tfrecord_files import write_records
+from tfrecord_files import write_records, write_shards
 
 
 @pytest.fixture(autouse=True)
@@ -16,14 +16,7 @@ def _private_cache(tmp_path, monkeypatch):
 
 
 def _stream_files(tmp_path, sizes, gz):
-    root = tmp_path / "data"
-    root.mkdir()
-    first = 0
-    for k, n in enumerate(sizes):
-        name = f"part-{k:05d}-of-{len(sizes):05d}" + (".gz" if gz else "")
-        write_records(str(root / name), range(first, first + n), gz, first)
-        first += n
-    return str(root / "part-*")
+    return write_shards(tmp_path / "data", sizes, gz) + "/part-*"
 
 
 @pytest.mark.parametrize("gz", [False, True])

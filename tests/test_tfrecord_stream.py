@@ -12,7 +12,7 @@ import fastload as fl
 from fastload.datasets.tfrecord import stream as stream_module
 from fastload.datasets.tfrecord.plan import Segment, plan_slots
 
-from tfrecord_files import tiny_jpeg, write_records
+from tfrecord_files import tiny_jpeg, write_records, write_shards
 
 
 @pytest.fixture(autouse=True)
@@ -21,15 +21,7 @@ def _private_cache(tmp_path, monkeypatch):
 
 
 def _files(tmp_path, sizes, gz=False):
-    """Files part-K with the given record counts; record n has label n and image tiny_jpeg(n)."""
-    root = tmp_path / "data"
-    root.mkdir()
-    first = 0
-    for k, n in enumerate(sizes):
-        name = f"part-{k:05d}-of-{len(sizes):05d}" + (".gz" if gz else "")
-        write_records(str(root / name), range(first, first + n), gz, first)
-        first += n
-    return str(root)
+    return write_shards(tmp_path / "data", sizes, gz)
 
 
 def _slots(stream, num_slots, drop_last=False):

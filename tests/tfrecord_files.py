@@ -38,3 +38,17 @@ def write_records(path, labels, gz: bool = False, first_seed: int = 0) -> list[i
     with (gzip.open(path, "wb") if gz else open(path, "wb")) as f:
         f.write(raw)
     return offsets
+
+
+def write_shards(root, sizes, gz: bool = False) -> str:
+    """Files part-K-of-N under ``root`` with the given record counts; record n has label n
+    and image tiny_jpeg(n). Returns ``root``."""
+    import os
+
+    os.makedirs(root, exist_ok=True)
+    first = 0
+    for k, n in enumerate(sizes):
+        name = f"part-{k:05d}-of-{len(sizes):05d}" + (".gz" if gz else "")
+        write_records(os.path.join(root, name), range(first, first + n), gz, first)
+        first += n
+    return str(root)

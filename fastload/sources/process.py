@@ -154,6 +154,34 @@ def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
     done.wait(wait_s)
 
 
+def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
+    """``iter(loader)``, with OpenCV's pool parked while workers are forked."""
+    if not options.forks:
+        return iter(loader)
+    with opencv_parked():
+        return iter(loader)
+
+
+def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any) -> Iterator:
+    """The items of a DataLoader iterator, its failures turned into errors that name the
+    samples in flight."""
+    while True:
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        except Exception as e:
+            if options.num_workers == 0:
+                raise  # loaded in this process: keep the whole traceback
+            del it  # the error's traceback keeps this frame (see forget_frames)
+            # A worker that dies while its batch is in transit leaves the receiving end
+            # of the pipe or of the shared-memory hand-over without a peer.
+            if isinstance(e, (ConnectionError, EOFError)) or is_worker_failure(e):
+                raise worker_failure(e, inflight, dataset) from e
+            raise forget_frames(e)
+        yield item
+
+
 class ProcessSource:
     """HostBatches built by torch DataLoader workers (or the main process with 0 workers).
 
@@ -174,26 +202,9 @@ class ProcessSource:
         if self._loader is None:
             raise RuntimeError("process source is closed")
         self._requests.epoch = epoch
-        if self.options.forks:
-            with opencv_parked():
-                it = iter(self._loader)
-        else:
-            it = iter(self._loader)
+        it = start_workers(self._loader, self.options)
         try:
-            while True:
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    return
-                except Exception as e:
-                    if self.options.num_workers == 0:
-                        raise  # loaded in this process: keep the whole traceback
-                    # A worker that dies while its batch is in transit leaves the receiving end
-                    # of the pipe or of the shared-memory hand-over without a peer.
-                    if isinstance(e, (ConnectionError, EOFError)) or is_worker_failure(e):
-                        raise worker_failure(e, self.inflight, self.fetcher.dataset) from e
-                    raise forget_frames(e)
-                yield batch
+            yield from worker_batches(it, self.options, self.inflight, self.fetcher.dataset)
         finally:
             # Ours may be the last reference (closed meanwhile, or no persistent workers), and
             # an error's traceback would keep it in this frame: drop it where a worker stuck

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import alloc_batch, check_image
 from .fetch import Loaded, collated, put
-from .process import WorkerOptions, dataloader_options, forget_frames, is_worker_failure, opencv_parked, worker_failure
+from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 from .inflight import InFlight
 
 
@@ -122,23 +122,7 @@ class StreamSource:
         data = _SlotBatches(self.stream, epoch, self.seed, self.rank, self.world_size, self.batch_size,
                             self.drop_last, self.on_error, self.inflight)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, persistent=False))
-        if self.options.forks:
-            with opencv_parked():
-                it = iter(loader)
-        else:
-            it = iter(loader)
-        while True:
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            except Exception as e:
-                if self.options.num_workers == 0:
-                    raise
-                if isinstance(e, (ConnectionError, EOFError)) or is_worker_failure(e):
-                    raise worker_failure(e, self.inflight, None) from e
-                raise forget_frames(e)  # see forget_frames
-            yield batch
+        yield from worker_batches(start_workers(loader, self.options), self.options, self.inflight, None)
 
     def close(self) -> None:
         self._closed = True
