@@ -88,10 +88,19 @@ class BatchFetcher(torch.utils.data.Dataset):
         self.inflight.begin(worker, index, epoch)
         try:
             if out is None or not self._writes_in_place:
-                return self.dataset.load(index, epoch, self.seed)
-            return self.dataset.load(index, epoch, self.seed, out=out)
+                image, label = self.dataset.load(index, epoch, self.seed)
+            else:
+                image, label = self.dataset.load(index, epoch, self.seed, out=out)
         finally:
             self.inflight.end(worker)
+        # A bad image is an error of its sample, so the error policy applies to it too.
+        if out is None:
+            check_image(image, "the image")
+        elif image is not out and (image.shape != out.shape or image.dtype != np.uint8):
+            check_image(image, "the image")
+            raise ValueError(f"image has shape {image.shape} but the batch holds {out.shape}; use a transform "
+                             "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
+        return image, label
 
     def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | None = None) -> Loaded:
         """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow."""
@@ -102,18 +111,30 @@ class BatchFetcher(torch.utils.data.Dataset):
             if self.on_error == "raise":
                 raise name_error(self.dataset, index, e) from e
             error: Exception = e
-        skipped = [SkippedSample(epoch, index, describe(self.dataset, index), f"{type(error).__name__}: {error}")]
+        skipped = [self._skipped(epoch, index, error)]
+        failed = {index}
         rng = sample_rng(self.seed, epoch, index)
+        n = len(self.dataset)
         for _ in range(MAX_REPLACEMENTS):
-            other = int(rng.integers(len(self.dataset)))
+            other = int(rng.integers(n))
+            while other in failed and len(failed) < n:
+                other = int(rng.integers(n))
             try:
                 image, label = self._load_one(other, epoch, worker, out)
                 return Loaded(image, label, other, skipped)
             except Exception as e:
-                skipped.append(SkippedSample(epoch, other, describe(self.dataset, other), f"{type(e).__name__}: {e}"))
+                skipped.append(self._skipped(epoch, other, e))
+                failed.add(other)
                 error = e
         raise SampleError(f"on_error='skip': sample {index} and {MAX_REPLACEMENTS} replacements failed; "
                           f"last: {skipped[-1]}", index, skipped[0].where) from error
+
+    def _skipped(self, epoch: int, index: int, error: Exception) -> SkippedSample:
+        # An error that already names its sample (DecodeError from the dataset) is reported
+        # by its cause, so the record does not say the name twice.
+        named = getattr(error, "sample_index", None) == index and error.__cause__ is not None
+        shown = error.__cause__ if named else error
+        return SkippedSample(epoch, index, describe(self.dataset, index), f"{type(error).__name__}: {shown}")
 
     def fetch(self, request: BatchRequest, worker: int = 0, pin: bool | None = None) -> HostBatch:
         """Loads and collates one batch: the first sample fixes the shape, the rest are

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import random
-import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -19,7 +18,8 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..batch import HostBatch
 from ..sampler import BatchRequest, ShardedBatchSampler
 from .inflight import InFlight
-from .fetch import BatchFetcher, describe
+from .failures import forget_frames, is_worker_failure, worker_failure
+from .fetch import BatchFetcher
 
 CLOSE_WAIT_S = 3.0  # close() returns after this even if a worker is stuck in a sample
 
@@ -101,49 +101,15 @@ def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, An
     return kw
 
 
-def is_worker_failure(error: BaseException) -> bool:
-    """DataLoader's own errors for a dead or silent worker (not a worker's re-raised error)."""
-    text = str(error)
-    return text.startswith(("DataLoader worker (pid", "DataLoader timed out"))
-
-
-def forget_frames(error: BaseException) -> BaseException:
-    """Clears the tracebacks of ``error`` and its chain, and returns it.
-
-    Raised out of a DataLoader iterator, their frames hold the iterator: wherever the
-    error ends up being freed, the iterator's shutdown would run there, and after a
-    worker error torch's shutdown waits 5 s per worker. The worker's own traceback is
-    kept in the message text by DataLoader.
-    """
-    seen: set[int] = set()
-    chained: BaseException | None = error
-    while chained is not None and id(chained) not in seen:
-        seen.add(id(chained))
-        chained.with_traceback(None)
-        chained = chained.__cause__ or chained.__context__
-    return error
-
-
-def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> RuntimeError:
-    """A worker death or timeout, with the sample(s) that were being loaded."""
-    forget_frames(error)
-    busy = inflight.busy()
-    pids = {int(p) for p in re.findall(r"\d+", str(error).split(")")[0])} if "pid" in str(error) else set()
-    named = [b for b in busy if b.pid in pids] or busy
-    where = "; ".join(f"worker {b.worker} (pid {b.pid}) was loading sample {b.index} "
-                      f"({describe(dataset, b.index)}) for {b.seconds:.1f} s" for b in named)
-    lost = isinstance(error, (ConnectionError, EOFError))
-    head = ("fastload: lost a DataLoader worker process or its batch (a crash: out of memory, "
-            f"or a fault in a decoder?): {error!r}") if lost else f"fastload: {error}"
-    return RuntimeError(f"{head}; {where or 'no sample was in flight'}")
-
-
 def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
     """Drops the last references in ``holder`` on a daemon thread, waiting up to ``wait_s``.
 
     DataLoader has no public shutdown: dropping the last reference to it (or to its
     iterator) joins the workers, waiting 5 s for each stuck one before terminating it.
     """
+    if sys.is_finalizing():  # no new thread can start now; workers are being reaped anyway
+        holder.clear()
+        return
     done = threading.Event()
 
     def drop() -> None:

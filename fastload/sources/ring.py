@@ -71,11 +71,17 @@ class BufferRing:
     def buffers(self, slot: int) -> SlotBuffers:
         return self._slots[slot].buffers
 
-    def acquire(self, writers: Any) -> int:
+    def acquire(self, writers: Any, closed: threading.Event | None = None) -> int:
         """A free slot, now lent to ``writers`` (whose ``finished()`` gates its reuse) and
-        then to the consumer; waits for one if none is free."""
+        then to the consumer; waits for one if none is free.
+
+        Raises:
+            RuntimeError: ``closed`` was set while waiting.
+        """
         while True:
             waiting_on: Any = None
+            if closed is not None and closed.is_set():
+                raise RuntimeError("buffer ring closed while waiting for a free buffer")
             with self._cond:
                 for i, s in enumerate(self._slots):
                     if s.held or (s.writers is not None and not s.writers.finished()):

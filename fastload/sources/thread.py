@@ -22,7 +22,7 @@ from ..batch import HostBatch
 from ..collate import alloc_batch, check_image
 from ..sampler import BatchRequest, ShardedBatchSampler
 from .fetch import BatchFetcher, Loaded, collated, describe, put
-from .process import worker_failure
+from .failures import worker_failure
 from .ring import BufferRing, RingLease
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
@@ -30,15 +30,20 @@ WAIT_S = 0.1  # result waits wake this often so Ctrl-C and timeouts are prompt
 
 
 class _Job:
-    """One batch being decoded: a task per sample, results in order, first error kept."""
+    """One batch being decoded: a task per sample, results in order, first error kept.
 
-    def __init__(self, request: BatchRequest, rows: np.ndarray, ring: BufferRing | None) -> None:
-        self.request, self.rows, self.ring = request, rows, ring
+    ``lease`` is the ring slot the rows live in (None for a one-off buffer).
+    """
+
+    def __init__(self, request: BatchRequest, ring: BufferRing | None) -> None:
+        self.request, self.ring = request, ring
+        self.rows = np.empty(0, np.uint8)
+        self.buffers: Any = None  # the ring slot's SlotBuffers, or None for a one-off buffer
+        self.lease: RingLease | None = None
         self.loaded: list[Loaded | None] = [None] * len(request.indices)
         self.error: BaseException | None = None
         self.cancelled = False
         self.copies = 0
-        self.buffers: Any = None  # the ring slot's SlotBuffers, or None for a one-off buffer
         self._left = len(request.indices)
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -47,17 +52,19 @@ class _Job:
         return self._done.is_set()
 
     def run(self, j: int, fetcher: BatchFetcher, worker: int) -> None:
+        copies = 0
         try:
             if not self.cancelled and self.error is None and self.loaded[j] is None:
                 slot = self.rows[j]
                 item = fetcher.load(int(self.request.indices[j]), self.request.epoch, worker, slot)
-                self.copies += put(slot, item, fetcher.dataset)
+                copies = put(slot, item, fetcher.dataset)
                 self.loaded[j] = item
         except BaseException as e:  # re-raised in the consumer, with its traceback
             if self.error is None:
                 self.error = e
         finally:
             with self._lock:
+                self.copies += copies
                 self._left -= 1
                 last = self._left == 0
             if last:
@@ -74,6 +81,17 @@ class _Job:
                 raise on_timeout()
         if self.error is not None:
             raise self.error
+        if self.cancelled or any(item is None for item in self.loaded):
+            raise RuntimeError("a batch of this pass was cancelled: a newer pass of the same source started "
+                               "(iterate a Loader from one thread at a time)")
+
+    def cancel(self) -> None:
+        """Stops its tasks that have not started and gives its slot back (reused only once
+        the tasks already running have ended)."""
+        self.cancelled = True
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.release()
 
 
 class _Pool:
@@ -134,43 +152,43 @@ class ThreadSource:
         self.copies = 0  # samples decoded beside their slot and copied in
         self._consumer = num_threads  # the in-flight row of the consumer thread
         self._pool: _Pool | None = _Pool(fetcher, num_threads)
-        self._jobs: deque[_Job] = deque()
+        self._pending: deque[_Job] = deque()  # the current pass's jobs, in order
+        self._shape: tuple[int, ...] | None = None  # of one sample, learnt at each pass's start
         self._closed = threading.Event()
 
     def _ring_slots(self) -> int:
         # decoding ahead + the batch being handed over + one in its device copy
         return self.prefetch + 2
 
-    def _start(self, request: BatchRequest) -> tuple[_Job, Any]:
-        """Allocates the batch's rows, submits its samples; returns the job and its lease."""
-        assert self._pool is not None
+    def _start(self, request: BatchRequest, first_of_pass: bool) -> _Job:
+        """Allocates the batch's rows and submits its samples."""
+        if self._pool is None:
+            raise RuntimeError("thread source is closed")
         n, epoch = len(request.indices), request.epoch
         first: Loaded | None = None
-        if self.ring is None or not self.reuse:
-            # The first sample fixes the shape: load it here, then write the rest in place.
+        if first_of_pass or self._shape is None:
+            # The first sample of a pass fixes the shape (a transform may have changed
+            # between passes): load it here, then write the rest in place.
             first = self.fetcher.load(int(request.indices[0]), epoch, self._consumer)
             check_image(first.image, f"sample {first.index} ({describe(self.fetcher.dataset, first.index)})")
-            shape = (self.sampler.batch_size, *first.image.shape)
-            if self.reuse:
-                self.ring = BufferRing(self._ring_slots(), shape, self.pin)
-        lease = None
-        if self.reuse:
-            assert self.ring is not None
-            job = _Job(request, np.empty(0), self.ring)
-            slot = self.ring.acquire(job)
-            bufs = self.ring.buffers(slot)
-            job.rows, job.buffers = bufs.images[:n].numpy(), bufs
-            lease = RingLease(self.ring, slot)
+            self._shape = first.image.shape
+            if self.reuse and (self.ring is None or self.ring.shape[1:] != self._shape):
+                self.ring = BufferRing(self._ring_slots(), (self.sampler.batch_size, *self._shape), self.pin)
+        job = _Job(request, self.ring if self.reuse else None)
+        if self.ring is not None and self.reuse:
+            slot = self.ring.acquire(job, self._closed)
+            job.buffers = self.ring.buffers(slot)
+            job.rows, job.lease = job.buffers.images[:n].numpy(), RingLease(self.ring, slot)
         else:
-            job = _Job(request, alloc_batch((n, *first.image.shape), pin=self.pin).numpy(), None)
+            job.rows = alloc_batch((n, *self._shape), pin=self.pin).numpy()
         if first is not None:
             self.copies += put(job.rows[0], first, self.fetcher.dataset)
             job.loaded[0] = first
             job.run(0, self.fetcher, self._consumer)  # counts the task done (already loaded)
         self._pool.submit(job, 1 if first is not None else 0)
-        return job, lease
+        return job
 
-    def _finish(self, job: _Job, lease: Any) -> HostBatch:
+    def _finish(self, job: _Job) -> HostBatch:
         def timed_out() -> RuntimeError:
             return worker_failure(RuntimeError(f"thread backend timed out after {self.timeout} s"),
                                   self.fetcher.inflight, self.fetcher.dataset)
@@ -183,7 +201,7 @@ class ThreadSource:
         if job.buffers is not None:
             labels, indices = job.buffers.labels, job.buffers.indices
         batch = collated(images, loaded, job.request.epoch, labels, indices)
-        batch.lease = lease
+        batch.lease, job.lease = job.lease, None
         return batch
 
     def batches(self, epoch: int) -> Iterator[HostBatch]:
@@ -193,36 +211,32 @@ class ThreadSource:
         if self.ring is not None:
             self.ring.release_all()
         requests = self.sampler.requests(epoch)
-        pending: deque = deque()
+        pending = self._pending = deque()
         try:
             for request in requests:
-                pending.append(self._start(request))
+                pending.append(self._start(request, first_of_pass=not pending))
                 if len(pending) >= self.prefetch:
                     break
-            self._jobs = deque(job for job, _ in pending)
             while pending:
-                job, lease = pending.popleft()
+                job = pending.popleft()
                 try:
-                    batch = self._finish(job, lease)
+                    batch = self._finish(job)
                 except BaseException:
-                    if lease is not None:
-                        lease.release()
+                    job.cancel()
                     raise
                 request = next(requests, None)
                 if request is not None:
-                    pending.append(self._start(request))  # before the hand-over: keep threads busy
-                    self._jobs.append(pending[-1][0])
+                    pending.append(self._start(request, first_of_pass=False))  # before the hand-over
                 yield batch
         finally:
-            for job, lease in pending:
-                job.cancelled = True  # its tasks end at once; its slot waits for them
-                if lease is not None:
-                    lease.release()
+            for job in pending:
+                job.cancel()  # its tasks end at once; its slot waits for those running
+            pending.clear()
 
     def _cancel(self) -> None:
-        for job in self._jobs:
-            job.cancelled = True
-        self._jobs.clear()
+        for job in self._pending:
+            job.cancel()
+        self._pending.clear()
 
     def close(self) -> None:
         """Stops the threads; returns within a few seconds even if one is stuck in a sample."""
