@@ -16,6 +16,7 @@ from .datasets import (
     LMDBDataset,
     TFRecordDataset,
     TFRecordStream,
+    WrappedDataset,
     open_dataset,
 )
 from .decode import DecodeError, decode_image, get_decoder, image_size
@@ -45,6 +46,7 @@ __all__ = [
     "StringArray",
     "TFRecordDataset",
     "TFRecordStream",
+    "WrappedDataset",
     "decode_image",
     "fast_collate",
     "get_decoder",

@@ -1,10 +1,12 @@
-"""Datasets: encoded bytes + label by index, metadata in shared numpy arrays."""
+"""Datasets: encoded bytes + label by index, metadata in shared numpy arrays; any map-style
+dataset through WrappedDataset."""
 
 from .base import ImageDataset, sample_rng
 from .folder import IMG_EXTENSIONS, ImageFolder, ImageList
 from .lmdb_dataset import LMDBDataset
 from .open import open_dataset
 from .tfrecord_dataset import TFRecordDataset, TFRecordStream
+from .wrap import WrappedDataset
 
 __all__ = [
     "IMG_EXTENSIONS",
@@ -14,6 +16,7 @@ __all__ = [
     "LMDBDataset",
     "TFRecordDataset",
     "TFRecordStream",
+    "WrappedDataset",
     "open_dataset",
     "sample_rng",
 ]

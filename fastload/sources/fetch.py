@@ -18,6 +18,7 @@ from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import alloc_batch, check_image
 from ..datasets.base import sample_rng
 from ..sampler import BatchRequest
+from ..targets import Target, TargetSpec, as_target, fill
 from .inflight import InFlight
 
 MAX_REPLACEMENTS = 10
@@ -58,7 +59,7 @@ class Loaded:
     """One sample as loaded into (or beside) its batch slot."""
 
     image: np.ndarray
-    label: int
+    label: Target  # int (the fast path), float or numeric array: see fastload.targets
     index: int  # the sample actually loaded (differs from the request after a replacement)
     skipped: list[SkippedSample]
 
@@ -84,12 +85,14 @@ class BatchFetcher(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None) -> tuple[np.ndarray, int]:
+    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None) -> tuple[np.ndarray, Target]:
         self.inflight.begin(worker, index, epoch)
         try:
             if out is None or not self._writes_in_place:
-                return self.dataset.load(index, epoch, self.seed)
-            return self.dataset.load(index, epoch, self.seed, out=out)
+                image, target = self.dataset.load(index, epoch, self.seed)
+            else:
+                image, target = self.dataset.load(index, epoch, self.seed, out=out)
+            return image, as_target(target)  # a TypeError here is named as the sample's error
         finally:
             self.inflight.end(worker)
 
@@ -130,13 +133,13 @@ class BatchFetcher(torch.utils.data.Dataset):
             item = self.load(int(indices[j]), request.epoch, worker, slot)
             put(slot, item, self.dataset)
             loaded.append(item)
-        return collated(images, loaded, request.epoch)
+        return collated(images, loaded, request.epoch, dataset=self.dataset)
 
     def __getitems__(self, request: BatchRequest) -> HostBatch:
         info = get_worker_info()
         return self.fetch(request, info.id if info is not None else 0)
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+    def __getitem__(self, index: int) -> tuple[np.ndarray, Target]:
         item = self.load(int(index), 0)
         return item.image, item.label
 
@@ -156,12 +159,14 @@ def put(slot: np.ndarray, item: Loaded, dataset: Any) -> int:
 
 
 def collated(images: torch.Tensor, loaded: list[Loaded], epoch: int, labels: torch.Tensor | None = None,
-             indices: torch.Tensor | None = None) -> HostBatch:
-    """The HostBatch of ``loaded`` samples whose pixels are already in ``images``."""
+             indices: torch.Tensor | None = None, dataset: Any = None) -> HostBatch:
+    """The HostBatch of ``loaded`` samples whose pixels are already in ``images``; targets
+    go into ``labels`` (else a new tensor shaped by the first sample's target)."""
     n = len(loaded)
-    labels = torch.empty(n, dtype=torch.int64) if labels is None else labels[:n]
+    labels = TargetSpec.of(loaded[0].label).alloc(n) if labels is None else labels[:n]
     indices = torch.empty(n, dtype=torch.int64) if indices is None else indices[:n]
-    labels.numpy()[:] = [item.label for item in loaded]
+    fill(labels, [item.label for item in loaded],
+         lambda j: f"sample {loaded[j].index} ({describe(dataset, loaded[j].index)})")
     indices.numpy()[:] = [item.index for item in loaded]
     skipped = tuple(s for item in loaded for s in item.skipped)
     return HostBatch(images[:n], labels, indices, epoch, skipped)

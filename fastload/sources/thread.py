@@ -21,6 +21,7 @@ import torch
 from ..batch import HostBatch
 from ..collate import alloc_batch, check_image
 from ..sampler import BatchRequest, ShardedBatchSampler
+from ..targets import TargetSpec
 from .fetch import BatchFetcher, Loaded, collated, describe, put
 from .process import worker_failure
 from .ring import BufferRing, RingLease
@@ -152,7 +153,7 @@ class ThreadSource:
             check_image(first.image, f"sample {first.index} ({describe(self.fetcher.dataset, first.index)})")
             shape = (self.sampler.batch_size, *first.image.shape)
             if self.reuse:
-                self.ring = BufferRing(self._ring_slots(), shape, self.pin)
+                self.ring = BufferRing(self._ring_slots(), shape, self.pin, TargetSpec.of(first.label))
         lease = None
         if self.reuse:
             assert self.ring is not None
@@ -182,7 +183,7 @@ class ThreadSource:
         labels = indices = None
         if job.buffers is not None:
             labels, indices = job.buffers.labels, job.buffers.indices
-        batch = collated(images, loaded, job.request.epoch, labels, indices)
+        batch = collated(images, loaded, job.request.epoch, labels, indices, self.fetcher.dataset)
         batch.lease = lease
         return batch
 
