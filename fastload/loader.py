@@ -183,7 +183,8 @@ class Loader:
         self.rank, self.world_size = rank, world_size
         epoch = self.sampler.epoch if self.sampler is not None else 0
         self._source = self._make_source()
-        self._mark_sampler_epoch(epoch)
+        if self.sampler is not None:
+            self.sampler.epoch = epoch  # keeps an epoch set through the old sampler pending
         self._watchdog = Watchdog(self._source.inflight, None if self.streaming else self._samples,
                                   self.config.stall_warning)
 
