@@ -214,3 +214,13 @@ def test_fastload_dataset_in_a_plain_dataloader(folder):
     x, y = batches[0]
     assert x.shape == (8, 32, 32, 3) and x.dtype == torch.uint8 and y.dtype == torch.int64
     assert sum(len(b[1]) for b in batches) == len(ds)
+
+
+def test_readme_bring_your_own_dataset_example_runs(tmp_path, monkeypatch, capsys):
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    section = readme[readme.index("### Bring your own dataset"):]
+    code = section[section.index("```python") + len("```python"):section.index("```\n", section.index("```python") + 9)]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and "torch.Size([4, 3, 224, 224]) torch.Size([4, 5]) ['img" in lines[0]
