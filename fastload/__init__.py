@@ -18,6 +18,7 @@ from .datasets import (
     TFRecordDataset,
     TFRecordError,
     TFRecordStream,
+    WrappedDataset,
     open_dataset,
 )
 from .decode import DecodeError, decode_image, get_decoder, image_size
@@ -49,6 +50,7 @@ __all__ = [
     "TFRecordDataset",
     "TFRecordError",
     "TFRecordStream",
+    "WrappedDataset",
     "decode_image",
     "fast_collate",
     "get_decoder",

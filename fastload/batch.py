@@ -54,7 +54,8 @@ class HostBatch:
 
     Attributes:
         images: uint8 N×H×W×C.
-        labels: int64 N.
+        labels: The targets: int64 N for int labels, else N×... of the targets' dtype
+            (see :mod:`fastload.targets`).
         indices: int64 N, the dataset index each row holds (after replacements).
         epoch: The epoch the batch belongs to (its augmentation draws).
         skipped: Samples that failed and were replaced (``on_error="skip"``).

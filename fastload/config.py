@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+import numpy as np
 import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -13,6 +14,32 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 BACKENDS = ("process", "thread")
 START_METHODS = (None, "fork", "spawn", "forkserver")
+FLAGS = ("shuffle", "drop_last", "persistent_workers", "normalize", "return_index")
+
+
+def dtype_name(dtype: Any) -> str:
+    """The name in DTYPES of ``dtype`` (a name or a torch dtype); ValueError otherwise."""
+    if isinstance(dtype, torch.dtype):
+        for name, value in DTYPES.items():
+            if value == dtype:
+                return name
+    elif dtype in DTYPES:
+        return dtype
+    raise ValueError(f"dtype must be one of {tuple(DTYPES)} or the torch dtypes torch.float32, "
+                     f"torch.float16, torch.bfloat16; got {dtype!r}")
+
+
+def _unit_values(name: str, values: Any) -> tuple[float, ...]:
+    try:
+        out = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a sequence of numbers, one per channel, got {values!r}") from None
+    if any(not 0 <= v <= 1 for v in out):
+        hint = (f"; divide by 255: {tuple(round(v / 255, 4) for v in out)}" if any(v > 1 for v in out)
+                and all(0 <= v <= 255 for v in out) else "")
+        raise ValueError(f"{name} {values!r} is outside [0, 1]: fastload scales pixels to [0, 1] before "
+                         f"normalizing, so mean and std are in [0, 1] units{hint}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -35,7 +62,8 @@ class LoaderConfig:
         normalize: Deliver float (x/255 - mean)/std; False delivers the uint8 batch.
         mean: Per-channel mean, in [0, 1] units.
         std: Per-channel standard deviation, in [0, 1] units.
-        dtype: Output dtype when normalizing: "float32", "float16" or "bfloat16".
+        dtype: Output dtype when normalizing: "float32", "float16" or "bfloat16" (or
+            the torch dtype; stored as its name).
         depth: Batches in flight on the device (the prefetcher's queue).
         on_error: "raise" or "skip" (a bad sample is replaced by another and counted).
         timeout: Seconds to wait for a worker's batch (0: forever, as in DataLoader).
@@ -43,6 +71,8 @@ class LoaderConfig:
             flight and the workers loading them (0: never).
         rank: This process's rank; None reads torch.distributed (else 0).
         world_size: Number of ranks; None reads torch.distributed (else 1).
+        return_index: Yield (images, targets, indices): the dataset index of each row,
+            an int64 CPU tensor (to look up paths or other per-sample fields).
     """
 
     batch_size: int = 256
@@ -66,6 +96,7 @@ class LoaderConfig:
     stall_warning: float = 60.0
     rank: int | None = None
     world_size: int | None = None
+    return_index: bool = False
 
     def __post_init__(self) -> None:
         def positive_int(name: str, minimum: int = 1) -> None:
@@ -73,6 +104,13 @@ class LoaderConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
+        for name in FLAGS:
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
+        if self.pin_memory is not None and not isinstance(self.pin_memory, (bool, np.bool_)):
+            raise ValueError(f"pin_memory must be True, False or None (when the device is CUDA), "
+                             f"got {self.pin_memory!r}")
         positive_int("batch_size")
         positive_int("prefetch_factor")
         positive_int("depth")
@@ -83,10 +121,11 @@ class LoaderConfig:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {self.start_method!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
         if self.on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        object.__setattr__(self, "mean", _unit_values("mean", self.mean))
+        object.__setattr__(self, "std", _unit_values("std", self.std))
         if len(self.mean) != len(self.std) or not self.mean:
             raise ValueError(f"mean {self.mean!r} and std {self.std!r} must have one value per channel")
         if any(s <= 0 for s in self.std):

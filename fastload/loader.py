@@ -10,6 +10,7 @@ import torch
 
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig
+from .datasets.wrap import WrappedDataset
 from .normalize import Normalizer
 from .prefetch import CudaPrefetcher
 from .sampler import ShardedBatchSampler, check_epoch, resolve_rank
@@ -35,25 +36,32 @@ def is_stream(dataset: Any) -> bool:
 
 
 class Loader:
-    """Batches of normalized images on a device, from a fastload dataset.
+    """Batches of normalized images on a device, from a fastload dataset or your own.
 
     Each pass over the loader is a new epoch (new shuffle order and augmentation draws):
     the first pass is epoch 0, the next 1, and so on; ``set_epoch(e)`` makes the next
     pass epoch ``e``. Starting a pass ends an unfinished earlier one.
 
+    Rank and world size not given are read from torch.distributed when it is
+    initialized, also when that happens after construction (as Lightning's Trainer does):
+    the next pass (or ``len``) then shards by rank.
+
     Args:
         dataset: A fastload dataset (``ImageFolder``, ``LMDBDataset``, ...), anything
-            with ``__len__`` and ``load(index, epoch, seed) -> (HWC uint8, label)``, or a
-            stream (``TFRecordStream``).
+            with ``__len__`` and ``load(index, epoch, seed) -> (HWC uint8, target)``, a
+            stream (``TFRecordStream``), or a map-style dataset of your own (``__len__`` and
+            ``__getitem__``), wrapped in :class:`~fastload.WrappedDataset`.
         config: A LoaderConfig to start from (the tuner writes these).
         **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``.
 
     Yields:
-        (images, labels): images N×C×H×W in channels_last memory on ``loader.device``,
-        normalized float (or uint8 with ``normalize=False``); labels int64.
+        (images, targets): images N×C×H×W in channels_last memory on ``loader.device``,
+        normalized float (or uint8 with ``normalize=False``); targets int64 N for int
+        labels, else float32 N or N×... (see :mod:`fastload.targets`). With
+        ``return_index=True``: (images, targets, indices), indices int64 on the CPU.
 
     Raises:
-        TypeError: Unknown option, or a dataset without ``load``.
+        TypeError: Unknown option, or a dataset fastload cannot read (the message says why).
         ValueError: A bad option value (the message names it).
     """
 
@@ -62,11 +70,13 @@ class Loader:
             raise TypeError(f"config must be a LoaderConfig, got {type(config).__name__}")
         self._closed = True  # until construction succeeds (for __del__)
         self.streaming = is_stream(dataset)
-        if not self.streaming and (not callable(getattr(dataset, "load", None)) or not hasattr(dataset, "__len__")):
-            raise TypeError(f"{type(dataset).__name__} is not a fastload dataset (needs __len__ and load())")
-        if not self.streaming and len(dataset) == 0:
+        samples = dataset
+        if not self.streaming and not (callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")):
+            samples = WrappedDataset(dataset)
+        if not self.streaming and len(samples) == 0:
             raise ValueError("dataset is empty")
-        self.dataset = dataset
+        self.dataset = dataset  # as given (DataLoader's attribute)
+        self._samples = samples  # what the workers load: the dataset, or its WrappedDataset
         self.profile: dict | None = None  # the tuned profile behind num_workers="auto", if any
         self.config = cfg = self._resolve_auto((config or LoaderConfig()).replace(**options), options)
         self.device = resolve_device(cfg.device)
@@ -78,9 +88,10 @@ class Loader:
         self.sampler: ShardedBatchSampler | None = None
         self._source = self._make_source()
         inflight = self._source.inflight
-        self._watchdog = Watchdog(inflight, None if self.streaming else dataset, cfg.stall_warning)
+        self._watchdog = Watchdog(inflight, None if self.streaming else samples, cfg.stall_warning)
         self._prefetcher = CudaPrefetcher((), self.device, cfg.depth,
-                                          Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize))
+                                          Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize), cfg.return_index)
+        self._sampler_epoch = 0  # the epoch last written to sampler.epoch (see _adopt_sampler_epoch)
         self._next_epoch = 0
         self.epoch: int | None = None  # of the current (or last) pass
         self._pass: Iterator | None = None
@@ -91,7 +102,7 @@ class Loader:
             return cfg
         from .profiles import lookup, settings_for_rank
 
-        profile = lookup(self.dataset)
+        profile = lookup(self._samples)
         if profile is None:
             return cfg.replace(num_workers=cpus_per_rank())
         self.profile = profile
@@ -109,15 +120,15 @@ class Loader:
             if cfg.shuffle or cfg.backend != "process":
                 raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
                                  "backend='process' (or TFRecordDataset for random access)")
-            return StreamSource(self.dataset, batch_size=cfg.batch_size, drop_last=cfg.drop_last,
+            return StreamSource(self._samples, batch_size=cfg.batch_size, drop_last=cfg.drop_last,
                                 on_error=cfg.on_error, seed=cfg.seed, rank=self.rank, world_size=self.world_size,
                                 options=self._options())
-        self.sampler = ShardedBatchSampler(len(self.dataset), cfg.batch_size, shuffle=cfg.shuffle,
+        self.sampler = ShardedBatchSampler(len(self._samples), cfg.batch_size, shuffle=cfg.shuffle,
                                            drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
                                            world_size=self.world_size)
         threads = cfg.backend == "thread"
         inflight = InFlight(self.num_workers + 1 if threads else max(1, self.num_workers))
-        fetcher = BatchFetcher(self.dataset, cfg.seed, cfg.on_error, inflight)
+        fetcher = BatchFetcher(self._samples, cfg.seed, cfg.on_error, inflight)
         if threads:
             # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
             return ThreadSource(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
@@ -125,7 +136,8 @@ class Loader:
                                 reuse=self.device.type == "cuda" or cfg.normalize)
         return ProcessSource(fetcher, self.sampler, self._options())
 
-    # DataLoader-style read-only attributes that training frameworks look for.
+    # DataLoader-style read-only attributes that training frameworks look for
+    # (also dataset, num_workers, pin_memory and sampler, set in __init__).
     @property
     def batch_size(self) -> int:
         return self.config.batch_size
@@ -134,23 +146,65 @@ class Loader:
     def drop_last(self) -> bool:
         return self.config.drop_last
 
+    @property
+    def batch_sampler(self) -> ShardedBatchSampler | None:
+        """The sampler of index batches (the same object as ``sampler``; None for a stream)."""
+        return self.sampler
+
+    @property
+    def persistent_workers(self) -> bool:
+        return self.config.persistent_workers
+
     def set_epoch(self, epoch: int) -> None:
         """Makes the next pass epoch ``epoch`` (its shuffle order and augmentation draws,
-        the same on every rank). Without it each new pass advances the epoch by one."""
+        the same on every rank). Without it each new pass advances the epoch by one.
+        ``loader.sampler.set_epoch(epoch)`` (what Lightning calls) does the same."""
         self._next_epoch = check_epoch(epoch)
+        self._mark_sampler_epoch(self._next_epoch)
+
+    def _mark_sampler_epoch(self, epoch: int) -> None:
+        if self.sampler is not None:
+            self.sampler.epoch = self._sampler_epoch = epoch
+
+    def _adopt_sampler_epoch(self) -> None:
+        """An epoch set through ``loader.sampler.set_epoch`` since we last wrote it wins."""
+        if self.sampler is not None and self.sampler.epoch != self._sampler_epoch:
+            self._next_epoch = check_epoch(self.sampler.epoch)
+
+    def _follow_rank(self) -> None:
+        """Re-reads rank and world size that were not given; if torch.distributed was
+        initialized since (e.g. by Lightning's Trainer), rebuilds the sampler and source."""
+        rank, world_size = resolve_rank(self.config.rank, self.config.world_size)
+        if (rank, world_size) == (self.rank, self.world_size):
+            return
+        self._end_pass()
+        self._watchdog.stop()
+        self._source.close()
+        self.rank, self.world_size = rank, world_size
+        epoch = self.sampler.epoch if self.sampler is not None else 0
+        self._source = self._make_source()
+        if self.sampler is not None:
+            self.sampler.epoch = epoch  # keeps an epoch set through the old sampler pending
+        self._watchdog = Watchdog(self._source.inflight, None if self.streaming else self._samples,
+                                  self.config.stall_warning)
 
     def __len__(self) -> int:
+        if not self._closed:
+            self._follow_rank()
         return len(self.sampler) if self.sampler is not None else len(self._source)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if self._closed:
             raise RuntimeError("Loader is closed")
         self._end_pass()
+        self._follow_rank()
+        self._adopt_sampler_epoch()
         self.epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
+        self._mark_sampler_epoch(self.epoch)
         self._pass = self._run(self.epoch)
         return self._pass
 
-    def _run(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _run(self, epoch: int) -> Iterator[tuple[torch.Tensor, ...]]:
         # A generator method: the pass holds a reference to the Loader, so
         # `for x, y in Loader(...)` keeps the loader alive until the loop ends.
         outputs = self._prefetcher.run(self._observed(self._source.batches(epoch)))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .config import DTYPES, IMAGENET_MEAN, IMAGENET_STD
+from .config import DTYPES, IMAGENET_MEAN, IMAGENET_STD, dtype_name
 
 
 class Normalizer:
@@ -15,14 +15,13 @@ class Normalizer:
     Args:
         mean: Per-channel mean in [0, 1] units.
         std: Per-channel standard deviation in [0, 1] units.
-        dtype: Output dtype name ("float32", "float16", "bfloat16").
+        dtype: Output dtype ("float32", "float16", "bfloat16" or the torch dtype).
         normalize: False returns the uint8 batch in the same N×C×H×W channels_last layout.
     """
 
     def __init__(self, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                 dtype: str = "float32", normalize: bool = True) -> None:
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+                 dtype: str | torch.dtype = "float32", normalize: bool = True) -> None:
+        dtype = dtype_name(dtype)
         if len(mean) != len(std) or any(s <= 0 for s in std):
             raise ValueError(f"mean {mean!r} and std {std!r} need one value per channel, std > 0")
         self.dtype = DTYPES[dtype]

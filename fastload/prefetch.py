@@ -61,6 +61,7 @@ class _InFlight:
 
     images: torch.Tensor
     labels: torch.Tensor
+    indices: torch.Tensor | None  # a host copy, when asked for
     ready: Any  # CUDA event after its normalization
 
 
@@ -78,8 +79,8 @@ class CudaPrefetcher:
     """Overlaps host-to-device copies and normalization with the consumer's work.
 
     Iterates over ``iterable`` of HostBatches, or of (uint8 N×H×W×C images, labels[, lease])
-    tuples, and yields (images, labels) on ``device``. On a CPU device it normalizes
-    synchronously.
+    tuples, and yields (images, labels) on ``device`` — (images, labels, indices) with
+    ``indices``, the indices staying on the host. On a CPU device it normalizes synchronously.
 
     Args:
         iterable: The batches; a lease (a reused host buffer) is released once the
@@ -87,11 +88,12 @@ class CudaPrefetcher:
         device: Target device; None means cuda if available, else cpu.
         depth: Batches in flight on the side stream.
         normalizer: Applied on the side stream (default: ImageNet float32).
+        indices: Also yield each batch's int64 sample indices (a CPU copy).
         stream: The CUDA side stream to use (default: a new one).
     """
 
     def __init__(self, iterable: Iterable, device: Any = None, depth: int = 2,
-                 normalizer: Normalizer | None = None, stream: Any = None) -> None:
+                 normalizer: Normalizer | None = None, indices: bool = False, stream: Any = None) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1, got {depth!r}")
         self.iterable = iterable
@@ -100,6 +102,7 @@ class CudaPrefetcher:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.depth = depth
         self.normalizer = normalizer or Normalizer()
+        self.indices = indices
         self.stats = Stats()
         if stream is not None and self.device.type != "cuda":
             raise ValueError(f"a CUDA stream was given for device {self.device}")
@@ -134,10 +137,12 @@ class CudaPrefetcher:
             self.stats.batches += 1
             yield out
 
-    def _cpu(self, source: Iterator[HostBatch]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _cpu(self, source: Iterator[HostBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
         for batch in source:
             # Labels are copied: they may live in a reused buffer (tiny, so always).
             out = self.normalizer(batch.images.to(self.device)), batch.labels.to(self.device, copy=True)
+            if self.indices:
+                out += (batch.indices.clone(),)
             if out[0].data_ptr() != batch.images.data_ptr():
                 batch.release()  # normalization copied the pixels: the buffer can be rewritten
             yield out
@@ -159,9 +164,10 @@ class CudaPrefetcher:
             copied.record(self._stream)
             images = self.normalizer(images)
             ready.record(self._stream)
+        indices = batch.indices.clone() if self.indices else None  # before the buffer goes back
         batch.release(copied)  # a reused host buffer is rewritten only after this copy read it
         self._timings.append((start, copied, batch.images.numel() * batch.images.element_size()))
-        return _InFlight(images, labels, ready)
+        return _InFlight(images, labels, indices, ready)
 
     def _collect_timings(self) -> None:
         # Only finished copies are read, so stats never block the host.
@@ -186,7 +192,7 @@ class CudaPrefetcher:
             if nxt is not None:
                 pending.append(self._enqueue(nxt))
             self._collect_timings()
-            yield item.images, item.labels
+            yield (item.images, item.labels) if item.indices is None else (item.images, item.labels, item.indices)
 
     def close(self) -> None:
         """Waits for the side stream's pending work; idempotent."""

@@ -7,12 +7,21 @@ output size when antialiased: ``fastload.resize.REDUCE_GAP``). Resizing is antia
 bilinear by default, as in torchvision v2; ``antialias=False`` trades that for speed.
 Randomness comes from the ``rng`` passed in, which the datasets derive from
 (seed, epoch, sample index): output never depends on which worker ran a sample.
+
+Your own transforms: ``f(img, rng) -> img`` (reproducible: draw only from ``rng``), or
+``f(img) -> img`` (called as is; its randomness comes from global generators, seeded
+per worker, so it is not reproducible per sample). albumentations: :func:`albumentations`.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
+import random
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 import cv2
 import numpy as np
@@ -28,7 +37,9 @@ __all__ = [
     "RandomResizedCrop",
     "Resize",
     "ResizedCenterCrop",
+    "albumentations",
     "eval",
+    "takes_rng",
     "train",
 ]
 
@@ -182,13 +193,33 @@ class RandomHorizontalFlip:
         return f"RandomHorizontalFlip(p={self.p})"
 
 
-class Compose:
-    """Applies transforms in order; each is ``f(img, rng) -> img``.
+def takes_rng(transform: Any) -> bool:
+    """Whether ``transform`` is called ``f(img, rng)`` (it takes two positional arguments)
+    rather than ``f(img)``. Callables whose signature cannot be read are ``f(img)``."""
+    try:
+        params = inspect.signature(transform).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
-    A leading Resize + CenterCrop is fused into one ResizedCenterCrop.
+
+def _check_transform(t: Any) -> None:
+    if not callable(t):
+        raise TypeError(f"transform {t!r} is not callable")
+    if type(t).__module__.split(".")[0] == "albumentations":
+        raise TypeError(f"{type(t).__name__} is an albumentations transform, called with keywords: wrap it as "
+                        "fl.transforms.albumentations(aug)")
+
+
+class Compose:
+    """Applies transforms in order; each is ``f(img, rng) -> img`` or ``f(img) -> img``.
+
+    A leading Resize + CenterCrop is fused into one ResizedCenterCrop. Which form a
+    transform takes is read once from its signature (:func:`takes_rng`).
 
     Args:
-        transforms: Callables ``f(img, rng) -> img``; the first may be a crop planner.
+        transforms: Callables on H×W×C uint8 arrays; the first may be a crop planner.
         reduced_decode: Let a leading crop planner decode JPEGs at a reduced DCT scale
             (faster; pixels differ from a full decode by the decoder's filtering).
     """
@@ -196,16 +227,20 @@ class Compose:
     def __init__(self, transforms: Sequence, reduced_decode: bool = True) -> None:
         ts = list(transforms)
         for t in ts:
-            if not callable(t):
-                raise TypeError(f"transform {t!r} is not callable")
+            _check_transform(t)
         if len(ts) >= 2 and isinstance(ts[0], Resize) and isinstance(ts[1], CenterCrop):
             ts[:2] = [ResizedCenterCrop(ts[1].size, ts[0].size, ts[0].antialias)]
         self.transforms = ts
         self.reduced_decode = reduced_decode
+        self._with_rng = [takes_rng(t) for t in ts]
+
+    @staticmethod
+    def _apply(t: Any, with_rng: bool, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return t(img, rng) if with_rng else t(img)
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        for t in self.transforms:
-            img = t(img, rng)
+        for t, with_rng in zip(self.transforms, self._with_rng):
+            img = self._apply(t, with_rng, img, rng)
         return img
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop | None:
@@ -228,19 +263,67 @@ class Compose:
         check_pixels(header, max_pixels)
         h, w = header.height, header.width
         crop = self.plan(h, w, rng)
-        rest = self.transforms[1:] if crop is not None else self.transforms
+        first = 1 if crop is not None else 0
         scale = crop.decode_scale if crop is not None and self.reduced_decode else 1.0
         img = decoder.decode(data, scale, header=header, max_pixels=max_pixels)
         if crop is not None:
             direct = out is not None and out.shape == (crop.out_h, crop.out_w, img.shape[2])
             img = crop.apply(img, h, w, out if direct else None)
-        for t in rest:
+        for t, with_rng in zip(self.transforms[first:], self._with_rng[first:]):
             inplace = getattr(t, "apply_inplace", None)
-            img = inplace(img, rng) if inplace is not None and img is out else t(img, rng)
+            img = inplace(img, rng) if inplace is not None and img is out else self._apply(t, with_rng, img, rng)
         return img
 
     def __repr__(self) -> str:
         return "Compose([" + ", ".join(map(repr, self.transforms)) + "])"
+
+
+class Albumentations:
+    """An albumentations pipeline as an ``f(img, rng)`` transform.
+
+    Each call hands the pipeline generators drawn from ``rng`` (albumentations >= 2's
+    ``set_random_state``), so its draws too depend only on (seed, epoch, index). Each
+    thread uses its own copy of the pipeline.
+
+    Args:
+        aug: e.g. ``A.Compose([...])``, called as ``aug(image=img)[key]``.
+        key: The output key of the image.
+    """
+
+    def __init__(self, aug: Any, key: str = "image") -> None:
+        if not callable(aug):
+            raise TypeError(f"{aug!r} is not callable")
+        self.aug, self.key = aug, key
+        self._local = threading.local()
+
+    def _pipeline(self) -> Any:
+        aug = getattr(self._local, "aug", None)
+        if aug is None:
+            aug = self._local.aug = copy.deepcopy(self.aug)
+        return aug
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        aug = self._pipeline()
+        seed_with = getattr(aug, "set_random_state", None)
+        if seed_with is not None:
+            seed_with(np.random.default_rng(rng.integers(2**63)), random.Random(int(rng.integers(2**63))))
+        return aug(image=np.ascontiguousarray(img))[self.key]
+
+    def __getstate__(self) -> dict:
+        return {"aug": self.aug, "key": self.key}
+
+    def __setstate__(self, state: dict) -> None:
+        self.aug, self.key = state["aug"], state["key"]
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"albumentations({self.aug!r})"
+
+
+def albumentations(aug: Any, key: str = "image") -> Albumentations:
+    """``fl.transforms.albumentations(A.Compose([...]))``: an albumentations pipeline as a
+    fastload transform, reproducible per (seed, epoch, index) (see :class:`Albumentations`)."""
+    return Albumentations(aug, key)
 
 
 def as_compose(transform) -> Compose:

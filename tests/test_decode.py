@@ -106,16 +106,85 @@ def test_unknown_backend_is_a_clear_error():
         get_decoder("nvjpeg")
 
 
-def test_missing_turbojpeg_warns_once_and_falls_back(monkeypatch):
+def _fresh_default(monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
-    monkeypatch.setattr(dec, "_available", lambda name: name != "turbojpeg")
+    monkeypatch.setattr(dec, "_cache", {})
     monkeypatch.setattr(dec, "_warned", False)
+
+
+def _warnings_of(call):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert dec.default_backend() == "opencv"
-        assert dec.default_backend() == "opencv"
-    messages = [str(w.message) for w in caught]
-    assert len(messages) == 1 and "pip install PyTurboJPEG" in messages[0]
+        result = call()
+        assert call() == result
+    return result, [str(w.message) for w in caught]
+
+
+def test_missing_library_warns_once_with_the_install_command(monkeypatch):
+    import ctypes.util
+    import turbojpeg
+
+    _fresh_default(monkeypatch)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(turbojpeg, "DEFAULT_LIB_PATHS", {})
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    backend, messages = _warnings_of(dec.default_backend)
+    assert backend == "opencv" and len(messages) == 1
+    assert "decoding JPEG with OpenCV" in messages[0]
+    assert "libturbojpeg) is not installed; fix: sudo apt-get install libturbojpeg0" in messages[0]
+    with pytest.raises(ImportError, match="not installed; fix: sudo apt-get install libturbojpeg0"):
+        get_decoder("turbojpeg")
+
+
+def test_too_old_library_is_not_called_missing(monkeypatch):
+    from fastload.decode import turbo
+
+    class Old:  # a libturbojpeg from before TurboJPEG 1.2: no tjDecompress2
+        tjInitDecompress = tjDestroy = tjGetErrorStr = object()
+
+    _fresh_default(monkeypatch)
+    monkeypatch.setattr(turbo, "_library_path", lambda: "/usr/lib/libturbojpeg.so.0")
+    monkeypatch.setattr(turbo.ctypes, "CDLL", lambda path: Old())
+    backend, messages = _warnings_of(dec.default_backend)
+    assert backend == "opencv" and len(messages) == 1
+    assert "libturbojpeg at /usr/lib/libturbojpeg.so.0 is too old: it lacks tjDecompress2" in messages[0]
+    assert "not installed" not in messages[0] and "--only-upgrade libturbojpeg0" in messages[0]
+
+
+@pytest.mark.skipif(not dec._available("turbojpeg"), reason="needs libjpeg-turbo")
+def test_pyturbojpeg_2_beside_libjpeg_turbo_2_still_decodes(monkeypatch, photo):
+    """pip resolving PyTurboJPEG 2.x (whose TurboJPEG() refuses libjpeg-turbo < 3) must not
+    cost the fast decoder: fastload only takes PyTurboJPEG's list of library paths."""
+    import sys
+    import types
+
+    from fastload.decode import turbo
+
+    fake = types.ModuleType("turbojpeg")
+    fake.__version__ = "2.6.1"
+    fake.DEFAULT_LIB_PATHS = {}
+
+    class TurboJPEG:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("PyTurboJPEG 2.0 requires libjpeg-turbo 3.0 or later.")
+
+    fake.TurboJPEG = TurboJPEG
+    monkeypatch.setitem(sys.modules, "turbojpeg", fake)
+    data = jpeg_bytes(photo)
+    assert np.array_equal(turbo.TurboJPEGDecoder().decode(data), decode_image(data, backend="turbojpeg"))
+
+
+def test_pyturbojpeg_requirement_excludes_2x():
+    """PyTurboJPEG 2.x needs libjpeg-turbo >= 3, which Debian 12 and Ubuntu 22.04 do not have."""
+    import os
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    (req,) = [Requirement(d) for d in deps if d.lower().startswith("pyturbojpeg")]
+    assert "1.8.3" in req.specifier and "2.0.0" not in req.specifier and "2.6.1" not in req.specifier
 
 
 # --- corrupt entropy-coded data ---------------------------------------------------------

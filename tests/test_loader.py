@@ -137,8 +137,8 @@ def test_options_are_validated(folder):
             fl.Loader(ds, device="cuda")
         else:
             raise ValueError("CUDA is not available (skipped on a GPU machine)")
-    with pytest.raises(TypeError, match="not a fastload dataset"):
-        fl.Loader([1, 2, 3])
+    with pytest.raises(TypeError, match="needs __len__ and __getitem__"):
+        fl.Loader(object())
     cfg = fl.LoaderConfig(batch_size=4, num_workers=0, device="cpu")
     assert fl.Loader(ds, cfg, batch_size=6).config.batch_size == 6
 

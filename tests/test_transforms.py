@@ -4,6 +4,7 @@ import math
 import cv2
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from fastload import transforms as T
@@ -204,3 +205,54 @@ def test_resize_into_dst_and_window_equals_whole_resize_cropped():
     whole = resize(img, 160, 240)
     window = resize_window(img, 20 * 211 / 160, 30 * 317 / 240, 100 * 211 / 160, 150 * 317 / 240, 100, 150)
     assert np.array_equal(window, whole[20:120, 30:180])
+
+
+# --- your own transforms ----------------------------------------------------------------
+
+
+def _invert(img):
+    return 255 - img
+
+
+class _Shift:
+    def __call__(self, img, rng=None):
+        return np.roll(img, 1, axis=1)
+
+
+def test_signature_decides_how_a_transform_is_called():
+    assert not T.takes_rng(_invert) and not T.takes_rng(lambda img: img) and not T.takes_rng(np.fliplr)
+    assert T.takes_rng(lambda img, rng: img) and T.takes_rng(_Shift()) and T.takes_rng(T.CenterCrop(4))
+    assert not T.takes_rng(cv2.bitwise_not)  # no readable signature: one argument
+
+
+def test_one_argument_transforms_run_as_they_are(folder):
+    import fastload as fl
+
+    tf = T.Compose([T.RandomResizedCrop(16), _invert, lambda img: img[::-1], _Shift()])
+    ds = fl.ImageFolder(folder, transform=tf)
+    plain = fl.ImageFolder(folder, transform=T.Compose([T.RandomResizedCrop(16)]))
+    img, _ = ds.load(3, epoch=1, seed=2)
+    want = np.roll((255 - plain.load(3, epoch=1, seed=2)[0])[::-1], 1, axis=1)
+    assert np.array_equal(img, want)
+    with fl.Loader(ds, batch_size=6, num_workers=2, device="cpu", normalize=False) as loader:
+        x, _ = next(iter(loader))
+    assert np.array_equal(x[3].permute(1, 2, 0).numpy(), ds.load(3, epoch=0)[0])
+
+
+def test_albumentations_pipeline_through_the_adapter_is_reproducible(folder, monkeypatch):
+    monkeypatch.setenv("NO_ALBUMENTATIONS_UPDATE", "1")
+    A = pytest.importorskip("albumentations")
+    import fastload as fl
+
+    aug = A.Compose([A.HorizontalFlip(p=0.5), A.RandomBrightnessContrast(p=1.0), A.Rotate(limit=20, p=1.0)])
+    with pytest.raises(TypeError, match=r"wrap it as fl.transforms.albumentations\(aug\)"):
+        T.Compose([T.RandomResizedCrop(32), aug])
+    ds = fl.ImageFolder(folder, transform=[T.RandomResizedCrop(32), T.albumentations(aug)])
+    a, b = ds.load(5, epoch=0, seed=1)[0], ds.load(5, epoch=0, seed=1)[0]
+    assert np.array_equal(a, b), "same (seed, epoch, index), same augmentation"
+    assert not np.array_equal(a, ds.load(5, epoch=1, seed=1)[0])
+    opts = dict(batch_size=8, shuffle=True, device="cpu", normalize=False)
+    with fl.Loader(ds, num_workers=2, backend="process", **opts) as p, \
+            fl.Loader(ds, num_workers=2, backend="thread", **opts) as t:
+        for (px, py), (tx, ty) in zip(p, t):
+            assert torch.equal(px, tx) and torch.equal(py, ty)

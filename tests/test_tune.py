@@ -111,3 +111,63 @@ def test_plot_writes_png_or_says_what_to_install(folder, tmp_path, capsys):
         assert not png.exists()
     else:
         assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_list_file_with_root_and_best_is_a_loader_config(folder, tmp_path, capsys):
+    import os
+
+    lines = [f"{os.path.relpath(os.path.join(d, f), folder)} {i}"
+             for i, d in enumerate(sorted(os.path.join(folder, c) for c in os.listdir(folder))) for f in os.listdir(d)]
+    listing = tmp_path / "train.txt"  # elsewhere than the images: paths resolve against --root
+    listing.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "tune.json"
+    rc = main(["tune", str(listing), "--root", folder, "--batch-sizes", "8", "--workers", "1", "--backends",
+               "process", "--seconds", "0.2", "--size", "32", "--grid", "--json", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert "measured 1 of 1 configurations (grid search) and the baseline" in text
+    report = json.loads(out.read_text())
+    assert report["dataset"]["samples"] == 24 and report["measured"] == 1 and report["grid_size"] == 1
+    cfg = fl.LoaderConfig(**report["best"])
+    assert (cfg.batch_size, cfg.num_workers, cfg.backend) == (8, 1, "process")
+    assert report["best_samples_per_s"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--json", "/nonexistent/dir/t.json"], "--json /nonexistent/dir/t.json: folder /nonexistent/dir does not exist"),
+    (["--plot", "/nonexistent/t.png"], "--plot /nonexistent/t.png: folder /nonexistent does not exist"),
+    (["--json", "{tmp}"], "is a folder; give a file name"),
+    (["--root", "{tmp}"], "--root applies to list files"),
+])
+def test_bad_paths_fail_before_measuring(folder, tmp_path, monkeypatch, capsys, args, message):
+    import fastload.tune as tune
+
+    monkeypatch.setattr(tune, "run", lambda *a, **k: pytest.fail("measured before checking the paths"))
+    monkeypatch.setattr(tune, "measure_loader", lambda *a, **k: pytest.fail("measured"))
+    rc = main(["tune", folder, *[a.format(tmp=tmp_path) for a in args]])
+    assert rc == 2 and message in capsys.readouterr().err
+
+
+def test_every_option_has_help():
+    import argparse
+
+    from fastload.tune import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    tune = parser._subparsers._group_actions[0].choices["tune"]
+    missing = [a.dest for a in tune._actions if not a.help]
+    assert not missing, missing
+
+
+def test_plot_ticks_are_whole_workers():
+    pytest.importorskip("matplotlib")
+    from fastload.tune import figure
+
+    report = {"measurements": [{"batch_size": 64, "backend": "process", "num_workers": w, "samples_per_s": 100 + w}
+                               for w in (0, 1, 2)],
+              "dataset": {"type": "ImageFolder"}, "machine": {"cpu": "test"}}
+    ax = figure(report).axes[0]
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks

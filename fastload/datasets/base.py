@@ -96,7 +96,10 @@ class ImageDataset(torch.utils.data.Dataset):
         return self.decode_sample(index, data, epoch, seed, out), label
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
-        return self.load(int(index), self.epoch, self.seed)
+        """(H×W×C uint8, label) for a plain ``torch.utils.data.DataLoader``: contiguous, so
+        its default collate can stack it (a flip is a negative-stride view until then)."""
+        img, label = self.load(int(index), self.epoch, self.seed)
+        return np.ascontiguousarray(img), label
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch used by ``__getitem__`` (the Loader passes epochs explicitly instead)."""

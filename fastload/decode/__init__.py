@@ -58,12 +58,24 @@ def _make(name: str) -> Decoder:
         return _cache[name]
 
 
-def _available(name: str) -> bool:
+def _problem(name: str) -> Exception | None:
+    """Why backend ``name`` cannot be made here (its error), or None."""
     try:
         _make(name)
-        return True
-    except (ImportError, OSError, RuntimeError):
-        return False
+        return None
+    except (ImportError, OSError, RuntimeError) as e:
+        return e
+
+
+def _available(name: str) -> bool:
+    return _problem(name) is None
+
+
+def fallback_warning(problem: Exception | None) -> str:
+    """The warning given when JPEGs are not decoded by libjpeg-turbo: its cause and fix."""
+    cause = str(problem) if problem is not None else "the turbojpeg backend is unavailable"
+    return (f"fastload: decoding JPEG with OpenCV, which is slower and lets corrupt JPEG data that libjpeg only "
+            f"warns about decode silently, because {cause}. (`fastload info` shows the decoders.)")
 
 
 def default_backend() -> str:
@@ -76,13 +88,7 @@ def default_backend() -> str:
         return "turbojpeg"
     if not _warned:
         _warned = True
-        warnings.warn(
-            "fastload: PyTurboJPEG or libjpeg-turbo is missing, decoding JPEG with OpenCV "
-            "(slower, and corrupt JPEG data that libjpeg only warns about decodes silently). "
-            "Install with `pip install PyTurboJPEG` and `apt-get install libturbojpeg0` (Debian/Ubuntu).",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        warnings.warn(fallback_warning(_problem("turbojpeg")), RuntimeWarning, stacklevel=2)
     return "opencv" if _available("opencv") else "pillow"
 
 
@@ -99,11 +105,11 @@ def get_decoder(name: str | None = None) -> Decoder:
         return _make(name)
     except (ImportError, OSError, RuntimeError) as e:
         hint = {
-            "turbojpeg": "pip install PyTurboJPEG and apt-get install libturbojpeg0",
-            "opencv": "pip install opencv-python-headless",
-            "pillow": "pip install pillow",
+            "turbojpeg": "",  # the error says what is wrong and how to fix it
+            "opencv": "; pip install opencv-python-headless",
+            "pillow": "; pip install pillow",
         }[name]
-        raise ImportError(f"decoder backend {name!r} is unavailable ({e}); {hint}") from e
+        raise ImportError(f"decoder backend {name!r} is unavailable ({e}){hint}") from e
 
 
 def decode_image(data: Buffer, min_scale: float = 1.0, backend: str | None = None, *,

@@ -25,25 +25,44 @@ from .header import ImageHeader, check_jpeg_complete, read_header
 
 TJPF_RGB = 0
 TJFLAG_STOPONWARNING = 8192  # libjpeg-turbo >= 2.0; older versions ignore it
+NEEDED = ("tjInitDecompress", "tjDestroy", "tjDecompress2", "tjGetErrorStr")  # TurboJPEG 1.2+, kept by 3.x
+INSTALL = ("sudo apt-get install libturbojpeg0 (Debian and Ubuntu; older Ubuntu releases name it "
+           "libturbojpeg), sudo dnf install turbojpeg (Fedora), brew install jpeg-turbo (macOS)")
 
 
-def _library_path(turbojpeg) -> str:
+class LibraryProblem(OSError):
+    """Why libjpeg-turbo's TurboJPEG library cannot be used, with the command that fixes it."""
+
+
+def _library_path() -> str:
     # PyTurboJPEG's search order: the linker's path, its list of usual places, LD_LIBRARY_PATH.
     path = ctypes.util.find_library("turbojpeg")
     if path:
         return path
-    candidates = list(getattr(turbojpeg, "DEFAULT_LIB_PATHS", {}).get(platform.system(), []))
+    try:
+        import turbojpeg  # PyTurboJPEG: only for its list of usual places
+
+        candidates = list(getattr(turbojpeg, "DEFAULT_LIB_PATHS", {}).get(platform.system(), []))
+    except ImportError:
+        candidates = []
     candidates += [os.path.join(d, "libturbojpeg.so.0") for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     for candidate in candidates:
         if os.path.exists(candidate):
             return candidate
-    raise OSError("libturbojpeg not found (apt-get install libturbojpeg0, or brew install jpeg-turbo)")
+    raise LibraryProblem(f"libjpeg-turbo's TurboJPEG library (libturbojpeg) is not installed; fix: {INSTALL}")
 
 
 def _load_library() -> ctypes.CDLL:
-    import turbojpeg  # PyTurboJPEG: only to find the library as it would
-
-    lib = ctypes.CDLL(_library_path(turbojpeg))
+    path = _library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise LibraryProblem(f"libturbojpeg at {path} cannot be loaded ({e}); fix: reinstall it ({INSTALL})") from e
+    missing = [name for name in NEEDED if not hasattr(lib, name)]
+    if missing:
+        raise LibraryProblem(f"libturbojpeg at {path} is too old: it lacks {', '.join(missing)} (fastload needs "
+                             f"libjpeg-turbo >= 2.0); fix: upgrade it, e.g. sudo apt-get install --only-upgrade "
+                             "libturbojpeg0, or install libjpeg-turbo >= 2.0 from libjpeg-turbo.org")
     lib.tjInitDecompress.argtypes = []
     lib.tjInitDecompress.restype = c_void_p
     lib.tjDestroy.argtypes = [c_void_p]

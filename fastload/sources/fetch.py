@@ -18,6 +18,7 @@ from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import alloc_batch, check_image, write_row
 from ..datasets.base import sample_rng
 from ..sampler import BatchRequest
+from ..targets import Target, TargetSpec, as_target, fill
 from .inflight import InFlight
 
 MAX_REPLACEMENTS = 10
@@ -58,7 +59,7 @@ class Loaded:
     """One sample as loaded into (or beside) its batch slot."""
 
     image: np.ndarray
-    label: int
+    label: Target  # int (the fast path), float or numeric array: see fastload.targets
     index: int  # the sample actually loaded (differs from the request after a replacement)
     skipped: list[SkippedSample]
 
@@ -84,13 +85,13 @@ class BatchFetcher(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None) -> tuple[np.ndarray, int]:
+    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None) -> tuple[np.ndarray, Target]:
         self.inflight.begin(worker, index, epoch)
         try:
             if out is None or not self._writes_in_place:
-                image, label = self.dataset.load(index, epoch, self.seed)
+                image, target = self.dataset.load(index, epoch, self.seed)
             else:
-                image, label = self.dataset.load(index, epoch, self.seed, out=out)
+                image, target = self.dataset.load(index, epoch, self.seed, out=out)
         finally:
             self.inflight.end(worker)
         # A bad image is an error of its sample, so the error policy applies to it too.
@@ -100,7 +101,7 @@ class BatchFetcher(torch.utils.data.Dataset):
             check_image(image, "the image")
             raise ValueError(f"image has shape {image.shape} but the batch holds {out.shape}; use a transform "
                              "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
-        return image, label
+        return image, as_target(target)  # a TypeError here is named as the sample's error
 
     def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | None = None) -> Loaded:
         """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow."""
@@ -151,13 +152,13 @@ class BatchFetcher(torch.utils.data.Dataset):
             item = self.load(int(indices[j]), request.epoch, worker, slot)
             put(slot, item, self.dataset)
             loaded.append(item)
-        return collated(images, loaded, request.epoch)
+        return collated(images, loaded, request.epoch, dataset=self.dataset)
 
     def __getitems__(self, request: BatchRequest) -> HostBatch:
         info = get_worker_info()
         return self.fetch(request, info.id if info is not None else 0)
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+    def __getitem__(self, index: int) -> tuple[np.ndarray, Target]:
         item = self.load(int(index), 0)
         return item.image, item.label
 
@@ -170,12 +171,14 @@ def put(slot: np.ndarray, item: Loaded, dataset: Any) -> int:
 
 
 def collated(images: torch.Tensor, loaded: list[Loaded], epoch: int, labels: torch.Tensor | None = None,
-             indices: torch.Tensor | None = None) -> HostBatch:
-    """The HostBatch of ``loaded`` samples whose pixels are already in ``images``."""
+             indices: torch.Tensor | None = None, dataset: Any = None) -> HostBatch:
+    """The HostBatch of ``loaded`` samples whose pixels are already in ``images``; targets
+    go into ``labels`` (else a new tensor shaped by the first sample's target)."""
     n = len(loaded)
-    labels = torch.empty(n, dtype=torch.int64) if labels is None else labels[:n]
+    labels = TargetSpec.of(loaded[0].label).alloc(n) if labels is None else labels[:n]
     indices = torch.empty(n, dtype=torch.int64) if indices is None else indices[:n]
-    labels.numpy()[:] = [item.label for item in loaded]
+    fill(labels, [item.label for item in loaded],
+         lambda j: f"sample {loaded[j].index} ({describe(dataset, loaded[j].index)})")
     indices.numpy()[:] = [item.index for item in loaded]
     skipped = tuple(s for item in loaded for s in item.skipped)
     return HostBatch(images[:n], labels, indices, epoch, skipped)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..collate import alloc_batch
+from ..targets import INT_LABELS, TargetSpec
 
 SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed when all is well)
 
@@ -24,7 +25,7 @@ class SlotBuffers:
     """The pinned (with CUDA) host memory of one batch."""
 
     images: torch.Tensor
-    labels: torch.Tensor
+    labels: torch.Tensor  # the targets: N, or N×shape of the targets' spec
     indices: torch.Tensor
 
 
@@ -54,14 +55,19 @@ class BufferRing:
         count: Number of buffers.
         shape: uint8 batch shape N×H×W×C (N = the batch size).
         pin: Pin the buffers (for asynchronous copies to CUDA).
+        targets: dtype and per-sample shape of the targets (from the first sample).
     """
 
-    def __init__(self, count: int, shape: tuple[int, ...], pin: bool) -> None:
+    def __init__(self, count: int, shape: tuple[int, ...], pin: bool, targets: TargetSpec = INT_LABELS) -> None:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         n = shape[0]
-        self.shape = tuple(shape)
-        self._slots = [_Slot(SlotBuffers(alloc_batch(shape, pin=pin), alloc_batch((n,), torch.int64, pin=pin),
+        self.shape, self.target = tuple(shape), targets
+
+        def place(s: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            return alloc_batch(s, dtype, pin=pin)
+
+        self._slots = [_Slot(SlotBuffers(alloc_batch(shape, pin=pin), targets.alloc(n, place),
                                           alloc_batch((n,), torch.int64, pin=pin))) for _ in range(count)]
         self._cond = threading.Condition()
 

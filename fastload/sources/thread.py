@@ -21,6 +21,7 @@ import torch
 from ..batch import HostBatch
 from ..collate import alloc_batch, check_image
 from ..sampler import BatchRequest, ShardedBatchSampler
+from ..targets import TargetSpec
 from .fetch import BatchFetcher, Loaded, collated, describe, put
 from .failures import worker_failure
 from .ring import BufferRing, RingLease
@@ -172,8 +173,9 @@ class ThreadSource:
             first = self.fetcher.load(int(request.indices[0]), epoch, self._consumer)
             check_image(first.image, f"sample {first.index} ({describe(self.fetcher.dataset, first.index)})")
             self._shape = first.image.shape
-            if self.reuse and (self.ring is None or self.ring.shape[1:] != self._shape):
-                self.ring = BufferRing(self._ring_slots(), (self.sampler.batch_size, *self._shape), self.pin)
+            target = TargetSpec.of(first.label)
+            if self.reuse and (self.ring is None or self.ring.shape[1:] != self._shape or self.ring.target != target):
+                self.ring = BufferRing(self._ring_slots(), (self.sampler.batch_size, *self._shape), self.pin, target)
         job = _Job(request, self.ring if self.reuse else None)
         if self.ring is not None and self.reuse:
             slot = self.ring.acquire(job, self._closed)
@@ -200,7 +202,7 @@ class ThreadSource:
         labels = indices = None
         if job.buffers is not None:
             labels, indices = job.buffers.labels, job.buffers.indices
-        batch = collated(images, loaded, job.request.epoch, labels, indices)
+        batch = collated(images, loaded, job.request.epoch, labels, indices, self.fetcher.dataset)
         batch.lease, job.lease = job.lease, None
         return batch
 

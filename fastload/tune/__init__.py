@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ from tqdm import tqdm
 
 from .. import transforms
 from ..config import LoaderConfig
-from ..datasets.open import open_dataset
+from ..datasets.open import detect, open_dataset
 from ..system import cpu_model, cpus_per_rank
 from .measure import bottleneck, measure_loader
 from .search import DIMENSIONS, Searcher, Space, adaptive_search, grid_search
@@ -40,17 +41,24 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("tune", help="find the fastest loader settings for this machine and dataset",
                        description="Measure loader configurations on DATASET and report the fastest.")
     p.add_argument("dataset", help="image folder, list file, LMDB, or TFRecord file(s)/glob")
-    p.add_argument("--batch-sizes", type=lambda t: _ints(t, "--batch-sizes"), default=[64, 128, 256])
-    p.add_argument("--workers", type=lambda t: _ints(t, "--workers"), default=None,
+    p.add_argument("--root", default=None, metavar="DIR",
+                   help="folder the paths of a list file are relative to (default: the list file's folder)")
+    p.add_argument("--batch-sizes", type=lambda t: _ints(t, "--batch-sizes"), default=[64, 128, 256],
+                   metavar="N,N,...", help="batch sizes to try (default: 64,128,256)")
+    p.add_argument("--workers", type=lambda t: _ints(t, "--workers"), default=None, metavar="N,N,...",
                    help="worker counts (default: 0,1,2,4,... up to the CPUs available)")
-    p.add_argument("--prefetch", type=lambda t: _ints(t, "--prefetch"), default=[2])
+    p.add_argument("--prefetch", type=lambda t: _ints(t, "--prefetch"), default=[2], metavar="N,N,...",
+                   help="prefetch factors to try: batches each worker keeps ready (default: 2)")
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                    help="pin host batches (default: when the device is CUDA)")
-    p.add_argument("--backends", default="process,thread", help="comma-separated: process, thread")
-    p.add_argument("--transform", choices=["train", "eval"], default="train")
-    p.add_argument("--size", type=int, default=224)
-    p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per configuration")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--backends", default="process,thread", help="comma-separated: process, thread (default: both)")
+    p.add_argument("--transform", choices=["train", "eval"], default="train",
+                   help="the preset measured: train (random resized crop + flip) or eval (resize + centre "
+                        "crop) (default: train)")
+    p.add_argument("--size", type=int, default=224, help="output image size of the transform (default: 224)")
+    p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per configuration (default: 3)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="where batches are delivered (default: cuda if available, else cpu)")
     p.add_argument("--grid", action="store_true", help="measure every combination (default: adaptive)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write every measurement as JSON")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="plot throughput against workers")
@@ -64,6 +72,38 @@ def build_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fastload")
     add_parser(parser.add_subparsers(dest="command"))
     return parser.parse_args(["tune", *argv])
+
+
+def check_root(args: argparse.Namespace) -> None:
+    """``--root`` is given only with a list file, and is a folder."""
+    if getattr(args, "root", None) is None:
+        return
+    kind = detect(args.dataset)
+    if kind != "list":
+        raise ValueError(f"--root applies to list files; {args.dataset} is a {kind}")
+    if not os.path.isdir(args.root):
+        raise FileNotFoundError(f"--root {args.root!r} is not a folder")
+
+
+def open_tuned(args: argparse.Namespace, transform: Any = None) -> Any:
+    """The dataset ``args`` name, list-file paths taken relative to ``--root`` when given."""
+    check_root(args)
+    if getattr(args, "root", None) is None:
+        return open_dataset(args.dataset, transform=transform)
+    return open_dataset(args.dataset, transform=transform, root=args.root)
+
+
+def check_output(path: str | None, flag: str) -> None:
+    """Fails now, not after the measurements, when ``path`` cannot be written."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path} is a folder; give a file name")
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{flag} {path}: folder {folder} does not exist (create it first)")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {path}: folder {folder} is not writable")
 
 
 def run(args: argparse.Namespace, progress: bool = True) -> dict:
@@ -83,10 +123,11 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     space = Space(args.batch_sizes, args.workers if args.workers is not None else worker_candidates(),
                   args.prefetch, backends, pin)
     tf = transforms.train(args.size) if args.transform == "train" else transforms.eval(args.size)
-    dataset = open_dataset(args.dataset, transform=tf)
+    dataset = open_tuned(args, tf)
     if not hasattr(dataset, "load"):
         raise ValueError(f"{args.dataset} is a stream; the tuner needs random access (uncompress it first)")
-    budget = len(space.grid())
+    grid = space.grid()
+    budget = len(grid)
     bar = tqdm(total=budget, desc="tuning", unit="config", disable=None if progress else True)
 
     def to_config(c: dict) -> LoaderConfig:
@@ -110,14 +151,17 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     baseline = {**best, "num_workers": 0, "backend": "process"}
     base_rate = searcher(baseline)
     verdict = bottleneck(dataset, to_config(best), best_rate, max(1.0, args.seconds / 2))
+    measured = [c for c, _ in searcher.results if c in grid]  # the baseline may lie outside the grid
     report = {
         "machine": {"cpu": cpu_model(), "cpus": cpus_per_rank(),
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         "dataset": dataset.summary() if hasattr(dataset, "summary") else {"path": args.dataset},
         "search": "grid" if args.grid else "adaptive", "seconds_per_config": args.seconds,
-        "measured": len(searcher.results), "grid_size": budget, "elapsed_s": time.perf_counter() - start,
+        "measured": len(measured), "grid_size": budget, "baseline_in_grid": baseline in grid,
+        "elapsed_s": time.perf_counter() - start,
         "measurements": [{**c, **details[tuple(c[d] for d in DIMENSIONS)]} for c, _ in searcher.results],
-        "best": {**best, "samples_per_s": best_rate},
+        "best": dict(best),  # LoaderConfig fields: LoaderConfig(**report["best"])
+        "best_samples_per_s": best_rate,
         "baseline": {**baseline, "samples_per_s": base_rate},
         "speedup_over_baseline": best_rate / base_rate if base_rate else None,
         "bottleneck": verdict,
@@ -143,13 +187,14 @@ def print_table(report: dict) -> None:
               f"{m['peak_pss'] / 1e6:>7.0f}")
     b = report["baseline"]
     print(f"* best: batch {best['batch_size']}, {best['num_workers']} workers, prefetch {best['prefetch_factor']}, "
-          f"{best['backend']} backend: {best['samples_per_s']:.0f} samples/s, "
+          f"{best['backend']} backend: {report['best_samples_per_s']:.0f} samples/s, "
           f"{report['speedup_over_baseline']:.2f}x PyTorch's default (num_workers=0, batch {b['batch_size']}: "
           f"{b['samples_per_s']:.0f}/s)")
     v = report["bottleneck"]
     stages = ", ".join(f"{k} {r:.0f}/s" for k, r in v["stages_samples_per_s"].items())
     print(f"bottleneck: {v['bound_by']} ({stages}; the pipeline runs at {v['pipeline_share_of_bound']:.0%} of it)")
-    print(f"measured {report['measured']} of {report['grid_size']} configurations ({report['search']} search) "
+    extra = "" if report["baseline_in_grid"] else " and the baseline"
+    print(f"measured {report['measured']} of {report['grid_size']} configurations ({report['search']} search){extra} "
           f"in {report['elapsed_s']:.0f} s")
     if "model" in report:
         m = report["model"]
@@ -157,15 +202,18 @@ def print_table(report: dict) -> None:
               f"(largest that fits: {m['max_batch_size']}); input-bound: {m['input_bound']}")
 
 
-def plot(report: dict, path: str) -> None:
+def figure(report: dict) -> Any:
+    """The throughput-against-workers figure of ``report`` (a matplotlib Figure)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise ImportError("--plot needs matplotlib: pip install 'fastload[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # worker counts are whole
     series: dict = {}
     for m in report["measurements"]:
         series.setdefault((m["batch_size"], m["backend"]), []).append((m["num_workers"], m["samples_per_s"]))
@@ -178,12 +226,23 @@ def plot(report: dict, path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def plot(report: dict, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(report)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.plot:  # fail before measuring, not after
+    # Fail before measuring, not after.
+    check_root(args)
+    check_output(args.json_out, "--json")
+    check_output(args.plot, "--plot")
+    if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -200,7 +259,7 @@ def main(args: argparse.Namespace) -> int:
     if args.save_profile:
         from ..profiles import save
 
-        dataset = open_dataset(args.dataset)
-        path = save(dataset, report["config"], report["best"])
+        dataset = open_tuned(args)
+        path = save(dataset, report["config"], {**report["best"], "samples_per_s": report["best_samples_per_s"]})
         print(f"saved profile {path}: Loader(num_workers='auto') now uses {report['best']['num_workers']} workers")
     return 0

@@ -1,0 +1,181 @@
+"""Any map-style dataset as a fastload dataset: its items converted to HWC uint8 + target.
+
+``Loader(your_dataset)`` wraps a dataset that has no ``load()`` in :class:`WrappedDataset`.
+Its ``__getitem__`` still decodes (PIL, torchvision transforms, ...) in the workers;
+fastload then does the rest: collate into shared/pinned memory, sharding, epochs, the
+device copy and normalization.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..transforms import as_compose
+from .base import sample_rng
+
+ACCEPTED = ("a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 "
+            "tensor (C×H×W or H×W×C)")
+NO_TARGET = -1  # the target of an item that is a bare image
+CHANNELS = (1, 3, 4)
+_IMAGE_KEYS = ("image", "img")
+_TARGET_KEYS = ("label", "target", "labels", "targets")
+_PATH_KEYS = ("path", "file", "filename", "image_path")
+
+
+def to_hwc_uint8(image: Any, where: Callable[[], str]) -> np.ndarray:
+    """``image`` as an H×W×C uint8 array (a view where it can be); TypeError otherwise."""
+    if isinstance(image, Image.Image):
+        arr = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+    elif isinstance(image, np.ndarray):
+        arr = image
+    elif isinstance(image, torch.Tensor):
+        arr = image.detach().cpu().numpy()
+        if arr.ndim == 3 and arr.shape[0] in CHANNELS and arr.shape[2] not in CHANNELS:
+            arr = arr.transpose(1, 2, 0)  # C×H×W, torch's layout
+    else:
+        raise TypeError(f"{where()}: the image is a {type(image).__name__}; fastload takes {ACCEPTED}")
+    if arr.dtype != np.uint8:
+        raise TypeError(f"{where()}: the image is {arr.dtype} {tuple(getattr(image, 'shape', arr.shape))}, not uint8; fastload takes "
+                        "uint8 pixels and normalizes them on the device: drop ToTensor()/Normalize() from the "
+                        "dataset's own transform (or give PILToTensor() / uint8 arrays)")
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.ndim != 3 or arr.shape[2] not in CHANNELS:
+        raise TypeError(f"{where()}: image of shape {tuple(arr.shape)} is not H×W×C with 1, 3 or 4 channels "
+                        f"(a C×H×W numpy array? transpose it); fastload takes {ACCEPTED}")
+    return arr
+
+
+def _pick(item: dict, key: Any, defaults: tuple[str, ...], what: str, option: str, where: Callable[[], str]) -> Any:
+    if key is not None:
+        if key not in item:
+            raise KeyError(f"{where()}: the item has no {what} key {key!r}; its keys: {sorted(map(str, item))}")
+        return item[key]
+    for k in defaults:
+        if k in item:
+            return item[k]
+    raise KeyError(f"{where()}: the item has none of the {what} keys {defaults}; its keys: "
+                   f"{sorted(map(str, item))}; name yours with WrappedDataset(ds, {option}=...)")
+
+
+def split_item(item: Any, image_key: Any, target_key: Any, where: Callable[[], str]) -> tuple[Any, Any]:
+    """(image, target) of a dataset item: a sequence, a dict, or a bare image."""
+    if callable(target_key):
+        target = target_key(item)
+        target_key = False  # taken
+    if isinstance(item, dict):
+        image = _pick(item, image_key, _IMAGE_KEYS, "image", "image_key", where)
+        if target_key is not False:
+            target = _pick(item, target_key, _TARGET_KEYS, "target", "target_key", where)
+    elif isinstance(item, (tuple, list)):
+        if len(item) < 2 and target_key is not False:
+            raise TypeError(f"{where()}: the item is a {type(item).__name__} of {len(item)}; expected "
+                            "(image, target, ...)")
+        image = item[0 if image_key is None else image_key]
+        if target_key is not False:
+            target = item[1 if target_key is None else target_key]
+    else:
+        image = item
+        if target_key is not False:
+            target = NO_TARGET
+    return image, target
+
+
+def item_path(item: Any) -> str | None:
+    """A path the item carries (a ``path``-like dict key, or a str in a tuple), if any."""
+    values = [item.get(k) for k in _PATH_KEYS] if isinstance(item, dict) else \
+        list(item) if isinstance(item, (tuple, list)) else []
+    for v in values:
+        if isinstance(v, (str, os.PathLike)):
+            return os.fspath(v)
+    return None
+
+
+class WrappedDataset(torch.utils.data.Dataset):
+    """A map-style dataset (``__len__`` + ``__getitem__``) as a fastload dataset.
+
+    Items may be ``(image, target, ...)`` (further fields are ignored), a dict (image
+    under ``"image"``/``"img"``, target under ``"label"``/``"target"``, other keys
+    ignored), or a bare image (target -1). Images may be PIL (converted to RGB), uint8
+    numpy H×W×C or H×W, or uint8 tensors C×H×W or H×W×C. Targets: see
+    :mod:`fastload.targets`.
+
+    Args:
+        dataset: The dataset; pickled to worker processes started by spawn/forkserver.
+        transform: fastload transforms applied after conversion (``f(img, rng)`` or ``f(img)``).
+        image_key: The image's dict key or tuple position (default: see above).
+        target_key: The target's dict key or tuple position, or a function ``item -> target``
+            (a module-level function when workers are started by spawn).
+
+    Raises:
+        TypeError: ``dataset`` is an IterableDataset or has no ``__len__``/``__getitem__``.
+    """
+
+    def __init__(self, dataset: Any, transform: Any = None, *, image_key: Any = None, target_key: Any = None) -> None:
+        name = type(dataset).__name__
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            raise TypeError(f"{name} is an IterableDataset; fastload needs random access (__len__ and "
+                            "__getitem__), or a fastload stream such as TFRecordStream")
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise TypeError(f"{name} is not a dataset fastload can load: it needs __len__ and __getitem__ "
+                            "(a map-style torch Dataset) or load(index, epoch, seed) (a fastload dataset)")
+        self.dataset = dataset
+        self.transform = as_compose(transform)
+        self.image_key, self.target_key = image_key, target_key
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def load(self, index: int, epoch: int = 0, seed: int = 0) -> tuple[np.ndarray, Any]:
+        """Item ``index`` as (H×W×C uint8, target), transformed with the rng of (seed, epoch, index)."""
+        item = self.dataset[index]
+
+        def where() -> str:
+            try:
+                path = item_path(item) or self.describe(index)
+            except Exception:  # naming must never hide the real error
+                path = None
+            return f"sample {index}" + (f" ({path})" if path and path != f"sample {index}" else "")
+
+        try:
+            image, target = split_item(item, self.image_key, self.target_key, where)
+            image = to_hwc_uint8(image, where)
+        except (TypeError, KeyError) as e:
+            e.sample_index = index  # named already: the loader raises it as it is
+            raise
+        if self.transform.transforms:
+            image = self.transform(image, sample_rng(seed, epoch, index))
+        return image, target
+
+    def describe(self, index: int) -> str:
+        """The dataset's name for the sample: its ``describe(i)``, a path from ``samples``/
+        ``imgs`` (torchvision) or ``paths``/``files``, else "sample N"."""
+        ds = self.dataset
+        if callable(getattr(ds, "describe", None)):
+            return str(ds.describe(index))
+        for attr in ("samples", "imgs", "paths", "files"):
+            entries = getattr(ds, attr, None)
+            try:
+                entry = entries[index] if entries is not None else None
+            except Exception:
+                continue
+            entry = entry[0] if isinstance(entry, (tuple, list)) and entry else entry
+            if isinstance(entry, (str, os.PathLike)):
+                return os.fspath(entry)
+        return f"sample {index}"
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, Any]:
+        image, target = self.load(int(index))
+        return np.ascontiguousarray(image), target
+
+    def summary(self) -> dict:
+        return {"type": f"WrappedDataset({type(self.dataset).__name__})", "samples": len(self)}
+
+    def __repr__(self) -> str:
+        return f"WrappedDataset({self.dataset!r}, transform={self.transform!r})"
