@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -186,13 +186,14 @@ class ThreadSource:
         batch.lease = lease
         return batch
 
-    def batches(self, epoch: int) -> Iterator[HostBatch]:
+    def batches(self, epoch: int, requests: Iterable[BatchRequest] | None = None) -> Iterator[HostBatch]:
+        """One pass: the sampler's requests of ``epoch``, or ``requests`` when given."""
         if self._pool is None:
             raise RuntimeError("thread source is closed")
         self._cancel()
         if self.ring is not None:
             self.ring.release_all()
-        requests = self.sampler.requests(epoch)
+        requests = self.sampler.requests(epoch) if requests is None else iter(requests)
         pending: deque = deque()
         try:
             for request in requests:
