@@ -271,7 +271,7 @@ class Loader:
         merged = resume.as_merged(state)
         resume.check_matches(merged, self._settings())
         if self.streaming:
-            plan = resume.stream_plan(merged, self.rank, self.world_size, self.num_workers)
+            plan = resume.stream_plan(merged, self.rank, self.world_size, self.num_workers, len(self._source))
         else:
             plan = resume.plan(merged, self.sampler.num_samples, self.rank, self.world_size)
         self._end_pass()

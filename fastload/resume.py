@@ -243,9 +243,10 @@ def plan(state: dict, num_samples: int, rank: int, world_size: int) -> Plan | No
     return Plan(epoch, done, tuple(batched(epoch, mine, batch_size)))
 
 
-def stream_plan(state: dict, rank: int, world_size: int, num_workers: int) -> Plan:
-    """The pass a stream loader runs after loading ``state``: each reading slot goes on from
-    its record position, which needs the same ranks and workers (the slots depend on both)."""
+def stream_plan(state: dict, rank: int, world_size: int, num_workers: int, num_batches: int) -> Plan:
+    """The pass a stream loader (``num_batches`` per epoch) runs after loading ``state``: each
+    reading slot goes on from its record position, which needs the same ranks and workers
+    (the slots depend on both)."""
     if state["history"] or state["world_size"] != world_size or state.get("num_workers") != num_workers:
         raise ValueError(f"a stream resumes only on the same ranks and workers: the state is of "
                          f"world_size={state['world_size']}, num_workers={state.get('num_workers')}, this loader "
@@ -254,6 +255,8 @@ def stream_plan(state: dict, rank: int, world_size: int, num_workers: int) -> Pl
     if len(set(consumed)) != 1:
         raise ValueError(f"stream loader states consumed different numbers of batches per rank {list(consumed)}; "
                          "a stream resumes only where every rank stopped at the same batch")
+    if consumed[rank] > num_batches:
+        raise ValueError(f"loader state: {consumed[rank]} batches consumed, but the stream's epoch has {num_batches}")
     return Plan(state["epoch"], start=consumed[rank])
 
 

@@ -6,8 +6,9 @@ runs the next; the batches go to ``DIR/<case>.rest.pt``.
 
 Under torchrun (gloo, CPU), over a dataset whose labels are the sample indices:
 ``save DIR N K``: each rank hands out K batches of epoch 0, then saves its state (no collective);
-``resume DIR N``: each rank loads every saved state, finishes epoch 0 and runs epoch 1, and
-writes the indices it saw.
+``resume DIR N``: each rank loads every saved state, finishes epoch 0 and runs epoch 1
+(:func:`resume`, also called by the test in its own process for one rank), and writes the
+indices it saw.
 """
 
 import glob
@@ -36,6 +37,19 @@ def finish(out, folder):
         torch.save({"rest": rest, "after": after}, case + ".rest.pt")
 
 
+def resume(out, n, rank, world):
+    """Loads every saved state as rank ``rank`` of ``world``; the rest of epoch 0, and epoch 1."""
+    from ddp_worker import IndexDataset
+
+    workers, backend = {1: (0, "process"), 3: (1, "thread")}[world]  # not the saving run's: it does not matter
+    with fl.Loader(IndexDataset(n), num_workers=workers, backend=backend, rank=rank, world_size=world,
+                   **DDP_OPTS) as loader:
+        saved = glob.glob(os.path.join(out, "state.*.pt"))  # in no particular order
+        loader.load_state_dict([torch.load(p, weights_only=True) for p in saved])
+        rest = [y.tolist() for _, y in loader]
+        return {"batches": len(rest), "seen": sum(rest, []), "next": [i for _, y in loader for i in y.tolist()]}
+
+
 def ddp(mode, out, n, k=0):
     import torch.distributed as dist
 
@@ -43,19 +57,14 @@ def ddp(mode, out, n, k=0):
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    # Each run its own worker setup: the state does not depend on it.
-    workers, backend = {1: (0, "process"), 2: (2, "process"), 3: (1, "thread")}[world]
-    with fl.Loader(IndexDataset(n), num_workers=workers, backend=backend, **DDP_OPTS) as loader:
-        if mode == "save":
+    if mode == "save":
+        with fl.Loader(IndexDataset(n), num_workers=2, **DDP_OPTS) as loader:
+            assert (loader.rank, loader.world_size) == (rank, world)
             it = iter(loader)
-            seen = [i for _ in range(k) for i in next(it)[1].tolist()]
-            torch.save(loader.state_dict(), os.path.join(out, f"state.{rank}.pt"))
-            result = {"seen": seen}
-        else:
-            saved = glob.glob(os.path.join(out, "state.*.pt"))  # in no particular order
-            loader.load_state_dict([torch.load(p, weights_only=True) for p in saved])
-            rest = [y.tolist() for _, y in loader]
-            result = {"batches": len(rest), "seen": sum(rest, []), "next": [i for _, y in loader for i in y.tolist()]}
+            result = {"seen": [i for _ in range(k) for i in next(it)[1].tolist()]}
+            torch.save(loader.state_dict(), os.path.join(out, f"state.{rank}.pt"))  # batches prefetched beyond k
+    else:
+        result = resume(out, n, rank, world)
     with open(os.path.join(out, f"{mode}{world}.{rank}.json"), "w") as f:
         json.dump(result, f)
     dist.destroy_process_group()

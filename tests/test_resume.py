@@ -19,6 +19,7 @@ from fastload.datasets import sample_rng
 from fastload.resume import Stage, compact, remaining, resumed_indices
 from fastload.sampler import ShardedBatchSampler, epoch_order
 
+import resume_worker
 from conftest import write_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -242,6 +243,23 @@ def test_consumed_batches_are_not_loaded_again(ds):
     assert len(consumed) + sum(map(len, rest)) == len(ds)
 
 
+@pytest.mark.parametrize("kind", ["list", "lmdb", "tfrecord"])
+def test_every_map_style_format_resumes(ds, folder, tmp_path, kind):
+    from fastload.convert import convert
+
+    if kind == "list":
+        other = fl.ImageList.from_arrays(ds.paths, ds.labels, root=folder, transform=fl.transforms.train(24))
+    else:
+        convert(folder, str(tmp_path / kind), kind, workers=1, progress=False)
+        other = fl.open_dataset(str(tmp_path / kind), transform=fl.transforms.train(24))
+    with fl.Loader(other, num_workers=2, **OPTS) as a:
+        head = _take(a, 2)
+        state = a.state_dict()
+    with fl.Loader(other, backend="thread", num_workers=2, **OPTS) as b:
+        b.load_state_dict(state)
+        _same(head + [(x.clone(), y.clone()) for x, y in b], _reference(other))
+
+
 def test_bad_states_are_rejected(ds, folder, tmp_path):
     with fl.Loader(ds, num_workers=0, **OPTS) as loader:
         _take(loader, 2)
@@ -334,7 +352,7 @@ def test_resume_in_a_new_process_is_byte_identical(ds, folder, tmp_path):
         _same(rest["after"], then)
 
 
-# ---- torchrun: 2 ranks save, 1 and 3 ranks resume
+# ---- torchrun: 2 ranks save; 3 ranks (torchrun) and 1 rank resume
 
 def _free_port():
     with socket.socket() as s:
@@ -359,8 +377,11 @@ def test_elastic_resume_under_torchrun(tmp_path):
     before = [i for r in _read(tmp_path, "save2", 2) for i in r["seen"]]
     assert len(before) == 2 * k * 4
     for ranks in (1, 3):
-        _torchrun(ranks, "resume", tmp_path, n)
-        after = _read(tmp_path, f"resume{ranks}", ranks)
+        if ranks == 1:
+            after = [resume_worker.resume(str(tmp_path), n, 0, 1)]  # here: a torchrun of one is no different
+        else:
+            _torchrun(ranks, "resume", tmp_path, n)
+            after = _read(tmp_path, f"resume{ranks}", ranks)
         assert len({r["batches"] for r in after}) == 1 and after[0]["batches"] == -(-36 // ranks // 4)
         assert sorted(before + [i for r in after for i in r["seen"]]) == list(range(n)), "each sample once"
         nxt = [i for r in after for i in r["next"]]
@@ -414,3 +435,6 @@ def test_stream_resumes_by_record_position(workers):
     with fl.Loader(stream, **{**opts, "num_workers": workers + 1}) as other:
         with pytest.raises(ValueError, match="same ranks and workers"):
             other.load_state_dict(state)
+    with fl.Loader(stream, **opts) as same:
+        with pytest.raises(ValueError, match="consumed, but the stream's epoch has"):
+            same.load_state_dict({**state, "consumed": len(want) + 1})
