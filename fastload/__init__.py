@@ -25,6 +25,7 @@ from .decode import DecodeError, decode_image, get_decoder, image_size
 from .loader import Loader
 from .normalize import Normalizer
 from .prefetch import CudaPrefetcher
+from .resume import merge_states
 from .sampler import ShardedBatchSampler
 from .storage import SharedArray, StringArray
 
@@ -55,6 +56,7 @@ __all__ = [
     "fast_collate",
     "get_decoder",
     "image_size",
+    "merge_states",
     "open_dataset",
     "transforms",
 ]

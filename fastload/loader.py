@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from . import resume
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig
 from .datasets.wrap import WrappedDataset
@@ -35,6 +37,17 @@ def is_stream(dataset: Any) -> bool:
     return callable(getattr(dataset, "records_for", None))
 
 
+@dataclass
+class _Position:
+    """How far the pass of ``epoch`` got: ``consumed`` batches handed to the user, after the
+    earlier stages in ``history`` (a resumed epoch); ``done`` once it ended by itself."""
+
+    epoch: int
+    history: tuple[resume.Stage, ...] = ()
+    consumed: int = 0
+    done: bool = False
+
+
 class Loader:
     """Batches of normalized images on a device, from a fastload dataset or your own.
 
@@ -45,6 +58,10 @@ class Loader:
     Rank and world size not given are read from torch.distributed when it is
     initialized, also when that happens after construction (as Lightning's Trainer does):
     the next pass (or ``len``) then shards by rank.
+
+    ``state_dict()`` says where the loader is in an epoch; ``load_state_dict`` on a new
+    Loader (same dataset, seed, batch size; any ranks, workers or backend) makes its next
+    pass hand out exactly the batches that would have come next.
 
     Args:
         dataset: A fastload dataset (``ImageFolder``, ``LMDBDataset``, ...), anything
@@ -95,6 +112,9 @@ class Loader:
         self._next_epoch = 0
         self.epoch: int | None = None  # of the current (or last) pass
         self._pass: Iterator | None = None
+        self._position: _Position | None = None  # of the current (or interrupted) pass
+        self._plan: resume.Plan | None = None  # the next pass, from a loaded state
+        self._fingerprint: str | None = None
         self._closed = False
 
     def _resolve_auto(self, cfg: LoaderConfig, explicit: dict) -> LoaderConfig:
@@ -158,9 +178,14 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Makes the next pass epoch ``epoch`` (its shuffle order and augmentation draws,
         the same on every rank). Without it each new pass advances the epoch by one.
-        ``loader.sampler.set_epoch(epoch)`` (what Lightning calls) does the same."""
+        ``loader.sampler.set_epoch(epoch)`` (what Lightning calls) does the same.
+
+        After ``load_state_dict``, ``set_epoch`` of the state's epoch keeps the resumed pass."""
         self._next_epoch = check_epoch(epoch)
         self._mark_sampler_epoch(self._next_epoch)
+        self._position = None
+        if self._plan is not None and self._plan.epoch != self._next_epoch:
+            self._plan = None
 
     def _mark_sampler_epoch(self, epoch: int) -> None:
         if self.sampler is not None:
@@ -169,7 +194,7 @@ class Loader:
     def _adopt_sampler_epoch(self) -> None:
         """An epoch set through ``loader.sampler.set_epoch`` since we last wrote it wins."""
         if self.sampler is not None and self.sampler.epoch != self._sampler_epoch:
-            self._next_epoch = check_epoch(self.sampler.epoch)
+            self.set_epoch(self.sampler.epoch)
 
     def _follow_rank(self) -> None:
         """Re-reads rank and world size that were not given; if torch.distributed was
@@ -201,15 +226,31 @@ class Loader:
         self._adopt_sampler_epoch()
         self.epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
         self._mark_sampler_epoch(self.epoch)
-        self._pass = self._run(self.epoch)
+        plan, self._plan = self._plan, None
+        if plan is None:
+            self._position = _Position(self.epoch)
+        else:
+            self._position = _Position(self.epoch, plan.history, plan.start)
+        self._pass = self._run(self.epoch, plan, self._position)
         return self._pass
 
-    def _run(self, epoch: int) -> Iterator[tuple[torch.Tensor, ...]]:
+    def _host_batches(self, epoch: int, plan: resume.Plan | None) -> Iterator[HostBatch]:
+        if plan is None:
+            return self._source.batches(epoch)
+        if self.streaming:
+            return self._source.batches(epoch, start=plan.start)
+        return self._source.batches(epoch, plan.requests) if plan.requests else iter(())
+
+    def _run(self, epoch: int, plan: resume.Plan | None,
+             position: _Position) -> Iterator[tuple[torch.Tensor, ...]]:
         # A generator method: the pass holds a reference to the Loader, so
         # `for x, y in Loader(...)` keeps the loader alive until the loop ends.
-        outputs = self._prefetcher.run(self._observed(self._source.batches(epoch)))
+        outputs = self._prefetcher.run(self._observed(self._host_batches(epoch, plan)))
         try:
-            yield from outputs
+            for out in outputs:
+                position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
+                yield out
+            position.done = True
         finally:
             outputs.close()
             self._watchdog.arrived()
@@ -243,6 +284,52 @@ class Loader:
                 current.close()
             except ValueError:  # running in another thread (close() from elsewhere): the source's
                 pass            # close() below ends it
+
+    def _settings(self) -> dict:
+        if self._fingerprint is None:
+            self._fingerprint = resume.fingerprint(self.dataset)
+        size = resume.dataset_size(self.dataset) if self.sampler is None else self.sampler.num_samples
+        return {**{k: getattr(self.config, k) for k in resume.SETTINGS},
+                "dataset": {"len": size, "fingerprint": self._fingerprint}}
+
+    def state_dict(self) -> dict:
+        """Where this rank is: the epoch of the pass under way (or interrupted) and how many of
+        its batches were handed out, or the next pass when none is under way.
+
+        A small dict of plain values: put it in the training checkpoint (``torch.save``,
+        readable with ``weights_only=True``). Every rank saves its own; no collective.
+        """
+        pos = self._position
+        if pos is None or pos.done:
+            plan = self._plan
+            pos = _Position(self._next_epoch) if plan is None else _Position(plan.epoch, plan.history, plan.start)
+        return resume.rank_state(epoch=pos.epoch, rank=self.rank, world_size=self.world_size, consumed=pos.consumed,
+                                 history=pos.history, settings=self._settings(),
+                                 num_workers=self.num_workers if self.streaming else None)
+
+    def load_state_dict(self, state: dict | Sequence[dict]) -> None:
+        """Makes the next pass go on where the run that saved ``state`` stopped.
+
+        Args:
+            state: The states of all ranks of that run (a list, in any order), one merged
+                state (:func:`fastload.merge_states`), or the state of a single-rank run.
+                The number of ranks, workers and the backend may differ from that run's
+                (a stream needs the same ranks and workers): the samples no rank
+                consumed are dealt out to this run's ranks, each exactly once (plus
+                padding, as DistributedSampler pads), with equal batch counts.
+
+        Raises:
+            ValueError: The state is of another dataset (length or fingerprint), seed,
+                batch size, shuffle or drop_last, or is incomplete or malformed.
+        """
+        merged = resume.as_merged(state)
+        resume.check_matches(merged, self._settings())
+        if self.streaming:
+            plan = resume.stream_plan(merged, self.rank, self.world_size, self.num_workers, len(self._source))
+        else:
+            plan = resume.plan(merged, self.sampler.num_samples, self.rank, self.world_size)
+        self._end_pass()
+        self._next_epoch, self._plan, self._position = merged["epoch"], plan, None
 
     def stats(self) -> dict:
         """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""

@@ -37,6 +37,45 @@ def check_epoch(epoch: int) -> int:
     return int(epoch)
 
 
+def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """Every sample of ``epoch`` in visiting order: a permutation from (seed, epoch), or 0..n-1."""
+    if shuffle:
+        return np.random.default_rng((seed, epoch)).permutation(num_samples).astype(np.int64, copy=False)
+    return np.arange(num_samples, dtype=np.int64)
+
+
+def rank_count(num_samples: int, world_size: int, batch_size: int, drop_last: bool) -> tuple[int, int]:
+    """(samples, batches) each rank gets when ``num_samples`` are dealt out (see :func:`deal`)."""
+    if drop_last:
+        num_batches = num_samples // world_size // batch_size
+        return num_batches * batch_size, num_batches
+    per_rank = math.ceil(num_samples / world_size)
+    return per_rank, math.ceil(per_rank / batch_size)
+
+
+def deal(order: np.ndarray, rank: int, world_size: int, batch_size: int, drop_last: bool,
+         pad: np.ndarray | None = None) -> np.ndarray:
+    """Rank ``rank``'s share of ``order``: every ``world_size``-th sample from position ``rank``.
+
+    Without ``drop_last``, ``order`` is first padded to a multiple of ``world_size`` by
+    cycling through ``pad`` (default: ``order`` itself, i.e. repeating its head, as
+    DistributedSampler does); with it, each rank keeps whole batches only, from the
+    samples that divide evenly.
+    """
+    n = len(order)
+    per_rank, _ = rank_count(n, world_size, batch_size, drop_last)
+    total = per_rank * world_size
+    if total > n:
+        order = np.concatenate([order, np.resize(order if pad is None else pad, total - n)])
+    return order[rank:total:world_size].astype(np.int64, copy=False)
+
+
+def batched(epoch: int, indices: np.ndarray, batch_size: int, start: int = 0) -> Iterator[BatchRequest]:
+    """``indices`` cut into requests of ``batch_size`` (the last may be short), from batch ``start`` on."""
+    for first in range(start * batch_size, len(indices), batch_size):
+        yield BatchRequest(epoch, indices[first : first + batch_size])
+
+
 class ShardedBatchSampler:
     """Yields this rank's batches; every rank yields the same number of batches.
 
@@ -70,12 +109,7 @@ class ShardedBatchSampler:
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
-        if drop_last:
-            self.per_rank = num_samples // world_size
-            self.num_batches = self.per_rank // batch_size
-        else:
-            self.per_rank = math.ceil(num_samples / world_size)
-            self.num_batches = math.ceil(self.per_rank / batch_size)
+        self.per_rank, self.num_batches = rank_count(num_samples, world_size, batch_size, drop_last)
         if self.num_batches == 0:
             raise ValueError(
                 f"no batch to yield: {num_samples} samples over {world_size} rank(s) is fewer than "
@@ -89,26 +123,12 @@ class ShardedBatchSampler:
     def rank_indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's indices for ``epoch`` (default: the one set), in order."""
         epoch = self.epoch if epoch is None else check_epoch(epoch)
-        n = self.num_samples
-        if self.shuffle:
-            order = np.random.default_rng((self.seed, epoch)).permutation(n)
-        else:
-            order = np.arange(n, dtype=np.int64)
-        total = self.per_rank * self.world_size
-        if total > n:
-            order = np.resize(order, total)  # repeats the head, like DistributedSampler's padding
-        else:
-            order = order[:total]
-        mine = order[self.rank : total : self.world_size]
-        if self.drop_last:
-            mine = mine[: self.num_batches * self.batch_size]
-        return mine.astype(np.int64, copy=False)
+        order = epoch_order(self.num_samples, self.seed, epoch, self.shuffle)
+        return deal(order, self.rank, self.world_size, self.batch_size, self.drop_last)
 
     def requests(self, epoch: int, start: int = 0) -> Iterator[BatchRequest]:
         """This rank's batches of ``epoch``, from batch number ``start`` on."""
-        mine = self.rank_indices(epoch)
-        for first in range(start * self.batch_size, len(mine), self.batch_size):
-            yield BatchRequest(epoch, mine[first : first + self.batch_size])
+        return batched(epoch, self.rank_indices(epoch), self.batch_size, start)
 
     def __iter__(self) -> Iterator[BatchRequest]:
         return self.requests(self.epoch)

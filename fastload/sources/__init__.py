@@ -18,7 +18,12 @@ from .thread import ThreadSource
 
 
 class BatchSource(Protocol):
-    """Yields one epoch's HostBatches; ``close`` stops its workers (idempotent)."""
+    """Yields one epoch's HostBatches; ``close`` stops its workers (idempotent).
+
+    The map-style sources (process, thread) also take ``requests``: an explicit list of
+    batches for one pass (a resumed epoch's); the stream source takes ``start``, the
+    number of this rank's batches to leave out (see :mod:`fastload.resume`).
+    """
 
     def batches(self, epoch: int) -> Iterator[HostBatch]: ...
 

@@ -6,7 +6,7 @@ import multiprocessing
 import random
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -80,16 +80,18 @@ def identity(batch: Any) -> Any:
 
 
 class _EpochRequests:
-    """The DataLoader's batch sampler: one epoch's requests, the epoch set by the source."""
+    """The DataLoader's batch sampler: one pass's requests, set by the source before each pass
+    (the sampler's epoch, or an explicit list such as a resumed epoch's)."""
 
     def __init__(self, sampler: ShardedBatchSampler) -> None:
         self.sampler, self.epoch = sampler, 0
+        self.explicit: list[BatchRequest] | None = None
 
     def __iter__(self) -> Iterator[BatchRequest]:
-        return self.sampler.requests(self.epoch)
+        return iter(self.explicit) if self.explicit is not None else self.sampler.requests(self.epoch)
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        return len(self.explicit) if self.explicit is not None else len(self.sampler)
 
 
 def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, Any]:
@@ -164,10 +166,12 @@ class ProcessSource:
         self._loader: DataLoader | None = DataLoader(fetcher, batch_sampler=self._requests,
                                                      **dataloader_options(options, options.persistent))
 
-    def batches(self, epoch: int) -> Iterator[HostBatch]:
+    def batches(self, epoch: int, requests: Iterable[BatchRequest] | None = None) -> Iterator[HostBatch]:
+        """One pass: the sampler's requests of ``epoch``, or ``requests`` when given."""
         if self._loader is None:
             raise RuntimeError("process source is closed")
         self._requests.epoch = epoch
+        self._requests.explicit = None if requests is None else list(requests)
         it = start_workers(self._loader, self.options)
         try:
             yield from worker_batches(it, self.options, self.inflight, self.fetcher.dataset)

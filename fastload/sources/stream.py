@@ -7,6 +7,7 @@ yields the same number of records, so every rank yields the same number of batch
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -21,15 +22,31 @@ from .process import WorkerOptions, dataloader_options, start_workers, worker_ba
 from .inflight import InFlight
 
 
+def slot_batches_done(start: int, local: int, workers: int) -> int:
+    """Batches of the rank's slot ``local`` among the first ``start`` batches of the rank.
+
+    DataLoader takes batches from its workers in turn, so batch j of the rank is batch
+    j // workers of slot j % workers (every slot has as many batches).
+    """
+    return max(0, (start - local + workers - 1) // workers)
+
+
 class _SlotBatches(torch.utils.data.IterableDataset):
-    """One epoch of one rank: each worker batches its slot's records."""
+    """One epoch of one rank: each worker batches its slot's records.
+
+    A pass resumed after ``start`` batches of the rank leaves each slot's batches among
+    them out, by record position (the records are read past, not decoded), and worker i
+    reads slot (i + start) % workers: DataLoader asks worker 0 first, and the next batch
+    is that slot's.
+    """
 
     def __init__(self, stream: Any, epoch: int, seed: int, rank: int, world_size: int, batch_size: int,
-                 drop_last: bool, on_error: str, inflight: InFlight) -> None:
+                 drop_last: bool, on_error: str, inflight: InFlight, start: int = 0) -> None:
         super().__init__()
         self.stream, self.epoch, self.seed = stream, epoch, seed
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         self.drop_last, self.on_error, self.inflight = drop_last, on_error, inflight
+        self.start = start
 
     def _load(self, record: Any, worker: int) -> Loaded:
         self.inflight.begin(worker, record.number, self.epoch)
@@ -45,12 +62,13 @@ class _SlotBatches(torch.utils.data.IterableDataset):
         finally:
             self.inflight.end(worker)
 
-    def _samples(self, worker: int, slot: int, slots: int) -> Iterator[Loaded]:
-        """The slot's samples; under "skip" a failed record is replaced by a good neighbour,
-        so the count (and the rank's batch count) stays the same."""
+    def _samples(self, worker: int, slot: int, slots: int, skip: int = 0) -> Iterator[Loaded]:
+        """The slot's samples after its first ``skip`` records; under "skip" a failed record is
+        replaced by a good neighbour, so the count (and the rank's batch count) stays the same."""
         last: Loaded | None = None
         owed: list[SkippedSample] = []
-        for record in self.stream.records_for(slot, slots, drop_last=self.drop_last):
+        records = self.stream.records_for(slot, slots, drop_last=self.drop_last)
+        for record in itertools.islice(records, skip, None):
             try:
                 item = self._load(record, worker)
             except Exception as e:
@@ -73,9 +91,11 @@ class _SlotBatches(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[HostBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        slot, slots = self.rank * workers + worker, self.world_size * workers
+        local = (worker + self.start) % workers
+        slot, slots = self.rank * workers + local, self.world_size * workers
+        skip = slot_batches_done(self.start, local, workers) * self.batch_size
         items: list[Loaded] = []
-        for item in self._samples(worker, slot, slots):
+        for item in self._samples(worker, slot, slots, skip):
             items.append(item)
             if len(items) == self.batch_size:
                 yield self._collate(items)
@@ -116,11 +136,12 @@ class StreamSource:
         per_worker = per_slot // self.batch_size if self.drop_last else math.ceil(per_slot / self.batch_size)
         return workers * per_worker
 
-    def batches(self, epoch: int) -> Iterator[HostBatch]:
+    def batches(self, epoch: int, start: int = 0) -> Iterator[HostBatch]:
+        """One epoch's batches of this rank, from its batch number ``start`` on."""
         if self._closed:
             raise RuntimeError("stream source is closed")
         data = _SlotBatches(self.stream, epoch, self.seed, self.rank, self.world_size, self.batch_size,
-                            self.drop_last, self.on_error, self.inflight)
+                            self.drop_last, self.on_error, self.inflight, start)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, persistent=False))
         yield from worker_batches(start_workers(loader, self.options), self.options, self.inflight, None)
 

@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -206,13 +206,14 @@ class ThreadSource:
         batch.lease, job.lease = job.lease, None
         return batch
 
-    def batches(self, epoch: int) -> Iterator[HostBatch]:
+    def batches(self, epoch: int, requests: Iterable[BatchRequest] | None = None) -> Iterator[HostBatch]:
+        """One pass: the sampler's requests of ``epoch``, or ``requests`` when given."""
         if self._pool is None:
             raise RuntimeError("thread source is closed")
         self._cancel()
         if self.ring is not None:
             self.ring.release_all()
-        requests = self.sampler.requests(epoch)
+        requests = self.sampler.requests(epoch) if requests is None else iter(requests)
         pending = self._pending = deque()
         try:
             for request in requests:
