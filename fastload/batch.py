@@ -82,9 +82,12 @@ class HostBatch:
             lease.release(event)
 
     def pin_memory(self) -> HostBatch:
-        """A copy in pinned memory (torch DataLoader's pin-memory thread calls this)."""
-        return dataclasses.replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory(),
-                                   indices=self.indices.pin_memory())
+        """A copy in pinned memory (torch DataLoader's pin-memory thread calls this); this
+        batch's buffer is released, the copy owns its memory."""
+        pinned = dataclasses.replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory(),
+                                     indices=self.indices.pin_memory(), lease=None)
+        self.release()
+        return pinned
 
     def __reduce__(self):
         if self.lease is not None:

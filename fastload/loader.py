@@ -14,9 +14,11 @@ from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig
 from .datasets.wrap import WrappedDataset
 from .normalize import Normalizer
+from .passes import Pass, register, user_stacklevel
 from .prefetch import CudaPrefetcher
 from .sampler import ShardedBatchSampler, check_epoch, resolve_rank
 from .sources import BatchFetcher, InFlight, ProcessSource, StreamSource, ThreadSource, WorkerOptions
+from .sources.failures import is_worker_failure, worker_failure
 from .sources.watchdog import Watchdog
 from .system import cpus_per_rank
 
@@ -111,11 +113,12 @@ class Loader:
         self._sampler_epoch = 0  # the epoch last written to sampler.epoch (see _adopt_sampler_epoch)
         self._next_epoch = 0
         self.epoch: int | None = None  # of the current (or last) pass
-        self._pass: Iterator | None = None
+        self._pass: Pass | None = None
         self._position: _Position | None = None  # of the current (or interrupted) pass
         self._plan: resume.Plan | None = None  # the next pass, from a loaded state
         self._fingerprint: str | None = None
         self._closed = False
+        register(self)
 
     def _resolve_auto(self, cfg: LoaderConfig, explicit: dict) -> LoaderConfig:
         if cfg.num_workers != "auto":
@@ -231,7 +234,7 @@ class Loader:
             self._position = _Position(self.epoch)
         else:
             self._position = _Position(self.epoch, plan.history, plan.start)
-        self._pass = self._run(self.epoch, plan, self._position)
+        self._pass = Pass(self, self._run(self.epoch, plan, self._position))
         return self._pass
 
     def _host_batches(self, epoch: int, plan: resume.Plan | None) -> Iterator[HostBatch]:
@@ -251,6 +254,14 @@ class Loader:
                 position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
                 yield out
             position.done = True
+        except RuntimeError as e:
+            # DataLoader's SIGCHLD handler raises a worker death wherever the main thread is.
+            if not is_worker_failure(e):
+                raise
+            restart = getattr(self._source, "restart", None)
+            if restart is not None:
+                restart()
+            raise worker_failure(e, self._source.inflight, None if self.streaming else self._samples) from e
         finally:
             outputs.close()
             self._watchdog.arrived()
@@ -275,15 +286,12 @@ class Loader:
         del self.skipped[:-MAX_SKIPPED_KEPT]
         if before == 0 or before // SKIP_WARN_EVERY != self.skipped_count // SKIP_WARN_EVERY:
             warnings.warn(f"fastload: skipped {self.skipped_count} bad sample(s) so far (loader.skipped lists "
-                          f"them); latest: {skipped[-1]}", RuntimeWarning, stacklevel=4)
+                          f"them); latest: {skipped[-1]}", RuntimeWarning, stacklevel=user_stacklevel())
 
-    def _end_pass(self) -> None:
+    def _end_pass(self, by: str = "a newer pass") -> None:
         current, self._pass = self._pass, None
         if current is not None:
-            try:
-                current.close()
-            except ValueError:  # running in another thread (close() from elsewhere): the source's
-                pass            # close() below ends it
+            current.end(by)
 
     def _settings(self) -> dict:
         if self._fingerprint is None:
@@ -342,7 +350,9 @@ class Loader:
             return
         self._closed = True
         try:
-            self._end_pass()
+            self._end_pass("close()")
+        except RuntimeError:  # the pass runs in another thread: closing the source below ends it
+            pass
         finally:
             self._watchdog.stop()
             self._source.close()

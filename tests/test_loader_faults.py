@@ -164,3 +164,58 @@ def test_decode_error_keeps_its_type_and_names_the_file_once(tmp_path):
         with pytest.raises(DecodeError) as info:
             list(loader)
     assert str(info.value).count("001.jpg") == 1
+
+
+def test_after_a_worker_death_the_next_pass_has_new_workers():
+    class DiesOnce(_Dies):
+        def load(self, index, epoch=0, seed=0):
+            if index == 5 and epoch == 0:
+                os._exit(3)
+            return np.zeros((4, 4, 3), np.uint8), 0
+
+    with fl.Loader(DiesOnce(), batch_size=2, num_workers=2, device="cpu", timeout=60) as loader:
+        with pytest.raises(RuntimeError, match="sample 5"):
+            list(loader)
+        assert sum(len(y) for _, y in loader) == 8
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loader_never_closed_does_not_hang_the_exit(folder, backend):
+    import subprocess
+    import sys
+
+    script = (
+        "import fastload as fl\n"
+        f"ds = fl.ImageFolder({folder!r}, transform=fl.transforms.train(16))\n"
+        f"loader = fl.Loader(ds, batch_size=4, num_workers=2, device='cpu', backend={backend!r})\n"
+        "next(iter(loader))\n"
+        "print('end of script', flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "end of script" in done.stdout
+
+
+class _OddShape(fl.ImageDataset):
+    def __init__(self):
+        super().__init__(np.zeros(8, np.int64))
+
+    def load(self, index, epoch=0, seed=0, out=None):
+        return np.zeros((5 if index == 3 else 4, 4, 3), np.uint8), index
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_wrong_image_shape_falls_under_on_error(backend):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fl.Loader(_OddShape(), batch_size=4, num_workers=2, backend=backend, device="cpu",
+                       on_error="skip") as loader:
+            labels = [i for _, y in loader for i in y.tolist()]
+            assert [s.index for s in loader.skipped] == [3]
+    assert len(labels) == 8 and 3 not in labels
+    skip_warnings = [w for w in caught if "skipped" in str(w.message)]
+    assert skip_warnings and skip_warnings[0].filename == __file__, "the warning should point at the user's loop"
+    with fl.Loader(_OddShape(), batch_size=4, num_workers=0, device="cpu") as loader:
+        with pytest.raises(fl.SampleError, match=r"sample 3 .*shape \(5, 4, 3\)"):
+            list(loader)

@@ -168,3 +168,53 @@ def test_wait_share_counts_the_step():
             time.sleep(0.1)  # the training step
         share = loader.stats()["wait_share"]
     assert 0.05 < share < 0.25, share
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nested_loops_over_one_loader_fail_loudly(ds, backend):
+    with _loader(ds, backend) as loader:
+        with pytest.raises(RuntimeError, match="ended by a newer pass"):
+            for _ in loader:
+                for _ in loader:
+                    pass
+        old = iter(loader)
+        next(old)
+        list(loader)  # a newer pass
+        with pytest.raises(RuntimeError, match="ended by a newer pass"):
+            next(old)
+
+
+def test_two_threads_cannot_share_a_pass(ds):
+    with _loader(_HeldInEpochZero(ds, held=2), "thread") as loader:
+        errors = []
+        first = threading.Thread(target=lambda: list(loader), daemon=True)
+        first.start()
+        time.sleep(0.3)  # the first thread is inside the pass, waiting at the gate
+        try:
+            iter(loader)
+        except RuntimeError as e:
+            errors.append(str(e))
+        loader.dataset.gate.set()
+        first.join(10)
+    assert errors and "one thread at a time" in errors[0]
+
+
+def test_thread_backend_follows_a_new_image_size_between_passes(folder):
+    ds = fl.ImageFolder(folder, transform=fl.transforms.train(24))
+    with _loader(ds, "thread", normalize=True) as loader:
+        assert {tuple(x.shape[1:]) for x, _ in loader} == {(3, 24, 24)}
+        ds.transform = fl.transforms.train(32)  # progressive resizing
+        assert {tuple(x.shape[1:]) for x, _ in loader} == {(3, 32, 32)}
+
+
+def test_thread_backend_holds_no_finished_batches(ds):
+    import gc
+
+    from fastload.sources.thread import _Job
+
+    with _loader(ds, "thread", normalize=True, batch_size=2, prefetch_factor=2) as loader:
+        alive = []
+        for _ in loader:
+            gc.collect()
+            alive.append(sum(type(o) is _Job for o in gc.get_objects()))
+    assert max(alive) <= 4, alive  # the prefetched jobs, not one per batch handed over

@@ -9,6 +9,10 @@ from .fetch import describe
 from .inflight import InFlight
 
 
+class WorkerFailure(RuntimeError):
+    """A worker process died, or no batch came in time; the message names the samples in flight."""
+
+
 def is_worker_failure(error: BaseException) -> bool:
     """DataLoader's own errors for a dead or silent worker (not a worker's re-raised error)."""
     text = str(error)
@@ -32,7 +36,7 @@ def forget_frames(error: BaseException) -> BaseException:
     return error
 
 
-def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> RuntimeError:
+def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> WorkerFailure:
     """A worker death or timeout, with the sample(s) that were being loaded."""
     forget_frames(error)
     busy = inflight.busy()
@@ -45,4 +49,4 @@ def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> Ru
     lost = isinstance(error, (ConnectionError, EOFError))
     head = ("fastload: lost a DataLoader worker process or its batch (a crash: out of memory, "
             f"or a fault in a decoder?): {error!r}") if lost else f"fastload: {error}"
-    return RuntimeError(f"{head}; {where or 'no sample was in flight'}")
+    return WorkerFailure(f"{head}; {where or 'no sample was in flight'}")

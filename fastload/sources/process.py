@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..batch import HostBatch
 from ..sampler import BatchRequest, ShardedBatchSampler
 from .inflight import InFlight
-from .failures import forget_frames, is_worker_failure, worker_failure
+from .failures import WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
 
 CLOSE_WAIT_S = 3.0  # close() returns after this even if a worker is stuck in a sample
@@ -132,22 +132,28 @@ def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
 
 def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any) -> Iterator:
     """The items of a DataLoader iterator, its failures turned into errors that name the
-    samples in flight."""
-    while True:
-        try:
-            item = next(it)
-        except StopIteration:
-            return
-        except Exception as e:
-            if options.num_workers == 0:
-                raise  # loaded in this process: keep the whole traceback
-            del it  # the error's traceback keeps this frame (see forget_frames)
-            # A worker that dies while its batch is in transit leaves the receiving end
-            # of the pipe or of the shared-memory hand-over without a peer.
-            if isinstance(e, (ConnectionError, EOFError)) or is_worker_failure(e):
-                raise worker_failure(e, inflight, dataset) from e
-            raise forget_frames(e)
-        yield item
+    samples in flight. This generator owns ``it``: when it ends, ``it`` is dropped in the
+    background (with no persistent workers, ours is the last reference, and dropping it
+    joins workers that may be stuck in a sample)."""
+    box = [it]
+    del it  # only the box holds it: an error's traceback keeps this frame (see forget_frames)
+    try:
+        while True:
+            try:
+                item = next(box[0])
+            except StopIteration:
+                return
+            except Exception as e:
+                if options.num_workers == 0:
+                    raise  # loaded in this process: keep the whole traceback
+                # A worker that dies while its batch is in transit leaves the receiving end
+                # of the pipe or of the shared-memory hand-over without a peer.
+                if isinstance(e, (ConnectionError, EOFError)) or is_worker_failure(e):
+                    raise worker_failure(e, inflight, dataset) from e
+                raise forget_frames(e)
+            yield item
+    finally:
+        drop_in_background(box)
 
 
 class ProcessSource:
@@ -163,8 +169,11 @@ class ProcessSource:
         self.fetcher, self.options = fetcher, options
         self.inflight = fetcher.inflight
         self._requests = _EpochRequests(sampler)
-        self._loader: DataLoader | None = DataLoader(fetcher, batch_sampler=self._requests,
-                                                     **dataloader_options(options, options.persistent))
+        self._loader: DataLoader | None = self._new_loader()
+
+    def _new_loader(self) -> DataLoader:
+        return DataLoader(self.fetcher, batch_sampler=self._requests,
+                          **dataloader_options(self.options, self.options.persistent))
 
     def batches(self, epoch: int, requests: Iterable[BatchRequest] | None = None) -> Iterator[HostBatch]:
         """One pass: the sampler's requests of ``epoch``, or ``requests`` when given."""
@@ -172,15 +181,19 @@ class ProcessSource:
             raise RuntimeError("process source is closed")
         self._requests.epoch = epoch
         self._requests.explicit = None if requests is None else list(requests)
-        it = start_workers(self._loader, self.options)
         try:
-            yield from worker_batches(it, self.options, self.inflight, self.fetcher.dataset)
-        finally:
-            # Ours may be the last reference (closed meanwhile, or no persistent workers), and
-            # an error's traceback would keep it in this frame: drop it where a worker stuck
-            # in a sample cannot hold up this thread.
-            holder = [it]
-            del it
+            yield from worker_batches(start_workers(self._loader, self.options), self.options, self.inflight,
+                                      self.fetcher.dataset)
+        except WorkerFailure:
+            self.restart()
+            raise
+
+    def restart(self) -> None:
+        """New workers for the next pass (DataLoader does not restart persistent workers
+        after one of them died)."""
+        if self._loader is not None:
+            holder = [self._loader]
+            self._loader = self._new_loader()
             drop_in_background(holder)
 
     def close(self) -> None:

@@ -1,0 +1,72 @@
+"""The lifetime of a Loader's passes: one pass at a time, loud when ended, closed at exit."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+class Pass:
+    """One pass over a Loader: an iterator that keeps its Loader alive.
+
+    A pass ended by a newer pass of the same Loader, or by ``close()``, raises on the
+    next ``next()`` instead of stopping quietly, so a nested loop over one Loader (or an
+    old iterator) cannot silently cut an epoch short.
+    """
+
+    def __init__(self, owner: Any, batches: Iterator) -> None:
+        self._owner, self._batches = owner, batches  # the owner lives as long as the pass
+        self._ended_by: str | None = None
+
+    def __iter__(self) -> Pass:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended_by is not None:
+            raise RuntimeError(f"this pass over the Loader was ended by {self._ended_by}; "
+                               "a Loader runs one pass at a time (iterate it again for the next epoch)")
+        return next(self._batches)
+
+    def end(self, by: str) -> None:
+        """Stops the pass (its workers' buffers are handed back).
+
+        Raises:
+            RuntimeError: The pass is running in another thread right now.
+        """
+        if self._ended_by is None:
+            self._ended_by = by
+        try:
+            self._batches.close()
+        except ValueError:  # "generator already executing": another thread is inside it
+            raise RuntimeError("the Loader's current pass is running in another thread; a Loader is "
+                               "iterated by one thread at a time") from None
+
+
+def register(loader: Any) -> None:
+    """Closes ``loader`` at interpreter exit if the program did not (also after Ctrl-C):
+    workers and decode threads then stop before the interpreter tears itself down."""
+    _LIVE.add(loader)
+
+
+@atexit.register
+def _close_all() -> None:
+    for loader in list(_LIVE):
+        try:
+            loader.close()
+        except Exception:
+            pass
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside fastload."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
