@@ -217,11 +217,13 @@ class Crop:
             full_h: Rows of the full-size image.
             full_w: Columns of the full-size image.
             dst: Array of the output's shape to write into (returned).
-            scale: The DCT scale ``img`` was decoded at; None infers it from its size.
+            scale: The DCT scale ``img`` was decoded at; None infers it from its size (1 for a region).
             origin: Where ``img`` starts in the full-size image (a region decode; scale 1).
         """
-        if scale is None:
+        if scale is None and origin == (0, 0):
             ry, rx = _decoded_scale(img.shape[0], img.shape[1], full_h, full_w)
+        elif scale is None:
+            ry = rx = 1.0
         else:
             ry = rx = scale
         top, left = (self.top - origin[0]) * ry, (self.left - origin[1]) * rx
