@@ -19,10 +19,9 @@ import torch
 
 _AA = torch.ops.aten._upsample_bilinear2d_aa
 
-# With antialiasing, a crop is decoded at a DCT scale giving at least this many times
-# its output size, so the antialiased filter does the last shrink by >= 2x: then the
-# DCT's own filtering hardly shows (mean 0.4, worst 1.7 levels of 255 from a full
-# decode on photos of 512-1500 px; 1.5 and 4.9 when decoding straight to output size).
+# For decoders the planner does not cost (OpenCV, Pillow: power-of-2 scales only), an
+# antialiased crop is decoded at a DCT scale giving at least this many times its output
+# size. TurboJPEG decodes are planned by fastload.decode.plan (MIN_RATIO there).
 REDUCE_GAP = 2.0
 
 

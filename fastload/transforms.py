@@ -1,9 +1,10 @@
 """uint8 HWC → uint8 HWC transforms, planned from the JPEG header where they can be.
 
 The first transform of a pipeline may be a *crop planner* (RandomResizedCrop, Resize,
-Resize + CenterCrop): it chooses its crop from the header size alone, so the image is
-decoded at the smallest DCT scale that still covers the crop at output size (twice the
-output size when antialiased: ``fastload.resize.REDUCE_GAP``). Resizing is antialiased
+Resize + CenterCrop): it chooses its crop from the header size alone, so the decode can
+be planned for it: full, at a DCT scale, or only the crop's region, whichever costs
+least on this machine within the antialiased tolerance (:mod:`fastload.decode.plan`).
+Resizing is antialiased
 bilinear by default, as in torchvision v2; ``antialias=False`` trades that for speed.
 Randomness comes from the ``rng`` passed in, which the datasets derive from
 (seed, epoch, sample index): output never depends on which worker ran a sample.

@@ -160,8 +160,10 @@ def test_dct_scaled_plans_stay_within_the_antialiased_tolerance(planner_reset):
         diffs.append(np.abs(out.astype(np.int16) - _pillow_crop_resize(data, crop)).mean())
     diffs = np.array(diffs)
     assert scaled >= len(blobs) // 2, "too few DCT-scaled plans to test"
-    # Measured: 0.5 / 1.3 (mean / worst image).
     assert diffs.mean() <= 1.5 and diffs.max() <= 5, (diffs.mean(), diffs.max())
+    # Measured 0.49 / 1.19 (mean / worst image); cropping whole decoded pixels instead of
+    # the exact phase: 1.48 / 4.48, at the tolerance's edge.
+    assert diffs.mean() <= 0.8 and diffs.max() <= 2.5, (diffs.mean(), diffs.max())
 
 
 def test_resize_box_is_pillows_box_resize():
