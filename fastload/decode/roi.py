@@ -7,11 +7,15 @@ read, rows above are entropy-decoded only, and only the region's columns go thro
 the inverse DCT, upsampling and colour conversion. Its pixels are those of a full
 decode, cropped (fancy upsampling and the islow IDCT, as TurboJPEG's defaults).
 
-What it does not do: DCT scaling (a region is decoded at full size), CMYK, and report
-libjpeg's warnings about corrupt data (a corrupt region decodes to what libjpeg makes of
-it; corruption outside the region is never read). :mod:`fastload.decode.plan` uses it
-only for baseline 3-component JPEGs and only when its calibrated cost is lower.
-``FASTLOAD_ROI=0`` turns it off.
+What it does not do: DCT scaling (a region is decoded at full size), CMYK, and fail on
+libjpeg's warnings about corrupt entropy data as fastload's TurboJPEG decoder does:
+nvImageCodec has no such option, so a corrupt region decodes to what libjpeg makes of it
+(and libjpeg prints "Corrupt JPEG data: ..." to stderr), and corruption below the region
+is never read. Truncated files still fail (the end-of-image check runs first), and
+``fastload.decode.decode_image`` and the dataset verifiers stay strict: check a dataset
+with those, or train with ``FASTLOAD_ROI=0``, when its files are suspect.
+:mod:`fastload.decode.plan` uses region decode only for baseline 3-component JPEGs and
+only when its calibrated cost is lower.
 """
 
 from __future__ import annotations
