@@ -29,6 +29,7 @@ from .header import ImageHeader, check_jpeg_complete, read_header
 
 TJPF_RGB = 0
 TJFLAG_STOPONWARNING = 8192  # libjpeg-turbo >= 2.0; older versions ignore it
+TJFLAG_FASTUPSAMPLE = 256  # chroma upsampled by replication, not libjpeg's triangle filter
 
 
 def _library_path(turbojpeg) -> str:
@@ -116,9 +117,12 @@ class TurboJPEGDecoder:
         return self._pillow
 
     def decode(self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None,
-               max_pixels: int | None = None, scale: Fraction | None = None) -> np.ndarray:
+               max_pixels: int | None = None, scale: Fraction | None = None,
+               fast_upsample: bool = False) -> np.ndarray:
         """Decodes ``data``; JPEGs at the smallest power-of-2 DCT scale still ``min_scale``
-        of each side, or at exactly ``scale`` (one of :data:`SCALES`) when given."""
+        of each side, or at exactly ``scale`` (one of :data:`SCALES`) when given.
+        ``fast_upsample``: chroma upsampled by replication (~8% faster on 4:2:0 photos,
+        0.3 levels of 255 from the default after an antialiased resize)."""
         header = read_header(data) if header is None else header
         if header.format != "jpeg":
             return self._fallback().decode(data, min_scale, header=header, max_pixels=max_pixels)
@@ -136,7 +140,7 @@ class TurboJPEGDecoder:
         lib = self._lib
         handle = self._handle().ptr
         status = lib.tjDecompress2(handle, src.ctypes.data, src.size, out.ctypes.data, w, w * 3, h,
-                                   TJPF_RGB, TJFLAG_STOPONWARNING)
+                                   TJPF_RGB, TJFLAG_STOPONWARNING | (TJFLAG_FASTUPSAMPLE if fast_upsample else 0))
         if status != 0:
             message = self._error(handle) if self._error is not None else lib.tjGetErrorStr()
             raise DecodeError(f"libjpeg-turbo: {message.decode(errors='replace')}")
