@@ -60,7 +60,7 @@ def main() -> None:
     repeat, epochs = (1, 1) if quick else (args.repeat, args.epochs)
     batch = 8 if quick else args.batch_size
 
-    costs = plan.get_planner().costs
+    costs = plan.get_planner().costs  # the cached calibration (or the built-in costs)
     has_roi = roi.available()
     planners = {"no region": plan.Planner(costs, region=False)}
     if has_roi:

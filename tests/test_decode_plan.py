@@ -13,7 +13,7 @@ from PIL import Image
 
 from fastload import transforms as T
 from fastload.datasets.base import sample_rng
-from fastload.decode import get_decoder, plan, read_header, roi
+from fastload.decode import costs, get_decoder, plan, read_header, roi
 from fastload.photos import source_photos
 from fastload.resize import Crop, phase_error, resize_box
 
@@ -55,7 +55,7 @@ def test_header_carries_the_encoded_size():
 
 
 def test_region_is_chosen_for_small_crops_and_full_decode_for_whole_images():
-    p = plan.Planner(plan.DEFAULT_COSTS, region=True)
+    p = plan.Planner(costs.DEFAULT_COSTS, region=True)
     header = read_header(jpeg_bytes(make_image(1, 400, 500)))
     small = p.choose(header, Crop(200, 250, 120, 130, 224, 224))
     assert small.kind == "region" and small.region == (200, 250, 320, 380) and small.origin == (200, 250)
@@ -63,7 +63,8 @@ def test_region_is_chosen_for_small_crops_and_full_decode_for_whole_images():
     # Region decode is for baseline 3-component JPEGs only.
     progressive = read_header(_progressive(make_image(1, 400, 500)))
     assert p.choose(progressive, Crop(200, 250, 120, 130, 224, 224)).region is None
-    assert plan.Planner(plan.DEFAULT_COSTS, region=False).choose(header, Crop(200, 250, 120, 130, 224, 224)).region is None
+    no_region = plan.Planner(costs.DEFAULT_COSTS, region=False)
+    assert no_region.choose(header, Crop(200, 250, 120, 130, 224, 224)).region is None
 
 
 def _progressive(img: np.ndarray) -> bytes:
@@ -73,7 +74,7 @@ def _progressive(img: np.ndarray) -> bytes:
 
 
 def test_dct_scale_only_when_the_crop_keeps_min_ratio_and_exact_phase():
-    p = plan.Planner(plan.DEFAULT_COSTS, region=False)
+    p = plan.Planner(costs.DEFAULT_COSTS, region=False)
     header = read_header(jpeg_bytes(make_image(2, 1200, 1600)))
     for i in range(300):
         crop = T.RandomResizedCrop(160).plan(1200, 1600, np.random.default_rng(i))
@@ -91,8 +92,8 @@ def test_dct_scale_only_when_the_crop_keeps_min_ratio_and_exact_phase():
 
 
 def test_predicted_cost_is_never_above_full_decode_plus_resize():
-    p = plan.Planner(plan.DEFAULT_COSTS, region=True)
-    full_only = plan.Planner(plan.DEFAULT_COSTS, region=False)
+    p = plan.Planner(costs.DEFAULT_COSTS, region=True)
+    full_only = plan.Planner(costs.DEFAULT_COSTS, region=False)
     for h, w in ((300, 400), (900, 1300)):
         header = read_header(jpeg_bytes(make_image(3, h, w)))
         for i in range(100):
@@ -130,7 +131,7 @@ def test_pipeline_pixels_do_not_depend_on_region_decode(planner_reset):
     pipeline, dec = T.train(224, reduced_decode=False), get_decoder()
     outs = {}
     for region in (False, True):
-        plan.set_planner(plan.Planner(plan.DEFAULT_COSTS, region=region))
+        plan.set_planner(plan.Planner(costs.DEFAULT_COSTS, region=region))
         outs[region] = [pipeline.decode(b, dec, sample_rng(0, 0, i)) for i, b in enumerate(blobs)]
     headers = [read_header(b) for b in blobs]
     kinds = {plan.get_planner().choose(hd, pipeline.plan(hd.height, hd.width, sample_rng(0, 0, i)), False).kind
@@ -149,7 +150,7 @@ def _pillow_crop_resize(data: bytes, crop: Crop) -> np.ndarray:
 def test_dct_scaled_plans_stay_within_the_antialiased_tolerance(planner_reset):
     """Against Pillow's antialiased resize of the full-size crop: mean <= 1.5, worst <= 5."""
     blobs = _photos((600, 1500), 2, seed=6)
-    plan.set_planner(plan.Planner(plan.DEFAULT_COSTS, region=False))
+    plan.set_planner(plan.Planner(costs.DEFAULT_COSTS, region=False))
     dec, diffs, scaled = get_decoder(), [], 0
     for i, data in enumerate(blobs):
         size = (96, 128, 160)[i % 3]
@@ -168,7 +169,7 @@ def test_dct_scaled_plans_stay_within_the_antialiased_tolerance(planner_reset):
 
 
 def test_fast_upsampling_for_random_crops_only_and_within_tolerance(planner_reset):
-    p = plan.Planner(plan.DEFAULT_COSTS, region=False)
+    p = plan.Planner(costs.DEFAULT_COSTS, region=False)
     header = read_header(jpeg_bytes(make_image(10, 375, 500)))
     crop = Crop(50, 60, 250, 300, 224, 224)
     assert p.choose(header, crop).kind == "full, fast upsampling"
@@ -214,14 +215,14 @@ def test_crop_apply_takes_a_region_or_a_scale():
 
 
 def test_calibration_fits_positive_costs_quickly():
-    costs = plan.calibrate(repeat=1, region=False)
-    assert set(costs["decode"]) == {str(Fraction(n, 8)) for n in range(1, 9)}
-    for c in [*costs["decode"].values(), costs["resize"]]:
+    fitted = costs.calibrate(repeat=1, region=False)
+    assert set(fitted["decode"]) == {str(Fraction(n, 8)) for n in range(1, 9)} and len(fitted["decode_fast"]) == 3
+    for c in [*fitted["decode"].values(), fitted["resize"]]:
         assert len(c) == 3 and all(v >= 0 for v in c) and sum(c) > 0
-    assert costs["region"] is None and costs["seconds"] < 5
-    json.dumps(costs)
+    assert fitted["region"] is None and fitted["seconds"] < 5
+    json.dumps(fitted)
     # A full decode of a 0.2-megapixel JPEG costs more than its 1/8-scale decode.
-    p = plan.Planner(costs, region=False)
+    p = plan.Planner(fitted, region=False)
     assert plan._lin(p._decode[Fraction(1)], 40_000, 200_000) > plan._lin(p._decode[Fraction(1, 8)], 40_000, 200_000)
 
 
@@ -231,28 +232,28 @@ def test_costs_are_cached_per_key_and_calibrated_once(tmp_path, monkeypatch):
 
     def fake(repeat=3, region=None):
         calls.append(1)
-        return {**plan.DEFAULT_COSTS, "seconds": len(calls)}
+        return {**costs.DEFAULT_COSTS, "seconds": len(calls)}
 
-    monkeypatch.setattr(plan, "calibrate", fake)
-    assert plan.load_or_calibrate()["seconds"] == 1
-    assert plan.load_or_calibrate()["seconds"] == 1 and len(calls) == 1  # from the file
+    monkeypatch.setattr(costs, "calibrate", fake)
+    assert costs.load_or_calibrate()["seconds"] == 1
+    assert costs.load_or_calibrate()["seconds"] == 1 and len(calls) == 1  # from the file
     files = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
     assert len(files) == 1 and json.load(open(tmp_path / files[0]))["key"]["cpu"]
-    monkeypatch.setattr(plan, "cache_key", lambda: {"torch": "another version"})
-    assert plan.load_or_calibrate()["seconds"] == 2  # new versions: calibrated again
-    assert plan.load_or_calibrate(redo=True)["seconds"] == 3
+    monkeypatch.setattr(costs, "cache_key", lambda: {"torch": "another version"})
+    assert costs.load_or_calibrate()["seconds"] == 2  # new versions: calibrated again
+    assert costs.load_or_calibrate(redo=True)["seconds"] == 3
 
 
 def test_no_calibration_and_unwritable_cache_use_the_built_in_costs(tmp_path, monkeypatch, planner_reset):
-    monkeypatch.setattr(plan, "calibrate", lambda *a, **k: pytest.fail("calibrated"))
+    monkeypatch.setattr(costs, "calibrate", lambda *a, **k: pytest.fail("calibrated"))
     monkeypatch.setenv("FASTLOAD_NO_CALIBRATION", "1")
     plan.set_planner(None)
-    assert plan.get_planner().costs is plan.DEFAULT_COSTS
+    assert plan.get_planner().costs is costs.DEFAULT_COSTS
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv("FASTLOAD_CACHE_DIR", str(blocked / "sub"))  # cannot be made
     with pytest.warns(RuntimeWarning, match="DEFAULT_COSTS"):
-        assert plan.load_or_calibrate() is plan.DEFAULT_COSTS
+        assert costs.load_or_calibrate() is costs.DEFAULT_COSTS
 
 
 def test_processes_started_together_share_one_calibration(tmp_path):
@@ -336,7 +337,7 @@ def test_random_resized_crop_draws_once_per_try():
 
 
 def test_warnings_free_planning(planner_reset):
-    plan.set_planner(plan.Planner(plan.DEFAULT_COSTS, region=False))
+    plan.set_planner(plan.Planner(costs.DEFAULT_COSTS, region=False))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         T.train(64).decode(jpeg_bytes(make_image(9, 200, 260)), get_decoder(), sample_rng(0, 0, 1))
