@@ -226,6 +226,18 @@ def test_calibration_fits_positive_costs_quickly():
     assert plan._lin(p._decode[Fraction(1)], 40_000, 200_000) > plan._lin(p._decode[Fraction(1, 8)], 40_000, 200_000)
 
 
+@ROI
+def test_region_and_fast_upsampling_costs_are_fitted_against_the_full_decode():
+    """Fitted freely on 8 images, bytes and pixels trade off and a region decode of the
+    whole image could come out cheaper than the full decode it would replace."""
+    fitted = costs.calibrate(repeat=1)
+    full, fast, region = fitted["decode"]["1"], fitted["decode_fast"], fitted["region"]
+    assert fast[:2] == full[:2] and region[1:] == full[1:] and region[0] >= full[0]
+    p = plan.Planner(fitted, region=True)
+    header = read_header(jpeg_bytes(make_image(12, 400, 500)))
+    assert p.choose(header, Crop(0, 0, 400, 500, 224, 224), scales=False).region is None
+
+
 def test_costs_are_cached_per_key_and_calibrated_once(tmp_path, monkeypatch):
     monkeypatch.setenv("FASTLOAD_CACHE_DIR", str(tmp_path))
     calls = []

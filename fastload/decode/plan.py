@@ -163,7 +163,9 @@ class Planner:
         if self._region is not None and not window and header.components == 3 and not header.progressive:
             y0, x0 = int(crop.top), int(crop.left)
             y1, x1 = min(h, math.ceil(crop.top + crop.height)), min(w, math.ceil(crop.left + crop.width))
-            cost = (_lin(self._region, nbytes * y1 / h, (y1 - y0) * (x1 - x0))
+            # Whole rows y0:y1 are decoded (nvImageCodec does not crop columns), rows
+            # above are entropy-decoded only, rows below never read.
+            cost = (_lin(self._region, nbytes * y1 / h, (y1 - y0) * w)
                     + self._resize_cost(y1 - y0, x1 - x0, out_w, False))
             if cost < best_cost:
                 best_cost, best_scale, region, fast = cost, _ONE, (y0, x0, y1, x1), False

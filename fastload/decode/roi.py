@@ -1,11 +1,12 @@
 """Region (ROI) decode of JPEGs: only the rows and columns a crop needs.
 
 Through nvImageCodec's CPU-only backend (``pip install 'fastload[roi]'``, the
-``nvidia-nvimgcodec-cu12`` wheel; no GPU or CUDA needed). It runs libjpeg-turbo 3.1
-with ``jpeg_skip_scanlines`` and ``jpeg_crop_scanline``: rows below the region are never
-read, rows above are entropy-decoded only, and only the region's columns go through
-the inverse DCT, upsampling and colour conversion. Its pixels are those of a full
-decode, cropped (fancy upsampling and the islow IDCT, as TurboJPEG's defaults).
+``nvidia-nvimgcodec-cu12`` wheel; no GPU or CUDA needed). It runs libjpeg-turbo 3.1:
+rows below the region are never read and rows above are entropy-decoded only
+(``jpeg_skip_scanlines``), but the region's rows are decoded whole, all columns, and its
+columns copied out (measured: a full-height strip 64 pixels wide costs a full decode).
+Its pixels are those of a full decode, cropped (fancy upsampling and the islow IDCT,
+as TurboJPEG's defaults).
 
 What it does not do: DCT scaling (a region is decoded at full size), CMYK, and fail on
 libjpeg's warnings about corrupt entropy data as fastload's TurboJPEG decoder does:
