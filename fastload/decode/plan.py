@@ -145,10 +145,11 @@ class Planner:
             out_w = crop.out_w * in_w / crop.width
         else:
             in_h, in_w, out_w = crop.height, crop.width, crop.out_w
-        best_cost = _lin(self._full, nbytes, pixels) + self._resize_cost(in_h, in_w, out_w, True)
+        copy = window or crop.width < w  # a crop of whole rows is already contiguous
+        best_cost = _lin(self._full, nbytes, pixels) + self._resize_cost(in_h, in_w, out_w, copy)
         best_scale, region, fast = _ONE, None, False
         if scales and self._fast is not None and crop.antialias and not crop.window:
-            cost = _lin(self._fast, nbytes, pixels) + self._resize_cost(in_h, in_w, out_w, True)
+            cost = _lin(self._fast, nbytes, pixels) + self._resize_cost(in_h, in_w, out_w, copy)
             if cost < best_cost:
                 best_cost, fast = cost, True
         if scales:
@@ -157,7 +158,7 @@ class Planner:
             for s, f, c in self._scales:  # descending: stop at the first too small
                 if ratio * f < need:
                     break
-                cost = _lin(c, nbytes, pixels) + self._resize_cost(in_h * f, in_w * f, out_w, True)
+                cost = _lin(c, nbytes, pixels) + self._resize_cost(in_h * f, in_w * f, out_w, copy)
                 if cost < best_cost and (window or not crop.antialias or self._phase_ok(crop, f)):
                     best_cost, best_scale, fast = cost, s, False
         if self._region is not None and not window and header.components == 3 and not header.progressive:
