@@ -19,10 +19,9 @@ import torch
 
 _AA = torch.ops.aten._upsample_bilinear2d_aa
 
-# With antialiasing, a crop is decoded at a DCT scale giving at least this many times
-# its output size, so the antialiased filter does the last shrink by >= 2x: then the
-# DCT's own filtering hardly shows (mean 0.4, worst 1.7 levels of 255 from a full
-# decode on photos of 512-1500 px; 1.5 and 4.9 when decoding straight to output size).
+# For decoders the planner does not cost (OpenCV, Pillow: power-of-2 scales only), an
+# antialiased crop is decoded at a DCT scale giving at least this many times its output
+# size. TurboJPEG decodes are planned by fastload.decode.plan (MIN_RATIO there).
 REDUCE_GAP = 2.0
 
 
@@ -99,11 +98,80 @@ def resize_window(img: np.ndarray, top: float, left: float, height: float, width
     return dst
 
 
+def _phase(start: float, step: float) -> tuple[int, int, float]:
+    """(k, m, err): output m of a resize of the rows from k on, by ``step`` input pixels per
+    output pixel, is centred ``err`` pixels from where the window's first output belongs.
+
+    The kernel centres output j at (j + 0.5) * step from its first input row, so a window
+    starting between pixels is reached by starting at a whole row k (negative: edge rows
+    repeated above) and dropping the first m outputs: k + m * step == start. The smallest
+    m within PHASE_TOL is taken; for some steps there is none (a step of exactly 2 keeps
+    a start of x.5 at x.5 forever), and then the nearest is returned.
+    """
+    best = (round(start), 0, abs(start - round(start)))
+    for m in range(1, MAX_PHASE + 1):
+        if best[2] <= PHASE_TOL:
+            break
+        k = math.floor(start - m * step + 0.5)
+        err = abs(start - m * step - k)
+        if err < best[2] - 1e-12:
+            best = (k, m, err)
+    return best
+
+
+def phase_error(start: float, step: float) -> float:
+    """How far (in input pixels) :func:`resize_box` misplaces a window starting at ``start``."""
+    return _phase(start, step)[2]
+
+
+MAX_PHASE = 16  # at most this many extra output rows (columns) computed and dropped
+PHASE_TOL = 1 / 16  # input pixels: a shift too small to show (0.1 levels of 255 on photos)
+
+
+def _padded(img: np.ndarray, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+    """``img[y0:y1, x0:x1]`` as a contiguous array, negative y0, x0 repeating the edge."""
+    if y0 >= 0 and x0 >= 0:
+        return np.ascontiguousarray(img[y0:y1, x0:x1])
+    py, px = max(0, -y0), max(0, -x0)
+    out = np.empty((y1 - y0, x1 - x0, img.shape[2]), np.uint8)
+    out[py:, px:] = img[max(0, y0):y1, max(0, x0):x1]
+    out[:py, px:] = out[py : py + 1, px:]
+    out[:, :px] = out[:, px : px + 1]
+    return out
+
+
+def resize_box(img: np.ndarray, top: float, left: float, height: float, width: float, out_h: int, out_w: int,
+               dst: np.ndarray | None = None) -> np.ndarray:
+    """The box (top, left, height, width), in pixels of ``img`` and not necessarily whole
+    ones, resized to ``out_h`` × ``out_w`` with the antialiased filter: Pillow's
+    ``resize(box=...)`` to within :data:`PHASE_TOL` (see :func:`phase_error`), taps past
+    the box's near edges included, not past its far edges.
+
+    For a crop of a DCT-scaled decode, whose whole full-size pixels start between
+    decoded pixels: rounding them to whole decoded pixels instead shifts the picture by
+    up to half a decoded pixel (mean 1.4 levels of 255 on photos at scale 1/2, against
+    0.45 with the exact phase).
+    """
+    h, w, c = img.shape
+    sy, sx = height / out_h, width / out_w  # input pixels per output pixel
+    ky, my, _ = _phase(top, sy)
+    kx, mx, _ = _phase(left, sx)
+    y1 = min(h, max(math.ceil(top + height - 1e-9), ky + 1))
+    x1 = min(w, max(math.ceil(left + width - 1e-9), kx + 1))
+    whole = _AA.default(_nchw(_padded(img, ky, y1, kx, x1)), [my + out_h, mx + out_w], False, 1 / sy, 1 / sx)
+    window = whole[0, :, my:, mx:].permute(1, 2, 0).numpy()
+    if dst is None:
+        return window
+    _out(dst, (out_h, out_w, c))[...] = window
+    return dst
+
+
 def _decoded_scale(h: int, w: int, full_h: int, full_w: int) -> tuple[float, float]:
-    # A DCT-scaled decode is ceil(side * s) pixels for s = 1/2, 1/4, 1/8, and its pixel
-    # grid is the full one scaled by s exactly; the size ratio is off by up to half a
-    # pixel at the far edge on odd sides (mean error 0.7 instead of 0.14 levels).
-    for s in (1.0, 0.5, 0.25, 0.125):
+    # A DCT-scaled decode is ceil(side * s) pixels for s = n/8, and its pixel grid is
+    # the full one scaled by s exactly; the size ratio is off by up to half a pixel at
+    # the far edge on odd sides (mean error 0.7 instead of 0.14 levels).
+    for n in (8, 4, 2, 1, 7, 6, 5, 3):
+        s = n / 8
         if h == math.ceil(full_h * s) and w == math.ceil(full_w * s):
             return s, s
     return h / full_h, w / full_w
@@ -115,8 +183,8 @@ class Crop:
 
     With ``window``, the box is a window of the whole image resized (torchvision's
     Resize then CenterCrop): its pixels are exactly those of the whole resize, filter
-    taps outside the box included. Without, the box is cut out (rounded to whole pixels
-    of the decoded image) and resized alone (torchvision's crop then resize).
+    taps outside the box included. Without, the box is cut out (whole pixels, as
+    torchvision's crop) and resized alone (torchvision's crop then resize).
     """
 
     top: float
@@ -135,17 +203,35 @@ class Crop:
 
     @property
     def decode_scale(self) -> float:
-        """The smallest decode scale for this crop's filter (REDUCE_GAP x min_scale when antialiased)."""
+        """The smallest decode scale for this crop's filter (REDUCE_GAP x min_scale when antialiased),
+        for decoders the planner does not cost (OpenCV, Pillow)."""
         return min(1.0, self.min_scale * REDUCE_GAP) if self.antialias else self.min_scale
 
-    def apply(self, img: np.ndarray, full_h: int, full_w: int, dst: np.ndarray | None = None) -> np.ndarray:
-        """Crops and resizes ``img``, a decode of a full_h × full_w image at any scale."""
-        ry, rx = _decoded_scale(img.shape[0], img.shape[1], full_h, full_w)
+    def apply(self, img: np.ndarray, full_h: int, full_w: int, dst: np.ndarray | None = None,
+              scale: float | None = None, origin: tuple[int, int] = (0, 0)) -> np.ndarray:
+        """Crops and resizes ``img``, a decode of a full_h × full_w image.
+
+        Args:
+            img: The decoded pixels.
+            full_h: Rows of the full-size image.
+            full_w: Columns of the full-size image.
+            dst: Array of the output's shape to write into (returned).
+            scale: The DCT scale ``img`` was decoded at; None infers it from its size (1 for a region).
+            origin: Where ``img`` starts in the full-size image (a region decode; scale 1).
+        """
+        if scale is None and origin == (0, 0):
+            ry, rx = _decoded_scale(img.shape[0], img.shape[1], full_h, full_w)
+        elif scale is None:
+            ry = rx = 1.0
+        else:
+            ry = rx = scale
+        top, left = (self.top - origin[0]) * ry, (self.left - origin[1]) * rx
         if self.window and self.antialias:
-            return resize_window(img, self.top * ry, self.left * rx, self.height * ry, self.width * rx,
-                                 self.out_h, self.out_w, dst)
-        y0 = min(int(round(self.top * ry)), img.shape[0] - 1)
-        x0 = min(int(round(self.left * rx)), img.shape[1] - 1)
-        y1 = max(min(int(round((self.top + self.height) * ry)), img.shape[0]), y0 + 1)
-        x1 = max(min(int(round((self.left + self.width) * rx)), img.shape[1]), x0 + 1)
+            return resize_window(img, top, left, self.height * ry, self.width * rx, self.out_h, self.out_w, dst)
+        if self.antialias and (ry != 1 or rx != 1):
+            return resize_box(img, top, left, self.height * ry, self.width * rx, self.out_h, self.out_w, dst)
+        y0 = min(int(round(top)), img.shape[0] - 1)
+        x0 = min(int(round(left)), img.shape[1] - 1)
+        y1 = max(min(int(round(top + self.height * ry)), img.shape[0]), y0 + 1)
+        x1 = max(min(int(round(left + self.width * rx)), img.shape[1]), x0 + 1)
         return resize(img[y0:y1, x0:x1], self.out_h, self.out_w, dst, self.antialias)

@@ -1,9 +1,10 @@
 """uint8 HWC → uint8 HWC transforms, planned from the JPEG header where they can be.
 
 The first transform of a pipeline may be a *crop planner* (RandomResizedCrop, Resize,
-Resize + CenterCrop): it chooses its crop from the header size alone, so the image is
-decoded at the smallest DCT scale that still covers the crop at output size (twice the
-output size when antialiased: ``fastload.resize.REDUCE_GAP``). Resizing is antialiased
+Resize + CenterCrop): it chooses its crop from the header size alone, so the decode can
+be planned for it: full, at a DCT scale, or only the crop's region, whichever costs
+least on this machine within the antialiased tolerance (:mod:`fastload.decode.plan`).
+Resizing is antialiased
 bilinear by default, as in torchvision v2; ``antialias=False`` trades that for speed.
 Randomness comes from the ``rng`` passed in, which the datasets derive from
 (seed, epoch, sample index): output never depends on which worker ran a sample.
@@ -27,6 +28,7 @@ import cv2
 import numpy as np
 
 from .decode import Decoder, check_pixels, read_header
+from .decode.plan import choose
 from .resize import Crop, resize  # noqa: F401  (resize: re-exported)
 
 __all__ = [
@@ -88,14 +90,18 @@ class RandomResizedCrop(CropPlanner):
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
         area = h * w
+        (s0, s1), (r0, r1) = self.scale, self._log_ratio
         for _ in range(10):
-            target = area * rng.uniform(*self.scale)
-            aspect = math.exp(rng.uniform(*self._log_ratio))
+            # One draw of 4 uniforms per try (area, ratio, top, left): numpy's per-call
+            # overhead made 4 separate draws ~3x slower, a few % of a sample's time.
+            u_area, u_ratio, u_top, u_left = rng.random(4).tolist()
+            target = area * (s0 + (s1 - s0) * u_area)
+            aspect = math.exp(r0 + (r1 - r0) * u_ratio)
             cw = int(round(math.sqrt(target * aspect)))
             ch = int(round(math.sqrt(target / aspect)))
             if 0 < cw <= w and 0 < ch <= h:
-                top = int(rng.integers(0, h - ch + 1))
-                left = int(rng.integers(0, w - cw + 1))
+                top = int(u_top * (h - ch + 1))
+                left = int(u_left * (w - cw + 1))
                 return Crop(top, left, ch, cw, *self.size, self.antialias)
         in_ratio = w / h
         if in_ratio < self.ratio[0]:
@@ -251,24 +257,35 @@ class Compose:
 
     def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
                max_pixels: int | None = None) -> np.ndarray:
-        """Decodes ``data`` (reduced when the leading crop allows) and transforms it.
+        """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
 
         The header is read once, checked against the pixel limit (``max_pixels``, else
-        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With ``out`` (a
-        batch slot of the output's shape), the leading crop resizes straight into it and
-        in-place transforms keep it there; the result is ``out`` whenever that was
-        possible, else a separate array the caller must copy.
+        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With TurboJPEG,
+        :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by measured
+        cost (DCT scales only with ``reduced_decode``); other decoders get the smallest
+        power-of-2 scale the crop allows. With ``out`` (a batch slot of the output's
+        shape), the leading crop resizes straight into it and in-place transforms keep
+        it there; the result is ``out`` whenever that was possible, else a separate
+        array the caller must copy.
         """
         header = read_header(data)
         check_pixels(header, max_pixels)
         h, w = header.height, header.width
         crop = self.plan(h, w, rng)
-        first = 1 if crop is not None else 0
-        scale = crop.decode_scale if crop is not None and self.reduced_decode else 1.0
-        img = decoder.decode(data, scale, header=header, max_pixels=max_pixels)
-        if crop is not None:
+        if crop is None:
+            img = decoder.decode(data, header=header, max_pixels=max_pixels)
+        else:
+            if getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
+                p = choose(header, crop, self.reduced_decode)
+                img = p.decode(data, decoder, header, max_pixels)
+                scale, origin = float(p.scale), p.origin
+            else:
+                scale, origin = None, (0, 0)
+                img = decoder.decode(data, crop.decode_scale if self.reduced_decode else 1.0, header=header,
+                                     max_pixels=max_pixels)
             direct = out is not None and out.shape == (crop.out_h, crop.out_w, img.shape[2])
-            img = crop.apply(img, h, w, out if direct else None)
+            img = crop.apply(img, h, w, out if direct else None, scale, origin)
+        first = 1 if crop is not None else 0
         for t, with_rng in zip(self.transforms[first:], self._with_rng[first:]):
             inplace = getattr(t, "apply_inplace", None)
             img = inplace(img, rng) if inplace is not None and img is out else self._apply(t, with_rng, img, rng)

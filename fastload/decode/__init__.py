@@ -4,6 +4,10 @@ Backends, best first: libjpeg-turbo through TurboJPEG (JPEG only; other formats 
 OpenCV or Pillow), OpenCV, Pillow. All three release the GIL while decoding. Decoders
 are looked up by name through :func:`get_decoder` so datasets pickle only the name.
 
+Which decode serves a crop (full, a DCT scale n/8, or only the crop's region through the
+optional nvImageCodec backend, ``fastload[roi]``) is chosen per sample by measured cost:
+:mod:`fastload.decode.plan`, :mod:`fastload.decode.roi`.
+
 Every decode reads the header first and refuses images over a pixel limit before any
 pixel memory is allocated: ``max_pixels`` per call, else :data:`MAX_IMAGE_PIXELS`.
 """

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ._base import Buffer, DecodeError
 
@@ -26,6 +26,8 @@ class ImageHeader:
         format: "jpeg", "png", or Pillow's format name in lower case.
         components: Colour channels stored (JPEG: 1 grey, 3 YCbCr or RGB, 4 CMYK or YCCK).
         progressive: A progressive JPEG.
+        nbytes: Size of the encoded image in bytes (0: unknown); what a decode's cost
+            grows with besides pixels (:mod:`fastload.decode.plan`).
     """
 
     height: int
@@ -33,6 +35,7 @@ class ImageHeader:
     format: str
     components: int = 3
     progressive: bool = False
+    nbytes: int = field(default=0, compare=False)
 
 
 def is_jpeg(data: Buffer) -> bool:
@@ -52,7 +55,7 @@ def read_header(data: Buffer) -> ImageHeader:
         h, w = int.from_bytes(head[20:24], "big"), int.from_bytes(head[16:20], "big")
         if h == 0 or w == 0:
             raise DecodeError(f"PNG header has zero size {w}x{h}")
-        return ImageHeader(h, w, "png", _PNG_CHANNELS.get(head[25], 3))
+        return ImageHeader(h, w, "png", _PNG_CHANNELS.get(head[25], 3), nbytes=len(head))
     return _pillow_header(head)
 
 
@@ -81,7 +84,7 @@ def _jpeg_header(buf: memoryview) -> ImageHeader:
             w = (buf[i + 7] << 8) | buf[i + 8]
             if h == 0 or w == 0:
                 raise DecodeError(f"JPEG frame has zero size {w}x{h}")
-            return ImageHeader(h, w, "jpeg", buf[i + 9], marker in _PROGRESSIVE_SOF)
+            return ImageHeader(h, w, "jpeg", buf[i + 9], marker in _PROGRESSIVE_SOF, n)
         if marker in (0xD9, 0xDA):  # end of image or start of scan before any frame
             break
         i += 2 + ((buf[i + 2] << 8) | buf[i + 3])
@@ -96,7 +99,7 @@ def _pillow_header(head: memoryview) -> ImageHeader:
         # (PIL.Image.MAX_IMAGE_PIXELS) runs here too and fails images twice over it.
         with Image.open(io.BytesIO(head)) as img:
             w, h = img.size
-            return ImageHeader(h, w, (img.format or "unknown").lower(), len(img.getbands()))
+            return ImageHeader(h, w, (img.format or "unknown").lower(), len(img.getbands()), nbytes=len(head))
     except Image.DecompressionBombError as e:
         raise DecodeError(f"image over Pillow's limit, PIL.Image.MAX_IMAGE_PIXELS: {e}") from e
     except Exception as e:

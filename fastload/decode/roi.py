@@ -1,0 +1,160 @@
+"""Region (ROI) decode of JPEGs: only the rows and columns a crop needs.
+
+Through nvImageCodec's CPU-only backend (``pip install 'fastload[roi]'``, the
+``nvidia-nvimgcodec-cu12`` wheel; no GPU or CUDA needed). It runs libjpeg-turbo 3.1:
+rows below the region are never read and rows above are entropy-decoded only
+(``jpeg_skip_scanlines``), but the region's rows are decoded whole, all columns, and its
+columns copied out (measured: a full-height strip 64 pixels wide costs a full decode).
+Its pixels are those of a full decode, cropped (fancy upsampling and the islow IDCT,
+as TurboJPEG's defaults).
+
+What it does not do: DCT scaling (a region is decoded at full size), CMYK, and fail on
+libjpeg's warnings about corrupt entropy data as fastload's TurboJPEG decoder does:
+nvImageCodec has no such option, so a corrupt region decodes to what libjpeg makes of it
+(and libjpeg prints "Corrupt JPEG data: ..." to stderr), and corruption below the region
+is never read. Truncated files still fail (the end-of-image check runs first), and
+``fastload.decode.decode_image`` and the dataset verifiers stay strict: check a dataset
+with those, or train with ``FASTLOAD_ROI=0``, when its files are suspect.
+:mod:`fastload.decode.plan` uses region decode only for baseline 3-component JPEGs and
+only when its calibrated cost is lower.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+
+import numpy as np
+
+from ._base import Buffer, DecodeError, as_array
+
+EXTRA_HINT = "pip install 'fastload[roi]' (the nvidia-nvimgcodec-cu12 wheel; CPU only, no GPU needed)"
+
+# nvImageCodec loads every codec extension on import and prints a line to stderr for
+# each GPU library it cannot find (nvJPEG, nvJPEG2000, nvTIFF). Expected here: we ask
+# for its CPU backend only.
+_NOISE = ("Failed to load nvjpeg", "Failed to load nvtiff", "Failed to load nvjpeg2k", "Note: If using nvImageCodec",
+          "[nvjpeg-ext]", "[nvjpeg2k_ext]", "[nvtiff_ext]")
+
+_lock = threading.Lock()
+_module = None
+_failed: ImportError | None = None
+
+
+def _import_quietly():
+    """``nvidia.nvimgcodec``, its expected missing-GPU-library lines dropped from stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            from nvidia import nvimgcodec
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        lines = log.read().decode(errors="replace").splitlines()
+    rest = [line for line in lines if line.strip() and not any(n in line for n in _NOISE)]
+    if rest:
+        print("\n".join(rest), file=sys.stderr)
+    return nvimgcodec
+
+
+def module():
+    """The nvImageCodec module, imported once per process.
+
+    Raises:
+        ImportError: It is not installed (the message names the extra to install).
+    """
+    global _module, _failed
+    with _lock:
+        if _module is None and _failed is None:
+            try:
+                _module = _import_quietly()
+            except ImportError as e:
+                _failed = ImportError(f"region decode needs nvImageCodec: {EXTRA_HINT} ({e})")
+        if _failed is not None:
+            raise _failed
+        return _module
+
+
+def available() -> bool:
+    """Whether region decode can run here (installed, and not turned off by ``FASTLOAD_ROI=0``)."""
+    if os.environ.get("FASTLOAD_ROI", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    try:
+        module()
+        return True
+    except (ImportError, OSError, RuntimeError):
+        return False
+
+
+def version() -> str | None:
+    """nvImageCodec's version, or None where it is not available."""
+    return module().__version__ if available() else None
+
+
+class RegionDecoder:
+    """Decodes a rectangle of a JPEG; one nvImageCodec decoder per thread, each on the
+    calling thread's core only (``max_num_cpu_threads=1``)."""
+
+    name = "nvimgcodec-cpu"
+
+    def __init__(self) -> None:
+        self._nv = module()
+        self._local = threading.local()
+        self._params = self._nv.DecodeParams(apply_exif_orientation=False)  # as TurboJPEG
+
+    def _decoder(self):
+        # Keyed by process too: a forked worker's main thread inherits the parent's
+        # thread-local decoder, whose executor thread did not survive the fork.
+        pid = os.getpid()
+        held = getattr(self._local, "decoder", None)
+        if held is None or held[0] != pid:
+            nv = self._nv
+            held = (pid, nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
+                                    backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]))
+            self._local.decoder = held
+        return held[1]
+
+    def decode(self, data: Buffer, y0: int, x0: int, y1: int, x1: int) -> np.ndarray:
+        """Rows y0:y1 and columns x0:x1 of the JPEG ``data`` as an RGB uint8 HWC array.
+
+        The caller has checked the header (size, pixel limit, a complete JPEG).
+
+        Raises:
+            DecodeError: nvImageCodec cannot decode it.
+        """
+        nv = self._nv
+        try:
+            stream = nv.CodeStream(as_array(data)).get_sub_code_stream(
+                region=nv.Region(start=(y0, x0), end=(y1, x1)))
+            img = self._decoder().decode(stream, params=self._params)
+        except Exception as e:  # nvImageCodec raises RuntimeError/ValueError with its own text
+            raise DecodeError(f"nvimgcodec cannot decode region ({y0}, {x0})-({y1}, {x1}): {e}") from e
+        if img is None:
+            raise DecodeError(f"nvimgcodec cannot decode region ({y0}, {x0})-({y1}, {x1}) (corrupt JPEG?)")
+        out = np.asarray(img)  # a view that keeps the nvImageCodec image alive
+        if out.shape != (y1 - y0, x1 - x0, 3):
+            raise DecodeError(f"nvimgcodec decoded {out.shape} for region ({y0}, {x0})-({y1}, {x1})")
+        return out
+
+
+_decoder: RegionDecoder | None = None
+
+
+def get_region_decoder() -> RegionDecoder:
+    """The process's region decoder.
+
+    Raises:
+        ImportError: nvImageCodec is not installed (names the extra to install).
+    """
+    global _decoder
+    if _decoder is None:
+        d = RegionDecoder()
+        with _lock:
+            if _decoder is None:
+                _decoder = d
+    return _decoder
