@@ -54,3 +54,26 @@ def write_folder(root, num_classes: int = 3, per_class: int = 8, size=(96, 128),
 @pytest.fixture(scope="session")
 def folder(tmp_path_factory) -> str:
     return write_folder(tmp_path_factory.mktemp("folder"))
+
+
+def photo_jpegs(short_sides: tuple[int, int], per_photo: int, seed: int, originals: bool = False) -> list[bytes]:
+    """Deterministic rescalings of the bundled real photos to shorter sides in
+    ``short_sides`` (and the originals in that range, with ``originals``), as JPEG of
+    quality 75-95, odd sizes included. Skips the test without scikit-image's photos."""
+    from fastload.photos import source_photos
+
+    try:
+        photos = source_photos()
+    except ImportError as e:
+        pytest.skip(str(e))
+    rng = np.random.default_rng(seed)
+    out = []
+    for img in photos.values():
+        keep = originals and short_sides[0] <= min(img.shape[:2]) <= short_sides[1]
+        variants = [img] if keep else []
+        for _ in range(per_photo):
+            s = int(rng.integers(short_sides[0], short_sides[1] + 1)) / min(img.shape[:2])
+            size = (max(1, round(img.shape[1] * s)), max(1, round(img.shape[0] * s)))
+            variants.append(np.asarray(Image.fromarray(img).resize(size, Image.Resampling.LANCZOS)))
+        out += [jpeg_bytes(v, quality=int(rng.integers(75, 96))) for v in variants]
+    return out

@@ -14,10 +14,9 @@ from PIL import Image
 from fastload import transforms as T
 from fastload.datasets.base import sample_rng
 from fastload.decode import costs, get_decoder, plan, read_header, roi
-from fastload.photos import source_photos
 from fastload.resize import Crop, phase_error, resize_box
 
-from conftest import jpeg_bytes, make_image
+from conftest import jpeg_bytes, make_image, photo_jpegs
 
 ROI = pytest.mark.skipif(not roi.available(), reason="region decode needs: pip install 'fastload[roi]'")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,22 +26,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def planner_reset():
     yield
     plan.set_planner(None)
-
-
-def _photos(short_sides: tuple[int, int], per_photo: int, seed: int) -> list[bytes]:
-    try:
-        photos = source_photos()
-    except ImportError as e:
-        pytest.skip(str(e))
-    rng = np.random.default_rng(seed)
-    out = []
-    for img in photos.values():
-        for _ in range(per_photo):
-            s = int(rng.integers(short_sides[0], short_sides[1] + 1)) / min(img.shape[:2])
-            size = (max(1, round(img.shape[1] * s)), max(1, round(img.shape[0] * s)))
-            out.append(jpeg_bytes(np.asarray(Image.fromarray(img).resize(size, Image.Resampling.LANCZOS)),
-                                  quality=int(rng.integers(75, 96))))
-    return out
 
 
 # --- the plan -----------------------------------------------------------------------------
@@ -109,7 +92,7 @@ def test_predicted_cost_is_never_above_full_decode_plus_resize():
 def test_region_decode_is_the_full_decode_cropped(mode):
     blobs = [jpeg_bytes(make_image(4, 181, 243), quality=90, mode=mode)]
     if mode == "RGB":
-        blobs += _photos((256, 512), 1, seed=4)[:6]
+        blobs += photo_jpegs((256, 512), 1, seed=4)[:6]
     rd, dec = roi.get_region_decoder(), get_decoder("turbojpeg")
     rng = np.random.default_rng(0)
     for data in blobs:
@@ -126,7 +109,7 @@ def test_region_decode_is_the_full_decode_cropped(mode):
 
 @ROI
 def test_pipeline_pixels_do_not_depend_on_region_decode(planner_reset):
-    blobs = _photos((256, 512), 1, seed=5)[:8]
+    blobs = photo_jpegs((256, 512), 1, seed=5)[:8]
     # reduced_decode=False: no DCT scales nor fast upsampling, whose pixels differ.
     pipeline, dec = T.train(224, reduced_decode=False), get_decoder()
     outs = {}
@@ -149,7 +132,7 @@ def _pillow_crop_resize(data: bytes, crop: Crop) -> np.ndarray:
 
 def test_dct_scaled_plans_stay_within_the_antialiased_tolerance(planner_reset):
     """Against Pillow's antialiased resize of the full-size crop: mean <= 1.5, worst <= 5."""
-    blobs = _photos((600, 1500), 2, seed=6)
+    blobs = photo_jpegs((600, 1500), 2, seed=6)
     plan.set_planner(plan.Planner(costs.DEFAULT_COSTS, region=False))
     dec, diffs, scaled = get_decoder(), [], 0
     for i, data in enumerate(blobs):
@@ -175,7 +158,7 @@ def test_fast_upsampling_for_random_crops_only_and_within_tolerance(planner_rese
     assert p.choose(header, crop).kind == "full, fast upsampling"
     assert p.choose(header, crop, scales=False).kind == "full"  # reduced_decode=False: a full decode's pixels
     assert p.choose(header, T.eval(224).plan(375, 500, None)).kind == "full"  # eval stays Pillow's to rounding
-    blobs = _photos((256, 512), 1, seed=11)
+    blobs = photo_jpegs((256, 512), 1, seed=11)
     plan.set_planner(p)
     rrc, dec, diffs = T.RandomResizedCrop(224), get_decoder(), []
     for i, data in enumerate(blobs):

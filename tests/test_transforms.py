@@ -10,10 +10,9 @@ from PIL import Image
 from fastload import transforms as T
 from fastload.datasets.base import sample_rng
 from fastload.decode import get_decoder, image_size
-from fastload.photos import source_photos
 from fastload.resize import resize, resize_window
 
-from conftest import jpeg_bytes, make_image
+from conftest import jpeg_bytes, make_image, photo_jpegs
 
 
 def test_random_resized_crop_geometry_follows_torchvision_ranges():
@@ -123,25 +122,6 @@ def test_min_scale_means_crop_still_covers_output():
 # --- antialiased resizing against Pillow ---------------------------------------------------
 
 
-def _photo_jpegs(short_sides: tuple[int, int], per_photo: int, seed: int) -> list[bytes]:
-    """The bundled photos, and deterministic rescalings of them to shorter sides in
-    ``short_sides``, as JPEG of quality 75-95 (odd sizes included)."""
-    try:
-        photos = source_photos()
-    except ImportError as e:
-        pytest.skip(str(e))
-    rng = np.random.default_rng(seed)
-    out = []
-    for img in photos.values():
-        variants = [img] if short_sides[0] <= min(img.shape[:2]) <= short_sides[1] else []
-        for _ in range(per_photo):
-            s = int(rng.integers(short_sides[0], short_sides[1] + 1)) / min(img.shape[:2])
-            size = (max(1, round(img.shape[1] * s)), max(1, round(img.shape[0] * s)))
-            variants.append(np.asarray(Image.fromarray(img).resize(size, Image.Resampling.LANCZOS)))
-        out += [jpeg_bytes(v, quality=int(rng.integers(75, 96))) for v in variants]
-    return out
-
-
 def _pillow_eval(data: bytes, size: int = 224, resize: int = 256) -> np.ndarray:
     """torchvision v1 on PIL: Resize(resize) (Pillow's antialiased bilinear), CenterCrop(size)."""
     with Image.open(io.BytesIO(data)) as img:
@@ -154,7 +134,7 @@ def _pillow_eval(data: bytes, size: int = 224, resize: int = 256) -> np.ndarray:
 
 @pytest.mark.parametrize("short_sides", [(256, 512), (600, 1500)], ids=["imagenet-like", "large"])
 def test_eval_preset_matches_pillow_on_real_photos(short_sides):
-    blobs = _photo_jpegs(short_sides, 3, seed=short_sides[0])
+    blobs = photo_jpegs(short_sides, 3, seed=short_sides[0], originals=True)
     dec, pipeline = get_decoder(), T.eval(224)
     diffs = np.array([np.abs(pipeline.decode(b, dec, None).astype(np.int16) - _pillow_eval(b)).mean() for b in blobs])
     # Measured: 0.005 / 0.16 (imagenet-like), 0.14 / 0.4 (large: DCT-reduced decodes).
@@ -164,7 +144,7 @@ def test_eval_preset_matches_pillow_on_real_photos(short_sides):
 
 
 def test_random_resized_crop_is_pillows_crop_then_antialiased_resize():
-    blobs = _photo_jpegs((256, 512), 1, seed=7)[:12]
+    blobs = photo_jpegs((256, 512), 1, seed=7, originals=True)[:12]
     dec, rrc = get_decoder(), T.RandomResizedCrop(224, scale=(0.25, 1.0))
     diffs = []
     for i, b in enumerate(blobs):
