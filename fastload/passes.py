@@ -40,13 +40,13 @@ class Pass:
         Raises:
             RuntimeError: The pass is running in another thread right now.
         """
-        if self._ended_by is None:
-            self._ended_by = by
         try:
             self._batches.close()
         except ValueError:  # "generator already executing": another thread is inside it
             raise RuntimeError("the Loader's current pass is running in another thread; a Loader is "
                                "iterated by one thread at a time") from None
+        if self._ended_by is None:
+            self._ended_by = by
 
 
 def register(loader: Any) -> None:

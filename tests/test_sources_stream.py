@@ -19,6 +19,7 @@ def _stream_files(tmp_path, sizes, gz):
     return write_shards(tmp_path / "data", sizes, gz) + "/part-*"
 
 
+@pytest.mark.filterwarnings("ignore:.*GZIP file.*split between:RuntimeWarning")
 @pytest.mark.parametrize("gz", [False, True])
 def test_ranks_get_equal_batch_counts_and_every_record_once(tmp_path, gz):
     """25 records, batch 3, 4 ranks: DDP hangs unless every rank yields as many batches."""
@@ -36,6 +37,7 @@ def test_ranks_get_equal_batch_counts_and_every_record_once(tmp_path, gz):
     assert set(seen) == set(range(25)), "a record was never read"
 
 
+@pytest.mark.filterwarnings("ignore:.*GZIP file.*split between:RuntimeWarning")
 def test_corrupt_record_is_skipped_and_named_and_counts_stay_equal(tmp_path):
     path = str(tmp_path / "one.tfrecord")
     offsets = write_records(path, range(40))

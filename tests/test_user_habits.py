@@ -186,8 +186,8 @@ def test_nested_loops_over_one_loader_fail_loudly(ds, backend):
 
 def test_two_threads_cannot_share_a_pass(ds):
     with _loader(_HeldInEpochZero(ds, held=2), "thread") as loader:
-        errors = []
-        first = threading.Thread(target=lambda: list(loader), daemon=True)
+        errors, got = [], []
+        first = threading.Thread(target=lambda: got.append(len(list(loader))), daemon=True)
         first.start()
         time.sleep(0.3)  # the first thread is inside the pass, waiting at the gate
         try:
@@ -197,6 +197,7 @@ def test_two_threads_cannot_share_a_pass(ds):
         loader.dataset.gate.set()
         first.join(10)
     assert errors and "one thread at a time" in errors[0]
+    assert got == [5], "the running pass must go on"
 
 
 def test_thread_backend_follows_a_new_image_size_between_passes(folder):
