@@ -41,6 +41,7 @@ STAGES = (
     ("planning (rng, crop plan)", ("sample_rng", "plan (fastload/transforms.py", "default_rng")),
     ("resize", ("resize (fastload/transforms.py", "apply (fastload/transforms.py")),
     ("flip", ("apply_inplace", "RandomHorizontalFlip")),
+    ("collate (thread backend: copy into the batch)", ("_finish (fastload/threaded.py",)),
     ("collate", ("fast_collate", "alloc_batch", "_new_shared")),
     ("normalization / layout", ("_normalize_cpu", "Normalizer", "__call__ (fastload/prefetch.py")),
     ("read", ("read (fastload/datasets", "read (fastload/storage")),
@@ -51,8 +52,16 @@ STAGES = (
 )
 
 
+# An innermost frame that blocks: py-spy's idle filter lets some of these through.
+WAITING = "waiting (blocked in wait/select/accept/poll)"
+BLOCKING = ("Condition.wait", "Event.wait", "select (", "Selector.select", "accept (", "socket.accept", "poll (",
+            "_wait_for_tstate_lock", "sleep")
+
+
 def stage_of(stack: str) -> str:
     frames = stack.split(";")
+    if any(k in frames[-1] for k in BLOCKING):
+        return WAITING
     for frame in reversed(frames):
         for name, keys in STAGES:
             if any(k in frame for k in keys):
@@ -69,15 +78,17 @@ def aggregate(path: str, top: int = 12) -> dict:
         stages[stage_of(stack)] += int(count)
         leaves[stack.split(";")[-1].split(" (")[0]] += int(count)
     startup = stages.pop(STAGES[0][0], 0)
+    waiting = stages.pop(WAITING, 0)
     total = sum(stages.values())
-    print(f"{total} samples in the steady state (+{startup} in start-up), all processes, by stage:")
+    print(f"{total} samples in the steady state, all processes (left out: {startup} in start-up, {waiting} "
+          f"blocked), by stage:")
     shares = {k: v / total for k, v in stages.most_common()}
     for name, share in shares.items():
         print(f"  {share:6.1%}  {name}")
     print("by innermost frame:")
     for name, count in leaves.most_common(top):
         print(f"  {count / (total + startup):6.1%}  {name}")
-    return {"stages": shares, "startup_samples": startup}
+    return {"stages": shares, "startup_samples": startup, "waiting_samples": waiting}
 
 
 def per_sample_us(fn, items: list, passes: int) -> float:
@@ -169,11 +180,24 @@ def stages(root: str, batch_size: int, passes: int) -> dict:
         "ImageFolder.load (read + header + plan + decode + resize + flip)": per_sample_us(
             lambda i: ds.load(i, 0, 0), idx, passes),
     })
+    out_scales = scale_shares(sizes, plans)
     print(f"train 224, stages timed alone in one process, {len(ds)} photos, batch {batch_size}, "
           f"median of {passes} passes (µs per sample):")
     for name, us in out.items():
         print(f"  {name:66s} {us:8.1f}")
-    return out
+    print("DCT scale the plans decode at: " + ", ".join(f"{k} {v:.0%}" for k, v in out_scales.items()))
+    return {**out, "dct_scale_shares": out_scales}
+
+
+def scale_shares(sizes: list, plans: list) -> dict:
+    """Share of samples decoded at each libjpeg-turbo DCT scale (n/8) by the reduced plans."""
+    from fractions import Fraction
+
+    from fastload.decode import reduced_scale
+
+    scales = tuple(Fraction(n, 8) for n in range(1, 9))
+    chosen = collections.Counter(reduced_scale(h, w, c.min_scale, scales) * 8 for (h, w), c in zip(sizes, plans))
+    return {f"{k}/8": chosen[k] / len(plans) for k in sorted(chosen)}
 
 
 def main() -> None:
