@@ -185,8 +185,11 @@ def stages(root: str, batch_size: int, passes: int) -> dict:
           f"median of {passes} passes (µs per sample):")
     for name, us in out.items():
         print(f"  {name:66s} {us:8.1f}")
-    print("DCT scale the plans decode at: " + ", ".join(f"{k} {v:.0%}" for k, v in out_scales.items()))
-    return {**out, "dct_scale_shares": out_scales}
+    ev = fl.transforms.eval(224)
+    eval_scales = scale_shares(sizes, [ev.plan(h, w, sample_rng(0, 0, i)) for i, (h, w) in zip(idx, sizes)])
+    for name, shares in (("train", out_scales), ("eval", eval_scales)):
+        print(f"DCT scale the {name} plans decode at: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    return {**out, "dct_scale_shares": out_scales, "eval_dct_scale_shares": eval_scales}
 
 
 def scale_shares(sizes: list, plans: list) -> dict:
