@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: demo test bench gpu-suite clean
 
@@ -20,7 +21,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+# The bench extra (pyproject.toml), pinned: py-spy, and NVIDIA DALI for its CPU-only
+# pipeline. DALI goes in without its declared CUDA codec extras (nvJPEG & co., not used
+# on the CPU), then its small pure-Python dependencies.
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt py-spy
+	$(PY) -m pip install -q --no-deps -c constraints.txt nvidia-dali-cuda120 nvidia-nvimgcodec-cu12 nvidia-libnvcomp-cu12
+	$(PY) -m pip install -q -c constraints.txt astunparse gast six optree nvtx makefun libcst
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
 
 clean:

@@ -1,27 +1,64 @@
-"""Decode rate per core of each backend, full and reduced-size, on the sample dataset.
+"""Decode rate per core on the real-photo dataset: each backend full and reduced, every
+libjpeg-turbo DCT scale 1/8 … 8/8, and the whole per-sample pipeline in one process.
 
-The fastest full-decode rate times the cores in use is the machine's "decode limit".
-Also times the whole per-sample pipeline (read + reduced decode + transform) in one process.
+The decode limit is the cores in use × the one-core PyTurboJPEG full-decode rate on
+these files. Passes are interleaved (every variant once per pass) and the median pass
+is kept, so drift on a shared machine hits every variant alike.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import time
+from fractions import Fraction
 
-from common import parser, report, sample_folder, timed
+from common import median, parser, photo_folder, photo_set_record, report
 
 import fastload as fl
 from fastload.decode import BACKENDS, get_decoder
 from fastload.system import available_cpus
 
 
+def rates(variants: dict, count: int, passes: int) -> dict:
+    """images/s of each ``variants[name]()`` (one pass over ``count`` images), median of
+    ``passes`` after one untimed warm-up pass."""
+    for run in variants.values():
+        run()
+    seconds: dict = {name: [] for name in variants}
+    for _ in range(passes):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: count / median(s) for name, s in seconds.items()}
+
+
+def dct_scale_variants(blobs: list[bytes]) -> dict:
+    """PyTurboJPEG decode to RGB at each scale n/8 (n = 1…8), whole image, no crop."""
+    import turbojpeg
+
+    tj = turbojpeg.TurboJPEG()
+    scales = sorted(Fraction(n, d) for n, d in tj.scaling_factors if Fraction(n, d) <= 1)
+    variants = {}
+    for s in scales:
+        factor = None if s == 1 else (s.numerator, s.denominator)
+        variants[f"{s * 8}/8"] = (lambda f=factor: [tj.decode(b, pixel_format=turbojpeg.TJPF_RGB, scaling_factor=f)
+                                                   for b in blobs])
+    return variants
+
+
 def main() -> None:
-    args = parser(__doc__).parse_args()
-    root = sample_folder(args)
+    p = parser(__doc__)
+    p.add_argument("--passes", type=int, default=3)
+    args = p.parse_args()
+    root = photo_folder(args)
+    passes = 1 if args.quick else args.passes
     files = sorted(glob.glob(os.path.join(root, "*", "*.jpg")))
     blobs = [open(f, "rb").read() for f in files]
-    rows = {}
+    cores = available_cpus()
+
+    backends = {}
     for name in BACKENDS:
         try:
             dec = get_decoder(name)
@@ -29,20 +66,37 @@ def main() -> None:
             print(f"{name:10s} unavailable: {e}")
             continue
         for label, scale in (("full", 1.0), ("reduced 1/2", 0.5), ("reduced 1/4", 0.25)):
-            seconds = timed(lambda: [dec.decode(b, scale) for b in blobs], repeat=1 if args.quick else 3)
-            rows[f"{name} {label}"] = len(blobs) / seconds
-    # The whole per-sample pipeline in one process: read + decode (reduced) + transform.
-    for name, tf in (("train", fl.transforms.train(224)), ("eval", fl.transforms.eval(224))):
+            backends[f"{name} {label}"] = lambda d=dec, s=scale: [d.decode(b, s) for b in blobs]
+    by_backend = rates(backends, len(blobs), passes)
+    try:
+        by_scale = rates(dct_scale_variants(blobs), len(blobs), passes)
+    except ImportError as e:
+        print(f"PyTurboJPEG unavailable, no per-scale rates: {e}")
+        by_scale = {}
+
+    # The whole per-sample pipeline in one process: read + header + plan + decode + transform.
+    pipelines = {}
+    for name, tf in (("train 224", fl.transforms.train(224)), ("train 224 full decode",
+                                                                fl.transforms.train(224, reduced_decode=False)),
+                     ("eval 224", fl.transforms.eval(224)), ("eval 224 full decode",
+                                                            fl.transforms.eval(224, reduced_decode=False))):
         ds = fl.ImageFolder(root, tf)
-        seconds = timed(lambda: [ds.load(i, 0, 0) for i in range(len(ds))], repeat=1 if args.quick else 3)
-        rows[f"ImageFolder.load {name} 224"] = len(ds) / seconds
-    best_full = max(v for k, v in rows.items() if k.endswith("full"))
-    cores = available_cpus()
-    print(f"decode, {len(blobs)} sample JPEGs, one thread (images/s per core):")
-    for key, rate in rows.items():
-        print(f"  {key:28s} {rate:8.0f}   ({rate / best_full:.2f}x the fastest full decode)")
-    print(f"decode limit: {best_full:.0f} images/s/core x {cores} cores = {best_full * cores:.0f} images/s")
-    report("bench_decode", args, {"images_per_s_per_core": rows, "decode_limit": best_full * cores, "cores": cores})
+        pipelines[f"ImageFolder.load {name}"] = lambda d=ds: [d.load(i, 0, 0) for i in range(len(d))]
+    by_pipeline = rates(pipelines, len(blobs), passes)
+
+    full = by_scale.get("8/8") or by_backend.get("turbojpeg full") or max(
+        v for k, v in by_backend.items() if k.endswith("full"))
+    print(f"decode, {len(blobs)} photos, one thread, images/s per core (median of {passes} interleaved passes):")
+    for key, rate in {**by_backend, **by_pipeline}.items():
+        print(f"  {key:38s} {rate:8.0f}   ({rate / full:.2f}x a full PyTurboJPEG decode)")
+    if by_scale:
+        print("PyTurboJPEG (libjpeg-turbo) whole-image decode at each DCT scale, images/s per core:")
+        for key, rate in by_scale.items():
+            print(f"  {key:5s} {rate:8.0f}   ({rate / full:.2f}x 8/8)")
+    print(f"decode limit: {full:.0f} images/s/core x {cores} cores = {full * cores:.0f} images/s")
+    report("bench_decode", args, {"images_per_s_per_core": {**by_backend, **by_pipeline}, "dct_scales": by_scale,
+                                  "full_decode_per_core": full, "decode_limit": full * cores, "cores": cores,
+                                  "dataset": photo_set_record(root)})
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import os
 import tempfile
 import time
 
-from common import loader_parser, loader_rate, report, sample_folder
+from common import loader_parser, loader_rate, report, photo_folder
 
 import fastload as fl
 from fastload.convert import convert
@@ -21,7 +21,7 @@ def rate(ds, bs: int, workers: int, epochs: int) -> float:
 def main() -> None:
     p = loader_parser(__doc__, epochs=4)
     args = p.parse_args()
-    root = sample_folder(args)
+    root = photo_folder(args)
     bs, workers, epochs = (8, 2, 1) if args.quick else (args.batch_size, args.workers, args.epochs)
     tf = fl.transforms.train(224)
     with tempfile.TemporaryDirectory() as tmp:

@@ -7,17 +7,15 @@ ResNet-50 (torchvision), channels_last, bf16 autocast, SGD. Needs CUDA for a rea
 
 from __future__ import annotations
 
-import os
 import time
 
 import torch
 import torch.nn as nn
-from common import machine, parser, report
+from common import machine, parser, photo_folder, report
 from torch.utils.data import DataLoader
 
 import fastload as fl
 from fastload.config import IMAGENET_MEAN, IMAGENET_STD
-from fastload.sample import make_sample_dataset
 from fastload.system import available_cpus
 
 
@@ -68,7 +66,6 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--images", type=int, default=1280, help="sample images to generate")
     p.add_argument("--workers", type=int, default=available_cpus())
     args = p.parse_args()
     cuda = torch.cuda.is_available()
@@ -77,8 +74,7 @@ def main() -> None:
         return
     device = torch.device("cuda" if cuda else "cpu")
     bs, steps, workers = (8, 3, 2) if args.quick else (args.batch_size, args.steps, args.workers)
-    n = 32 if args.quick else args.images
-    root = make_sample_dataset(os.path.join(args.data, f"gpu{n}"), num_images=n, progress=not args.quick)
+    root = photo_folder(args)
     net = model_for(device, args.quick)
     results = {}
 

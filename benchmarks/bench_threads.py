@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 import torch
-from common import loader_parser, loader_rate, report, sample_folder
+from common import loader_parser, loader_rate, report, photo_folder
 
 import fastload as fl
 
@@ -18,7 +18,7 @@ def measure(ds, backend: str, bs: int, workers: int, epochs: int, device: str) -
 def main() -> None:
     p = loader_parser(__doc__)
     args = p.parse_args()
-    ds = fl.ImageFolder(sample_folder(args), transform=fl.transforms.train(224))
+    ds = fl.ImageFolder(photo_folder(args), transform=fl.transforms.train(224))
     bs, workers, epochs = (8, 2, 1) if args.quick else (args.batch_size, args.workers, args.epochs)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rates = {}

@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: the sample data, timing, memory, reporting."""
+"""Helpers shared by the benchmarks: the photo dataset, timing, memory, reporting."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -14,7 +15,7 @@ sys.path.insert(0, ROOT)  # run from a checkout without installing
 
 import torch  # noqa: E402
 
-from fastload.sample import make_sample_dataset  # noqa: E402
+from fastload.sample import format_jpeg_stats, jpeg_stats, make_photo_dataset  # noqa: E402
 from fastload.system import available_cpus, cpu_model  # noqa: E402
 from fastload.tune.measure import memory  # noqa: E402
 
@@ -23,6 +24,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="a few seconds, to check the benchmark still runs")
     p.add_argument("--data", default=os.path.join(ROOT, "data", "sample"), help="sample data folder")
+    p.add_argument("--images", type=int, default=2000, help="photos in the benchmark dataset")
     p.add_argument("--json", default=None, help="append the result as one JSON line to this file")
     return p
 
@@ -36,16 +38,32 @@ def loader_parser(description: str, epochs: int = 3) -> argparse.ArgumentParser:
     return p
 
 
-def sample_folder(args) -> str:
-    if args.quick:
-        return make_sample_dataset(os.path.join(args.data, "quick"), num_images=32, num_classes=4, progress=False)
-    return make_sample_dataset(os.path.join(args.data, "train"))
+def photo_folder(args, quiet: bool = False) -> str:
+    """The real-photo dataset (fastload.sample.make_photo_dataset): 48 photos with --quick.
+
+    Prints its bits/pixel and size distribution unless ``quiet``.
+    """
+    n = 48 if args.quick else args.images
+    root = make_photo_dataset(os.path.join(args.data, f"photos{n}"), num_images=n, num_classes=4 if args.quick else 10,
+                              progress=not args.quick and sys.stderr.isatty())
+    if not quiet:
+        print(format_jpeg_stats(jpeg_stats(root)))
+    return root
+
+
+def photo_set_record(root: str) -> dict:
+    """The dataset's statistics for a JSON report."""
+    return {"root": root, **jpeg_stats(root)}
 
 
 def machine() -> dict:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"cpu": cpu_model(), "cpus": available_cpus(), "gpu": gpu, "torch": torch.__version__,
             "python": platform.python_version()}
+
+
+def median(values) -> float:
+    return statistics.median(values)
 
 
 def timed(fn, repeat: int = 3) -> float:

@@ -1,48 +1,230 @@
-"""Keeps the training loader busy for a while, for a sampling profiler, and sums a
-py-spy raw profile by innermost frame.
+"""Where fastload's time goes per sample on the real-photo dataset.
 
-    py-spy record --subprocesses --format raw -o spy.txt --duration 10 -- \\
-        python benchmarks/profile_loader.py --seconds 12
-    python benchmarks/profile_loader.py --aggregate spy.txt
+Two views:
+
+1. ``--stages``: each stage of the training pipeline timed on its own in one process,
+   in microseconds per sample (read, header parse, planning, decode, resize, flip,
+   collate, normalization), plus the process backend's batch hand-over (IPC).
+2. A sampling profile of the real loader (all processes), summed by stage::
+
+       py-spy record --subprocesses --format raw -o spy.txt --duration 20 -- \\
+           python benchmarks/profile_loader.py --seconds 25 [--backend thread]
+       python benchmarks/profile_loader.py --aggregate spy.txt
+
+   Without ``--stages``/``--aggregate`` this script just keeps the training loader busy
+   (batch 128, uint8 out, as in bench_loader's headline row) for the profiler.
 """
 
 from __future__ import annotations
 
 import collections
+import math
+import os
 import time
 
-from common import parser, report, sample_folder
+import torch
+from common import median, parser, photo_folder, report
 
 import fastload as fl
+from fastload.collate import fast_collate
+from fastload.datasets.base import sample_rng
+from fastload.decode import get_decoder, image_size
+from fastload.prefetch import Normalizer
 from fastload.system import available_cpus
 
+# First match walking a stack from its innermost frame outwards names the stage.
+STAGES = (
+    ("start-up (imports, dataset scan, workers)", ("_find_and_load", "photo_folder", "jpeg_stats", "_start_workers",
+                                                   "__init__ (fastload/loader.py", "Popen")),
+    ("header parse", ("decode_header", "_jpeg_size", "image_size", "_check_jpeg_complete", "is_jpeg")),
+    ("decode", ("decode (turbojpeg", "imdecode", "decode (fastload/decode.py")),
+    ("planning (rng, crop plan)", ("sample_rng", "plan (fastload/transforms.py", "default_rng")),
+    ("resize", ("resize (fastload/transforms.py", "apply (fastload/transforms.py")),
+    ("flip", ("apply_inplace", "RandomHorizontalFlip")),
+    ("collate (thread backend: copy into the batch)", ("_finish (fastload/threaded.py",)),
+    ("collate", ("fast_collate", "alloc_batch", "_new_shared")),
+    ("normalization / layout", ("_normalize_cpu", "Normalizer", "__call__ (fastload/prefetch.py")),
+    ("read", ("read (fastload/datasets", "read (fastload/storage")),
+    ("IPC (pickle, shared memory, pipes)", ("multiprocessing/", "reductions.py", "rebuild_storage", "pickle",
+                                            "_recv", "_send", "recv_bytes", "send_bytes")),
+    ("worker loop / DataLoader", ("torch/utils/data",)),
+    ("thread backend scheduling", ("fastload/threaded.py", "concurrent/futures", "threading.py")),
+)
 
-def aggregate(path: str, top: int = 15) -> dict:
+
+# An innermost frame that blocks: py-spy's idle filter lets some of these through.
+WAITING = "waiting (blocked in wait/select/accept/poll)"
+BLOCKING = ("Condition.wait", "Event.wait", "select (", "Selector.select", "accept (", "socket.accept", "poll (",
+            "_wait_for_tstate_lock", "sleep")
+
+
+def stage_of(stack: str) -> str:
+    frames = stack.split(";")
+    if any(k in frames[-1] for k in BLOCKING):
+        return WAITING
+    for frame in reversed(frames):
+        for name, keys in STAGES:
+            if any(k in frame for k in keys):
+                return name
+    return "other"
+
+
+def aggregate(path: str, top: int = 12) -> dict:
+    """Sums a py-spy raw profile by stage and by innermost frame; start-up is shown apart."""
+    stages: collections.Counter = collections.Counter()
     leaves: collections.Counter = collections.Counter()
     for line in open(path):
         stack, _, count = line.rstrip().rpartition(" ")
+        stages[stage_of(stack)] += int(count)
         leaves[stack.split(";")[-1].split(" (")[0]] += int(count)
-    total = sum(leaves.values())
-    shares = {k: v / total for k, v in leaves.most_common(top)}
+    startup = stages.pop(STAGES[0][0], 0)
+    waiting = stages.pop(WAITING, 0)
+    total = sum(stages.values())
+    print(f"{total} samples in the steady state, all processes (left out: {startup} in start-up, {waiting} "
+          f"blocked), by stage:")
+    shares = {k: v / total for k, v in stages.most_common()}
     for name, share in shares.items():
-        print(f"{share:6.1%}  {name}")
-    return shares
+        print(f"  {share:6.1%}  {name}")
+    print("by innermost frame:")
+    for name, count in leaves.most_common(top):
+        print(f"  {count / (total + startup):6.1%}  {name}")
+    return {"stages": shares, "startup_samples": startup, "waiting_samples": waiting}
+
+
+def per_sample_us(fn, items: list, passes: int) -> float:
+    """Median over passes (after a warm-up pass) of the time per item of ``fn(item)``, in µs."""
+    times = []
+    for i in range(passes + 1):
+        start = time.perf_counter()
+        for item in items:
+            fn(item)
+        if i:
+            times.append(time.perf_counter() - start)
+    return median(times) / len(items) * 1e6
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (from /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def handover_cpu_us(batches: list, workers: int, passes: int) -> float:
+    """CPU per image (all processes) of DataLoader workers returning collated batches of
+    pre-decoded samples to the main process: collate + IPC, nothing else."""
+    class Ready(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(batches)
+
+        def __getitem__(self, i: int):
+            return fast_collate(batches[i])
+
+    loader = torch.utils.data.DataLoader(Ready(), batch_size=None, num_workers=workers, persistent_workers=True)
+    for _ in loader:  # start the workers
+        pass
+    pids = [w.pid for w in loader._iterator._workers]
+    before = time.process_time(), [cpu_seconds(p) for p in pids]
+    images = 0
+    for _ in range(max(passes, 3)):
+        images += sum(x.shape[0] for x, _ in loader)
+    spent = time.process_time() - before[0] + sum(cpu_seconds(p) - b for p, b in zip(pids, before[1]))
+    del loader
+    return spent / images * 1e6
+
+
+def stages(root: str, batch_size: int, passes: int) -> dict:
+    """Each stage of the train pipeline (process backend's path) timed alone, µs per sample."""
+    tf = fl.transforms.train(224)
+    ds = fl.ImageFolder(root, transform=tf)
+    dec = get_decoder(ds.decoder)
+    crop_t, flip_t = tf.transforms[0], tf.transforms[1]
+    idx = list(range(len(ds)))
+    data = [ds.read(i)[0] for i in idx]
+    sizes = [image_size(b) for b in data]
+    plans = [crop_t.plan(h, w, sample_rng(0, 0, i)) for i, (h, w) in zip(idx, sizes)]
+    decoded = [dec.decode(b, c.min_scale) for b, c in zip(data, plans)]
+    resized = [c.apply(img, h, w) for c, img, (h, w) in zip(plans, decoded, sizes)]
+    samples = [(img, 0) for img in resized]
+    batches = [samples[i:i + batch_size] for i in range(0, len(samples), batch_size)]
+    shape = (batch_size, *resized[0].shape)
+    batch = fast_collate(batches[0], pin=False)[0]
+    out = {
+        "read (file open + read)": per_sample_us(lambda i: ds.read(i), idx, passes),
+        "header parse (SOF scan)": per_sample_us(image_size, data, passes),
+        "planning (sample rng + RandomResizedCrop plan)": per_sample_us(
+            lambda i: crop_t.plan(*sizes[i], sample_rng(0, 0, i)), idx, passes),
+        "decode (reduced DCT scale, as planned)": per_sample_us(
+            lambda i: dec.decode(data[i], plans[i].min_scale), idx, passes),
+        "decode (full, for reference)": per_sample_us(lambda b: dec.decode(b, 1.0), data, passes),
+        "resize (crop + resize to 224)": per_sample_us(
+            lambda i: plans[i].apply(decoded[i], *sizes[i]), idx, passes),
+        "flip (draw + view)": per_sample_us(lambda i: flip_t(resized[i], sample_rng(0, 0, i)), idx, passes)
+        - per_sample_us(lambda i: sample_rng(0, 0, i), idx, passes),
+        "collate (fast_collate into a new batch)": per_sample_us(
+            lambda b: fast_collate(b, pin=False), batches, passes) * len(batches) / len(samples),
+        "normalization (uint8 out: NCHW channels_last view)": per_sample_us(
+            Normalizer(normalize=False), [batch] * 4, passes) / batch_size,
+        "normalization (float32 on the CPU, normalize=True)": per_sample_us(
+            Normalizer(), [batch] * 4, passes) / batch_size,
+    }
+    # In a worker the batch goes to new shared memory, then through a pipe (fd + metadata).
+    shared = per_sample_us(lambda b: torch.UntypedStorage._new_shared(math.prod(shape)), batches, passes)
+    out["collate (in a worker: + new shared-memory segment)"] = (
+        out["collate (fast_collate into a new batch)"] + shared * len(batches) / len(samples))
+    handover = handover_cpu_us(batches, 2, passes)
+    out["hand-over CPU, all processes (2 workers: collate + IPC)"] = handover
+    out["IPC (hand-over CPU minus collate in a worker)"] = handover - out[
+        "collate (in a worker: + new shared-memory segment)"]
+    out.update({
+        "ImageFolder.load (read + header + plan + decode + resize + flip)": per_sample_us(
+            lambda i: ds.load(i, 0, 0), idx, passes),
+    })
+    out_scales = scale_shares(sizes, plans)
+    print(f"train 224, stages timed alone in one process, {len(ds)} photos, batch {batch_size}, "
+          f"median of {passes} passes (µs per sample):")
+    for name, us in out.items():
+        print(f"  {name:66s} {us:8.1f}")
+    ev = fl.transforms.eval(224)
+    eval_scales = scale_shares(sizes, [ev.plan(h, w, sample_rng(0, 0, i)) for i, (h, w) in zip(idx, sizes)])
+    for name, shares in (("train", out_scales), ("eval", eval_scales)):
+        print(f"DCT scale the {name} plans decode at: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    return {**out, "dct_scale_shares": out_scales, "eval_dct_scale_shares": eval_scales}
+
+
+def scale_shares(sizes: list, plans: list) -> dict:
+    """Share of samples decoded at each libjpeg-turbo DCT scale (n/8) by the reduced plans."""
+    from fractions import Fraction
+
+    from fastload.decode import reduced_scale
+
+    scales = tuple(Fraction(n, 8) for n in range(1, 9))
+    chosen = collections.Counter(reduced_scale(h, w, c.min_scale, scales) * 8 for (h, w), c in zip(sizes, plans))
+    return {f"{k}/8": chosen[k] / len(plans) for k in sorted(chosen)}
 
 
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--seconds", type=float, default=12)
     p.add_argument("--backend", default="process")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--normalize", action="store_true", help="float output normalized on the CPU")
+    p.add_argument("--stages", action="store_true", help="time each stage alone in one process")
     p.add_argument("--aggregate", default=None, metavar="SPY.txt", help="sum a py-spy raw profile and exit")
     args = p.parse_args()
     if args.aggregate:
-        report("profile_loader", args, {"leaf_shares": aggregate(args.aggregate)})
+        report("profile_loader", args, aggregate(args.aggregate))
         return
-    ds = fl.ImageFolder(sample_folder(args), transform=fl.transforms.train(224))
+    root = photo_folder(args, quiet=not args.stages)
+    bs = 8 if args.quick else args.batch_size
+    if args.stages:
+        report("profile_loader", args, {"stage_us": stages(root, bs, 1 if args.quick else 3)})
+        return
+    ds = fl.ImageFolder(root, transform=fl.transforms.train(224))
     seconds = 1 if args.quick else args.seconds
     images, start, epoch = 0, time.perf_counter(), 0
-    with fl.Loader(ds, batch_size=64, num_workers=available_cpus(), shuffle=True, device="cpu",
-                   backend=args.backend) as loader:
+    with fl.Loader(ds, batch_size=bs, num_workers=available_cpus(), shuffle=True, device="cpu",
+                   backend=args.backend, normalize=args.normalize) as loader:
         while time.perf_counter() - start < seconds:
             loader.set_epoch(epoch)
             epoch += 1

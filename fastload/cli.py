@@ -25,13 +25,16 @@ def _throughput(dataset, epochs: int = 2, **options) -> tuple[float, dict]:
 def cmd_demo(args: argparse.Namespace) -> int:
     import fastload as fl
     from fastload.decode import default_backend
-    from fastload.sample import make_sample_dataset
+    from fastload.sample import format_jpeg_stats, jpeg_stats, make_photo_dataset
     from fastload.system import available_cpus
 
-    root = os.path.join(args.data, "train")
-    make_sample_dataset(root)
+    # Real photographs (cut from scikit-image's bundled ones), not synthetic noise:
+    # decode speed depends on how images compress.
+    root = os.path.join(args.data, f"photos{args.images}")
+    make_photo_dataset(root, num_images=args.images, progress=True)
     workers = available_cpus()
     print(f"decoder: {default_backend()}   CPUs available: {workers}")
+    print(format_jpeg_stats(jpeg_stats(root)))
     folder = fl.ImageFolder(root, transform=fl.transforms.train(224))
     print(f"dataset: {folder.summary()}")
     rate, stats = _throughput(folder, batch_size=64, shuffle=True, num_workers=workers, seed=0)
@@ -76,8 +79,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fastload", description="Fast image data loading for PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="build the sample dataset and measure the loader on it")
+    demo = sub.add_parser("demo", help="build a dataset of real photographs and measure the loader on it")
     demo.add_argument("--data", default="data/sample", help="where the sample dataset lives (default: %(default)s)")
+    demo.add_argument("--images", type=int, default=400, help="photos to build (default: %(default)s)")
     demo.set_defaults(func=cmd_demo)
     info = sub.add_parser("info", help="show decoders, CPUs and GPU")
     info.set_defaults(func=cmd_info)

@@ -13,10 +13,11 @@ sys.path.insert(0, BENCH)
 from run_all import BENCHMARKS  # noqa: E402
 
 
-@pytest.mark.parametrize("name", BENCHMARKS)
-def test_quick_mode_runs_and_reports(name, tmp_path):
+@pytest.mark.parametrize("entry", BENCHMARKS)
+def test_quick_mode_runs_and_reports(entry, tmp_path):
+    name, *own = entry.split()
     out = tmp_path / "results.jsonl"
-    proc = subprocess.run([sys.executable, os.path.join(BENCH, f"{name}.py"), "--quick", "--json", str(out),
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, f"{name}.py"), *own, "--quick", "--json", str(out),
                            "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.strip(), "a benchmark must print its figures"
