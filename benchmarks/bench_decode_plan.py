@@ -22,7 +22,7 @@ from collections import Counter
 
 import numpy as np
 import torch
-from common import loader_rate, parser, report, sample_folder
+from common import loader_rate, parser, photo_folder, report
 
 import fastload as fl
 from fastload.datasets.base import sample_rng
@@ -55,7 +55,7 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=None, help="one-core rows on the first N samples only")
     args = p.parse_args()
     torch.set_num_threads(1)
-    root = sample_folder(args)
+    root = photo_folder(args)
     quick = args.quick
     repeat, epochs = (1, 1) if quick else (args.repeat, args.epochs)
     batch = 8 if quick else args.batch_size
