@@ -213,9 +213,11 @@ def test_thread_backend_holds_no_finished_batches(ds):
 
     from fastload.sources.thread import _Job
 
+    def jobs():
+        gc.collect()
+        return sum(type(o) is _Job for o in gc.get_objects())
+
+    before = jobs()  # earlier tests may leave jobs of stuck samples behind
     with _loader(ds, "thread", normalize=True, batch_size=2, prefetch_factor=2) as loader:
-        alive = []
-        for _ in loader:
-            gc.collect()
-            alive.append(sum(type(o) is _Job for o in gc.get_objects()))
-    assert max(alive) <= 4, alive  # the prefetched jobs, not one per batch handed over
+        alive = [jobs() - before for _ in loader]
+    assert len(alive) == 12 and max(alive) <= 4, alive  # the prefetched jobs, not one per batch handed over
