@@ -142,7 +142,6 @@ class BatchFetcher(torch.utils.data.Dataset):
         written straight into their rows."""
         indices = request.indices
         first = self.load(int(indices[0]), request.epoch, worker)
-        check_image(first.image, f"sample {first.index} ({describe(self.dataset, first.index)})")
         images = alloc_batch((len(indices), *first.image.shape), pin=pin)
         rows = images.numpy()
         rows[0] = first.image

@@ -65,10 +65,3 @@ class InFlight:
         out = [Busy(w, int(r[_PID]), int(r[_INDEX]), int(r[_EPOCH]), (now - int(r[_START])) / 1e9)
                for w, r in enumerate(rows) if r[_INDEX] != IDLE]
         return sorted(out, key=lambda b: -b.seconds)
-
-    def pids(self) -> dict[int, int]:
-        """worker → pid of the process that last used the row."""
-        return {w: int(r[_PID]) for w, r in enumerate(self._rows.copy()) if r[_PID] != IDLE}
-
-    def reset(self) -> None:
-        self._rows[:, _INDEX] = IDLE

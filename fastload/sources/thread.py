@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from ..batch import HostBatch
-from ..collate import alloc_batch, check_image
+from ..collate import alloc_batch
 from ..sampler import BatchRequest, ShardedBatchSampler
 from ..targets import TargetSpec
-from .fetch import BatchFetcher, Loaded, collated, describe, put
+from .fetch import BatchFetcher, Loaded, collated, put
 from .failures import worker_failure
 from .ring import BufferRing, RingLease
 
@@ -124,9 +124,6 @@ class _Pool:
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
 
-    def alive(self) -> int:
-        return sum(t.is_alive() for t in self._threads)
-
 
 class ThreadSource:
     """HostBatches decoded by a pool of threads in this process.
@@ -171,7 +168,6 @@ class ThreadSource:
             # The first sample of a pass fixes the shape (a transform may have changed
             # between passes): load it here, then write the rest in place.
             first = self.fetcher.load(int(request.indices[0]), epoch, self._consumer)
-            check_image(first.image, f"sample {first.index} ({describe(self.fetcher.dataset, first.index)})")
             self._shape = first.image.shape
             target = TargetSpec.of(first.label)
             if self.reuse and (self.ring is None or self.ring.shape[1:] != self._shape or self.ring.target != target):
