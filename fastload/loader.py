@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -113,7 +115,10 @@ class Loader:
         self._sampler_epoch = 0  # the epoch last written to sampler.epoch (see _adopt_sampler_epoch)
         self._next_epoch = 0
         self.epoch: int | None = None  # of the current (or last) pass
-        self._pass: Pass | None = None
+        # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
+        # back would make a cycle that keeps a dropped Loader and its workers alive until gc runs.
+        self._pass_ref: weakref.ref[Pass] | None = None
+        self._pid = os.getpid()  # a forked child that inherits this object must not close its workers
         self._position: _Position | None = None  # of the current (or interrupted) pass
         self._plan: resume.Plan | None = None  # the next pass, from a loaded state
         self._fingerprint: str | None = None
@@ -234,8 +239,9 @@ class Loader:
             self._position = _Position(self.epoch)
         else:
             self._position = _Position(self.epoch, plan.history, plan.start)
-        self._pass = Pass(self, self._run(self.epoch, plan, self._position))
-        return self._pass
+        current = Pass(self, self._run(self.epoch, plan, self._position))
+        self._pass_ref = weakref.ref(current)
+        return current
 
     def _host_batches(self, epoch: int, plan: resume.Plan | None) -> Iterator[HostBatch]:
         if plan is None:
@@ -289,7 +295,8 @@ class Loader:
                           f"them); latest: {skipped[-1]}", RuntimeWarning, stacklevel=user_stacklevel())
 
     def _end_pass(self, by: str = "a newer pass") -> None:
-        current, self._pass = self._pass, None
+        ref, self._pass_ref = self._pass_ref, None
+        current = ref() if ref is not None else None
         if current is not None:
             current.end(by)
 
@@ -349,6 +356,8 @@ class Loader:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:
+            return  # a copy inherited by a forked process: the workers are the parent's to stop
         try:
             self._end_pass("close()")
         except RuntimeError:  # the pass runs in another thread: closing the source below ends it

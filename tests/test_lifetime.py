@@ -1,0 +1,103 @@
+"""A Loader that goes out of scope is freed at once, with its workers: no reference cycle.
+
+What users write: a new Loader per epoch or per evaluation, rebound in a loop or a
+notebook cell, never closed. Each test runs with the cyclic garbage collector off, so
+only reference counting can free what a dropped Loader holds.
+"""
+
+import gc
+import glob
+import os
+import threading
+import weakref
+from contextlib import contextmanager
+
+import pytest
+
+import fastload as fl
+
+BACKENDS = ["process", "thread"]
+
+
+@contextmanager
+def no_cyclic_gc():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def children() -> int:
+    me, count = str(os.getpid()), 0
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        count += fields[1] == me and fields[0] != "Z"
+    return count
+
+
+def uss_mb() -> float:
+    with open("/proc/self/smaps_rollup") as f:
+        return sum(int(line.split()[1]) for line in f if line.startswith("Private")) / 1024
+
+
+@pytest.fixture(scope="module")
+def ds(folder):
+    return fl.ImageFolder(folder, transform=fl.transforms.train(24))
+
+
+def _three_batches(ds, backend):
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, backend=backend, device="cpu", shuffle=True)
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    return loader
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_dropped_loader_is_freed_at_once(ds, backend):
+    with no_cyclic_gc():
+        loader = _three_batches(ds, backend)
+        ref = weakref.ref(loader)
+        del loader
+        assert ref() is None, "a reference cycle keeps the dropped Loader alive"
+        assert children() == 0, "its worker processes outlived it"
+
+
+@pytest.mark.parametrize("backend,rebinds", [("process", 30), ("thread", 100)])
+def test_rebinding_loaders_leaves_nothing_behind(ds, backend, rebinds, capfd):
+    with no_cyclic_gc():
+        loader = _three_batches(ds, backend)
+        one = (children(), threading.active_count())
+        before = uss_mb()
+        peak = one
+        for _ in range(rebinds):
+            loader = _three_batches(ds, backend)  # noqa: F841 - rebinding drops the previous one
+            peak = tuple(max(a, b) for a, b in zip(peak, (children(), threading.active_count())))
+        grown = uss_mb() - before
+        del loader
+    assert peak[0] <= one[0], f"{peak[0]} worker processes at once; one Loader has {one[0]}"
+    assert peak[1] <= one[1] + 1, f"{peak[1]} threads at once; one Loader has {one[1]}"
+    assert grown < 50, f"memory grew by {grown:.0f} MB over {rebinds} loaders"
+    assert capfd.readouterr().err == ""
+
+
+def test_a_forked_child_does_not_close_its_parents_workers(ds):
+    loader = _three_batches(ds, "process")
+    pid = os.fork()
+    if pid == 0:  # the child drops its copy, as a forked worker's garbage collector would
+        try:
+            loader.close()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len([b for b in loader]) == 6, "the parent's workers were stopped by the child"
+    loader.close()
