@@ -27,6 +27,7 @@ from .normalize import Normalizer
 from .prefetch import CudaPrefetcher
 from .resume import merge_states
 from .sampler import ShardedBatchSampler
+from .sources.failures import WorkerFailure
 from .storage import SharedArray, StringArray
 
 __version__ = "0.1.0"
@@ -51,6 +52,7 @@ __all__ = [
     "TFRecordDataset",
     "TFRecordError",
     "TFRecordStream",
+    "WorkerFailure",
     "WrappedDataset",
     "decode_image",
     "fast_collate",

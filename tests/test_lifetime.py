@@ -30,16 +30,19 @@ def no_cyclic_gc():
             gc.enable()
 
 
-def children() -> int:
-    me, count = str(os.getpid()), 0
+def children() -> set[int]:
+    """Live child processes (earlier tests may leave some behind: compare sets)."""
+    me, pids = str(os.getpid()), set()
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
             with open(stat) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                pid, rest = f.read().split(" ", 1)
         except OSError:
             continue
-        count += fields[1] == me and fields[0] != "Z"
-    return count
+        fields = rest.rsplit(")", 1)[1].split()
+        if fields[1] == me and fields[0] != "Z":
+            pids.add(int(pid))
+    return pids
 
 
 def uss_mb() -> float:
@@ -62,24 +65,31 @@ def _three_batches(ds, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_dropped_loader_is_freed_at_once(ds, backend):
+    before = children()
     with no_cyclic_gc():
         loader = _three_batches(ds, backend)
+        workers = children() - before
         ref = weakref.ref(loader)
         del loader
         assert ref() is None, "a reference cycle keeps the dropped Loader alive"
-        assert children() == 0, "its worker processes outlived it"
+        assert not workers & children(), "its worker processes outlived it"
 
 
 @pytest.mark.parametrize("backend,rebinds", [("process", 30), ("thread", 100)])
 def test_rebinding_loaders_leaves_nothing_behind(ds, backend, rebinds, capfd):
+    earlier, earlier_threads = children(), set(threading.enumerate())
+
+    def counts() -> tuple[int, int]:
+        return len(children() - earlier), len(set(threading.enumerate()) - earlier_threads)
+
     with no_cyclic_gc():
         loader = _three_batches(ds, backend)
-        one = (children(), threading.active_count())
+        one = counts()
         before = uss_mb()
         peak = one
         for _ in range(rebinds):
             loader = _three_batches(ds, backend)  # noqa: F841 - rebinding drops the previous one
-            peak = tuple(max(a, b) for a, b in zip(peak, (children(), threading.active_count())))
+            peak = tuple(max(a, b) for a, b in zip(peak, counts()))
         grown = uss_mb() - before
         del loader
     assert peak[0] <= one[0], f"{peak[0]} worker processes at once; one Loader has {one[0]}"

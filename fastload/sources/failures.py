@@ -19,6 +19,12 @@ def is_worker_failure(error: BaseException) -> bool:
     return text.startswith(("DataLoader worker (pid", "DataLoader timed out"))
 
 
+def pids_of(error: BaseException) -> frozenset[int]:
+    """The worker pids a DataLoader error names: "(pid 12) is killed", "(pid(s) 12, 34) exited"."""
+    found = re.search(r"\(pids?(?:\(s\))? ([\d, ]+)\)", str(error))
+    return frozenset(int(p) for p in found.group(1).replace(",", " ").split()) if found else frozenset()
+
+
 def forget_frames(error: BaseException) -> BaseException:
     """Clears the tracebacks of ``error`` and its chain, and returns it.
 
@@ -40,12 +46,11 @@ def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> Wo
     """A worker death or timeout, with the sample(s) that were being loaded."""
     forget_frames(error)
     busy = inflight.busy()
-    # "DataLoader worker (pid(s) 12, 34) exited unexpectedly" / "(pid 12) is killed by signal"
-    found = re.search(r"\(pids?(?:\(s\))? ([\d, ]+)\)", str(error))
-    pids = {int(p) for p in found.group(1).replace(",", " ").split()} if found else set()
+    pids = pids_of(error)
     named = [b for b in busy if b.pid in pids] or busy
-    where = "; ".join(f"worker {b.worker} (pid {b.pid}) was loading sample {b.index} "
-                      f"({describe(dataset, b.index)}) for {b.seconds:.1f} s" for b in named)
+    where = "; ".join([f"worker {b.worker} (pid {b.pid}) was loading sample {b.index} "
+                       f"({describe(dataset, b.index)}) for {b.seconds:.1f} s" for b in named]
+                     + [u for u in inflight.unwell() if not any(f"(pid {b.pid})" in u for b in named)])
     lost = isinstance(error, (ConnectionError, EOFError))
     head = ("fastload: lost a DataLoader worker process or its batch (a crash: out of memory, "
             f"or a fault in a decoder?): {error!r}") if lost else f"fastload: {error}"

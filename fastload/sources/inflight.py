@@ -17,6 +17,20 @@ _PID, _INDEX, _EPOCH, _START = range(4)
 IDLE = -1
 
 
+STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped by a tracer",
+          "Z": "dead (zombie)", "X": "dead"}
+
+
+def process_state(pid: int) -> str:
+    """What /proc says process ``pid`` is doing ("running", "stopped", ...), or "gone"."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            code = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+    return STATES.get(code, code)
+
+
 @dataclass(frozen=True)
 class Busy:
     """One worker's sample in flight."""
@@ -47,6 +61,23 @@ class InFlight:
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def register(self, worker: int) -> None:
+        """Records the calling process as ``worker`` before it loads anything."""
+        row = self._rows[worker % len(self._rows)]
+        row[_INDEX] = IDLE
+        row[_PID] = os.getpid()
+
+    def pids(self) -> dict[int, int]:
+        """worker → pid of the processes that registered or loaded a sample, other than this one."""
+        me = os.getpid()
+        return {w: int(r[_PID]) for w, r in enumerate(self._rows.copy()) if r[_PID] not in (IDLE, me)}
+
+    def unwell(self) -> list[str]:
+        """"worker N (pid P) is stopped" for each worker process that is stopped or dead."""
+        states = ((w, pid, process_state(pid)) for w, pid in self.pids().items())
+        return [f"worker {w} (pid {pid}) is {state}" for w, pid, state in states
+                if state not in ("running", "sleeping", "in uninterruptible I/O")]
 
     def begin(self, worker: int, index: int, epoch: int) -> None:
         row = self._rows[worker % len(self._rows)]

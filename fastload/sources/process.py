@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch
 from ..sampler import BatchRequest, ShardedBatchSampler
+from . import deaths
 from .inflight import InFlight
 from .failures import WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
@@ -50,7 +51,14 @@ def worker_init(worker_id: int) -> None:
     cv2.setNumThreads(1)
     cv2.ocl.setUseOpenCL(False)
     torch.set_num_threads(1)
+    # Batches travel as named shared memory: with torch's default (file descriptors sent by the
+    # worker on request), the consumer waits without limit, past any timeout, for a batch of a
+    # worker that is stopped. Set here, the strategy applies to this worker process only.
+    torch.multiprocessing.set_sharing_strategy("file_system")
     info = get_worker_info()
+    inflight = getattr(info.dataset, "inflight", None) if info is not None else None
+    if inflight is not None:
+        inflight.register(info.id)
     seed = info.seed if info is not None else worker_id
     np.random.seed(seed % 2**32)
     random.seed(seed)
@@ -137,10 +145,16 @@ def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dat
     joins workers that may be stuck in a sample)."""
     box = [it]
     del it  # only the box holds it: an error's traceback keeps this frame (see forget_frames)
+    workers = options.num_workers > 0
+    if workers:
+        deaths.watch(inflight)
     try:
         while True:
             try:
-                item = next(box[0])
+                if workers:
+                    deaths.check(inflight)  # a worker that died during the consumer's step
+                with deaths.waiting():
+                    item = next(box[0])
             except StopIteration:
                 return
             except Exception as e:
@@ -153,6 +167,8 @@ def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dat
                 raise forget_frames(e)
             yield item
     finally:
+        if workers and not options.persistent:
+            deaths.retire(inflight)
         drop_in_background(box)
 
 
@@ -192,6 +208,7 @@ class ProcessSource:
         """New workers for the next pass (DataLoader does not restart persistent workers
         after one of them died)."""
         if self._loader is not None:
+            deaths.retire(self.inflight)
             holder = [self._loader]
             self._loader = self._new_loader()
             drop_in_background(holder)
@@ -200,6 +217,7 @@ class ProcessSource:
         """Shuts the workers down; returns within a few seconds even if one is stuck."""
         if self._loader is None:
             return
+        deaths.retire(self.inflight)
         holder: list = [self._loader]
         self._loader = None
         drop_in_background(holder)

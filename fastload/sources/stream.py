@@ -7,6 +7,8 @@ yields the same number of records, so every rank yields the same number of batch
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import math
 from collections.abc import Iterator
@@ -126,7 +128,7 @@ class StreamSource:
                  world_size: int, options: WorkerOptions) -> None:
         self.stream, self.batch_size, self.drop_last = stream, batch_size, drop_last
         self.on_error, self.seed, self.rank, self.world_size = on_error, seed, rank, world_size
-        self.options = options
+        self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
         self.inflight = InFlight(max(1, options.num_workers))
         self._closed = False
 
@@ -142,7 +144,7 @@ class StreamSource:
             raise RuntimeError("stream source is closed")
         data = _SlotBatches(self.stream, epoch, self.seed, self.rank, self.world_size, self.batch_size,
                             self.drop_last, self.on_error, self.inflight, start)
-        loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, persistent=False))
+        loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
         yield from worker_batches(start_workers(loader, self.options), self.options, self.inflight, None)
 
     def close(self) -> None:

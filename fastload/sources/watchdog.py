@@ -41,13 +41,14 @@ class Watchdog:
         self._since = None
 
     def message(self, waited: float) -> str:
-        busy = self.inflight.busy()
-        if not busy:
+        busy, unwell = self.inflight.busy(), self.inflight.unwell()
+        lines = [f"worker {b.worker} (pid {b.pid}) on sample {b.index} ({describe(self.dataset, b.index)}) "
+                 f"for {b.seconds:.0f} s" for b in busy]
+        if not lines and not unwell:
             return (f"fastload: no batch for {waited:.0f} s and no sample is being loaded "
                     "(workers starting, or blocked outside a sample?)")
-        lines = "; ".join(f"worker {b.worker} (pid {b.pid}) on sample {b.index} "
-                          f"({describe(self.dataset, b.index)}) for {b.seconds:.0f} s" for b in busy)
-        return f"fastload: no batch for {waited:.0f} s; in flight: {lines}"
+        where = f"; in flight: {'; '.join(lines)}" if lines else "; no sample is being loaded"
+        return f"fastload: no batch for {waited:.0f} s{where}" + "".join(f"; {u}" for u in unwell)
 
     def _watch(self) -> None:
         tick = min(1.0, self.after / 4)

@@ -1,0 +1,103 @@
+"""Worker deaths reported where the consumer asks for a batch, not inside the training step.
+
+torch's DataLoader installs a SIGCHLD handler that raises ``RuntimeError: DataLoader worker
+(pid N) is killed by signal`` wherever the main thread happens to be: inside the user's
+own training step, naming no sample, and also for the workers of a loader that is being
+shut down. fastload wraps that handler (in the main thread only, keeping it as the one it
+calls): a death of a fastload worker is kept until the consumer's next ``next()``, where
+it becomes an error naming the samples in flight; a death of a worker fastload already
+retired is dropped; anything else (the user's own DataLoaders) is raised as torch raises it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import weakref
+from collections import deque
+from typing import Any
+
+from .failures import is_worker_failure, pids_of
+from .inflight import InFlight, process_state
+
+_RETIRED_KEPT = 4096
+
+_tables: weakref.WeakSet = weakref.WeakSet()  # in-flight tables of the running sources
+_retired: deque[int] = deque(maxlen=_RETIRED_KEPT)
+_pending: list[tuple[frozenset[int], RuntimeError]] = []
+_waiting = 0  # > 0 while the main thread waits inside a fastload next()
+
+
+def _ours() -> set[int]:
+    return {pid for table in list(_tables) for pid in table.pids().values()}
+
+
+def _wrap(previous: Any) -> Any:
+    def on_child(signum: int, frame: Any) -> None:
+        try:
+            if callable(previous):
+                previous(signum, frame)
+        except RuntimeError as e:
+            if not is_worker_failure(e):
+                raise
+            pids = pids_of(e)
+            if pids & _ours():
+                if _waiting:
+                    raise  # out of the consumer's next(), which names the samples
+                _pending.append((pids, e))
+            elif not pids <= set(_retired):
+                raise
+
+    on_child.fastload = True  # type: ignore[attr-defined]
+    return on_child
+
+
+def watch(table: InFlight) -> None:
+    """Reports deaths of the workers registered in ``table`` through :func:`check`; call
+    after the workers started (DataLoader installs its handler then)."""
+    _tables.add(table)
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread
+    current = signal.getsignal(signal.SIGCHLD)
+    if not getattr(current, "fastload", False):
+        signal.signal(signal.SIGCHLD, _wrap(current))
+
+
+def retire(table: InFlight) -> None:
+    """The workers in ``table`` are being shut down: their deaths are no longer errors.
+
+    Workers that are stopped (SIGSTOP) would never get to exit: they are killed."""
+    pids = table.pids()
+    _retired.extend(pids.values())
+    _tables.discard(table)
+    _pending[:] = [(p, e) for p, e in _pending if not p <= set(_retired)]
+    for pid in pids.values():
+        if process_state(pid).startswith("stopped"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def check(table: InFlight) -> None:
+    """Raises the death of one of ``table``'s workers that happened outside ``next()``."""
+    mine = set(table.pids().values())
+    for i, (pids, error) in enumerate(_pending):
+        if pids & mine:
+            del _pending[i]
+            raise error
+
+
+class waiting:
+    """Context: the consumer waits inside a fastload ``next()`` (deaths raise right there)."""
+
+    def __enter__(self) -> None:
+        global _waiting
+        if threading.current_thread() is threading.main_thread():
+            _waiting += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        global _waiting
+        if threading.current_thread() is threading.main_thread():
+            _waiting -= 1
