@@ -60,6 +60,22 @@ def write_row(row: np.ndarray, img: np.ndarray, where: str) -> int:
     return 1
 
 
+def batch_buffer(n: int, sample_shape: Sequence[int], out: torch.Tensor | None = None,
+                 pin: bool | None = None) -> torch.Tensor:
+    """The uint8 N×H×W×C tensor a batch of ``n`` samples of ``sample_shape`` is written into:
+    the first ``n`` rows of ``out`` (a reused buffer), else a new one (see :func:`alloc_batch`).
+
+    Raises:
+        ValueError: ``out`` cannot hold the batch.
+    """
+    shape = (n, *(int(s) for s in sample_shape))
+    if out is None:
+        return alloc_batch(shape, pin=pin)
+    if out.dtype != torch.uint8 or tuple(out.shape[1:]) != shape[1:] or out.shape[0] < n:
+        raise ValueError(f"out buffer {tuple(out.shape)} {out.dtype} cannot hold a {shape} uint8 batch")
+    return out[:n]
+
+
 def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = None,
                  out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Stacks (HWC uint8 image, label) pairs into (N×H×W×C uint8, N int64).
@@ -77,13 +93,7 @@ def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = N
         raise ValueError("fast_collate got an empty batch")
     first = samples[0][0]
     check_image(first, "fast_collate sample 0")
-    shape = (len(samples), *first.shape)
-    if out is None:
-        images = alloc_batch(shape, pin=pin)
-    elif out.dtype != torch.uint8 or tuple(out.shape[1:]) != shape[1:] or out.shape[0] < shape[0]:
-        raise ValueError(f"fast_collate: out buffer {tuple(out.shape)} {out.dtype} cannot hold a {shape} uint8 batch")
-    else:
-        images = out[: shape[0]]
+    images = batch_buffer(len(samples), first.shape, out, pin)
     rows = images.numpy()
     for i, (img, _) in enumerate(samples):
         write_row(rows[i], img, f"fast_collate sample {i}")

@@ -56,23 +56,29 @@ class Stats:
 
 
 @dataclass
-class _InFlight:
+class _Queued:
     """A batch whose copy and normalization are queued on the side stream."""
 
     images: torch.Tensor
     labels: torch.Tensor
     indices: torch.Tensor | None  # a host copy, when asked for
+    extras: tuple  # what a user's batch carried after (images, labels), passed through
     ready: Any  # CUDA event after its normalization
 
+    def outputs(self) -> tuple:
+        return (self.images, self.labels) + ((self.indices,) if self.indices is not None else ()) + self.extras
 
-def as_host_batch(item: Any) -> HostBatch:
-    """A HostBatch from a source's item: a HostBatch, or (images, labels[, lease]) from user code."""
+
+def as_host_batch(item: Any) -> tuple[HostBatch, tuple]:
+    """A HostBatch and the item's further fields: a HostBatch has none; a user's
+    ``(images, labels, *extras)`` (e.g. ``(x, y, idx)``) keeps its extras, handed out as they are."""
     if isinstance(item, HostBatch):
-        return item
+        return item, ()
+    if not isinstance(item, (tuple, list)) or len(item) < 2:
+        raise TypeError(f"CudaPrefetcher takes HostBatch or (uint8 images, labels, ...) items, got {type(item).__name__}")
     images, labels = item[0], item[1]
-    lease = item[2] if len(item) > 2 else None
     n = int(images.shape[0])
-    return HostBatch(images, torch.as_tensor(labels), torch.full((n,), -1, dtype=torch.int64), -1, (), lease)
+    return HostBatch(images, torch.as_tensor(labels), torch.full((n,), -1, dtype=torch.int64), -1), tuple(item[2:])
 
 
 class CudaPrefetcher:
@@ -137,17 +143,21 @@ class CudaPrefetcher:
             self.stats.batches += 1
             yield out
 
-    def _cpu(self, source: Iterator[HostBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
-        for batch in source:
+    def _cpu(self, source: Iterator[tuple[HostBatch, tuple]]) -> Iterator[tuple[torch.Tensor, ...]]:
+        for batch, extras in source:
             # Labels are copied: they may live in a reused buffer (tiny, so always).
-            out = self.normalizer(batch.images.to(self.device)), batch.labels.to(self.device, copy=True)
+            try:
+                out = self.normalizer(batch.images.to(self.device)), batch.labels.to(self.device, copy=True)
+            except BaseException:
+                batch.release()
+                raise
             if self.indices:
                 out += (batch.indices.clone(),)
             if out[0].data_ptr() != batch.images.data_ptr():
                 batch.release()  # normalization copied the pixels: the buffer can be rewritten
-            yield out
+            yield out + extras
 
-    def _enqueue(self, batch: HostBatch) -> _InFlight:
+    def _enqueue(self, batch: HostBatch, extras: tuple) -> _Queued:
         if not batch.images.is_pinned():
             self.stats.unpinned += 1
             if not self._warned_unpinned:
@@ -157,17 +167,20 @@ class CudaPrefetcher:
                               stacklevel=4)
         start, copied = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         ready = torch.cuda.Event()
-        with torch.cuda.stream(self._stream):
-            start.record(self._stream)
-            images = batch.images.to(self.device, non_blocking=True)
-            labels = batch.labels.to(self.device, non_blocking=True)
-            copied.record(self._stream)
-            images = self.normalizer(images)
-            ready.record(self._stream)
-        indices = batch.indices.clone() if self.indices else None  # before the buffer goes back
-        batch.release(copied)  # a reused host buffer is rewritten only after this copy read it
+        try:
+            with torch.cuda.stream(self._stream):
+                start.record(self._stream)
+                images = batch.images.to(self.device, non_blocking=True)
+                labels = batch.labels.to(self.device, non_blocking=True)
+                copied.record(self._stream)
+                images = self.normalizer(images)
+                ready.record(self._stream)
+            indices = batch.indices.clone() if self.indices else None  # before the buffer goes back
+        finally:
+            # Also when normalizing failed: the copy is queued, so the buffer waits for it.
+            batch.release(copied)  # a reused host buffer is rewritten only after this copy read it
         self._timings.append((start, copied, batch.images.numel() * batch.images.element_size()))
-        return _InFlight(images, labels, indices, ready)
+        return _Queued(images, labels, indices, extras, ready)
 
     def _collect_timings(self) -> None:
         # Only finished copies are read, so stats never block the host.
@@ -176,10 +189,10 @@ class CudaPrefetcher:
             self.stats.h2d_s += start.elapsed_time(end) / 1000
             self.stats.h2d_bytes += nbytes
 
-    def _cuda(self, source: Iterator[HostBatch]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        pending: deque[_InFlight] = deque()
-        for batch in source:
-            pending.append(self._enqueue(batch))
+    def _cuda(self, source: Iterator[tuple[HostBatch, tuple]]) -> Iterator[tuple[torch.Tensor, ...]]:
+        pending: deque[_Queued] = deque()
+        for batch, extras in source:
+            pending.append(self._enqueue(batch, extras))
             if len(pending) >= self.depth:
                 break
         while pending:
@@ -190,9 +203,9 @@ class CudaPrefetcher:
             item.labels.record_stream(consumer)
             nxt = next(source, None)  # start the next copy before the consumer's step
             if nxt is not None:
-                pending.append(self._enqueue(nxt))
+                pending.append(self._enqueue(*nxt))
             self._collect_timings()
-            yield (item.images, item.labels) if item.indices is None else (item.images, item.labels, item.indices)
+            yield item.outputs()
 
     def close(self) -> None:
         """Waits for the side stream's pending work; idempotent."""

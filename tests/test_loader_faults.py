@@ -204,11 +204,12 @@ def test_a_loader_never_closed_does_not_hang_the_exit(folder, backend):
 
 
 class _OddShape(fl.ImageDataset):
-    def __init__(self):
+    def __init__(self, odd=3):
         super().__init__(np.zeros(8, np.int64))
+        self.odd = odd
 
     def load(self, index, epoch=0, seed=0, out=None):
-        return np.zeros((5 if index == 3 else 4, 4, 3), np.uint8), index
+        return np.zeros((5 if index == self.odd else 4, 4, 3), np.uint8), index
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -224,4 +225,20 @@ def test_a_wrong_image_shape_falls_under_on_error(backend):
     assert skip_warnings and skip_warnings[0].filename == __file__, "the warning should point at the user's loop"
     with fl.Loader(_OddShape(), batch_size=4, num_workers=0, device="cpu") as loader:
         with pytest.raises(fl.SampleError, match=r"sample 3 .*shape \(5, 4, 3\)"):
+            list(loader)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("odd", [0, 4])  # first of the pass, first of the second batch
+def test_an_odd_shaped_first_sample_is_its_own_error(backend, odd):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fl.Loader(_OddShape(odd), batch_size=4, num_workers=2, backend=backend, device="cpu",
+                       on_error="skip") as loader:
+            for _ in range(2):
+                labels = [i for _, y in loader for i in y.tolist()]
+                assert len(labels) == 8 and odd not in labels
+            assert [s.index for s in loader.skipped] == [odd, odd]
+    with fl.Loader(_OddShape(odd), batch_size=4, num_workers=2, backend=backend, device="cpu") as loader:
+        with pytest.raises(fl.SampleError, match=rf"sample {odd} .*shape \(5, 4, 3\)"):
             list(loader)

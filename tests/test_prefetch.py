@@ -220,3 +220,46 @@ def test_abandoned_pass_does_not_leak_into_the_next(device):
     first = next(iter(p))[1].cpu()
     again = [labels.cpu().tolist() for _, labels in p]
     assert first.tolist() == [0, 1, 2, 3] and again == [[0, 1, 2, 3], [1, 2, 3, 4], [2, 3, 4, 5]]
+
+
+def test_a_users_batches_with_indices_pass_through(device="cpu"):
+    src = [(x, y, torch.arange(4) + 10 * i, f"batch {i}") for i, (x, y) in enumerate(_batches())]
+    out = list(CudaPrefetcher(src, device=device))
+    assert [len(o) for o in out] == [4, 4, 4]
+    for (x, y, idx, name), (got_x, got_y, got_idx, got_name) in zip(src, out):
+        np.testing.assert_allclose(got_x.numpy(), _reference(x), rtol=0, atol=4e-6)
+        assert torch.equal(got_y, y) and got_idx is idx and got_name == name
+
+
+class _Lease:
+    def __init__(self):
+        self.released = []
+
+    def release(self, event=None):
+        self.released.append(event)
+
+
+def _leased_batch(lease):
+    from fastload.batch import HostBatch
+
+    x, y = next(_batches(pin=torch.cuda.is_available()))
+    return HostBatch(x, y, torch.arange(4), 0, (), lease)
+
+
+def _failing(images):
+    raise RuntimeError("normalizer failed")
+
+
+def test_a_failing_normalizer_still_gives_the_buffer_back():
+    lease = _Lease()
+    with pytest.raises(RuntimeError, match="normalizer failed"):
+        list(CudaPrefetcher([_leased_batch(lease)], device="cpu", normalizer=_failing))
+    assert lease.released == [None]
+
+
+@pytest.mark.cuda
+def test_cuda_a_failing_normalizer_releases_the_buffer_with_its_copy_event():
+    lease = _Lease()
+    with pytest.raises(RuntimeError, match="normalizer failed"):
+        list(CudaPrefetcher([_leased_batch(lease)], device="cuda", normalizer=_failing))
+    assert len(lease.released) == 1 and isinstance(lease.released[0], torch.cuda.Event)

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
-from ..collate import alloc_batch, check_image, write_row
+from ..collate import batch_buffer, check_image, write_row
 from ..datasets.base import sample_rng
 from ..sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
@@ -81,11 +81,14 @@ class BatchFetcher(torch.utils.data.Dataset):
     def __init__(self, dataset: Any, seed: int, on_error: str, inflight: InFlight) -> None:
         self.dataset, self.seed, self.on_error, self.inflight = dataset, seed, on_error, inflight
         self._writes_in_place = accepts_out(dataset.load)
+        self._shape: tuple[int, ...] | None = None  # of one sample, learnt by head()
+        self._shape_epoch: int | None = None
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None) -> tuple[np.ndarray, Target]:
+    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None,
+                  shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, Target]:
         self.inflight.begin(worker, index, epoch)
         try:
             if out is None or not self._writes_in_place:
@@ -95,18 +98,19 @@ class BatchFetcher(torch.utils.data.Dataset):
         finally:
             self.inflight.end(worker)
         # A bad image is an error of its sample, so the error policy applies to it too.
-        if out is None:
-            check_image(image, "the image")
-        elif image is not out and (image.shape != out.shape or image.dtype != np.uint8):
-            check_image(image, "the image")
-            raise ValueError(f"image has shape {image.shape} but the batch holds {out.shape}; use a transform "
+        check_image(image, "the image")
+        shape = out.shape if out is not None else shape
+        if shape is not None and image.shape != shape:
+            raise ValueError(f"image has shape {image.shape} but the batch holds {tuple(shape)}; use a transform "
                              "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
         return image, as_target(target)  # a TypeError here is named as the sample's error
 
-    def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | None = None) -> Loaded:
-        """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow."""
+    def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | None = None,
+             shape: tuple[int, ...] | None = None) -> Loaded:
+        """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow;
+        an image not of ``out``'s shape (or ``shape``) is an error of its sample."""
         try:
-            image, label = self._load_one(index, epoch, worker, out)
+            image, label = self._load_one(index, epoch, worker, out, shape)
             return Loaded(image, label, index, [])
         except Exception as e:
             if self.on_error == "raise":
@@ -121,7 +125,7 @@ class BatchFetcher(torch.utils.data.Dataset):
             while other in failed and len(failed) < n:
                 other = int(rng.integers(n))
             try:
-                image, label = self._load_one(other, epoch, worker, out)
+                image, label = self._load_one(other, epoch, worker, out, shape)
                 return Loaded(image, label, other, skipped)
             except Exception as e:
                 skipped.append(self._skipped(epoch, other, e))
@@ -137,16 +141,50 @@ class BatchFetcher(torch.utils.data.Dataset):
         shown = error.__cause__ if named else error
         return SkippedSample(epoch, index, describe(self.dataset, index), f"{type(error).__name__}: {shown}")
 
+    def new_pass(self) -> None:
+        """The next head() learns the sample shape again (a transform may have changed)."""
+        self._shape_epoch = None
+
+    def head(self, request: BatchRequest, worker: int = 0) -> list[Loaded]:
+        """The first sample(s) of a batch, loaded beside it, all of the batch's sample shape.
+
+        The shape is learnt once per epoch and process, by majority: a first sample of an odd
+        shape is then the error of that sample (raised, or replaced under "skip"), not of
+        every other sample of the batch.
+
+        Raises:
+            ValueError: The first three samples have three different shapes.
+        """
+        indices, epoch = request.indices, request.epoch
+        if self._shape_epoch == epoch:
+            return [self.load(int(indices[0]), epoch, worker, shape=self._shape)]
+        loaded: list[Loaded] = []
+        for index in indices[:3]:
+            loaded.append(self.load(int(index), epoch, worker))
+            shapes = [item.image.shape for item in loaded]
+            common = max(set(shapes), key=shapes.count)
+            if shapes.count(common) >= 2:
+                break
+        else:
+            if len(loaded) == 3:
+                named = ", ".join(f"sample {i.index} ({describe(self.dataset, i.index)}) {i.image.shape}" for i in loaded)
+                raise ValueError(f"the first samples of a batch differ in shape: {named}; use a transform with a "
+                                 "fixed output size (e.g. RandomResizedCrop or CenterCrop)")
+            common = loaded[0].image.shape
+        self._shape, self._shape_epoch = common, epoch
+        return [item if item.image.shape == common else self.load(item.index, epoch, worker, shape=common)
+                for item in loaded]
+
     def fetch(self, request: BatchRequest, worker: int = 0, pin: bool | None = None) -> HostBatch:
-        """Loads and collates one batch: the first sample fixes the shape, the rest are
-        written straight into their rows."""
+        """Loads and collates one batch: the head fixes the shape, the rest are written
+        straight into their rows."""
         indices = request.indices
-        first = self.load(int(indices[0]), request.epoch, worker)
-        images = alloc_batch((len(indices), *first.image.shape), pin=pin)
+        loaded = self.head(request, worker)
+        images = batch_buffer(len(indices), loaded[0].image.shape, pin=pin)
         rows = images.numpy()
-        rows[0] = first.image
-        loaded = [first]
-        for j in range(1, len(indices)):
+        for j, item in enumerate(loaded):
+            put(rows[j], item, self.dataset)
+        for j in range(len(loaded), len(indices)):
             slot = rows[j]
             item = self.load(int(indices[j]), request.epoch, worker, slot)
             put(slot, item, self.dataset)

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
-from ..collate import alloc_batch, check_image
+from ..collate import batch_buffer, check_image
 from .fetch import Loaded, collated, put
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 from .inflight import InFlight
@@ -107,7 +107,7 @@ class _SlotBatches(torch.utils.data.IterableDataset):
 
     def _collate(self, items: list[Loaded]) -> HostBatch:
         check_image(items[0].image, f"record {items[0].index}")
-        images = alloc_batch((len(items), *items[0].image.shape))
+        images = batch_buffer(len(items), items[0].image.shape)
         rows = images.numpy()
         for j, item in enumerate(items):
             put(rows[j], item, None)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..batch import HostBatch
-from ..collate import alloc_batch
+from ..collate import batch_buffer
 from ..sampler import BatchRequest, ShardedBatchSampler
 from ..targets import TargetSpec
 from .fetch import BatchFetcher, Loaded, collated, put
@@ -162,14 +162,14 @@ class ThreadSource:
         """Allocates the batch's rows and submits its samples."""
         if self._pool is None:
             raise RuntimeError("thread source is closed")
-        n, epoch = len(request.indices), request.epoch
-        first: Loaded | None = None
+        n = len(request.indices)
+        head: list[Loaded] = []
         if first_of_pass or self._shape is None:
-            # The first sample of a pass fixes the shape (a transform may have changed
-            # between passes): load it here, then write the rest in place.
-            first = self.fetcher.load(int(request.indices[0]), epoch, self._consumer)
-            self._shape = first.image.shape
-            target = TargetSpec.of(first.label)
+            # The head of a pass fixes the shape (a transform may have changed between passes):
+            # load it here, then write the rest in place.
+            head = self.fetcher.head(request, self._consumer)
+            self._shape = head[0].image.shape
+            target = TargetSpec.of(head[0].label)
             if self.reuse and (self.ring is None or self.ring.shape[1:] != self._shape or self.ring.target != target):
                 self.ring = BufferRing(self._ring_slots(), (self.sampler.batch_size, *self._shape), self.pin, target)
         job = _Job(request, self.ring if self.reuse else None)
@@ -178,12 +178,12 @@ class ThreadSource:
             job.buffers = self.ring.buffers(slot)
             job.rows, job.lease = job.buffers.images[:n].numpy(), RingLease(self.ring, slot)
         else:
-            job.rows = alloc_batch((n, *self._shape), pin=self.pin).numpy()
-        if first is not None:
-            self.copies += put(job.rows[0], first, self.fetcher.dataset)
-            job.loaded[0] = first
-            job.run(0, self.fetcher, self._consumer)  # counts the task done (already loaded)
-        self._pool.submit(job, 1 if first is not None else 0)
+            job.rows = batch_buffer(n, self._shape, pin=self.pin).numpy()
+        for j, item in enumerate(head):
+            self.copies += put(job.rows[j], item, self.fetcher.dataset)
+            job.loaded[j] = item
+            job.run(j, self.fetcher, self._consumer)  # counts the task done (already loaded)
+        self._pool.submit(job, len(head))
         return job
 
     def _finish(self, job: _Job) -> HostBatch:
@@ -207,6 +207,7 @@ class ThreadSource:
         if self._pool is None:
             raise RuntimeError("thread source is closed")
         self._cancel()
+        self.fetcher.new_pass()
         if self.ring is not None:
             self.ring.release_all()
         requests = self.sampler.requests(epoch) if requests is None else iter(requests)
