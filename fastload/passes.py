@@ -43,6 +43,8 @@ class Pass:
         try:
             self._batches.close()
         except ValueError:  # "generator already executing": another thread is inside it
+            if by == "close()":  # ends at its next next(); the closed source stops the one under way
+                self._ended_by = by
             raise RuntimeError("the Loader's current pass is running in another thread; a Loader is "
                                "iterated by one thread at a time") from None
         if self._ended_by is None:

@@ -111,3 +111,43 @@ def test_a_forked_child_does_not_close_its_parents_workers(ds):
     assert os.waitstatus_to_exitcode(status) == 0
     assert len([b for b in loader]) == 6, "the parent's workers were stopped by the child"
     loader.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_close_from_another_thread_stops_a_running_pass(backend):
+    import time
+
+    import numpy as np
+
+    class Long(fl.ImageDataset):
+        def __init__(self):
+            super().__init__(np.zeros(2000, np.int64))
+
+        def load(self, index, epoch=0, seed=0):
+            time.sleep(0.005)  # the consumer waits inside next(): close() lands while the pass runs
+            return np.zeros((4, 4, 3), np.uint8), 0
+
+    earlier = children()
+    loader = fl.Loader(Long(), batch_size=4, num_workers=2, backend=backend, device="cpu")
+    got, ended = [], []
+
+    def train():
+        try:
+            for batch in loader:
+                got.append(len(batch[1]))
+        except RuntimeError as e:
+            ended.append(str(e))
+
+    consumer = threading.Thread(target=train)
+    consumer.start()
+    while len(got) < 3:
+        time.sleep(0.01)
+    workers = children() - earlier
+    loader.close()
+    consumer.join(5)
+    assert not consumer.is_alive() and ended and "close()" in ended[0], (len(got), ended)
+    assert len(got) < 100, f"the pass went on for {len(got)} batches after close()"
+    deadline = time.monotonic() + 3
+    while workers & children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not workers & children(), "the workers outlived close()"

@@ -9,6 +9,9 @@ from .fetch import describe
 from .inflight import InFlight
 
 
+CLOSED = "the Loader was closed (close()) during this pass"
+
+
 class WorkerFailure(RuntimeError):
     """A worker process died, or no batch came in time; the message names the samples in flight."""
 

@@ -19,7 +19,7 @@ from ..batch import HostBatch
 from ..sampler import BatchRequest, ShardedBatchSampler
 from . import deaths
 from .inflight import InFlight
-from .failures import WorkerFailure, forget_frames, is_worker_failure, worker_failure
+from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
 
 CLOSE_WAIT_S = 3.0  # close() returns after this even if a worker is stuck in a sample
@@ -138,7 +138,8 @@ def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
         return iter(loader)
 
 
-def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any) -> Iterator:
+def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any,
+                   closed: threading.Event | None = None) -> Iterator:
     """The items of a DataLoader iterator, its failures turned into errors that name the
     samples in flight. This generator owns ``it``: when it ends, ``it`` is dropped in the
     background (with no persistent workers, ours is the last reference, and dropping it
@@ -151,6 +152,8 @@ def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dat
     try:
         while True:
             try:
+                if closed is not None and closed.is_set():
+                    raise RuntimeError(CLOSED)
                 if workers:
                     deaths.check(inflight)  # a worker that died during the consumer's step
                 with deaths.waiting():
@@ -185,6 +188,7 @@ class ProcessSource:
         self.fetcher, self.options = fetcher, options
         self.inflight = fetcher.inflight
         self._requests = _EpochRequests(sampler)
+        self._closed = threading.Event()  # seen by a pass running in another thread
         self._loader: DataLoader | None = self._new_loader()
 
     def _new_loader(self) -> DataLoader:
@@ -194,12 +198,12 @@ class ProcessSource:
     def batches(self, epoch: int, requests: Iterable[BatchRequest] | None = None) -> Iterator[HostBatch]:
         """One pass: the sampler's requests of ``epoch``, or ``requests`` when given."""
         if self._loader is None:
-            raise RuntimeError("process source is closed")
+            raise RuntimeError(CLOSED)
         self._requests.epoch = epoch
         self._requests.explicit = None if requests is None else list(requests)
         try:
             yield from worker_batches(start_workers(self._loader, self.options), self.options, self.inflight,
-                                      self.fetcher.dataset)
+                                      self.fetcher.dataset, self._closed)
         except WorkerFailure:
             self.restart()
             raise
@@ -217,6 +221,7 @@ class ProcessSource:
         """Shuts the workers down; returns within a few seconds even if one is stuck."""
         if self._loader is None:
             return
+        self._closed.set()
         deaths.retire(self.inflight)
         holder: list = [self._loader]
         self._loader = None

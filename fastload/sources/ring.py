@@ -16,6 +16,7 @@ import torch
 
 from ..collate import alloc_batch
 from ..targets import INT_LABELS, TargetSpec
+from .failures import CLOSED
 
 SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed when all is well)
 
@@ -87,7 +88,7 @@ class BufferRing:
         while True:
             waiting_on: Any = None
             if closed is not None and closed.is_set():
-                raise RuntimeError("buffer ring closed while waiting for a free buffer")
+                raise RuntimeError(CLOSED)
             with self._cond:
                 for i, s in enumerate(self._slots):
                     if s.held or (s.writers is not None and not s.writers.finished()):

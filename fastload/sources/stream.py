@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image
+from .failures import CLOSED
 from .fetch import Loaded, collated, put
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 from .inflight import InFlight
@@ -141,7 +142,7 @@ class StreamSource:
     def batches(self, epoch: int, start: int = 0) -> Iterator[HostBatch]:
         """One epoch's batches of this rank, from its batch number ``start`` on."""
         if self._closed:
-            raise RuntimeError("stream source is closed")
+            raise RuntimeError(CLOSED)
         data = _SlotBatches(self.stream, epoch, self.seed, self.rank, self.world_size, self.batch_size,
                             self.drop_last, self.on_error, self.inflight, start)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))

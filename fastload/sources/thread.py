@@ -23,7 +23,7 @@ from ..collate import batch_buffer
 from ..sampler import BatchRequest, ShardedBatchSampler
 from ..targets import TargetSpec
 from .fetch import BatchFetcher, Loaded, collated, put
-from .failures import worker_failure
+from .failures import CLOSED, worker_failure
 from .ring import BufferRing, RingLease
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
@@ -77,7 +77,7 @@ class _Job:
         deadline = time.monotonic() + timeout if timeout else None
         while not self._done.wait(WAIT_S):
             if closed.is_set():
-                raise RuntimeError("thread source was closed while waiting for a batch")
+                raise RuntimeError(CLOSED)
             if deadline is not None and time.monotonic() > deadline:
                 raise on_timeout()
         if self.error is not None:
@@ -161,7 +161,7 @@ class ThreadSource:
     def _start(self, request: BatchRequest, first_of_pass: bool) -> _Job:
         """Allocates the batch's rows and submits its samples."""
         if self._pool is None:
-            raise RuntimeError("thread source is closed")
+            raise RuntimeError(CLOSED)
         n = len(request.indices)
         head: list[Loaded] = []
         if first_of_pass or self._shape is None:
@@ -205,7 +205,7 @@ class ThreadSource:
     def batches(self, epoch: int, requests: Iterable[BatchRequest] | None = None) -> Iterator[HostBatch]:
         """One pass: the sampler's requests of ``epoch``, or ``requests`` when given."""
         if self._pool is None:
-            raise RuntimeError("thread source is closed")
+            raise RuntimeError(CLOSED)
         self._cancel()
         self.fetcher.new_pass()
         if self.ring is not None:
