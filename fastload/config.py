@@ -29,6 +29,22 @@ def dtype_name(dtype: Any) -> str:
                      f"torch.float16, torch.bfloat16; got {dtype!r}")
 
 
+def resolve_device(device: Any) -> torch.device:
+    """``device`` as a torch.device; None means cuda if available, else cpu.
+
+    Raises:
+        ValueError: CUDA was asked for but is not available.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} requested but CUDA is not available")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _unit_values(name: str, values: Any) -> tuple[float, ...]:
     try:
         out = tuple(float(v) for v in values)
@@ -42,6 +58,16 @@ def _unit_values(name: str, values: Any) -> tuple[float, ...]:
     return out
 
 
+def mean_std(mean: Any, std: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Checked per-channel mean and std in [0, 1] units (ValueError naming the bad values)."""
+    mean, std = _unit_values("mean", mean), _unit_values("std", std)
+    if len(mean) != len(std) or not mean:
+        raise ValueError(f"mean {mean!r} and std {std!r} must have one value per channel")
+    if any(s <= 0 for s in std):
+        raise ValueError(f"std values must be positive, got {std!r}")
+    return mean, std
+
+
 @dataclass(frozen=True)
 class LoaderConfig:
     """How a Loader batches, parallelises and delivers data.
@@ -52,7 +78,9 @@ class LoaderConfig:
         drop_last: Drop each rank's last incomplete batch.
         num_workers: Worker processes (threads with backend="thread"); "auto" uses the
             tuner's saved profile for this machine and dataset, else the CPUs available.
-        prefetch_factor: Batches each worker keeps ready.
+        prefetch_factor: Batches prepared ahead of the training step per worker (process or
+            thread), as in DataLoader: ``prefetch_factor * num_workers`` batches are being
+            decoded or wait on the host. The device stage copies a fixed 2 of them ahead.
         persistent_workers: Keep workers alive between epochs.
         pin_memory: Pin host batches; None means "when the device is CUDA".
         backend: "process" (torch DataLoader workers) or "thread".
@@ -64,7 +92,6 @@ class LoaderConfig:
         std: Per-channel standard deviation, in [0, 1] units.
         dtype: Output dtype when normalizing: "float32", "float16" or "bfloat16" (or
             the torch dtype; stored as its name).
-        depth: Batches in flight on the device (the prefetcher's queue).
         on_error: "raise" or "skip" (a bad sample is replaced by another and counted).
         timeout: Seconds to wait for a worker's batch (0: forever, as in DataLoader).
         stall_warning: Seconds without a batch before one warning naming the samples in
@@ -90,7 +117,6 @@ class LoaderConfig:
     mean: tuple[float, ...] = field(default=IMAGENET_MEAN)
     std: tuple[float, ...] = field(default=IMAGENET_STD)
     dtype: str = "float32"
-    depth: int = 2
     on_error: str = "raise"
     timeout: float = 0.0
     stall_warning: float = 60.0
@@ -113,7 +139,6 @@ class LoaderConfig:
                              f"got {self.pin_memory!r}")
         positive_int("batch_size")
         positive_int("prefetch_factor")
-        positive_int("depth")
         positive_int("seed", 0)
         if self.num_workers != "auto":
             positive_int("num_workers", 0)
@@ -124,12 +149,9 @@ class LoaderConfig:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
         if self.on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
-        object.__setattr__(self, "mean", _unit_values("mean", self.mean))
-        object.__setattr__(self, "std", _unit_values("std", self.std))
-        if len(self.mean) != len(self.std) or not self.mean:
-            raise ValueError(f"mean {self.mean!r} and std {self.std!r} must have one value per channel")
-        if any(s <= 0 for s in self.std):
-            raise ValueError(f"std values must be positive, got {self.std!r}")
+        mean, std = mean_std(self.mean, self.std)
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
         for name in ("timeout", "stall_warning"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:

@@ -6,20 +6,21 @@ import os
 import warnings
 import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from . import resume
 from .batch import HostBatch, SkippedSample
-from .config import LoaderConfig
+from .config import LoaderConfig, resolve_device
 from .datasets.wrap import WrappedDataset
 from .normalize import Normalizer
 from .passes import Pass, register, user_stacklevel
 from .prefetch import CudaPrefetcher
-from .sampler import ShardedBatchSampler, check_epoch, resolve_rank
-from .sources import BatchFetcher, InFlight, ProcessSource, StreamSource, ThreadSource, WorkerOptions
+from .progress import Position, Progress
+from .sampler import ShardedBatchSampler, resolve_rank
+from .sources import build_source, is_stream
+from .sources.build import DEVICE_AHEAD
 from .sources.failures import is_worker_failure, worker_failure
 from .sources.watchdog import Watchdog
 from .system import cpus_per_rank
@@ -28,36 +29,13 @@ SKIP_WARN_EVERY = 100
 MAX_SKIPPED_KEPT = 10_000
 
 
-def resolve_device(device: Any) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device} requested but CUDA is not available")
-    return device
-
-
-def is_stream(dataset: Any) -> bool:
-    return callable(getattr(dataset, "records_for", None))
-
-
-@dataclass
-class _Position:
-    """How far the pass of ``epoch`` got: ``consumed`` batches handed to the user, after the
-    earlier stages in ``history`` (a resumed epoch); ``done`` once it ended by itself."""
-
-    epoch: int
-    history: tuple[resume.Stage, ...] = ()
-    consumed: int = 0
-    done: bool = False
-
-
 class Loader:
     """Batches of normalized images on a device, from a fastload dataset or your own.
 
     Each pass over the loader is a new epoch (new shuffle order and augmentation draws):
     the first pass is epoch 0, the next 1, and so on; ``set_epoch(e)`` makes the next
-    pass epoch ``e``. Starting a pass ends an unfinished earlier one.
+    pass epoch ``e``. Starting a pass ends an unfinished earlier one. A Loader that goes
+    out of scope stops its workers at once; ``close()`` (or ``with``) does it explicitly.
 
     Rank and world size not given are read from torch.distributed when it is
     initialized, also when that happens after construction (as Lightning's Trainer does):
@@ -90,11 +68,10 @@ class Loader:
         if config is not None and not isinstance(config, LoaderConfig):
             raise TypeError(f"config must be a LoaderConfig, got {type(config).__name__}")
         self._closed = True  # until construction succeeds (for __del__)
-        self.streaming = is_stream(dataset)
         samples = dataset
-        if not self.streaming and not (callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")):
+        if not is_stream(dataset) and not (callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")):
             samples = WrappedDataset(dataset)
-        if not self.streaming and len(samples) == 0:
+        if not is_stream(samples) and len(samples) == 0:
             raise ValueError("dataset is empty")
         self.dataset = dataset  # as given (DataLoader's attribute)
         self._samples = samples  # what the workers load: the dataset, or its WrappedDataset
@@ -106,21 +83,17 @@ class Loader:
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
         self.skipped: list[SkippedSample] = []  # what on_error="skip" replaced (the most recent 10,000)
         self.skipped_count = 0
-        self.sampler: ShardedBatchSampler | None = None
-        self._source = self._make_source()
-        inflight = self._source.inflight
-        self._watchdog = Watchdog(inflight, None if self.streaming else samples, cfg.stall_warning)
-        self._prefetcher = CudaPrefetcher((), self.device, cfg.depth,
+        self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD,
                                           Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize), cfg.return_index)
-        self._sampler_epoch = 0  # the epoch last written to sampler.epoch (see _adopt_sampler_epoch)
-        self._next_epoch = 0
-        self.epoch: int | None = None  # of the current (or last) pass
+        # Last: workers and threads start here, and nothing after can fail and leave them running.
+        self._source = build_source(samples, cfg, self.rank, self.world_size, self.device)
+        self._watchdog = Watchdog(self._source.inflight, self._source.dataset, cfg.stall_warning)
+        self._progress = Progress()
+        self._sampler_calls = self._sampler_set_epochs()
         # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
         # back would make a cycle that keeps a dropped Loader and its workers alive until gc runs.
         self._pass_ref: weakref.ref[Pass] | None = None
         self._pid = os.getpid()  # a forked child that inherits this object must not close its workers
-        self._position: _Position | None = None  # of the current (or interrupted) pass
-        self._plan: resume.Plan | None = None  # the next pass, from a loaded state
         self._fingerprint: str | None = None
         self._closed = False
         register(self)
@@ -137,35 +110,8 @@ class Loader:
         tuned = {k: v for k, v in settings_for_rank(profile).items() if k == "num_workers" or k not in explicit}
         return cfg.replace(**tuned)
 
-    def _options(self) -> WorkerOptions:
-        cfg = self.config
-        return WorkerOptions(self.num_workers, cfg.prefetch_factor, cfg.persistent_workers, cfg.start_method,
-                             cfg.timeout, self.pin_memory and torch.cuda.is_available(), cfg.seed)
-
-    def _make_source(self) -> Any:
-        cfg = self.config
-        if self.streaming:
-            if cfg.shuffle or cfg.backend != "process":
-                raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
-                                 "backend='process' (or TFRecordDataset for random access)")
-            return StreamSource(self._samples, batch_size=cfg.batch_size, drop_last=cfg.drop_last,
-                                on_error=cfg.on_error, seed=cfg.seed, rank=self.rank, world_size=self.world_size,
-                                options=self._options())
-        self.sampler = ShardedBatchSampler(len(self._samples), cfg.batch_size, shuffle=cfg.shuffle,
-                                           drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
-                                           world_size=self.world_size)
-        threads = cfg.backend == "thread"
-        inflight = InFlight(self.num_workers + 1 if threads else max(1, self.num_workers))
-        fetcher = BatchFetcher(self._samples, cfg.seed, cfg.on_error, inflight)
-        if threads:
-            # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
-            return ThreadSource(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
-                                pin=self.pin_memory and torch.cuda.is_available(), timeout=cfg.timeout,
-                                reuse=self.device.type == "cuda" or cfg.normalize)
-        return ProcessSource(fetcher, self.sampler, self._options())
-
     # DataLoader-style read-only attributes that training frameworks look for
-    # (also dataset, num_workers, pin_memory and sampler, set in __init__).
+    # (also dataset, num_workers and pin_memory, set in __init__).
     @property
     def batch_size(self) -> int:
         return self.config.batch_size
@@ -175,56 +121,70 @@ class Loader:
         return self.config.drop_last
 
     @property
+    def sampler(self) -> ShardedBatchSampler | None:
+        """This rank's index batches (None for a stream); its ``set_epoch`` selects the next pass."""
+        return self._source.sampler
+
+    @property
     def batch_sampler(self) -> ShardedBatchSampler | None:
         """The sampler of index batches (the same object as ``sampler``; None for a stream)."""
-        return self.sampler
+        return self._source.sampler
 
     @property
     def persistent_workers(self) -> bool:
         return self.config.persistent_workers
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch of the current (or last) pass; None before the first."""
+        return self._progress.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next pass epoch ``epoch`` (its shuffle order and augmentation draws,
         the same on every rank). Without it each new pass advances the epoch by one.
         ``loader.sampler.set_epoch(epoch)`` (what Lightning calls) does the same.
 
-        After ``load_state_dict``, ``set_epoch`` of the state's epoch keeps the resumed pass."""
-        self._next_epoch = check_epoch(epoch)
-        self._mark_sampler_epoch(self._next_epoch)
-        self._position = None
-        if self._plan is not None and self._plan.epoch != self._next_epoch:
-            self._plan = None
+        After ``load_state_dict``, ``set_epoch`` of the state's epoch keeps the resumed pass;
+        another epoch drops it, with a warning."""
+        self._progress.set_epoch(epoch)
+        self._show_epoch(self._progress.next_epoch)
 
-    def _mark_sampler_epoch(self, epoch: int) -> None:
-        if self.sampler is not None:
-            self.sampler.epoch = self._sampler_epoch = epoch
+    def _sampler_set_epochs(self) -> int:
+        sampler = self._source.sampler
+        return sampler.set_epoch_calls if sampler is not None else 0
+
+    def _show_epoch(self, epoch: int) -> None:
+        if self._source.sampler is not None:
+            self._source.sampler.epoch = epoch
 
     def _adopt_sampler_epoch(self) -> None:
-        """An epoch set through ``loader.sampler.set_epoch`` since we last wrote it wins."""
-        if self.sampler is not None and self.sampler.epoch != self._sampler_epoch:
-            self.set_epoch(self.sampler.epoch)
+        """A ``loader.sampler.set_epoch`` call since the last pass wins (also of the same epoch)."""
+        calls = self._sampler_set_epochs()
+        if calls != self._sampler_calls:
+            self._sampler_calls = calls
+            self.set_epoch(self._source.sampler.epoch)
 
     def _follow_rank(self) -> None:
         """Re-reads rank and world size that were not given; if torch.distributed was
-        initialized since (e.g. by Lightning's Trainer), rebuilds the sampler and source."""
+        initialized since (e.g. by Lightning's Trainer), rebuilds the source."""
         rank, world_size = resolve_rank(self.config.rank, self.config.world_size)
         if (rank, world_size) == (self.rank, self.world_size):
             return
+        self._adopt_sampler_epoch()  # an epoch set through the old sampler stays pending
         self._end_pass()
         self._watchdog.stop()
         self._source.close()
         self.rank, self.world_size = rank, world_size
-        epoch = self.sampler.epoch if self.sampler is not None else 0
-        self._source = self._make_source()
-        if self.sampler is not None:
-            self.sampler.epoch = epoch  # keeps an epoch set through the old sampler pending
-        self._watchdog = Watchdog(self._source.inflight, None if self.streaming else self._samples,
-                                  self.config.stall_warning)
+        self._source = build_source(self._samples, self.config, rank, world_size, self.device)
+        self._sampler_calls = self._sampler_set_epochs()
+        self._show_epoch(self._progress.next_epoch)
+        self._watchdog = Watchdog(self._source.inflight, self._source.dataset, self.config.stall_warning)
 
     def __len__(self) -> int:
+        """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""
         if not self._closed:
             self._follow_rank()
-        return len(self.sampler) if self.sampler is not None else len(self._source)
+        return self._progress.next_pass_length(len(self._source))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if self._closed:
@@ -232,42 +192,27 @@ class Loader:
         self._end_pass()
         self._follow_rank()
         self._adopt_sampler_epoch()
-        self.epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
-        self._mark_sampler_epoch(self.epoch)
-        plan, self._plan = self._plan, None
-        if plan is None:
-            self._position = _Position(self.epoch)
-        else:
-            self._position = _Position(self.epoch, plan.history, plan.start)
-        current = Pass(self, self._run(self.epoch, plan, self._position))
+        position, plan = self._progress.start_pass()
+        self._show_epoch(position.epoch)
+        current = Pass(self, self._run(position, plan))
         self._pass_ref = weakref.ref(current)
         return current
 
-    def _host_batches(self, epoch: int, plan: resume.Plan | None) -> Iterator[HostBatch]:
-        if plan is None:
-            return self._source.batches(epoch)
-        if self.streaming:
-            return self._source.batches(epoch, start=plan.start)
-        return self._source.batches(epoch, plan.requests) if plan.requests else iter(())
-
-    def _run(self, epoch: int, plan: resume.Plan | None,
-             position: _Position) -> Iterator[tuple[torch.Tensor, ...]]:
+    def _run(self, position: Position, plan: resume.Plan | None) -> Iterator[tuple[torch.Tensor, ...]]:
         # A generator method: the pass holds a reference to the Loader, so
         # `for x, y in Loader(...)` keeps the loader alive until the loop ends.
-        outputs = self._prefetcher.run(self._observed(self._host_batches(epoch, plan)))
+        source = self._source
+        outputs = self._prefetcher.run(self._observed(source.batches(position.epoch, plan)))
         try:
             for out in outputs:
                 position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
                 yield out
             position.done = True
         except RuntimeError as e:
-            # DataLoader's SIGCHLD handler raises a worker death wherever the main thread is.
             if not is_worker_failure(e):
                 raise
-            restart = getattr(self._source, "restart", None)
-            if restart is not None:
-                restart()
-            raise worker_failure(e, self._source.inflight, None if self.streaming else self._samples) from e
+            source.restart()
+            raise worker_failure(e, source.inflight, source.dataset) from e
         finally:
             outputs.close()
             self._watchdog.arrived()
@@ -303,9 +248,8 @@ class Loader:
     def _settings(self) -> dict:
         if self._fingerprint is None:
             self._fingerprint = resume.fingerprint(self.dataset)
-        size = resume.dataset_size(self.dataset) if self.sampler is None else self.sampler.num_samples
         return {**{k: getattr(self.config, k) for k in resume.SETTINGS},
-                "dataset": {"len": size, "fingerprint": self._fingerprint}}
+                "dataset": {"len": self._source.num_samples, "fingerprint": self._fingerprint}}
 
     def state_dict(self) -> dict:
         """Where this rank is: the epoch of the pass under way (or interrupted) and how many of
@@ -314,13 +258,9 @@ class Loader:
         A small dict of plain values: put it in the training checkpoint (``torch.save``,
         readable with ``weights_only=True``). Every rank saves its own; no collective.
         """
-        pos = self._position
-        if pos is None or pos.done:
-            plan = self._plan
-            pos = _Position(self._next_epoch) if plan is None else _Position(plan.epoch, plan.history, plan.start)
+        pos = self._progress.where()
         return resume.rank_state(epoch=pos.epoch, rank=self.rank, world_size=self.world_size, consumed=pos.consumed,
-                                 history=pos.history, settings=self._settings(),
-                                 num_workers=self.num_workers if self.streaming else None)
+                                 history=pos.history, settings=self._settings(), **self._source.state_fields())
 
     def load_state_dict(self, state: dict | Sequence[dict]) -> None:
         """Makes the next pass go on where the run that saved ``state`` stopped.
@@ -339,12 +279,10 @@ class Loader:
         """
         merged = resume.as_merged(state)
         resume.check_matches(merged, self._settings())
-        if self.streaming:
-            plan = resume.stream_plan(merged, self.rank, self.world_size, self.num_workers, len(self._source))
-        else:
-            plan = resume.plan(merged, self.sampler.num_samples, self.rank, self.world_size)
+        plan = self._source.resume_plan(merged)
         self._end_pass()
-        self._next_epoch, self._plan, self._position = merged["epoch"], plan, None
+        self._progress.resume(merged["epoch"], plan)
+        self._show_epoch(merged["epoch"])
 
     def stats(self) -> dict:
         """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""
@@ -381,7 +319,7 @@ class Loader:
 
     def __repr__(self) -> str:
         c = self.config
-        size = "stream" if self.streaming else str(len(self.dataset))
+        size = "stream" if is_stream(self._samples) else str(len(self._samples))
         return (f"Loader({type(self.dataset).__name__}[{size}], batch_size={c.batch_size}, "
                 f"num_workers={self.num_workers}, backend={c.backend!r}, device={self.device}, "
                 f"rank={self.rank}/{self.world_size})")

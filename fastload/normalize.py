@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .config import DTYPES, IMAGENET_MEAN, IMAGENET_STD, dtype_name
+from .config import DTYPES, IMAGENET_MEAN, IMAGENET_STD, dtype_name, mean_std
 
 
 class Normalizer:
@@ -22,8 +22,7 @@ class Normalizer:
     def __init__(self, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                  dtype: str | torch.dtype = "float32", normalize: bool = True) -> None:
         dtype = dtype_name(dtype)
-        if len(mean) != len(std) or any(s <= 0 for s in std):
-            raise ValueError(f"mean {mean!r} and std {std!r} need one value per channel, std > 0")
+        mean, std = mean_std(mean, std)
         self.dtype = DTYPES[dtype]
         self.normalize = normalize
         # float64 → float32 once, so CPU and GPU use the very same constants.

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .batch import HostBatch
+from .config import resolve_device
 from .normalize import Normalizer
 
 __all__ = ["CudaPrefetcher", "Normalizer", "Stats"]
@@ -103,9 +104,7 @@ class CudaPrefetcher:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1, got {depth!r}")
         self.iterable = iterable
-        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = resolve_device(device)
         self.depth = depth
         self.normalizer = normalizer or Normalizer()
         self.indices = indices

@@ -109,6 +109,7 @@ class ShardedBatchSampler:
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
+        self.set_epoch_calls = 0  # the Loader adopts an epoch set here, even the current one
         self.per_rank, self.num_batches = rank_count(num_samples, world_size, batch_size, drop_last)
         if self.num_batches == 0:
             raise ValueError(
@@ -117,8 +118,10 @@ class ShardedBatchSampler:
             )
 
     def set_epoch(self, epoch: int) -> None:
-        """Epoch used when iterating the sampler itself (``requests`` takes it explicitly)."""
+        """The epoch of the next pass of the Loader that owns this sampler (and of iterating the
+        sampler itself; ``requests`` takes it explicitly)."""
         self.epoch = check_epoch(epoch)
+        self.set_epoch_calls += 1
 
     def rank_indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's indices for ``epoch`` (default: the one set), in order."""

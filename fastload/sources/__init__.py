@@ -1,33 +1,60 @@
 """Batch sources: where HostBatches come from (worker processes, threads, a stream).
 
-Each source implements :class:`BatchSource`; the Loader owns the epoch counter and
-passes the epoch in, and the device stage consumes the HostBatches.
+Every source implements :class:`BatchSource`, and :func:`build_source` picks one from the
+dataset and the config, so the Loader never asks which kind it holds. The Loader owns the
+epoch counter and passes the epoch in; the device stage consumes the HostBatches.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..batch import HostBatch
+from ..sampler import ShardedBatchSampler
+from .build import build_source, is_stream
 from .fetch import BatchFetcher
 from .inflight import Busy, InFlight
 from .process import ProcessSource, WorkerOptions
 from .stream import StreamSource
 from .thread import ThreadSource
 
+if TYPE_CHECKING:
+    from ..resume import Plan
+
 
 class BatchSource(Protocol):
-    """Yields one epoch's HostBatches; ``close`` stops its workers (idempotent).
+    """One rank's batches, an epoch at a time.
 
-    The map-style sources (process, thread) also take ``requests``: an explicit list of
-    batches for one pass (a resumed epoch's); the stream source takes ``start``, the
-    number of this rank's batches to leave out (see :mod:`fastload.resume`).
+    Attributes:
+        inflight: Which sample each worker is loading (watchdog, worker-death errors).
+        dataset: What names the samples (``describe(index)``), or None (records name themselves).
+        sampler: This rank's index batches, or None for a stream.
+        num_samples: Samples (or records) per epoch over all ranks, before padding.
     """
 
-    def batches(self, epoch: int) -> Iterator[HostBatch]: ...
+    inflight: InFlight
+    dataset: Any
+    sampler: ShardedBatchSampler | None
+    num_samples: int
 
-    def close(self) -> None: ...
+    def __len__(self) -> int:
+        """This rank's batches per epoch."""
+
+    def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
+        """One pass: epoch ``epoch``, or the rest of it that ``plan`` (from :meth:`resume_plan`) says."""
+
+    def resume_plan(self, state: dict) -> Plan | None:
+        """The next pass after a merged, checked loader state (None: a normal pass of its epoch)."""
+
+    def state_fields(self) -> dict:
+        """What a state of this source must also record to be resumed (e.g. a stream's workers)."""
+
+    def restart(self) -> None:
+        """New workers for the next pass, after a worker failed."""
+
+    def close(self) -> None:
+        """Stops the workers; idempotent, prompt even if one is stuck in a sample."""
 
 
 __all__ = [
@@ -39,4 +66,6 @@ __all__ = [
     "StreamSource",
     "ThreadSource",
     "WorkerOptions",
+    "build_source",
+    "is_stream",
 ]

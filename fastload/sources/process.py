@@ -6,10 +6,10 @@ import multiprocessing
 import random
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -21,6 +21,10 @@ from . import deaths
 from .inflight import InFlight
 from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
+from .indexed import IndexedSource
+
+if TYPE_CHECKING:
+    from ..resume import Plan
 
 CLOSE_WAIT_S = 3.0  # close() returns after this even if a worker is stuck in a sample
 
@@ -175,7 +179,7 @@ def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dat
         drop_in_background(box)
 
 
-class ProcessSource:
+class ProcessSource(IndexedSource):
     """HostBatches built by torch DataLoader workers (or the main process with 0 workers).
 
     Args:
@@ -185,7 +189,7 @@ class ProcessSource:
     """
 
     def __init__(self, fetcher: BatchFetcher, sampler: ShardedBatchSampler, options: WorkerOptions) -> None:
-        self.fetcher, self.options = fetcher, options
+        self.fetcher, self.options, self.sampler = fetcher, options, sampler
         self.inflight = fetcher.inflight
         self._requests = _EpochRequests(sampler)
         self._closed = threading.Event()  # seen by a pass running in another thread
@@ -195,12 +199,12 @@ class ProcessSource:
         return DataLoader(self.fetcher, batch_sampler=self._requests,
                           **dataloader_options(self.options, self.options.persistent))
 
-    def batches(self, epoch: int, requests: Iterable[BatchRequest] | None = None) -> Iterator[HostBatch]:
-        """One pass: the sampler's requests of ``epoch``, or ``requests`` when given."""
+    def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
+        """One pass: the sampler's requests of ``epoch``, or the rest of it that ``plan`` says."""
         if self._loader is None:
             raise RuntimeError(CLOSED)
         self._requests.epoch = epoch
-        self._requests.explicit = None if requests is None else list(requests)
+        self._requests.explicit = self.requests(epoch, plan)
         try:
             yield from worker_batches(start_workers(self._loader, self.options), self.options, self.inflight,
                                       self.fetcher.dataset, self._closed)

@@ -12,7 +12,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, get_worker_info
@@ -23,6 +23,9 @@ from .failures import CLOSED
 from .fetch import Loaded, collated, put
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 from .inflight import InFlight
+
+if TYPE_CHECKING:
+    from ..resume import Plan
 
 
 def slot_batches_done(start: int, local: int, workers: int) -> int:
@@ -133,16 +136,35 @@ class StreamSource:
         self.inflight = InFlight(max(1, options.num_workers))
         self._closed = False
 
+    dataset = None  # records name themselves
+    sampler = None
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.stream.slot_length(1))
+
     def __len__(self) -> int:
         workers = max(1, self.options.num_workers)
         per_slot = self.stream.slot_length(self.world_size * workers, drop_last=self.drop_last)
         per_worker = per_slot // self.batch_size if self.drop_last else math.ceil(per_slot / self.batch_size)
         return workers * per_worker
 
-    def batches(self, epoch: int, start: int = 0) -> Iterator[HostBatch]:
-        """One epoch's batches of this rank, from its batch number ``start`` on."""
+    def resume_plan(self, state: dict) -> Plan:
+        from .. import resume
+
+        return resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self))
+
+    def state_fields(self) -> dict:
+        return {"num_workers": self.options.num_workers}
+
+    def restart(self) -> None:
+        """Nothing to restart: every pass starts its own workers."""
+
+    def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
+        """One epoch's batches of this rank, from its batch number ``plan.start`` on."""
         if self._closed:
             raise RuntimeError(CLOSED)
+        start = 0 if plan is None else plan.start
         data = _SlotBatches(self.stream, epoch, self.seed, self.rank, self.world_size, self.batch_size,
                             self.drop_last, self.on_error, self.inflight, start)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))

@@ -12,8 +12,8 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,8 +23,12 @@ from ..collate import batch_buffer
 from ..sampler import BatchRequest, ShardedBatchSampler
 from ..targets import TargetSpec
 from .fetch import BatchFetcher, Loaded, collated, put
+from .indexed import IndexedSource
 from .failures import CLOSED, worker_failure
 from .ring import BufferRing, RingLease
+
+if TYPE_CHECKING:
+    from ..resume import Plan
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 WAIT_S = 0.1  # result waits wake this often so Ctrl-C and timeouts are prompt
@@ -125,7 +129,7 @@ class _Pool:
             t.join(max(0.0, deadline - time.monotonic()))
 
 
-class ThreadSource:
+class ThreadSource(IndexedSource):
     """HostBatches decoded by a pool of threads in this process.
 
     Args:
@@ -136,16 +140,19 @@ class ThreadSource:
         pin: Pin the ring buffers (for CUDA).
         reuse: Reuse buffers; off when the consumer keeps views of the uint8 batch.
         timeout: Seconds to wait for a batch (0: forever).
+        device_ahead: Batches the consumer's device stage holds beyond the one handed out
+            (their buffers come back once their copies are done).
     """
 
     def __init__(self, fetcher: BatchFetcher, sampler: ShardedBatchSampler, num_threads: int, prefetch: int, *,
-                 pin: bool, reuse: bool = True, timeout: float = 0.0) -> None:
+                 pin: bool, reuse: bool = True, timeout: float = 0.0, device_ahead: int = 2) -> None:
         if num_threads < 1:
             raise ValueError(f"the thread backend needs num_workers >= 1, got {num_threads}")
         if len(fetcher.inflight) < num_threads + 1:
             raise ValueError("the in-flight table needs a row per thread plus one for the consumer")
         self.fetcher, self.sampler, self.inflight = fetcher, sampler, fetcher.inflight
         self.prefetch, self.pin, self.reuse, self.timeout = prefetch, pin, reuse, timeout
+        self.device_ahead = device_ahead
         self.ring: BufferRing | None = None
         self.copies = 0  # samples decoded beside their slot and copied in
         self._consumer = num_threads  # the in-flight row of the consumer thread
@@ -155,8 +162,8 @@ class ThreadSource:
         self._closed = threading.Event()
 
     def _ring_slots(self) -> int:
-        # decoding ahead + the batch being handed over + one in its device copy
-        return self.prefetch + 2
+        # decoding ahead + held by the device stage + the batch handed over
+        return self.prefetch + self.device_ahead + 1
 
     def _start(self, request: BatchRequest, first_of_pass: bool) -> _Job:
         """Allocates the batch's rows and submits its samples."""
@@ -202,15 +209,16 @@ class ThreadSource:
         batch.lease, job.lease = job.lease, None
         return batch
 
-    def batches(self, epoch: int, requests: Iterable[BatchRequest] | None = None) -> Iterator[HostBatch]:
-        """One pass: the sampler's requests of ``epoch``, or ``requests`` when given."""
+    def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
+        """One pass: the sampler's requests of ``epoch``, or the rest of it that ``plan`` says."""
         if self._pool is None:
             raise RuntimeError(CLOSED)
         self._cancel()
         self.fetcher.new_pass()
         if self.ring is not None:
             self.ring.release_all()
-        requests = self.sampler.requests(epoch) if requests is None else iter(requests)
+        explicit = self.requests(epoch, plan)
+        requests = self.sampler.requests(epoch) if explicit is None else iter(explicit)
         pending = self._pending = deque()
         try:
             for request in requests:
@@ -237,6 +245,9 @@ class ThreadSource:
         for job in self._pending:
             job.cancel()
         self._pending.clear()
+
+    def restart(self) -> None:
+        """Nothing to restart: a failed sample never takes a thread down."""
 
     def close(self) -> None:
         """Stops the threads; returns within a few seconds even if one is stuck in a sample."""

@@ -1,0 +1,53 @@
+"""The batch source for a dataset and a config: processes, threads or a stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..config import LoaderConfig
+from ..sampler import ShardedBatchSampler
+from .fetch import BatchFetcher
+from .inflight import InFlight
+from .process import ProcessSource, WorkerOptions
+from .stream import StreamSource
+from .thread import ThreadSource
+
+DEVICE_AHEAD = 2  # batches the device stage copies ahead of the consumer (a fixed part of the pipeline)
+
+
+def is_stream(dataset: Any) -> bool:
+    """A record stream (read in order by slots, e.g. TFRecordStream), not an indexed dataset."""
+    return callable(getattr(dataset, "records_for", None))
+
+
+def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, device: torch.device) -> Any:
+    """The :class:`~fastload.sources.BatchSource` that runs ``samples`` under ``cfg``.
+
+    Args:
+        samples: A fastload dataset (``load``), a wrapped user dataset, or a stream.
+        cfg: The resolved config (``num_workers`` an int).
+        rank, world_size: This rank among all.
+        device: Where batches go (pinning and buffer reuse depend on it).
+    """
+    pin = bool(cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda") and torch.cuda.is_available()
+    workers = int(cfg.num_workers)
+    options = WorkerOptions(workers, cfg.prefetch_factor, cfg.persistent_workers, cfg.start_method, cfg.timeout,
+                            pin, cfg.seed)
+    if is_stream(samples):
+        if cfg.shuffle or cfg.backend != "process":
+            raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
+                             "backend='process' (or TFRecordDataset for random access)")
+        return StreamSource(samples, batch_size=cfg.batch_size, drop_last=cfg.drop_last, on_error=cfg.on_error,
+                            seed=cfg.seed, rank=rank, world_size=world_size, options=options)
+    sampler = ShardedBatchSampler(len(samples), cfg.batch_size, shuffle=cfg.shuffle, drop_last=cfg.drop_last,
+                                  seed=cfg.seed, rank=rank, world_size=world_size)
+    threads = cfg.backend == "thread"
+    fetcher = BatchFetcher(samples, cfg.seed, cfg.on_error, InFlight(workers + 1 if threads else max(1, workers)))
+    if threads:
+        # prefetch_factor means what it means for processes: batches ahead per worker.
+        # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
+        return ThreadSource(fetcher, sampler, workers, workers * cfg.prefetch_factor, pin=pin, timeout=cfg.timeout,
+                            reuse=device.type == "cuda" or cfg.normalize, device_ahead=DEVICE_AHEAD)
+    return ProcessSource(fetcher, sampler, options)
