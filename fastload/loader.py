@@ -247,7 +247,7 @@ class Loader:
 
     def _settings(self) -> dict:
         if self._fingerprint is None:
-            self._fingerprint = resume.fingerprint(self.dataset)
+            self._fingerprint = resume.fingerprint(self._samples)
         return {**{k: getattr(self.config, k) for k in resume.SETTINGS},
                 "dataset": {"len": self._source.num_samples, "fingerprint": self._fingerprint}}
 

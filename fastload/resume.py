@@ -280,6 +280,9 @@ def fingerprint(dataset: Any) -> str:
     if callable(getattr(dataset, "describe", None)):
         picks = sorted({int(i) for i in np.linspace(0, n - 1, min(n, FINGERPRINT_SAMPLES)).round()})
         names = [describe(dataset, i) for i in picks]
+        if names == [f"sample {i}" for i in picks]:  # a dataset that cannot name its samples: its type
+            inner = type(getattr(dataset, "dataset", dataset))
+            names = [f"{inner.__module__}.{inner.__qualname__}"]
         cut = os.path.commonprefix(names).rfind("/") + 1
         names = [name[cut:] for name in names]
     digest = hashlib.sha256(str(n).encode())

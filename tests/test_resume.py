@@ -438,3 +438,63 @@ def test_stream_resumes_by_record_position(workers):
     with fl.Loader(stream, **opts) as same:
         with pytest.raises(ValueError, match="consumed, but the stream's epoch has"):
             same.load_state_dict({**state, "consumed": len(want) + 1})
+
+
+class _Torchvisionish(torch.utils.data.Dataset):
+    """A user's dataset named by torchvision's ``samples`` list of (path, label)."""
+
+    def __init__(self, paths):
+        self.samples = [(p, 0) for p in paths]
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        return np.full((8, 8, 3), i, np.uint8), 0
+
+
+def test_a_wrapped_dataset_of_other_files_is_refused():
+    a = _Torchvisionish([f"/data/a/{i}.jpg" for i in range(12)])
+    b = _Torchvisionish([f"/data/b/x{i}.jpg" for i in range(12)])
+    with fl.Loader(a, num_workers=0, **OPTS) as loader:
+        _take(loader, 1)
+        state = loader.state_dict()
+    with fl.Loader(b, num_workers=0, **OPTS) as other, pytest.raises(ValueError, match="another dataset"):
+        other.load_state_dict(state)
+    with fl.Loader(_Torchvisionish([f"/moved/a/{i}.jpg" for i in range(12)]), num_workers=0, **OPTS) as moved:
+        moved.load_state_dict(state)  # the same files elsewhere
+
+
+def test_len_of_a_resumed_pass_is_what_is_left(ds):
+    with fl.Loader(ds, num_workers=0, **OPTS) as loader:
+        full = len(loader)
+        _take(loader, 2)
+        state = loader.state_dict()
+    with fl.Loader(ds, num_workers=0, **OPTS) as again:
+        again.load_state_dict(state)
+        assert len(again) == full - 2
+        assert len(list(again)) == full - 2
+        assert len(again) == full
+
+
+def test_set_epoch_after_a_resume_keeps_or_loudly_drops_it(ds):
+    with fl.Loader(ds, num_workers=0, **OPTS) as loader:
+        _take(loader, 2)
+        state = loader.state_dict()
+    with fl.Loader(ds, num_workers=0, **OPTS) as again:
+        again.load_state_dict(state)
+        again.sampler.set_epoch(0)  # what a DDP script does at the top of the resumed epoch
+        assert len(list(again)) == 5 - 2, "sampler.set_epoch(0) keeps the resumed rest of epoch 0"
+    with fl.Loader(ds, num_workers=0, **OPTS) as again:
+        again.load_state_dict(state)
+        with pytest.warns(RuntimeWarning, match=r"set_epoch\(3\) after load_state_dict of epoch 0"):
+            again.set_epoch(3)
+        _same([(x.clone(), y.clone()) for x, y in again], _reference(ds, 3))
+
+
+def test_sampler_set_epoch_of_the_last_epoch_replays_it(ds):
+    with fl.Loader(ds, num_workers=0, **OPTS) as loader:
+        first = [(x.clone(), y.clone()) for x, y in loader]
+        loader.sampler.set_epoch(0)  # the same epoch again
+        _same([(x.clone(), y.clone()) for x, y in loader], first)
+        assert loader.epoch == 0
