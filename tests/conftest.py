@@ -17,6 +17,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(cuda)
 
 
+def children() -> set[int]:
+    """Live child processes of this one (earlier tests may leave some behind: compare sets)."""
+    me, pids = str(os.getpid()), set()
+    for stat in os.listdir("/proc"):
+        if not stat.isdigit():
+            continue
+        try:
+            with open(f"/proc/{stat}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            pids.add(int(stat))
+    return pids
+
+
 def jpeg_bytes(img: np.ndarray, quality: int = 92, mode: str | None = None) -> bytes:
     buf = io.BytesIO()
     pil = Image.fromarray(img)

@@ -6,7 +6,6 @@ only reference counting can free what a dropped Loader holds.
 """
 
 import gc
-import glob
 import os
 import threading
 import weakref
@@ -15,6 +14,8 @@ from contextlib import contextmanager
 import pytest
 
 import fastload as fl
+
+from conftest import children
 
 BACKENDS = ["process", "thread"]
 
@@ -28,21 +29,6 @@ def no_cyclic_gc():
     finally:
         if was:
             gc.enable()
-
-
-def children() -> set[int]:
-    """Live child processes (earlier tests may leave some behind: compare sets)."""
-    me, pids = str(os.getpid()), set()
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                pid, rest = f.read().split(" ", 1)
-        except OSError:
-            continue
-        fields = rest.rsplit(")", 1)[1].split()
-        if fields[1] == me and fields[0] != "Z":
-            pids.add(int(pid))
-    return pids
 
 
 def uss_mb() -> float:

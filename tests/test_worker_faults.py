@@ -1,7 +1,6 @@
 """Worker processes stopped or killed from outside: errors that name them, raised by next()."""
 
 import faulthandler
-import glob
 import os
 import signal
 import threading
@@ -12,6 +11,8 @@ import numpy as np
 import pytest
 
 import fastload as fl
+
+from conftest import children
 
 
 class _Slow(fl.ImageDataset):
@@ -27,20 +28,6 @@ class _Slow(fl.ImageDataset):
     def load(self, index, epoch=0, seed=0):
         time.sleep(self.seconds)
         return np.zeros((4, 4, 3), np.uint8), 0
-
-
-def children() -> set[int]:
-    me, pids = str(os.getpid()), set()
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                pid, rest = f.read().split(" ", 1)
-        except OSError:
-            continue
-        fields = rest.rsplit(")", 1)[1].split()
-        if fields[1] == me and fields[0] != "Z":
-            pids.add(int(pid))
-    return pids
 
 
 def new_worker(earlier: set[int]) -> int:
