@@ -9,6 +9,8 @@ from typing import Any, Union
 import numpy as np
 import torch
 
+from .sampler import check_rank
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -160,8 +162,8 @@ class LoaderConfig:
             positive_int("world_size")
         if self.rank is not None:
             positive_int("rank", 0)
-            if self.world_size is not None and self.rank >= self.world_size:
-                raise ValueError(f"rank {self.rank} must be < world_size {self.world_size}")
+            if self.world_size is not None:
+                check_rank(self.rank, self.world_size)
 
     def replace(self, **changes: Any) -> LoaderConfig:
         """A copy with ``changes`` applied; unknown names raise TypeError listing the valid ones."""

@@ -19,6 +19,12 @@ class BatchRequest(NamedTuple):
     indices: np.ndarray  # int64
 
 
+def check_rank(rank: int, world_size: int) -> None:
+    """ValueError unless 0 <= rank < world_size."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} must be in [0, {world_size})")
+
+
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """(rank, world_size) given explicitly, else from torch.distributed, else (0, 1)."""
     initialized = dist.is_available() and dist.is_initialized()
@@ -26,8 +32,7 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
         world_size = dist.get_world_size() if initialized else 1
     if rank is None:
         rank = dist.get_rank() if initialized else 0
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} must be in [0, {world_size})")
+    check_rank(rank, world_size)
     return rank, world_size
 
 
@@ -99,8 +104,7 @@ class ShardedBatchSampler:
             raise ValueError(f"num_samples must be positive, got {num_samples}")
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} must be in [0, {world_size})")
+        check_rank(rank, world_size)
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.shuffle = shuffle
