@@ -9,16 +9,18 @@ from typing import Any
 
 import torch
 
-from . import resume
+from . import compat, resume
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig
+from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
 from .normalize import Normalizer
 from .passes import Pass, register, user_stacklevel
 from .prefetch import CudaPrefetcher
-from .sampler import ShardedBatchSampler, check_epoch, resolve_rank
+from .sampler import EpochRequests, RankSampler, ShardedBatchSampler, check_epoch, resolve_rank
 from .sources import BatchFetcher, InFlight, ProcessSource, StreamSource, ThreadSource, WorkerOptions
 from .sources.failures import is_worker_failure, worker_failure
+from .sources.start import worker_start_method
 from .sources.watchdog import Watchdog
 from .system import cpus_per_rank
 
@@ -71,7 +73,10 @@ class Loader:
             stream (``TFRecordStream``), or a map-style dataset of your own (``__len__`` and
             ``__getitem__``), wrapped in :class:`~fastload.WrappedDataset`.
         config: A LoaderConfig to start from (the tuner writes these).
-        **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``.
+        **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``, and
+            DataLoader's keywords with DataLoader's meaning where fastload can honour them
+            (``sampler=None`` or a ``DistributedSampler``, ``multiprocessing_context``,
+            ``generator``; see :mod:`fastload.compat`).
 
     Yields:
         (images, targets): images N×C×H×W in channels_last memory on ``loader.device``,
@@ -91,26 +96,32 @@ class Loader:
         self.streaming = is_stream(dataset)
         samples = dataset
         if not self.streaming and not (callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")):
-            samples = WrappedDataset(dataset)
+            samples = SubsetDataset.of(dataset) or WrappedDataset(dataset)
         if not self.streaming and len(samples) == 0:
             raise ValueError("dataset is empty")
         self.dataset = dataset  # as given (DataLoader's attribute)
-        self._samples = samples  # what the workers load: the dataset, or its WrappedDataset
+        self._samples = samples  # what the workers load: the dataset, or its SubsetDataset or WrappedDataset
         self.profile: dict | None = None  # the tuned profile behind num_workers="auto", if any
-        self.config = cfg = self._resolve_auto((config or LoaderConfig()).replace(**options), options)
+        base = config or LoaderConfig()
+        keywords = compat.translate(options, base, samples)
+        cfg = self._resolve_auto(base.replace(**keywords.options), keywords.options)
+        cfg, self._seed_drawn = compat.resolve_seed(cfg, keywords.generator)
+        self.config = cfg
+        # Epochs asked for through loader.sampler / batch_sampler, or the DistributedSampler given.
+        self._epoch_requests = EpochRequests(keywords.distributed)
         self.device = resolve_device(cfg.device)
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
         self.num_workers = int(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
         self.skipped: list[SkippedSample] = []  # what on_error="skip" replaced (the most recent 10,000)
         self.skipped_count = 0
-        self.sampler: ShardedBatchSampler | None = None
+        self.batch_sampler: ShardedBatchSampler | None = None  # batches of this rank (None for a stream)
+        self.sampler: RankSampler | None = None  # this rank's samples, as DataLoader's sampler
         self._source = self._make_source()
         inflight = self._source.inflight
         self._watchdog = Watchdog(inflight, None if self.streaming else samples, cfg.stall_warning)
         self._prefetcher = CudaPrefetcher((), self.device, cfg.depth,
                                           Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize), cfg.return_index)
-        self._sampler_epoch = 0  # the epoch last written to sampler.epoch (see _adopt_sampler_epoch)
         self._next_epoch = 0
         self.epoch: int | None = None  # of the current (or last) pass
         self._pass: Pass | None = None
@@ -134,33 +145,36 @@ class Loader:
 
     def _options(self) -> WorkerOptions:
         cfg = self.config
-        return WorkerOptions(self.num_workers, cfg.prefetch_factor, cfg.persistent_workers, cfg.start_method,
+        return WorkerOptions(self.num_workers, cfg.prefetch_factor, cfg.persistent_workers,
+                             worker_start_method(cfg.start_method),
                              cfg.timeout, self.pin_memory and torch.cuda.is_available(), cfg.seed)
 
     def _make_source(self) -> Any:
         cfg = self.config
         if self.streaming:
-            if cfg.shuffle or cfg.backend != "process":
+            if cfg.shuffle or cfg.backend != "process" or cfg.drop_uneven:
                 raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
-                                 "backend='process' (or TFRecordDataset for random access)")
+                                 "backend='process', drop_uneven=False (or TFRecordDataset for random access)")
             return StreamSource(self._samples, batch_size=cfg.batch_size, drop_last=cfg.drop_last,
                                 on_error=cfg.on_error, seed=cfg.seed, rank=self.rank, world_size=self.world_size,
                                 options=self._options())
-        self.sampler = ShardedBatchSampler(len(self._samples), cfg.batch_size, shuffle=cfg.shuffle,
-                                           drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
-                                           world_size=self.world_size)
+        self.batch_sampler = ShardedBatchSampler(len(self._samples), cfg.batch_size, shuffle=cfg.shuffle,
+                                                 drop_last=cfg.drop_last, seed=self._order_seed(), rank=self.rank,
+                                                 world_size=self.world_size, drop_uneven=cfg.drop_uneven,
+                                                 requests=self._epoch_requests)
+        self.sampler = RankSampler(self.batch_sampler)
         threads = cfg.backend == "thread"
         inflight = InFlight(self.num_workers + 1 if threads else max(1, self.num_workers))
         fetcher = BatchFetcher(self._samples, cfg.seed, cfg.on_error, inflight)
         if threads:
             # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
-            return ThreadSource(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
+            return ThreadSource(fetcher, self.batch_sampler, self.num_workers, cfg.prefetch_factor,
                                 pin=self.pin_memory and torch.cuda.is_available(), timeout=cfg.timeout,
                                 reuse=self.device.type == "cuda" or cfg.normalize)
-        return ProcessSource(fetcher, self.sampler, self._options())
+        return ProcessSource(fetcher, self.batch_sampler, self._options())
 
     # DataLoader-style read-only attributes that training frameworks look for
-    # (also dataset, num_workers, pin_memory and sampler, set in __init__).
+    # (also dataset, num_workers, pin_memory, sampler and batch_sampler, set in __init__).
     @property
     def batch_size(self) -> int:
         return self.config.batch_size
@@ -170,34 +184,32 @@ class Loader:
         return self.config.drop_last
 
     @property
-    def batch_sampler(self) -> ShardedBatchSampler | None:
-        """The sampler of index batches (the same object as ``sampler``; None for a stream)."""
-        return self.sampler
-
-    @property
     def persistent_workers(self) -> bool:
         return self.config.persistent_workers
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next pass epoch ``epoch`` (its shuffle order and augmentation draws,
         the same on every rank). Without it each new pass advances the epoch by one.
-        ``loader.sampler.set_epoch(epoch)`` (what Lightning calls) does the same.
+        ``loader.sampler.set_epoch(epoch)`` (what Lightning calls), and the ``set_epoch`` of
+        a DistributedSampler given as ``sampler=``, do the same; the last call wins.
 
         After ``load_state_dict``, ``set_epoch`` of the state's epoch keeps the resumed pass."""
         self._next_epoch = check_epoch(epoch)
+        self._epoch_requests.clear()
         self._mark_sampler_epoch(self._next_epoch)
         self._position = None
         if self._plan is not None and self._plan.epoch != self._next_epoch:
             self._plan = None
 
     def _mark_sampler_epoch(self, epoch: int) -> None:
-        if self.sampler is not None:
-            self.sampler.epoch = self._sampler_epoch = epoch
+        if self.batch_sampler is not None:
+            self.batch_sampler.epoch = epoch
 
     def _adopt_sampler_epoch(self) -> None:
-        """An epoch set through ``loader.sampler.set_epoch`` since we last wrote it wins."""
-        if self.sampler is not None and self.sampler.epoch != self._sampler_epoch:
-            self.set_epoch(self.sampler.epoch)
+        """An epoch set through a sampler since the last pass (or ``set_epoch``) wins."""
+        requested = self._epoch_requests.take()
+        if requested is not None:
+            self.set_epoch(requested)
 
     def _follow_rank(self) -> None:
         """Re-reads rank and world size that were not given; if torch.distributed was
@@ -205,21 +217,24 @@ class Loader:
         rank, world_size = resolve_rank(self.config.rank, self.config.world_size)
         if (rank, world_size) == (self.rank, self.world_size):
             return
+        self.rank, self.world_size = rank, world_size
+        self._rebuild_source()
+
+    def _rebuild_source(self) -> None:
+        """A new source (and sampler) for a changed rank or seed."""
         self._end_pass()
         self._watchdog.stop()
         self._source.close()
-        self.rank, self.world_size = rank, world_size
-        epoch = self.sampler.epoch if self.sampler is not None else 0
+        epoch = self.batch_sampler.epoch if self.batch_sampler is not None else 0
         self._source = self._make_source()
-        if self.sampler is not None:
-            self.sampler.epoch = epoch  # keeps an epoch set through the old sampler pending
+        self._mark_sampler_epoch(epoch)
         self._watchdog = Watchdog(self._source.inflight, None if self.streaming else self._samples,
                                   self.config.stall_warning)
 
     def __len__(self) -> int:
         if not self._closed:
             self._follow_rank()
-        return len(self.sampler) if self.sampler is not None else len(self._source)
+        return len(self.batch_sampler) if self.batch_sampler is not None else len(self._source)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if self._closed:
@@ -296,8 +311,8 @@ class Loader:
     def _settings(self) -> dict:
         if self._fingerprint is None:
             self._fingerprint = resume.fingerprint(self.dataset)
-        size = resume.dataset_size(self.dataset) if self.sampler is None else self.sampler.num_samples
-        return {**{k: getattr(self.config, k) for k in resume.SETTINGS},
+        size = resume.dataset_size(self.dataset) if self.batch_sampler is None else self.batch_sampler.num_samples
+        return {**{k: getattr(self.config, k) for k in resume.SETTINGS}, "shuffle_seed": self._order_seed(),
                 "dataset": {"len": size, "fingerprint": self._fingerprint}}
 
     def state_dict(self) -> dict:
@@ -330,14 +345,26 @@ class Loader:
             ValueError: The state is of another dataset (length or fingerprint), seed,
                 batch size, shuffle or drop_last, or is incomplete or malformed.
         """
-        merged = resume.as_merged(state)
+        merged = resume.for_rank(resume.as_merged(state), self.rank)
+        if self._seed_drawn:  # the saved run's draws win: the resumed pass repeats its order and crops
+            self._adopt_seeds(merged)
         resume.check_matches(merged, self._settings())
         if self.streaming:
             plan = resume.stream_plan(merged, self.rank, self.world_size, self.num_workers, len(self._source))
         else:
-            plan = resume.plan(merged, self.sampler.num_samples, self.rank, self.world_size)
+            plan = resume.plan(merged, self.batch_sampler.num_samples, self.rank, self.world_size)
         self._end_pass()
+        self._epoch_requests.clear()  # a sampler's set_epoch before this does not undo it
         self._next_epoch, self._plan, self._position = merged["epoch"], plan, None
+
+    def _order_seed(self) -> int:
+        return compat.order_seed(self.config, self._seed_drawn, self.world_size)
+
+    def _adopt_seeds(self, state: dict) -> None:
+        seeds = resume.seeds(state, keep_order_seed=self.config.shuffle_seed)
+        if seeds != (self.config.seed, self.config.shuffle_seed):
+            self.config = self.config.replace(seed=seeds[0], shuffle_seed=seeds[1])
+            self._rebuild_source()
 
     def stats(self) -> dict:
         """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""
