@@ -16,7 +16,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 BACKENDS = ("process", "thread")
 START_METHODS = (None, "fork", "spawn", "forkserver")
-FLAGS = ("shuffle", "drop_last", "persistent_workers", "normalize", "return_index")
+FLAGS = ("shuffle", "drop_last", "drop_uneven", "persistent_workers", "normalize", "return_index")
 
 
 def dtype_name(dtype: Any) -> str:
@@ -77,7 +77,11 @@ class LoaderConfig:
     Attributes:
         batch_size: Samples per batch (per rank).
         shuffle: Reshuffle every epoch from (seed, epoch).
-        drop_last: Drop each rank's last incomplete batch.
+        drop_last: Drop each rank's last incomplete batch (and the samples that do not
+            divide evenly among ranks).
+        drop_uneven: Drop the samples that do not divide evenly among ranks instead of
+            padding by repeating the first ones (DistributedSampler's ``drop_last``);
+            each rank keeps its last incomplete batch unless ``drop_last``.
         num_workers: Worker processes (threads with backend="thread"); "auto" uses the
             tuner's saved profile for this machine and dataset, else the CPUs available.
         prefetch_factor: Batches prepared ahead of the training step per worker (process or
@@ -86,8 +90,15 @@ class LoaderConfig:
         persistent_workers: Keep workers alive between epochs.
         pin_memory: Pin host batches; None means "when the device is CUDA".
         backend: "process" (torch DataLoader workers) or "thread".
-        start_method: Worker start method (None: the platform default).
-        seed: Base seed; augmentation depends only on (seed, epoch, index).
+        start_method: Worker start method (None: ``fork`` on Linux unless this program set its
+            own, else the platform default; see :mod:`fastload.sources.start`).
+        seed: Base seed; the shuffle order and augmentation depend only on (seed, epoch,
+            index). None: the Loader draws one from torch's default generator when it is
+            made (as DataLoader does), so ``torch.manual_seed`` sets it and unseeded runs
+            differ; ``loader.config.seed`` and ``state_dict()`` then hold what was drawn.
+        shuffle_seed: Seed of the shuffle order alone (a DistributedSampler's ``seed``);
+            None: ``seed``, or 0 (DistributedSampler's default) where ranks shard the data
+            and ``seed`` was drawn: each rank draws its own, but all must deal one order.
         device: Where batches are delivered; None means cuda if available, else cpu.
         normalize: Deliver float (x/255 - mean)/std; False delivers the uint8 batch.
         mean: Per-channel mean, in [0, 1] units.
@@ -107,13 +118,15 @@ class LoaderConfig:
     batch_size: int = 256
     shuffle: bool = False
     drop_last: bool = False
+    drop_uneven: bool = False
     num_workers: Union[int, str] = "auto"
     prefetch_factor: int = 2
     persistent_workers: bool = True
     pin_memory: bool | None = None
     backend: str = "process"
     start_method: str | None = None
-    seed: int = 0
+    seed: int | None = None
+    shuffle_seed: int | None = None
     device: Any = None
     normalize: bool = True
     mean: tuple[float, ...] = field(default=IMAGENET_MEAN)
@@ -141,7 +154,9 @@ class LoaderConfig:
                              f"got {self.pin_memory!r}")
         positive_int("batch_size")
         positive_int("prefetch_factor")
-        positive_int("seed", 0)
+        for name in ("seed", "shuffle_seed"):
+            if getattr(self, name) is not None:
+                positive_int(name, 0)
         if self.num_workers != "auto":
             positive_int("num_workers", 0)
         if self.backend not in BACKENDS:

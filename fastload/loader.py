@@ -10,15 +10,16 @@ from typing import Any
 
 import torch
 
-from . import resume
+from . import compat, resume
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig, resolve_device
+from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
 from .normalize import Normalizer
 from .passes import Pass, register, user_stacklevel
 from .prefetch import CudaPrefetcher
 from .progress import Position, Progress
-from .sampler import ShardedBatchSampler, resolve_rank
+from .sampler import EpochRequests, RankSampler, ShardedBatchSampler, resolve_rank
 from .sources import build_source, is_stream
 from .sources.build import DEVICE_AHEAD
 from .sources.failures import is_worker_failure, worker_failure
@@ -51,7 +52,10 @@ class Loader:
             stream (``TFRecordStream``), or a map-style dataset of your own (``__len__`` and
             ``__getitem__``), wrapped in :class:`~fastload.WrappedDataset`.
         config: A LoaderConfig to start from (the tuner writes these).
-        **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``.
+        **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``, and
+            DataLoader's keywords with DataLoader's meaning where fastload can honour them
+            (``sampler=None`` or a ``DistributedSampler``, ``multiprocessing_context``,
+            ``generator``; see :mod:`fastload.compat`).
 
     Yields:
         (images, targets): images N×C×H×W in channels_last memory on ``loader.device``,
@@ -70,13 +74,19 @@ class Loader:
         self._closed = True  # until construction succeeds (for __del__)
         samples = dataset
         if not is_stream(dataset) and not (callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")):
-            samples = WrappedDataset(dataset)
+            samples = SubsetDataset.of(dataset) or WrappedDataset(dataset)
         if not is_stream(samples) and len(samples) == 0:
             raise ValueError("dataset is empty")
         self.dataset = dataset  # as given (DataLoader's attribute)
-        self._samples = samples  # what the workers load: the dataset, or its WrappedDataset
+        self._samples = samples  # what the workers load: the dataset, or its SubsetDataset or WrappedDataset
         self.profile: dict | None = None  # the tuned profile behind num_workers="auto", if any
-        self.config = cfg = self._resolve_auto((config or LoaderConfig()).replace(**options), options)
+        base = config or LoaderConfig()
+        keywords = compat.translate(options, base, samples)
+        cfg = self._resolve_auto(base.replace(**keywords.options), keywords.options)
+        cfg, self._seed_drawn = compat.resolve_seed(cfg, keywords.generator)
+        self.config = cfg
+        # Epochs asked for through loader.sampler / batch_sampler, or the DistributedSampler given.
+        self._epoch_requests = EpochRequests(keywords.distributed)
         self.device = resolve_device(cfg.device)
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
         self.num_workers = int(cfg.num_workers)
@@ -85,16 +95,14 @@ class Loader:
         self.skipped_count = 0
         self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD,
                                           Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize), cfg.return_index)
-        # Last: workers and threads start here, and nothing after can fail and leave them running.
-        self._source = build_source(samples, cfg, self.rank, self.world_size, self.device)
-        self._watchdog = Watchdog(self._source.inflight, self._source.dataset, cfg.stall_warning)
         self._progress = Progress()
-        self._sampler_calls = self._sampler_set_epochs()
         # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
         # back would make a cycle that keeps a dropped Loader and its workers alive until gc runs.
         self._pass_ref: weakref.ref[Pass] | None = None
         self._pid = os.getpid()  # a forked child that inherits this object must not close its workers
         self._fingerprint: str | None = None
+        # Last: workers and threads start here, and nothing after can fail and leave them running.
+        self._attach_source()
         self._closed = False
         register(self)
 
@@ -121,13 +129,8 @@ class Loader:
         return self.config.drop_last
 
     @property
-    def sampler(self) -> ShardedBatchSampler | None:
-        """This rank's index batches (None for a stream); its ``set_epoch`` selects the next pass."""
-        return self._source.sampler
-
-    @property
     def batch_sampler(self) -> ShardedBatchSampler | None:
-        """The sampler of index batches (the same object as ``sampler``; None for a stream)."""
+        """This rank's index batches (``len()``: batches per epoch); None for a stream."""
         return self._source.sampler
 
     @property
@@ -147,38 +150,46 @@ class Loader:
         After ``load_state_dict``, ``set_epoch`` of the state's epoch keeps the resumed pass;
         another epoch drops it, with a warning."""
         self._progress.set_epoch(epoch)
+        self._epoch_requests.clear()
         self._show_epoch(self._progress.next_epoch)
-
-    def _sampler_set_epochs(self) -> int:
-        sampler = self._source.sampler
-        return sampler.set_epoch_calls if sampler is not None else 0
 
     def _show_epoch(self, epoch: int) -> None:
         if self._source.sampler is not None:
             self._source.sampler.epoch = epoch
 
     def _adopt_sampler_epoch(self) -> None:
-        """A ``loader.sampler.set_epoch`` call since the last pass wins (also of the same epoch)."""
-        calls = self._sampler_set_epochs()
-        if calls != self._sampler_calls:
-            self._sampler_calls = calls
-            self.set_epoch(self._source.sampler.epoch)
+        """An epoch set through a sampler since the last pass (or ``set_epoch``) wins, also
+        the current one: ``loader.sampler.set_epoch`` or a given DistributedSampler's."""
+        requested = self._epoch_requests.take()
+        if requested is not None:
+            self.set_epoch(requested)
+
+    def _attach_source(self) -> None:
+        """A source (and samplers) for the current rank, world size and seeds."""
+        cfg = self.config
+        self._source = build_source(self._samples, cfg, self.rank, self.world_size, self.device,
+                                    order_seed=compat.order_seed(cfg, self._seed_drawn, self.world_size),
+                                    epochs=self._epoch_requests)
+        # DataLoader's sampler: this rank's samples (len), set_epoch; None for a stream.
+        self.sampler = RankSampler(self._source.sampler) if self._source.sampler is not None else None
+        self._show_epoch(self._progress.next_epoch)
+        self._watchdog = Watchdog(self._source.inflight, self._source.dataset, cfg.stall_warning)
+
+    def _rebuild_source(self) -> None:
+        """A new source for a changed rank, world size or seed (an epoch asked for stays pending)."""
+        self._adopt_sampler_epoch()
+        self._end_pass()
+        self._watchdog.stop()
+        self._source.close()
+        self._attach_source()
 
     def _follow_rank(self) -> None:
         """Re-reads rank and world size that were not given; if torch.distributed was
         initialized since (e.g. by Lightning's Trainer), rebuilds the source."""
         rank, world_size = resolve_rank(self.config.rank, self.config.world_size)
-        if (rank, world_size) == (self.rank, self.world_size):
-            return
-        self._adopt_sampler_epoch()  # an epoch set through the old sampler stays pending
-        self._end_pass()
-        self._watchdog.stop()
-        self._source.close()
-        self.rank, self.world_size = rank, world_size
-        self._source = build_source(self._samples, self.config, rank, world_size, self.device)
-        self._sampler_calls = self._sampler_set_epochs()
-        self._show_epoch(self._progress.next_epoch)
-        self._watchdog = Watchdog(self._source.inflight, self._source.dataset, self.config.stall_warning)
+        if (rank, world_size) != (self.rank, self.world_size):
+            self.rank, self.world_size = rank, world_size
+            self._rebuild_source()
 
     def __len__(self) -> int:
         """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""
@@ -249,6 +260,7 @@ class Loader:
         if self._fingerprint is None:
             self._fingerprint = resume.fingerprint(self._samples)
         return {**{k: getattr(self.config, k) for k in resume.SETTINGS},
+                "shuffle_seed": compat.order_seed(self.config, self._seed_drawn, self.world_size),
                 "dataset": {"len": self._source.num_samples, "fingerprint": self._fingerprint}}
 
     def state_dict(self) -> dict:
@@ -275,12 +287,18 @@ class Loader:
 
         Raises:
             ValueError: The state is of another dataset (length or fingerprint), seed,
-                batch size, shuffle or drop_last, or is incomplete or malformed.
+                batch size, shuffle, drop_last or drop_uneven, or is incomplete or malformed.
         """
-        merged = resume.as_merged(state)
+        merged = resume.for_rank(resume.as_merged(state), self.rank)
+        if self._seed_drawn:  # the saved run's draws win: the resumed pass repeats its order and crops
+            seeds = resume.seeds(merged, keep_order_seed=self.config.shuffle_seed)
+            if seeds != (self.config.seed, self.config.shuffle_seed):
+                self.config = self.config.replace(seed=seeds[0], shuffle_seed=seeds[1])
+                self._rebuild_source()
         resume.check_matches(merged, self._settings())
         plan = self._source.resume_plan(merged)
         self._end_pass()
+        self._epoch_requests.clear()  # a sampler's set_epoch before this does not undo it
         self._progress.resume(merged["epoch"], plan)
         self._show_epoch(merged["epoch"])
 

@@ -16,7 +16,10 @@ State keys (plain Python values, safe for ``torch.load(weights_only=True)``):
 - ``world_size``; ``rank`` and ``consumed`` (batches of ``epoch`` this rank handed to the
   user), or, merged over all ranks (:func:`merge_states`), ``consumed`` per rank;
 - ``history``: earlier stages of this epoch, ``[{"world_size", "consumed": [...]}]``;
-- ``seed``, ``batch_size``, ``shuffle``, ``drop_last``; ``dataset``: ``{"len", "fingerprint"}``;
+- ``seed`` (augmentation; drawn from torch's generator when the Loader was given none),
+  ``shuffle_seed`` (the order's: a DistributedSampler's seed, else ``seed``), ``batch_size``,
+  ``shuffle``, ``drop_last``, ``drop_uneven``; ``dataset``: ``{"len", "fingerprint"}``
+  (states saved before ``shuffle_seed`` and ``drop_uneven`` existed read as ``seed`` and False);
 - streams only: ``num_workers`` (a stream resumes by record position in each reading slot).
 """
 
@@ -34,7 +37,8 @@ from .sampler import BatchRequest, batched, deal, epoch_order, rank_count
 from .sources.fetch import describe
 
 VERSION = 1
-SETTINGS = ("seed", "batch_size", "shuffle", "drop_last")
+SETTINGS = ("seed", "shuffle_seed", "batch_size", "shuffle", "drop_last", "drop_uneven")
+ADDED = ("shuffle_seed", "drop_uneven")  # settings older states lack (see with_defaults)
 FINGERPRINT_SAMPLES = 16
 
 
@@ -59,9 +63,11 @@ class Plan:
     start: int = 0  # streams: this rank's batches already handed out
 
 
-def remaining(order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_last: bool) -> np.ndarray:
+def remaining(order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_last: bool,
+              drop_uneven: bool = False) -> np.ndarray:
     """The samples of an epoch (``order``, in visiting order) that none of ``stages`` consumed
-    and that the epoch would still visit (``drop_last`` leaves a tail out), in epoch order.
+    and that the epoch would still visit (``drop_last`` and ``drop_uneven`` leave a tail
+    out), in epoch order.
 
     Each stage lays out what the ones before it left as :func:`~fastload.sampler.deal`
     does (padding from the epoch's head); a consumed padding repeat consumes its sample.
@@ -72,7 +78,7 @@ def remaining(order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_
     left = order
     for stage in stages:
         n, world_size = len(left), stage.world_size
-        per_rank, num_batches = rank_count(n, world_size, batch_size, drop_last)
+        per_rank, num_batches = rank_count(n, world_size, batch_size, drop_last, drop_uneven)
         total = per_rank * world_size
         laid = np.concatenate([left, np.resize(order, total - n)]) if total > n else left[:total]
         taken = []
@@ -81,17 +87,17 @@ def remaining(order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_
                 raise ValueError(f"loader state: rank {rank} of {world_size} consumed {batches} batches, "
                                  f"but that part of the epoch has {num_batches}")
             taken.append(laid[rank:total:world_size][: batches * batch_size])
-        left = laid[:min(n, total)]  # with drop_last, the tail that no rank visits is left out
+        left = laid[:min(n, total)]  # dropping, the tail that no rank visits is left out
         left = left[~np.isin(left, np.concatenate(taken))]
     return left
 
 
 def resumed_indices(order: np.ndarray, stages: Sequence[Stage], rank: int, world_size: int, batch_size: int,
-                    drop_last: bool) -> np.ndarray:
+                    drop_last: bool, drop_uneven: bool = False) -> np.ndarray:
     """Rank ``rank`` of ``world_size``'s samples in the resumed pass: the unconsumed samples in
     epoch order, dealt out with equal counts (padded from the epoch's head, or dropped)."""
-    left = remaining(order, stages, batch_size, drop_last)
-    return deal(left, rank, world_size, batch_size, drop_last, pad=order)
+    left = remaining(order, stages, batch_size, drop_last, drop_uneven)
+    return deal(left, rank, world_size, batch_size, drop_last, pad=order, drop_uneven=drop_uneven)
 
 
 def compact(stages: Sequence[Stage]) -> tuple[Stage, ...]:
@@ -132,7 +138,7 @@ def _int(value: Any, what: str, minimum: int = 0) -> int:
 
 def _ints(value: Any, count: int, what: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or len(value) != count:
-        raise ValueError(f"loader state: {what} must list {count} batch counts, got {value!r}")
+        raise ValueError(f"loader state: {what} must list {count} values, one per rank, got {value!r}")
     return tuple(_int(v, what) for v in value)
 
 
@@ -141,7 +147,8 @@ def _check_shape(state: Any) -> None:
         raise TypeError(f"a loader state is a dict (from Loader.state_dict()), got {type(state).__name__}")
     if state.get("version") != VERSION:
         raise ValueError(f"loader state version {state.get('version')!r} is not {VERSION} (another fastload?)")
-    missing = [k for k in ("epoch", "world_size", "consumed", "history", *SETTINGS, "dataset") if k not in state]
+    missing = [k for k in ("epoch", "world_size", "consumed", "history", *SETTINGS, "dataset")
+               if k not in state and k not in ADDED]
     if missing:
         raise ValueError(f"loader state lacks {missing}")
     _int(state["epoch"], "epoch")
@@ -166,24 +173,28 @@ def merge_states(states: Sequence[dict]) -> dict:
             raise ValueError("merge_states takes each rank's own state, not one that is already merged")
     first = states[0]
     world_size = first["world_size"]
-    shared = [k for k in first if k not in ("rank", "consumed")]
+    own = ("rank", "consumed", "seed")  # seed: each rank may have drawn its own (see for_rank)
+    shared = [k for k in first if k not in own]
     for state in states[1:]:
-        differ = [k for k in sorted((set(shared) | set(state)) - {"rank", "consumed"}) if state.get(k) != first.get(k)]
+        differ = [k for k in sorted((set(shared) | set(state)) - set(own)) if state.get(k) != first.get(k)]
         if differ:
             raise ValueError(f"loader states disagree on {differ}: not saved by one run at one point "
                              f"(e.g. {differ[0]}: {first.get(differ[0])!r} vs {state.get(differ[0])!r})")
     by_rank: dict[int, int] = {}
+    seeds: dict[int, Any] = {}
     for state in states:
         rank = _int(state.get("rank"), "rank")
         if rank in by_rank or rank >= world_size:
             raise ValueError(f"loader states: rank {rank} is {'given twice' if rank in by_rank else 'out of range'}"
                              f" (world_size {world_size})")
         by_rank[rank] = _int(state["consumed"], "consumed")
+        seeds[rank] = state["seed"]
     if len(by_rank) != world_size:
         missing = sorted(set(range(world_size)) - set(by_rank))
         raise ValueError(f"loader states: the run had {world_size} ranks; the states of ranks {missing} are missing")
     merged = {k: first[k] for k in shared}
     merged["consumed"] = [by_rank[r] for r in range(world_size)]
+    merged["seed"] = seeds[0] if len(set(seeds.values())) == 1 else [seeds[r] for r in range(world_size)]
     return merged
 
 
@@ -191,22 +202,49 @@ def as_merged(state: dict | Sequence[dict]) -> dict:
     """A merged state from what ``load_state_dict`` was given: all ranks' states, a merged
     state, or the one state of a single-rank run."""
     if isinstance(state, (list, tuple)):
-        return merge_states(state)
+        return with_defaults(merge_states(state))
     _check_shape(state)
     if isinstance(state["consumed"], (list, tuple)):
         _ints(state["consumed"], state["world_size"], "consumed")
-        return state
+        return with_defaults(state)
     if state["world_size"] != 1:
         raise ValueError(f"this is the state of rank {state.get('rank')} of {state['world_size']}: pass the "
                          "states of all ranks (a list), or fastload.merge_states(states)")
-    return merge_states([state])
+    return with_defaults(merge_states([state]))
+
+
+def with_defaults(state: dict) -> dict:
+    """``state`` with the settings that older states lack (ADDED) as they then were."""
+    state = {"drop_uneven": False, **state}
+    if isinstance(state["seed"], list):
+        _ints(state["seed"], state["world_size"], "seed")
+    else:
+        _int(state["seed"], "seed")
+        state.setdefault("shuffle_seed", state["seed"])
+    _int(state.get("shuffle_seed"), "shuffle_seed")
+    return state
+
+
+def for_rank(state: dict, rank: int) -> dict:
+    """A merged state with one ``seed``: rank ``rank``'s where the ranks drew their own (the
+    augmentation of this rank's samples of the interrupted epoch, on an unchanged world size)."""
+    seed = state["seed"]
+    return {**state, "seed": seed[rank % len(seed)]} if isinstance(seed, list) else state
+
+
+def seeds(state: dict, keep_order_seed: int | None) -> tuple[int, int]:
+    """(seed, shuffle_seed) of a Loader whose seed was drawn, after loading ``state`` (of one
+    seed, see for_rank): the state's; the order's stays the Loader's own if it has one."""
+    return state["seed"], state["shuffle_seed"] if keep_order_seed is None else keep_order_seed
 
 
 def check_matches(state: dict, expected: dict) -> None:
     """Raises ValueError naming the first setting or dataset property that differs."""
     for key in SETTINGS:
         if state[key] != expected[key]:
-            raise ValueError(f"loader state has {key}={state[key]!r} but this loader has {key}={expected[key]!r}")
+            hint = " (leave seed= out to take the state's)" if key == "seed" else ""
+            raise ValueError(f"loader state has {key}={state[key]!r} but this loader has {key}={expected[key]!r}"
+                             + hint)
     have, want = state["dataset"], expected["dataset"]
     if not isinstance(have, dict) or have.get("len") != want["len"]:
         got = have.get("len") if isinstance(have, dict) else have
@@ -234,12 +272,13 @@ def plan(state: dict, num_samples: int, rank: int, world_size: int) -> Plan | No
     """The pass a map-style loader (rank ``rank`` of ``world_size``) runs after loading ``state``
     (merged and checked): the rest of the interrupted epoch (possibly no batch at all), or
     None when nothing of it was consumed (a normal pass of ``state["epoch"]``)."""
-    epoch, batch_size, drop_last = state["epoch"], state["batch_size"], state["drop_last"]
+    epoch, batch_size, drop_last, drop_uneven = (state["epoch"], state["batch_size"], state["drop_last"],
+                                                 state["drop_uneven"])
     done = stages(state)
     if not done:
         return None
-    order = epoch_order(num_samples, state["seed"], epoch, state["shuffle"])
-    mine = resumed_indices(order, done, rank, world_size, batch_size, drop_last)
+    order = epoch_order(num_samples, state["shuffle_seed"], epoch, state["shuffle"])
+    mine = resumed_indices(order, done, rank, world_size, batch_size, drop_last, drop_uneven)
     return Plan(epoch, done, tuple(batched(epoch, mine, batch_size)))
 
 

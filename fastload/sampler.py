@@ -2,13 +2,16 @@
 
 Each batch carries its epoch, so workers (persistent or not, in any process) derive
 augmentation randomness from (seed, epoch, index) without being told about set_epoch.
+``loader.batch_sampler`` is a :class:`ShardedBatchSampler` (its ``len()`` counts batches);
+``loader.sampler`` is a :class:`RankSampler` over it (its ``len()`` counts this rank's
+samples, as DataLoader's sampler does).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch.distributed as dist
@@ -49,26 +52,28 @@ def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool) -> np.nd
     return np.arange(num_samples, dtype=np.int64)
 
 
-def rank_count(num_samples: int, world_size: int, batch_size: int, drop_last: bool) -> tuple[int, int]:
+def rank_count(num_samples: int, world_size: int, batch_size: int, drop_last: bool,
+               drop_uneven: bool = False) -> tuple[int, int]:
     """(samples, batches) each rank gets when ``num_samples`` are dealt out (see :func:`deal`)."""
     if drop_last:
         num_batches = num_samples // world_size // batch_size
         return num_batches * batch_size, num_batches
-    per_rank = math.ceil(num_samples / world_size)
+    per_rank = num_samples // world_size if drop_uneven else math.ceil(num_samples / world_size)
     return per_rank, math.ceil(per_rank / batch_size)
 
 
 def deal(order: np.ndarray, rank: int, world_size: int, batch_size: int, drop_last: bool,
-         pad: np.ndarray | None = None) -> np.ndarray:
+         pad: np.ndarray | None = None, drop_uneven: bool = False) -> np.ndarray:
     """Rank ``rank``'s share of ``order``: every ``world_size``-th sample from position ``rank``.
 
-    Without ``drop_last``, ``order`` is first padded to a multiple of ``world_size`` by
-    cycling through ``pad`` (default: ``order`` itself, i.e. repeating its head, as
-    DistributedSampler does); with it, each rank keeps whole batches only, from the
-    samples that divide evenly.
+    By default ``order`` is first padded to a multiple of ``world_size`` by cycling
+    through ``pad`` (default: ``order`` itself, i.e. repeating its head, as
+    DistributedSampler does). ``drop_uneven`` (DistributedSampler's ``drop_last``) drops
+    the tail that does not divide evenly instead; ``drop_last`` also keeps whole batches
+    only.
     """
     n = len(order)
-    per_rank, _ = rank_count(n, world_size, batch_size, drop_last)
+    per_rank, _ = rank_count(n, world_size, batch_size, drop_last, drop_uneven)
     total = per_rank * world_size
     if total > n:
         order = np.concatenate([order, np.resize(order if pad is None else pad, total - n)])
@@ -81,25 +86,64 @@ def batched(epoch: int, indices: np.ndarray, batch_size: int, start: int = 0) ->
         yield BatchRequest(epoch, indices[first : first + batch_size])
 
 
+class EpochRequests:
+    """Epochs asked for through the samplers since the Loader last looked (the last one wins):
+    ``loader.sampler.set_epoch`` / ``loader.batch_sampler.set_epoch`` (what Lightning
+    calls), and the ``set_epoch`` of a DistributedSampler the Loader was given, which it
+    watches (a DataLoader script calls that one).
+
+    Args:
+        watched: An object whose ``epoch`` attribute is followed (a DistributedSampler):
+            each change, and its epoch when the Loader first looks, is a request.
+    """
+
+    def __init__(self, watched: Any = None) -> None:
+        self.pending: int | None = None
+        self._watched = watched
+        self._seen: Any = None  # so the watched sampler's epoch at the first look counts
+
+    def request(self, epoch: int) -> None:
+        self.pending = check_epoch(epoch)
+
+    def take(self) -> int | None:
+        """The epoch asked for since the last ``take``/``clear``, or None."""
+        pending, self.pending = self.pending, None
+        if pending is None and self._watched is not None and self._watched.epoch != self._seen:
+            pending = check_epoch(self._watched.epoch)
+        self.clear()
+        return pending
+
+    def clear(self) -> None:
+        """Forgets what was asked so far (a later call of the Loader's own wins)."""
+        self.pending = None
+        if self._watched is not None:
+            self._seen = self._watched.epoch
+
+
 class ShardedBatchSampler:
     """Yields this rank's batches; every rank yields the same number of batches.
 
-    Without ``drop_last`` the permutation is padded by repeating its head until it
-    divides evenly among ranks (as DistributedSampler does); with it, the tail that
-    does not divide evenly is dropped and so is each rank's last incomplete batch.
+    By default the permutation is padded by repeating its head until it divides evenly
+    among ranks (as DistributedSampler does); ``drop_uneven`` (DistributedSampler's
+    ``drop_last``) drops the tail that does not divide evenly instead, keeping each
+    rank's last incomplete batch. ``drop_last`` drops that tail and each rank's last
+    incomplete batch.
 
     Args:
         num_samples: Dataset length.
         batch_size: Samples per batch.
         shuffle: Permute from (seed, epoch); otherwise in order.
         drop_last: See above.
-        seed: Base seed, identical on every rank.
+        seed: Seed of the shuffle order, identical on every rank.
         rank: This rank.
         world_size: Number of ranks.
+        drop_uneven: See above.
+        requests: Where ``set_epoch`` calls are also reported (the Loader's).
     """
 
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
-                 seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+                 seed: int = 0, rank: int = 0, world_size: int = 1, drop_uneven: bool = False,
+                 requests: EpochRequests | None = None) -> None:
         if num_samples <= 0:
             raise ValueError(f"num_samples must be positive, got {num_samples}")
         if batch_size <= 0:
@@ -109,29 +153,41 @@ class ShardedBatchSampler:
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.drop_last = drop_last
+        self.drop_uneven = drop_uneven
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
-        self.set_epoch_calls = 0  # the Loader adopts an epoch set here, even the current one
-        self.per_rank, self.num_batches = rank_count(num_samples, world_size, batch_size, drop_last)
+        self._requests = requests
+        self.per_rank, self.num_batches = rank_count(num_samples, world_size, batch_size, drop_last, drop_uneven)
         if self.num_batches == 0:
-            raise ValueError(
-                f"no batch to yield: {num_samples} samples over {world_size} rank(s) is fewer than "
-                f"batch_size={batch_size} with drop_last=True"
-            )
+            why = "with drop_last=True" if drop_last else "with DistributedSampler's drop_last=True (drop_uneven)"
+            raise ValueError(f"no batch to yield: {num_samples} samples over {world_size} rank(s) is fewer than "
+                             f"{'batch_size=' + str(batch_size) if drop_last else 'one sample per rank'} {why}")
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch of the next pass of the Loader that owns this sampler (and of iterating the
-        sampler itself; ``requests`` takes it explicitly)."""
+        """Epoch used when iterating the sampler itself (``requests`` takes it explicitly);
+        on a Loader's sampler, also the epoch of the Loader's next pass."""
         self.epoch = check_epoch(epoch)
-        self.set_epoch_calls += 1
+        if self._requests is not None:
+            self._requests.request(self.epoch)
 
     def rank_indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's indices for ``epoch`` (default: the one set), in order."""
+        return self._dealt(epoch, self.drop_last)
+
+    def shard(self, epoch: int | None = None) -> np.ndarray:
+        """This rank's samples of ``epoch`` (default: the one set) before batching: with
+        ``drop_last``, also those of its last incomplete batch (DataLoader's sampler)."""
+        return self._dealt(epoch, False)
+
+    def _dealt(self, epoch: int | None, drop_last: bool) -> np.ndarray:
         epoch = self.epoch if epoch is None else check_epoch(epoch)
         order = epoch_order(self.num_samples, self.seed, epoch, self.shuffle)
-        return deal(order, self.rank, self.world_size, self.batch_size, self.drop_last)
+        # Batches of one: drop_last then only drops the uneven tail across ranks.
+        batch_size = self.batch_size if drop_last else 1
+        return deal(order, self.rank, self.world_size, batch_size, drop_last, drop_uneven=self.drop_uneven
+                    or self.drop_last)
 
     def requests(self, epoch: int, start: int = 0) -> Iterator[BatchRequest]:
         """This rank's batches of ``epoch``, from batch number ``start`` on."""
@@ -142,3 +198,47 @@ class ShardedBatchSampler:
 
     def __len__(self) -> int:
         return self.num_batches
+
+
+class RankSampler:
+    """``loader.sampler``: this rank's samples, as DataLoader's sampler (a DistributedSampler's
+    ``len()`` and ``set_epoch``); the batches are ``loader.batch_sampler``'s.
+
+    Iterating it yields the sample indices of the epoch last set (the Loader's next pass
+    until it starts, then its current one).
+    """
+
+    def __init__(self, batches: ShardedBatchSampler) -> None:
+        self.batch_sampler = batches
+
+    @property
+    def epoch(self) -> int:
+        return self.batch_sampler.epoch
+
+    @property
+    def rank(self) -> int:
+        return self.batch_sampler.rank
+
+    @property
+    def num_replicas(self) -> int:
+        """The world size (DistributedSampler's name for it)."""
+        return self.batch_sampler.world_size
+
+    @property
+    def shuffle(self) -> bool:
+        return self.batch_sampler.shuffle
+
+    @property
+    def seed(self) -> int:
+        return self.batch_sampler.seed
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the Loader's next pass epoch ``epoch`` (like ``loader.set_epoch``)."""
+        self.batch_sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.batch_sampler.shard().tolist())
+
+    def __len__(self) -> int:
+        b = self.batch_sampler
+        return rank_count(b.num_samples, b.world_size, 1, False, b.drop_uneven or b.drop_last)[0]

@@ -14,9 +14,11 @@ from run_all import BENCHMARKS  # noqa: E402
 
 
 OWN_TESTS = ("bench_resize", "bench_decode_plan")  # tests/test_bench_<name>.py check their output
+SLOW = ("bench_spawn_start",)  # spawned workers: most of a minute even in --quick mode
 
 
-@pytest.mark.parametrize("entry", [e for e in BENCHMARKS if e.split()[0] not in OWN_TESTS])
+@pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.slow) if e.split()[0] in SLOW else e
+                                   for e in BENCHMARKS if e.split()[0] not in OWN_TESTS])
 def test_quick_mode_runs_and_reports(entry, tmp_path):
     name, *own = entry.split()
     out = tmp_path / "results.jsonl"

@@ -66,8 +66,10 @@ def test_dataloader_attributes_frameworks_read():
         assert loader.dataset is ds
         assert (loader.batch_size, loader.drop_last, loader.num_workers) == (4, True, 2)
         assert loader.persistent_workers is True and loader.pin_memory is False
-        assert isinstance(loader.sampler, fl.ShardedBatchSampler) and loader.batch_sampler is loader.sampler
-        assert (loader.sampler.rank, loader.sampler.world_size, len(loader.sampler)) == (1, 2, 1)
+        assert isinstance(loader.batch_sampler, fl.ShardedBatchSampler)
+        assert (loader.batch_sampler.rank, loader.batch_sampler.world_size, len(loader.batch_sampler)) == (1, 2, 1)
+        # DataLoader's sampler counts this rank's samples: 10 over 2 ranks, drop_last drops none of them
+        assert (loader.sampler.rank, loader.sampler.num_replicas, len(loader.sampler)) == (1, 2, 5)
         assert not isinstance(loader.dataset, torch.utils.data.IterableDataset)
 
 
@@ -78,7 +80,7 @@ def test_sampler_set_epoch_selects_the_next_pass_like_loader_set_epoch():
             loader.set_epoch(epoch)
         return [y.tolist() for _, y in loader]
 
-    opts = dict(batch_size=4, shuffle=True, num_workers=0, device="cpu")
+    opts = dict(batch_size=4, shuffle=True, num_workers=0, device="cpu", seed=0)
     with fl.Loader(Squares(12), **opts) as a, fl.Loader(Squares(12), **opts) as b:
         a.sampler.set_epoch(3)
         assert labels(a) == labels(b, 3) and a.epoch == 3
@@ -90,7 +92,7 @@ def test_sampler_set_epoch_selects_the_next_pass_like_loader_set_epoch():
 
 
 def test_rank_read_when_distributed_starts_after_construction(monkeypatch):
-    loader = fl.Loader(Squares(10), batch_size=2, num_workers=0, device="cpu", shuffle=True)
+    loader = fl.Loader(Squares(10), batch_size=2, num_workers=0, device="cpu", shuffle=True, seed=0)
     assert (loader.rank, loader.world_size, len(loader)) == (0, 1, 5)
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)

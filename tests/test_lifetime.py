@@ -79,7 +79,8 @@ def test_rebinding_loaders_leaves_nothing_behind(ds, backend, rebinds, capfd):
         grown = uss_mb() - before
         del loader
     assert peak[0] <= one[0], f"{peak[0]} worker processes at once; one Loader has {one[0]}"
-    assert peak[1] <= one[1] + 1, f"{peak[1]} threads at once; one Loader has {one[1]}"
+    # A closing loader's shutdown thread may still be exiting while the next one starts.
+    assert peak[1] <= one[1] + 2, f"{peak[1]} threads at once; one Loader has {one[1]}"
     assert grown < 50, f"memory grew by {grown:.0f} MB over {rebinds} loaders"
     assert capfd.readouterr().err == ""
 

@@ -234,7 +234,7 @@ def test_consumed_batches_are_not_loaded_again(ds):
     with fl.Loader(ds, num_workers=0, **OPTS) as a:
         consumed = [i for _, y in _take(a, 3) for i in y.tolist()]  # labels: enough to tell batches apart
         state = a.state_dict()
-        order = a.sampler.rank_indices(0)
+        order = a.batch_sampler.rank_indices(0)
     recording = _Recording(ds)
     with fl.Loader(recording, backend="thread", num_workers=2, **OPTS) as b:
         b.load_state_dict(state)

@@ -113,8 +113,13 @@ def test_plot_writes_png_or_says_what_to_install(folder, tmp_path, capsys):
         assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_list_file_with_root_and_best_is_a_loader_config(folder, tmp_path, capsys):
+def test_list_file_with_root_and_best_is_a_loader_config(folder, tmp_path, capsys, monkeypatch):
     import os
+
+    import fastload.tune
+
+    seeds, measure = [], fastload.tune.measure_loader
+    monkeypatch.setattr(fastload.tune, "measure_loader", lambda ds, cfg, *a: seeds.append(cfg.seed) or measure(ds, cfg, *a))
 
     lines = [f"{os.path.relpath(os.path.join(d, f), folder)} {i}"
              for i, d in enumerate(sorted(os.path.join(folder, c) for c in os.listdir(folder))) for f in os.listdir(d)]
@@ -131,6 +136,8 @@ def test_list_file_with_root_and_best_is_a_loader_config(folder, tmp_path, capsy
     cfg = fl.LoaderConfig(**report["best"])
     assert (cfg.batch_size, cfg.num_workers, cfg.backend) == (8, 1, "process")
     assert report["best_samples_per_s"] > 0
+    assert seeds == [0, 0], "every candidate (and the baseline) reads the same samples in the same order"
+    assert report["config"]["seed"] is None, "a Loader made from the reported config draws its own seed"
 
 
 @pytest.mark.parametrize("args,message", [

@@ -7,10 +7,11 @@ from typing import Any
 import torch
 
 from ..config import LoaderConfig
-from ..sampler import ShardedBatchSampler
+from ..sampler import EpochRequests, ShardedBatchSampler
 from .fetch import BatchFetcher
 from .inflight import InFlight
 from .process import ProcessSource, WorkerOptions
+from .start import worker_start_method
 from .stream import StreamSource
 from .thread import ThreadSource
 
@@ -22,7 +23,8 @@ def is_stream(dataset: Any) -> bool:
     return callable(getattr(dataset, "records_for", None))
 
 
-def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, device: torch.device) -> Any:
+def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, device: torch.device, *,
+                 order_seed: int | None = None, epochs: EpochRequests | None = None) -> Any:
     """The :class:`~fastload.sources.BatchSource` that runs ``samples`` under ``cfg``.
 
     Args:
@@ -30,11 +32,13 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
         cfg: The resolved config (``num_workers`` an int).
         rank, world_size: This rank among all.
         device: Where batches go (pinning and buffer reuse depend on it).
+        order_seed: Seed of the shuffle order (default: ``cfg.seed``).
+        epochs: Where the sampler reports its ``set_epoch`` calls (the Loader's).
     """
     pin = bool(cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda") and torch.cuda.is_available()
     workers = int(cfg.num_workers)
-    options = WorkerOptions(workers, cfg.prefetch_factor, cfg.persistent_workers, cfg.start_method, cfg.timeout,
-                            pin, cfg.seed)
+    options = WorkerOptions(workers, cfg.prefetch_factor, cfg.persistent_workers,
+                            worker_start_method(cfg.start_method), cfg.timeout, pin, cfg.seed)
     if is_stream(samples):
         if cfg.shuffle or cfg.backend != "process":
             raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
@@ -42,7 +46,8 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
         return StreamSource(samples, batch_size=cfg.batch_size, drop_last=cfg.drop_last, on_error=cfg.on_error,
                             seed=cfg.seed, rank=rank, world_size=world_size, options=options)
     sampler = ShardedBatchSampler(len(samples), cfg.batch_size, shuffle=cfg.shuffle, drop_last=cfg.drop_last,
-                                  seed=cfg.seed, rank=rank, world_size=world_size)
+                                  seed=cfg.seed if order_seed is None else order_seed, rank=rank,
+                                  world_size=world_size, drop_uneven=cfg.drop_uneven, requests=epochs)
     threads = cfg.backend == "thread"
     fetcher = BatchFetcher(samples, cfg.seed, cfg.on_error, InFlight(workers + 1 if threads else max(1, workers)))
     if threads:

@@ -131,7 +131,8 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     bar = tqdm(total=budget, desc="tuning", unit="config", disable=None if progress else True)
 
     def to_config(c: dict) -> LoaderConfig:
-        return LoaderConfig(device=device, shuffle=True, **c)
+        # One seed for all candidates: each reads the same samples in the same order.
+        return LoaderConfig(device=device, shuffle=True, seed=0, **c)
 
     def measure(c: dict) -> float:
         res = measure_loader(dataset, to_config(c), args.seconds)
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         "baseline": {**baseline, "samples_per_s": base_rate},
         "speedup_over_baseline": best_rate / base_rate if base_rate else None,
         "bottleneck": verdict,
-        "config": to_config(best).to_dict(),
+        "config": to_config(best).replace(seed=None).to_dict(),  # a Loader made from it draws its own seed
     }
     if args.model:
         from .model import model_step

@@ -1,0 +1,172 @@
+"""DataLoader's keywords on :class:`fastload.Loader`: translated to LoaderConfig options with
+DataLoader's meaning, or refused with an error that says what to write instead.
+
+fastload deals, orders, batches and seeds samples itself, so a keyword that would hand one
+of those to user code (a custom sampler, ``collate_fn``, ``worker_init_fn``) cannot be
+honoured; it is an error, never a silent change of order or content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DistributedSampler
+
+from .config import LoaderConfig
+
+# Keywords of DataLoader that LoaderConfig does not have; each is translated or refused here.
+KEYWORDS = ("sampler", "batch_sampler", "collate_fn", "worker_init_fn", "generator", "multiprocessing_context",
+            "pin_memory_device", "in_order")
+
+
+@dataclass(frozen=True)
+class Translated:
+    """What the Loader's keywords mean.
+
+    Attributes:
+        options: LoaderConfig fields.
+        distributed: The DistributedSampler given, whose ``set_epoch`` the Loader follows.
+        generator: Where a seed not given is drawn from (None: torch's default generator).
+    """
+
+    options: dict
+    distributed: DistributedSampler | None = None
+    generator: torch.Generator | None = None
+
+
+def _short(value: Any) -> str:
+    """``value`` as the user wrote it, near enough: ``RandomSampler(...)`` rather than its address."""
+    if value is None or isinstance(value, (str, int, float, list, tuple)):
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return getattr(value, "__qualname__", None) or f"{type(value).__name__}(...)"
+
+
+def _refuse(keyword: str, value: Any, instead: str) -> TypeError:
+    return TypeError(f"fl.Loader does not take {keyword}={_short(value)}: {instead}")
+
+
+def _sampler_advice(sampler: Any) -> str:
+    name = type(sampler).__name__
+    if isinstance(sampler, torch.utils.data.SequentialSampler):
+        return "leave sampler out (shuffle=False, the default, visits the samples in order)"
+    if isinstance(sampler, torch.utils.data.RandomSampler) and not sampler.replacement \
+            and sampler.num_samples == len(sampler.data_source):
+        return ("write shuffle=True (each epoch a new order, from seed= or, without it, from torch's "
+                "generator as RandomSampler does)")
+    if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
+        return "write fl.Loader(torch.utils.data.Subset(dataset, indices), shuffle=True)"
+    if isinstance(sampler, DistributedSampler):
+        return (f"{name} overrides DistributedSampler's order, which fastload cannot follow; pass a plain "
+                "DistributedSampler, or rank=, world_size=, shuffle=, seed= and drop_uneven=")
+    return (f"fastload orders and deals the samples itself, so {name}'s order cannot be followed; express it "
+            "with shuffle=, seed=, rank=, world_size= (DDP shards) and drop_uneven=, or reorder the "
+            "dataset with torch.utils.data.Subset(dataset, indices) (repeat indices to weight samples)")
+
+
+def _distributed(sampler: DistributedSampler, options: dict, base: LoaderConfig, dataset: Any) -> dict:
+    """LoaderConfig options that deal the samples as ``sampler`` does."""
+    if hasattr(dataset, "__len__") and len(sampler.dataset) != len(dataset):
+        raise ValueError(f"the DistributedSampler is over a dataset of {len(sampler.dataset)} samples, the "
+                         f"Loader's has {len(dataset)}: give both the same dataset")
+    if options.get("shuffle"):
+        # DataLoader: "sampler option is mutually exclusive with shuffle".
+        raise ValueError(f"sampler={type(sampler).__name__}(...) and shuffle=True cannot go together (as in "
+                         "DataLoader): the sampler shuffles (its shuffle=, default True); write "
+                         "shuffle=(sampler is None)")
+    taken = {"rank": sampler.rank, "world_size": sampler.num_replicas, "shuffle": bool(sampler.shuffle),
+             "shuffle_seed": int(sampler.seed), "drop_uneven": bool(sampler.drop_last)}
+    for name in ("rank", "world_size", "shuffle_seed", "drop_uneven"):
+        given = options[name] if name in options else getattr(base, name)
+        unset = given is None or (name == "drop_uneven" and given is False)
+        if not unset and given != taken[name]:
+            raise ValueError(f"{name}={given!r} disagrees with the DistributedSampler's {taken[name]!r}: "
+                             f"leave {name} out (the sampler sets it)")
+    return taken
+
+
+def _start_method(context: Any, options: dict) -> str:
+    method = context if isinstance(context, str) else getattr(context, "get_start_method", lambda: None)()
+    if method is None:
+        raise _refuse("multiprocessing_context", context, "give a start method name ('fork', 'spawn', "
+                      "'forkserver') or a multiprocessing context")
+    if options.get("start_method") not in (None, method):
+        raise ValueError(f"multiprocessing_context={method!r} and start_method={options['start_method']!r} "
+                         "disagree: give one")
+    return method
+
+
+def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
+    """The LoaderConfig options, DistributedSampler and seed generator that ``options``
+    (the Loader's keywords, DataLoader's included) mean, on top of ``base``.
+
+    Raises:
+        TypeError: A keyword fastload cannot honour (the message says what to write).
+        ValueError: Keywords that contradict each other.
+    """
+    options = dict(options)
+    extra = {k: options.pop(k) for k in KEYWORDS if k in options}
+    if options.get("shuffle", False) is None:
+        del options["shuffle"]  # DataLoader's default: no shuffling
+    if "prefetch_factor" in options and options["prefetch_factor"] is None:
+        del options["prefetch_factor"]  # DataLoader's default
+    if "batch_size" in options and options["batch_size"] is None:
+        raise _refuse("batch_size", None, "fastload always batches; give batch_size= (samples per batch)")
+    for keyword, instead in (
+        ("batch_sampler", "fastload batches this rank's samples itself: give batch_size= and drop_last="),
+        ("collate_fn", "fastload collates images into one uint8 batch and targets by type itself "
+                       "(fastload.targets); transform each sample in the dataset, or the batch after the loader"),
+        ("worker_init_fn", "fastload seeds numpy and random in each worker from seed= itself; do per-worker "
+                           "setup lazily in the dataset's load or __getitem__"),
+    ):
+        if extra.get(keyword) is not None:
+            raise _refuse(keyword, extra[keyword], instead)
+    if extra.get("pin_memory_device"):
+        raise _refuse("pin_memory_device", extra["pin_memory_device"],
+                      f"batches arrive on the device itself: write device={extra['pin_memory_device']!r}")
+    generator = extra.get("generator")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise _refuse("generator", generator, "give a torch.Generator (it seeds the shuffle order and the "
+                          "augmentation, as in DataLoader) or seed=")
+        if options.get("seed") is not None:
+            raise ValueError("seed= and generator= both given: give one (generator= draws the seed)")
+    if extra.get("multiprocessing_context") is not None:
+        options["start_method"] = _start_method(extra["multiprocessing_context"], options)
+    distributed = None
+    if "sampler" in extra:
+        sampler = extra["sampler"]
+        if sampler is None:
+            # DataLoader's meaning: this process reads the whole dataset.
+            if options.get("rank", base.rank) is None and options.get("world_size", base.world_size) is None:
+                options.update(rank=0, world_size=1)
+        elif isinstance(sampler, DistributedSampler) and type(sampler).__iter__ is DistributedSampler.__iter__:
+            options.update(_distributed(sampler, options, base, dataset))
+            distributed = sampler
+        else:
+            raise _refuse("sampler", sampler, _sampler_advice(sampler))
+    return Translated(options, distributed, generator)
+
+
+def draw_seed(generator: torch.Generator | None = None) -> int:
+    """A seed drawn as DataLoader draws its base seed: an int64 >= 0 from ``generator``
+    (torch's default generator when None, so ``torch.manual_seed`` sets it)."""
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
+def order_seed(cfg: LoaderConfig, drawn: bool, world_size: int) -> int:
+    """The seed of the shuffle order: ``shuffle_seed``, else ``seed``; but 0 (as
+    DistributedSampler's default) where ``world_size`` ranks shard the data with a seed
+    each drew from its own generator: they must all deal the same order."""
+    if cfg.shuffle_seed is not None:
+        return cfg.shuffle_seed
+    return 0 if drawn and world_size > 1 else cfg.seed
+
+
+def resolve_seed(cfg: LoaderConfig, generator: torch.Generator | None = None) -> tuple[LoaderConfig, bool]:
+    """``cfg`` with its seed drawn if it has none; and whether it was drawn."""
+    if cfg.seed is not None:
+        return cfg, False
+    return cfg.replace(seed=draw_seed(generator)), True
