@@ -140,12 +140,12 @@ class Loader:
     def _make_source(self) -> Any:
         cfg = self.config
         if self.streaming:
-            if cfg.shuffle or cfg.backend != "process":
+            if (cfg.shuffle and not getattr(self._samples, "shuffles", False)) or cfg.backend != "process":
                 raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
                                  "backend='process' (or TFRecordDataset for random access)")
             return StreamSource(self._samples, batch_size=cfg.batch_size, drop_last=cfg.drop_last,
                                 on_error=cfg.on_error, seed=cfg.seed, rank=self.rank, world_size=self.world_size,
-                                options=self._options())
+                                options=self._options(), shuffle=cfg.shuffle)
         self.sampler = ShardedBatchSampler(len(self._samples), cfg.batch_size, shuffle=cfg.shuffle,
                                            drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
                                            world_size=self.world_size)
@@ -241,7 +241,7 @@ class Loader:
         if plan is None:
             return self._source.batches(epoch)
         if self.streaming:
-            return self._source.batches(epoch, start=plan.start)
+            return self._source.batches(epoch, start=plan.start, history=plan.history)
         return self._source.batches(epoch, plan.requests) if plan.requests else iter(())
 
     def _run(self, epoch: int, plan: resume.Plan | None,
@@ -322,7 +322,7 @@ class Loader:
             state: The states of all ranks of that run (a list, in any order), one merged
                 state (:func:`fastload.merge_states`), or the state of a single-rank run.
                 The number of ranks, workers and the backend may differ from that run's
-                (a stream needs the same ranks and workers): the samples no rank
+                (a TFRecordStream needs the same ranks and workers): the samples no rank
                 consumed are dealt out to this run's ranks, each exactly once (plus
                 padding, as DistributedSampler pads), with equal batch counts.
 
@@ -333,7 +333,8 @@ class Loader:
         merged = resume.as_merged(state)
         resume.check_matches(merged, self._settings())
         if self.streaming:
-            plan = resume.stream_plan(merged, self.rank, self.world_size, self.num_workers, len(self._source))
+            plan = resume.stream_plan(merged, self.rank, self.world_size, self.num_workers, len(self._source),
+                                      elastic=getattr(self._samples, "elastic", False))
         else:
             plan = resume.plan(merged, self.sampler.num_samples, self.rank, self.world_size)
         self._end_pass()
