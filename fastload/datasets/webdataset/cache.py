@@ -1,7 +1,7 @@
 """A bounded cache of whole shards on local disk, shared by every process of the machine.
 
 Layout under the cache folder: ``shards/<digest>.tar`` (complete shards only),
-``partial/<digest>.<pid>.<n>`` (downloads under way), ``locks/<digest>.lock``. A
+``partial/<digest>.<pid>.<n>.<size>`` (downloads under way, each reserving its size), ``locks/<digest>.lock``. A
 download holds the shard's lock (``flock``: released by the kernel if the process dies),
 so one process downloads and the others wait and then find the file. A download is
 renamed into ``shards/`` only when complete and of the expected size: a partial one
@@ -28,6 +28,10 @@ _evicting = threading.Lock()  # threads of one process; processes use the .evict
 
 class CacheError(OSError):
     """The cache could not take a shard (disk full, unwritable folder); the shard is readable without it."""
+
+
+class CacheFull(CacheError):
+    """Every byte the limit allows is held by shards being downloaded now; the shard is read without the cache."""
 
 
 @contextmanager
@@ -107,8 +111,7 @@ class ShardCache:
             found = self.get(shard)
             if found is not None:
                 return found
-            self._make_room(shard.size)
-            tmp = os.path.join(partial, f"{shard.digest()}.{os.getpid()}.{next(_counter)}")
+            tmp = self._reserve(shard, partial)
             try:
                 with open(tmp, "wb") as f:
                     def sink(chunk: bytes) -> None:
@@ -146,23 +149,39 @@ class ShardCache:
                 out.append((st.st_mtime_ns, st.st_size, entry.path))
         return out
 
-    def _make_room(self, need: int) -> None:
-        """Removes least recently used shards (and dead processes' partial files) until ``need`` fits."""
+    def _reserve(self, shard: ShardId, partial: str) -> str:
+        """Makes room for ``shard`` beside the downloads under way (removing least recently used
+        shards and dead processes' partial files) and creates its partial file, which reserves
+        the room until it is renamed or removed.
+
+        Raises:
+            CacheFull: Downloads under way hold the room even with every shard removed.
+        """
         with _evicting, locked(os.path.join(self.root, "locks", ".evict")):
-            for name in os.listdir(self._dir("partial")):
+            reserved = 0
+            for name in os.listdir(partial):
                 parts = name.split(".")
-                if len(parts) == 3 and parts[1].isdigit() and not _alive(int(parts[1])):
-                    try:
-                        os.remove(os.path.join(self.root, "partial", name))
-                    except FileNotFoundError:
-                        pass
+                if len(parts) != 4 or not (parts[1].isdigit() and parts[3].isdigit()):
+                    continue
+                if _alive(int(parts[1])):
+                    reserved += int(parts[3])
+                    continue
+                try:
+                    os.remove(os.path.join(partial, name))
+                except FileNotFoundError:
+                    pass
             entries = sorted(self._entries())
-            total = sum(size for _, size, _ in entries)
+            total = sum(size for _, size, _ in entries) + reserved
             for _, size, path in entries:
-                if total + need <= self.limit:
+                if total + shard.size <= self.limit:
                     break
                 try:
                     os.remove(path)
                 except FileNotFoundError:
                     pass
                 total -= size
+            if total + shard.size > self.limit:
+                raise CacheFull(f"{shard.url}: downloads under way fill the shard cache {self.root}")
+            tmp = os.path.join(partial, f"{shard.digest()}.{os.getpid()}.{next(_counter)}.{shard.size}")
+            open(tmp, "wb").close()
+            return tmp

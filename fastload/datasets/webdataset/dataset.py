@@ -21,7 +21,7 @@ from ..tfrecord.plan import check_slot
 from .cache import ShardCache
 from .plan import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from .reader import SlotReader
-from .remote import Remote
+from .remote import Remote, is_url
 from .store import ShardStore
 from .table import MAX_TARGET_BYTES, SampleTable, TargetRule
 from .tar import ShardError
@@ -128,6 +128,10 @@ class WebDataset:
             shards = list(pool.map(self.store.identify, self.urls))
             indexes = list(tqdm(pool.map(self.store.index, shards), total=len(shards), desc="indexing shards",
                                 unit="shard", delay=2))
+        big = [s for s in shards if is_url(s.url) and self.store.cache is not None and not self.store.cache.fits(s)]
+        if big:
+            warnings.warn(f"fastload: {len(big)} shard(s) exceed cache_limit={cache_limit} bytes (e.g. {big[0].url}, "
+                          f"{big[0].size} bytes) and are read straight from the network", RuntimeWarning, stacklevel=2)
         for shard, index in zip(shards, indexes):
             if index.broken_offset >= 0:
                 warnings.warn(f"fastload: {shard.url}: {index.broken} (at byte {index.broken_offset}); its last "

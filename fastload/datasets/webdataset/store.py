@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cache import CacheError, ShardCache
+from .cache import CacheError, CacheFull, ShardCache
 from .index import ShardId, ShardIndex, group_members, load_index, save_index
 from .remote import DownloadError, Remote, is_url, local_path
 from .tar import Source, file_source, iter_members
@@ -83,6 +83,15 @@ class ShardStore:
     remote: Remote
     cache: ShardCache | None
     index_dir: str
+    cache_failed: bool = field(default=False, repr=False)  # this process stops trying after a write failure
+
+    def _cache_for(self, shard: ShardId) -> ShardCache | None:
+        return self.cache if self.cache is not None and self.cache.fits(shard) and not self.cache_failed else None
+
+    def _cache_error(self, error: CacheError) -> None:
+        self.cache_failed = True
+        warnings.warn(f"fastload: {error}; this process reads shards without the cache from now on",
+                      RuntimeWarning, stacklevel=3)
 
     def identify(self, url: str) -> ShardId:
         return self.remote.identify(url)
@@ -123,11 +132,14 @@ class ShardStore:
         def write(sink: Callable[[bytes], None]) -> None:
             found.append(self._scan(shard, sink))
 
-        if self.cache is not None and self.cache.fits(shard):
+        cache = self._cache_for(shard)
+        if cache is not None:
             try:
-                self.cache.fill(shard, write)
+                cache.fill(shard, write)
+            except CacheFull:
+                pass
             except CacheError as e:
-                warnings.warn(f"fastload: {e}; reading it without the cache", RuntimeWarning, stacklevel=3)
+                self._cache_error(e)
         if not found:
             write(lambda chunk: None)
         return found[0]
@@ -137,19 +149,22 @@ class ShardStore:
         now when missing, checked against the index); None when it is remote and cannot be cached."""
         if not is_url(shard.url):
             return local_path(shard.url)
-        if self.cache is None or not self.cache.fits(shard):
+        cache = self._cache_for(shard)
+        if cache is None:
             return None
-        found = self.cache.get(shard)
+        found = cache.get(shard)
         if found is not None:
             return found
         index = self.index(shard)  # the stored index; a missing one is rebuilt by a download into the cache
-        found = self.cache.get(shard)
+        found = cache.get(shard)
         if found is not None:
             return found
         try:
-            return self.cache.fill(shard, lambda sink: self._check(shard, index, sink))
+            return cache.fill(shard, lambda sink: self._check(shard, index, sink))
+        except CacheFull:
+            return None
         except CacheError as e:
-            warnings.warn(f"fastload: {e}; reading it without the cache", RuntimeWarning, stacklevel=2)
+            self._cache_error(e)
             return None
 
     def _check(self, shard: ShardId, index: ShardIndex, sink: Callable[[bytes], None]) -> None:
