@@ -1,4 +1,4 @@
-"""convert(): read any dataset fastload opens, optionally re-encode, write LMDB or TFRecord, verify."""
+"""convert(): read any dataset fastload opens, optionally re-encode, write LMDB, TFRecord or WebDataset shards, verify."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ from tqdm import tqdm
 
 from ..datasets.open import open_dataset
 from ..datasets.tfrecord import TFRecordDataset, TFRecordStream
+from ..datasets.webdataset import WebDataset
 from ..decode import DecodeError, decode_image
 from .verify import verify
+from .wds_writer import write_wds
 from .writers import write_lmdb, write_tfrecord
+
+FORMATS = ("lmdb", "tfrecord", "wds")
 
 CHUNK = 512
 
@@ -64,10 +68,13 @@ def read_all(source: Any, workers: int, resize_shorter: int | None, quality: int
 
 def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, resize_shorter: int | None = None,
             quality: int | None = None, verify_output: bool = False, overwrite: bool = False,
-            progress: bool = True, **open_kwargs: Any) -> dict:
-    """Converts dataset ``src`` (anything open_dataset reads) to ``fmt`` ("lmdb" or "tfrecord") at ``dst``.
+            progress: bool = True, shard_bytes: int | None = None, shard_samples: int | None = None,
+            **open_kwargs: Any) -> dict:
+    """Converts dataset ``src`` (anything open_dataset reads) to ``fmt`` ("lmdb", "tfrecord" or
+    "wds": WebDataset tar shards of at most ``shard_bytes`` bytes or ``shard_samples`` samples,
+    1 GB when neither is given) at ``dst``.
 
-    Class names travel with the data (LMDB metadata record, TFRecord sidecar). Missing
+    Class names travel with the data (LMDB metadata record, TFRecord and WebDataset sidecars). Missing
     parent folders of ``dst`` are created. Output is written under a hidden temporary
     name and renamed when complete.
 
@@ -77,8 +84,8 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
     Raises:
         VerifyError: ``verify_output`` found records that do not read back (all listed).
     """
-    if fmt not in ("lmdb", "tfrecord"):
-        raise ValueError(f"format must be 'lmdb' or 'tfrecord', got {fmt!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if quality is not None and not 1 <= quality <= 100:
         raise ValueError(f"--quality must be in 1..100, got {quality}")
     if resize_shorter is not None and resize_shorter < 1:
@@ -88,10 +95,10 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
         raise ValueError(f"{src} is a compressed stream; decompress it to convert")
     n = len(source)
     classes = getattr(source, "classes", None)
-    labels = source.labels.copy() if not isinstance(source, TFRecordDataset) else None
+    labels = None if isinstance(source, (TFRecordDataset, WebDataset)) else source.labels.copy()
     start = time.perf_counter()
     records = read_all(source, workers, resize_shorter, quality, f"{os.path.basename(src)} → {fmt}", progress)
-    if labels is None:  # TFRecord labels are only known while reading
+    if labels is None:  # TFRecord and WebDataset labels are only known while reading
         got = np.zeros(n, np.int64)
 
         def record_labels(it):
@@ -102,6 +109,11 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
         records = record_labels(records)
     if fmt == "lmdb":
         crcs = write_lmdb(records, dst, n, classes, overwrite)
+    elif fmt == "wds":
+        if shard_bytes is None and shard_samples is None:
+            shard_bytes = 10**9
+        crcs = write_wds(records, dst, n, classes, shard_bytes=shard_bytes, shard_samples=shard_samples,
+                         overwrite=overwrite)
     else:
         names = getattr(source, "paths", None)
         crcs = write_tfrecord(records, dst, n, shards, classes, names.__getitem__ if names is not None else None,
