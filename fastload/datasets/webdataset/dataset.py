@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,12 +22,13 @@ from .cache import ShardCache
 from .plan import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from .reader import SlotReader
 from .remote import Remote, is_url
+from .sidecar import read_classes
 from .store import ShardStore
 from .table import MAX_TARGET_BYTES, SampleTable, TargetRule
 from .tar import ShardError
 from .urls import expand_urls
 
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff")
 TARGET_EXTS = ("cls", "json", "txt")
 DEFAULT_CACHE_LIMIT = 16 << 30
 
@@ -82,7 +83,8 @@ class WebDataset:
         label_key: Target extensions, in order of preference; None: no targets (-1).
         json_key: The field of a ``.json`` target object that holds the label.
         label_offset: Added to every target.
-        classes: Class names, so targets may name a class instead of its number.
+        classes: Class names, so targets may name a class instead of its number (default:
+            those of the shard set's sidecar, which fastload's converter writes).
         window: Shards whose samples one slot mixes (also what it holds at once).
         cache: Download remote shards whole into the shard cache (False: read each
             window's byte ranges straight from the network into memory).
@@ -139,6 +141,8 @@ class WebDataset:
         self.table = SampleTable(shards, indexes, image_exts, target_exts)
         if len(self.table) == 0:
             raise ValueError(f"no samples in {self.urls[:3]}{' ...' if len(self.urls) > 3 else ''}")
+        if classes is None:
+            classes = read_classes(self.urls, self.store.remote)
         self.rule = TargetRule(target_exts, json_key, label_offset, tuple(classes) if classes is not None else None)
         self.classes = list(classes) if classes is not None else None
         self.transform = as_compose(transform)
@@ -206,7 +210,10 @@ class WebDataset:
             ShardError: The sample has no target member, or one that is too large.
             ValueError: The target is not a label (see :class:`.table.TargetRule`).
         """
-        n = record.number
+        return self._target(record.number, lambda offset, size: record.reader.read(record.chunk, record.number,
+                                                                                   offset, size))
+
+    def _target(self, n: int, read: Callable[[int, int], bytes]) -> int:
         kind = int(self.table.target_kind.array[n])
         if not self.rule.exts:
             return -1
@@ -218,11 +225,43 @@ class WebDataset:
         if size > MAX_TARGET_BYTES:
             raise ShardError(url, offset, f"a target member of {size} bytes (the limit is {MAX_TARGET_BYTES})")
         try:
-            return self.rule.parse(record.reader.read(record.chunk, n, offset, size), kind)
+            return self.rule.parse(read(offset, size), kind)
         except ValueError as e:
             if isinstance(e, ShardError):
                 raise
             raise ShardError(url, offset, f"sample {self.table.keys[n]!r}: {e}") from e
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        """Sample ``index``'s encoded image and target, by random access (for converters and checks;
+        training reads through :meth:`records_for`).
+
+        Raises:
+            IndexError: ``index`` is out of range.
+            ShardError, DownloadError, FileNotFoundError: It cannot be read.
+        """
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for a dataset of {len(self)} samples")
+        error = self.table.error(index)
+        if error is not None:
+            raise error
+        shard = self.table.shards[int(self.table.shard.array[index])]
+        path = self.store.local_file(shard)
+
+        def member(offset: int, size: int) -> bytes:
+            if path is None:
+                return self.store.span(shard, offset, offset + size)
+            with open(path, "rb") as f:
+                data = os.pread(f.fileno(), size, offset)
+            if len(data) != size:
+                raise ShardError(shard.url, offset + len(data), f"the member at byte {offset} needs {size} bytes")
+            return data
+
+        return member(int(self.table.image_offset.array[index]), int(self.table.image_size.array[index])), \
+            self._target(index, member)
+
+    def describe(self, index: int) -> str:
+        """``"<url> sample '<key>' at byte <offset>"``."""
+        return self.table.where(index)
 
     def decode(self, record: ShardRecord, epoch: int, seed: int, *, out: np.ndarray | None = None) -> np.ndarray:
         """Reads and decodes ``record``'s image, transformed with the rng of (seed, epoch, record.number).
