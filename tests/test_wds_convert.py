@@ -30,7 +30,7 @@ def _shards(dst):
 
 def test_folder_to_shards_by_samples_reads_back(folder, tmp_path):
     dst = str(tmp_path / "wds")
-    stats = convert(folder, dst, "wds", shard_samples=10, verify_output=True, progress=False)
+    stats = convert(folder, dst, "wds", shard_samples=10, verify_output=True, progress=False, shuffle_seed=None)
     assert stats["records"] == 24 and _shards(dst) == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
     assert sorted(os.listdir(dst)) == _shards(dst) + ["shard.fastload.json"]
     with tarfile.open(os.path.join(dst, "shard-000000.tar")) as t:
@@ -46,7 +46,7 @@ def test_folder_to_shards_by_samples_reads_back(folder, tmp_path):
 def test_shard_size_in_bytes(folder, tmp_path):
     dst = str(tmp_path / "wds")
     target = 40_000
-    convert(folder, dst, "wds", shard_bytes=target, progress=False)
+    convert(folder, dst, "wds", shard_bytes=target, progress=False, shuffle_seed=None)
     sizes = [os.path.getsize(os.path.join(dst, f)) for f in _shards(dst)]
     assert len(sizes) > 2
     # the tar end blocks and record padding come on top of the members counted against the target
@@ -58,11 +58,24 @@ def test_shard_size_in_bytes(folder, tmp_path):
 def test_lmdb_and_tfrecord_to_shards_and_back(folder, tmp_path, via):
     first, shards, back = str(tmp_path / "first"), str(tmp_path / "wds"), str(tmp_path / "back")
     convert(folder, first, via, shards=2, progress=False)
-    convert(first, shards, "wds", shard_samples=7, verify_output=True, progress=False)
+    convert(first, shards, "wds", shard_samples=7, verify_output=True, progress=False, shuffle_seed=None)
     convert(shards, back, "lmdb", verify_output=True, progress=False)  # and read back by the converter itself
     want = _pairs(fl.ImageFolder(folder))
     assert _pairs(fl.open_dataset(shards)) == want and _pairs(fl.LMDBDataset(back)) == want
     assert fl.open_dataset(shards).classes == fl.LMDBDataset(back).classes == ["c0", "c1", "c2"]
+
+
+def test_samples_are_written_in_a_shuffled_order_keyed_by_source_index(folder, tmp_path):
+    dst = str(tmp_path / "wds")
+    convert(folder, dst, "wds", shard_samples=10, verify_output=True, progress=False)  # shuffle_seed=0
+    src, back = fl.ImageFolder(folder), fl.open_dataset(dst)
+    keys = [int(back.table.keys[i]) for i in range(len(back))]
+    assert sorted(keys) == list(range(24)) and keys != sorted(keys)
+    assert _pairs(back) == [_pairs(src)[k] for k in keys]  # each sample is its source's bytes and label
+    again = str(tmp_path / "again")
+    convert(folder, again, "wds", shard_samples=10, progress=False)
+    assert [open(os.path.join(again, f), "rb").read() for f in _shards(again)] == \
+        [open(os.path.join(dst, f), "rb").read() for f in _shards(dst)]  # the same seed writes the same bytes
 
 
 def test_verify_catches_a_changed_sample(folder, tmp_path):
@@ -71,7 +84,7 @@ def test_verify_catches_a_changed_sample(folder, tmp_path):
     import zlib
 
     dst = str(tmp_path / "wds")
-    convert(folder, dst, "wds", shard_samples=100, progress=False)
+    convert(folder, dst, "wds", shard_samples=100, progress=False, shuffle_seed=None)
     src = fl.ImageFolder(folder)
     crcs = np.array([zlib.crc32(src.read(i)[0]) for i in range(len(src))], np.uint32)
     verify(dst, crcs, src.labels, progress=False)

@@ -34,6 +34,9 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
         size.add_argument("--shard-size", type=byte_size, default=None, metavar="BYTES",
                           help="target bytes per shard, e.g. 500MB (default: 1GB)")
         size.add_argument("--shard-samples", type=int, default=None, metavar="N", help="samples per shard")
+        p.add_argument("--seed", type=int, default=0, help="the order samples are written in (default: %(default)s)")
+        p.add_argument("--no-shuffle", action="store_true", help="write samples in the source's order (a stream "
+                       "mixes only a few shards at a time: keep this off for class-sorted sources)")
     p.add_argument("--workers", type=int, default=4, help="parallel readers (default: %(default)s)")
     p.add_argument("--resize-shorter", type=int, default=None, metavar="S", help="re-encode with shorter side <= S")
     p.add_argument("--quality", type=int, default=None, metavar="Q", help="re-encode as JPEG at quality Q")
@@ -44,7 +47,8 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     kwargs = {"root": args.root} if args.root else {}
     try:
         if fmt == "wds":
-            kwargs.update(shard_bytes=args.shard_size, shard_samples=args.shard_samples)
+            kwargs.update(shard_bytes=args.shard_size, shard_samples=args.shard_samples,
+                          shuffle_seed=None if args.no_shuffle else args.seed)
         stats = convert(args.src, args.dst, fmt, shards=getattr(args, "shards", 1), workers=args.workers,
                         resize_shorter=args.resize_shorter, quality=args.quality, verify_output=args.verify,
                         overwrite=args.overwrite, **kwargs)

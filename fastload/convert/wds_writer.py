@@ -1,8 +1,7 @@
 """Writer of WebDataset tar shards (``<prefix>-000000.tar`` ...), staged then published.
 
 Each sample ``<key>.<ext>`` (the image's bytes as they came, ``ext`` from its signature)
-plus ``<key>.cls`` (the label as text); keys are the source index, zero-padded, so
-shards list samples in source order. Members carry no owner and mtime 0, so a rerun
+plus ``<key>.cls`` (the label as text); keys are the source index, zero-padded. Members carry no owner and mtime 0, so a rerun
 writes the same bytes. A sidecar ``<prefix>.fastload.json`` holds the class names and
 each shard's sample count.
 """
@@ -44,8 +43,12 @@ def _add(out: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def write_wds(records: Records, dst: str, n: int, classes: Sequence[str] | None, *, shard_bytes: int | None = None,
-              shard_samples: int | None = None, prefix: str = "shard", overwrite: bool = False) -> np.ndarray:
+              shard_samples: int | None = None, keys: np.ndarray | None = None, prefix: str = "shard",
+              overwrite: bool = False) -> np.ndarray:
     """Writes WebDataset shards into folder ``dst``; returns the crc32 of every image's bytes.
+
+    ``records`` come as (position, bytes, label); the sample at position ``j`` gets key
+    ``keys[j]`` (default ``j``), zero-padded.
 
     A shard ends before the sample that would take it past ``shard_bytes`` (every shard
     holds at least one sample) or once it holds ``shard_samples``.
@@ -72,7 +75,7 @@ def write_wds(records: Records, dst: str, n: int, classes: Sequence[str] | None,
                 name = f"{prefix}-{len(counts):06d}.tar"
                 out = tarfile.open(os.path.join(tmp, name), "w", format=tarfile.GNU_FORMAT)
                 counts[name], size, count = 0, 0, 0
-            key = f"{i:0{width}d}"
+            key = f"{i if keys is None else int(keys[i]):0{width}d}"
             _add(out, f"{key}.{image_ext(data)}", data)
             _add(out, f"{key}.cls", str(label).encode())
             crcs[i] = zlib.crc32(data)
