@@ -1,19 +1,20 @@
-"""One slot's reads: chunk by chunk, the next chunks' shards fetched in a background thread.
+"""One slot's reads: chunk by chunk, the shards fetched ahead in a background thread.
 
 A chunk is a run of the slot's samples that needs at most a window of shards. Preparing
 it opens each of its shards as a local file (the shard itself, or its copy in the shard
 cache, downloaded now if missing), or, without a cache, reads the byte span of the
-chunk's members of each shard into memory with one ranged request. While the worker
-decodes chunk ``c``, a background thread prepares chunks ``c + 1 .. c + ahead``, so
-downloads overlap decoding. A shard that cannot be read makes every read of it fail
-with the error that names its URL and byte offset.
+chunk's members of each shard into memory with one ranged request. One background
+thread prepares the chunk being read and then ``ahead`` more, shard by shard in the
+order they are first needed; a read waits only for its own shard, so downloads overlap
+decoding. A shard that cannot be read makes every read of it fail with the error that
+names its URL and byte offset.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -23,23 +24,45 @@ from .tar import ShardError
 MAX_MEMBER_BYTES = 1 << 30  # an image or target larger than this is corruption, not data
 
 
-@dataclass
 class Prepared:
-    """The shards of one chunk, ready to read: open files, in-memory spans, or why not."""
+    """The shards of one chunk as the background thread gets to them: an open file, an
+    in-memory span (first byte, bytes), or the error that keeps it from being read."""
 
-    files: dict[int, Any] = field(default_factory=dict)
-    spans: dict[int, tuple[int, bytes]] = field(default_factory=dict)
-    errors: dict[int, Exception] = field(default_factory=dict)
+    def __init__(self, shards: list[int]) -> None:
+        self.order = shards
+        self._ready = {s: threading.Event() for s in shards}
+        self._lock = threading.Lock()
+        self.closed = False
+        self.files: dict[int, Any] = {}
+        self.spans: dict[int, tuple[int, bytes]] = {}
+        self.errors: dict[int, Exception] = {}
+
+    def put(self, shard: int, *, file: Any = None, span: tuple[int, bytes] | None = None,
+            error: Exception | None = None) -> None:
+        with self._lock:
+            if self.closed:
+                if file is not None:
+                    file.close()
+                return
+            if file is not None:
+                self.files[shard] = file
+            elif span is not None:
+                self.spans[shard] = span
+            else:
+                self.errors[shard] = error
+        self._ready[shard].set()
+
+    def wait(self, shard: int) -> None:
+        self._ready[shard].wait()
 
     def close(self) -> None:
-        for f in self.files.values():
-            f.close()
-        self.files, self.spans = {}, {}
-
-
-def _close_when_done(future: Future) -> None:
-    if not future.cancelled() and future.exception() is None:
-        future.result().close()
+        with self._lock:
+            self.closed = True
+            for f in self.files.values():
+                f.close()
+            self.files, self.spans = {}, {}
+        for event in self._ready.values():  # nobody waits on a closed chunk
+            event.set()
 
 
 class SlotReader:
@@ -55,43 +78,40 @@ class SlotReader:
     def __init__(self, table: Any, store: Any, chunks: list[np.ndarray], ahead: int) -> None:
         self.table, self.store, self.chunks, self.ahead = table, store, chunks, ahead
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: dict[int, Future] = {}
-        self._current, self._prepared = -1, Prepared()
+        self._pending: dict[int, Prepared] = {}
+        self._current, self._prepared = -1, Prepared([])
 
-    def prepare(self, k: int) -> Prepared:
-        """Opens or fetches every shard that chunk ``k`` reads from."""
+    def _fill(self, k: int, prepared: Prepared) -> None:
         numbers = self.chunks[k]
         shards = self.table.shard.array[numbers]
-        out = Prepared()
-        for shard in dict.fromkeys(shards.tolist()):
+        for shard in prepared.order:
+            if prepared.closed:
+                return
             try:
                 path = self.store.local_file(self.table.shards[shard])
                 if path is not None:
-                    out.files[shard] = open(path, "rb")
+                    prepared.put(shard, file=open(path, "rb"))
                     continue
-                mine = numbers[shards == shard]
-                lo, hi = self.table.span(mine)
-                out.spans[shard] = (lo, self.store.span(self.table.shards[shard], lo, hi))
+                lo, hi = self.table.span(numbers[shards == shard])
+                prepared.put(shard, span=(lo, self.store.span(self.table.shards[shard], lo, hi)))
             except Exception as e:
-                out.errors[shard] = e
-        return out
+                prepared.put(shard, error=e)
 
     def _schedule(self, k: int) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="fastload-shards")
-        for j in range(k + 1, min(len(self.chunks), k + 1 + self.ahead)):
+        for j in range(k, min(len(self.chunks), k + 1 + self.ahead)):
             if j not in self._pending:
-                self._pending[j] = self._pool.submit(self.prepare, j)
+                order = list(dict.fromkeys(self.table.shard.array[self.chunks[j]].tolist()))
+                self._pending[j] = prepared = Prepared(order)
+                self._pool.submit(self._fill, j, prepared)
 
     def _enter(self, k: int) -> None:
         self._prepared.close()
-        future = self._pending.pop(k, None)
-        for j in [j for j in self._pending if j < k]:  # skipped over: close what they opened
-            self._pending.pop(j).add_done_callback(_close_when_done)
-        self._prepared = future.result() if future is not None else self.prepare(k)
-        self._current = k
-        if self.ahead:
-            self._schedule(k)
+        for j in [j for j in self._pending if j < k]:  # skipped over: stop fetching for them
+            self._pending.pop(j).close()
+        self._schedule(k)
+        self._prepared, self._current = self._pending.pop(k), k
 
     def read(self, chunk: int, number: int, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of the shard of sample ``number`` (in chunk ``chunk``).
@@ -107,6 +127,7 @@ class SlotReader:
         if size > MAX_MEMBER_BYTES:
             raise ShardError(url, offset, f"a member of {size} bytes (the limit is {MAX_MEMBER_BYTES})")
         prepared = self._prepared
+        prepared.wait(shard)
         if shard in prepared.errors:
             raise prepared.errors[shard]
         if shard in prepared.files:
@@ -120,9 +141,8 @@ class SlotReader:
         return data
 
     def close(self) -> None:
-        for future in self._pending.values():
-            future.cancel()
-            future.add_done_callback(_close_when_done)
+        for prepared in self._pending.values():
+            prepared.close()
         self._pending = {}
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)

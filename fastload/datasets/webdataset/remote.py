@@ -146,7 +146,7 @@ class Remote:
         """
         fs, path = filesystem(shard.url, self.storage_options)
         streaming = fs.protocol in STREAMING or (isinstance(fs.protocol, tuple) and fs.protocol[0] in STREAMING)
-        done, attempt = 0, 0
+        done, failures = 0, 0
         while done < shard.size:
             reached = done
             try:
@@ -170,12 +170,12 @@ class Remote:
                 if isinstance(e, FileNotFoundError):
                     raise FileNotFoundError(f"{shard.url}: no such shard (not found by the server, at byte "
                                             f"{done})") from e
-                attempt = 0 if done > reached else attempt + 1  # progress earns a fresh set of retries
-                if not transient(e) or attempt > self.retries:
+                failures = 1 if done > reached else failures + 1  # progress earns a fresh set of retries
+                if not transient(e) or failures > self.retries:
                     raise DownloadError(shard.url, done, f"the download broke off after {done} of {shard.size} "
-                                                         f"bytes ({attempt} attempt(s) without progress): "
-                                                         f"{type(e).__name__}: {e}") from e
-                self._wait(max(0, attempt - 1))
+                                                         f"bytes ({failures} failed attempt(s) since the last "
+                                                         f"progress): {type(e).__name__}: {e}") from e
+                self._wait(failures - 1)
 
     def read(self, shard: ShardId, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end - 1`` of the shard (one ranged request, retried).
