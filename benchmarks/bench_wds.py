@@ -14,7 +14,10 @@ batches, with the same workers and batch size, shuffled:
   .batched(bs, collation_fn=<timm's fast_collate>)`` in ``wds.WebLoader`` workers
   (batching in the workers, its recommended setup; HTTP through its curl pipe).
 
-Rounds run each pipeline for one epoch in turn; the median round is reported with the range.
+Rounds run each pipeline for one epoch in turn. Reported: each pipeline's median rate with
+its range, and each ratio as the median of the per-round ratios (the pipelines of a round
+run back to back, so a ratio within a round is what load from other jobs on a shared
+machine disturbs least).
 """
 
 from __future__ import annotations
@@ -125,20 +128,30 @@ def main() -> None:
                 finally:
                     if hasattr(loader, "close"):
                         loader.close()
-                shutil.rmtree(os.path.join(tmp, f"cache{k}"), ignore_errors=True) if "HTTP" in name else None
+                if name.startswith("fastload, HTTP"):
+                    shutil.rmtree(os.path.join(tmp, f"cache{k}"), ignore_errors=True)
         med = {name: median(r) for name, r in rates.items()}
         for name, r in rates.items():
             print(f"{name:30s} {med[name]:8.0f} images/s  (range {min(r):.0f}-{max(r):.0f})")
-        http_vs_disk = med["fastload, HTTP (cold cache)"] / med["fastload, disk"]
-        vs_wds = med["fastload, HTTP (cold cache)"] / med["webdataset, HTTP"]
-        vs_wds_disk = med["fastload, disk"] / med["webdataset, disk"]
-        print(f"fastload HTTP / fastload disk: {http_vs_disk:.2f} (target >= 0.90)")
-        print(f"fastload HTTP / webdataset HTTP: {vs_wds:.2f}x (target >= 1.5x); disk / disk: {vs_wds_disk:.2f}x")
+
+        def ratio(a: str, b: str) -> tuple[float, list[float]]:
+            per_round = [x / y for x, y in zip(rates[a], rates[b])]
+            return median(per_round), per_round
+
+        http_vs_disk, r1 = ratio("fastload, HTTP (cold cache)", "fastload, disk")
+        vs_wds, r2 = ratio("fastload, HTTP (cold cache)", "webdataset, HTTP")
+        vs_wds_disk, r3 = ratio("fastload, disk", "webdataset, disk")
+        show = lambda r: ", ".join(f"{x:.2f}" for x in r)  # noqa: E731
+        print(f"fastload HTTP / fastload disk: {http_vs_disk:.2f} (target >= 0.90; rounds: {show(r1)})")
+        print(f"fastload HTTP / webdataset HTTP: {vs_wds:.2f}x (target >= 1.5x; rounds: {show(r2)})")
+        print(f"fastload disk / webdataset disk: {vs_wds_disk:.2f}x (rounds: {show(r3)})")
         report("bench_wds", args, {"photos": photo_set_record(root), "shards": len(names), "per_shard": per_shard,
                                    "megabytes": size_mb, "workers": args.workers, "batch_size": args.batch_size,
                                    "rounds": rounds, "images_per_s": med, "ranges": rates,
                                    "http_vs_disk": http_vs_disk, "http_vs_webdataset": vs_wds,
-                                   "disk_vs_webdataset_disk": vs_wds_disk})
+                                   "disk_vs_webdataset_disk": vs_wds_disk,
+                                   "per_round_ratios": {"http_vs_disk": r1, "http_vs_webdataset": r2,
+                                                        "disk_vs_webdataset_disk": r3}})
     finally:
         server.kill()
         server.wait()

@@ -75,8 +75,9 @@ def check_header(block: bytes, url: str, offset: int) -> None:
     stored = _number(block[148:156], "checksum", url, offset)
     head = block[:148] + b"        " + block[156:]
     unsigned = sum(head)
-    signed = unsigned - 256 * sum(1 for b in head if b > 127)
-    if stored not in (unsigned, signed):
+    if stored == unsigned:
+        return
+    if stored != unsigned - 256 * sum(1 for b in head if b > 127):  # old tars summed signed bytes
         raise ShardError(url, offset, "tar header checksum mismatch (not a tar file, or corrupt)")
 
 
