@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.bench-installed
 $(STAMP): pyproject.toml constraints.txt
 	@sh scripts/ensure_turbojpeg.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,roi]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,roi,remote]'
 	@# Real photographs for benchmarks, the demo and quality tests (data files only: no deps).
 	$(PY) -m pip install -q --no-deps -c constraints.txt scikit-image
 	@touch $(STAMP)

@@ -10,14 +10,18 @@ from .batch import HostBatch, SampleError, SkippedSample
 from .collate import fast_collate
 from .config import LoaderConfig
 from .datasets import (
+    DownloadError,
     ImageDataset,
     ImageFolder,
     ImageList,
     LMDBDataset,
+    ShardError,
+    ShardRecord,
     StreamRecord,
     TFRecordDataset,
     TFRecordError,
     TFRecordStream,
+    WebDataset,
     WrappedDataset,
     open_dataset,
 )
@@ -35,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CudaPrefetcher",
     "DecodeError",
+    "DownloadError",
     "HostBatch",
     "ImageDataset",
     "ImageFolder",
@@ -44,6 +49,8 @@ __all__ = [
     "LoaderConfig",
     "Normalizer",
     "SampleError",
+    "ShardError",
+    "ShardRecord",
     "ShardedBatchSampler",
     "SharedArray",
     "SkippedSample",
@@ -52,6 +59,7 @@ __all__ = [
     "TFRecordDataset",
     "TFRecordError",
     "TFRecordStream",
+    "WebDataset",
     "WorkerFailure",
     "WrappedDataset",
     "decode_image",

@@ -281,7 +281,7 @@ class Loader:
             state: The states of all ranks of that run (a list, in any order), one merged
                 state (:func:`fastload.merge_states`), or the state of a single-rank run.
                 The number of ranks, workers and the backend may differ from that run's
-                (a stream needs the same ranks and workers): the samples no rank
+                (a TFRecordStream needs the same ranks and workers): the samples no rank
                 consumed are dealt out to this run's ranks, each exactly once (plus
                 padding, as DistributedSampler pads), with equal batch counts.
 

@@ -20,7 +20,8 @@ State keys (plain Python values, safe for ``torch.load(weights_only=True)``):
   ``shuffle_seed`` (the order's: a DistributedSampler's seed, else ``seed``), ``batch_size``,
   ``shuffle``, ``drop_last``, ``drop_uneven``; ``dataset``: ``{"len", "fingerprint"}``
   (states saved before ``shuffle_seed`` and ``drop_uneven`` existed read as ``seed`` and False);
-- streams only: ``num_workers`` (a stream resumes by record position in each reading slot).
+- streams only: ``num_workers`` (with the world size it lays out the reading slots; history
+  entries of streams carry their own).
 """
 
 from __future__ import annotations
@@ -44,13 +45,24 @@ FINGERPRINT_SAMPLES = 16
 
 @dataclass(frozen=True)
 class Stage:
-    """Part of an epoch run on ``world_size`` ranks, rank r handing out ``consumed[r]`` batches."""
+    """Part of an epoch run on ``world_size`` ranks, rank r handing out ``consumed[r]`` batches
+    (streams: with ``num_workers`` workers per rank, which lay out their reading slots)."""
 
     world_size: int
     consumed: tuple[int, ...]
+    num_workers: int | None = None
 
     def as_dict(self) -> dict:
-        return {"world_size": self.world_size, "consumed": list(self.consumed)}
+        out = {"world_size": self.world_size, "consumed": list(self.consumed)}
+        if self.num_workers is not None:
+            out["num_workers"] = self.num_workers
+        return out
+
+    def continued_by(self, world_size: int, num_workers: int | None) -> bool:
+        """Whether a stage on ``world_size`` ranks (× ``num_workers``) simply goes on with this
+        one: the same layout, and every rank stopped at the same batch."""
+        return (self.world_size == world_size and self.num_workers == num_workers
+                and len(set(self.consumed)) == 1)
 
 
 @dataclass(frozen=True)
@@ -109,8 +121,8 @@ def compact(stages: Sequence[Stage]) -> tuple[Stage, ...]:
         if not any(stage.consumed):
             continue
         last = out[-1] if out else None
-        if last is not None and last.world_size == stage.world_size and len(set(last.consumed)) == 1:
-            out[-1] = Stage(stage.world_size, tuple(last.consumed[0] + c for c in stage.consumed))
+        if last is not None and last.continued_by(stage.world_size, stage.num_workers):
+            out[-1] = Stage(stage.world_size, tuple(last.consumed[0] + c for c in stage.consumed), stage.num_workers)
         else:
             out.append(stage)
     return tuple(out)
@@ -120,7 +132,7 @@ def rank_state(*, epoch: int, rank: int, world_size: int, consumed: int, history
                settings: dict, num_workers: int | None = None) -> dict:
     """One rank's state (see the module docstring); ``settings`` holds SETTINGS and ``dataset``."""
     history = list(history)
-    if history and history[-1].world_size == world_size and len(set(history[-1].consumed)) == 1:
+    if history and history[-1].continued_by(world_size, num_workers):
         consumed += history.pop().consumed[0]  # the same as this rank going on with its own batches
     state = {"version": VERSION, "epoch": epoch, "rank": rank, "world_size": world_size, "consumed": consumed,
              "history": [s.as_dict() for s in history], **{k: settings[k] for k in SETTINGS},
@@ -264,7 +276,9 @@ def stages(state: dict) -> tuple[Stage, ...]:
         if not isinstance(entry, dict):
             raise ValueError(f"loader state: a history entry must be a dict, got {entry!r}")
         world_size = _int(entry.get("world_size"), "world_size", 1)
-        out.append(Stage(world_size, _ints(entry.get("consumed"), world_size, "consumed")))
+        workers = entry.get("num_workers")
+        out.append(Stage(world_size, _ints(entry.get("consumed"), world_size, "consumed"),
+                         None if workers is None else _int(workers, "num_workers")))
     return compact(out)
 
 
@@ -282,21 +296,27 @@ def plan(state: dict, num_samples: int, rank: int, world_size: int) -> Plan | No
     return Plan(epoch, done, tuple(batched(epoch, mine, batch_size)))
 
 
-def stream_plan(state: dict, rank: int, world_size: int, num_workers: int, num_batches: int) -> Plan:
-    """The pass a stream loader (``num_batches`` per epoch) runs after loading ``state``: each
-    reading slot goes on from its record position, which needs the same ranks and workers
-    (the slots depend on both)."""
-    if state["history"] or state["world_size"] != world_size or state.get("num_workers") != num_workers:
-        raise ValueError(f"a stream resumes only on the same ranks and workers: the state is of "
-                         f"world_size={state['world_size']}, num_workers={state.get('num_workers')}, this loader "
-                         f"has {world_size} and {num_workers}")
-    consumed = _ints(state["consumed"], world_size, "consumed")
-    if len(set(consumed)) != 1:
-        raise ValueError(f"stream loader states consumed different numbers of batches per rank {list(consumed)}; "
-                         "a stream resumes only where every rank stopped at the same batch")
-    if consumed[rank] > num_batches:
-        raise ValueError(f"loader state: {consumed[rank]} batches consumed, but the stream's epoch has {num_batches}")
-    return Plan(state["epoch"], start=consumed[rank])
+def stream_plan(state: dict, rank: int, world_size: int, num_workers: int, num_batches: int,
+                elastic: bool = False) -> Plan:
+    """The pass a stream loader (``num_batches`` per epoch) runs after loading ``state``.
+
+    On the ranks and workers of the run that saved it, where every rank stopped at the same
+    batch, each reading slot goes on from its record position (``start``). Otherwise the
+    saved stages become the pass's ``history``, which only an ``elastic`` stream (one that
+    re-deals what they left, e.g. WebDataset) can resume.
+    """
+    done = stages(state)
+    history, start = done, 0
+    if done and done[-1].continued_by(world_size, num_workers):
+        history, start = done[:-1], done[-1].consumed[0]
+    if history and not elastic:
+        raise ValueError(f"this stream resumes only on the same ranks and workers, where every rank stopped at "
+                         f"the same batch: the state is of world_size={state['world_size']}, num_workers="
+                         f"{state.get('num_workers')}, consumed={state['consumed']}; this loader has "
+                         f"{world_size} and {num_workers}")
+    if start > num_batches:
+        raise ValueError(f"loader state: {start} batches consumed, but the stream's epoch has {num_batches}")
+    return Plan(state["epoch"], history=history, start=start)
 
 
 def dataset_size(dataset: Any) -> int:

@@ -13,7 +13,8 @@ sys.path.insert(0, BENCH)
 from run_all import BENCHMARKS  # noqa: E402
 
 
-OWN_TESTS = ("bench_resize", "bench_decode_plan")  # tests/test_bench_<name>.py check their output
+# tests/test_bench_<name>.py check their output (test_bench_wds.py: bench_wds and wds_shuffle)
+OWN_TESTS = ("bench_resize", "bench_decode_plan", "bench_wds", "wds_shuffle")
 SLOW = ("bench_spawn_start",)  # spawned workers: most of a minute even in --quick mode
 
 

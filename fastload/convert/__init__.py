@@ -1,4 +1,4 @@
-"""Convert any dataset fastload reads into fastload's LMDB layout or TFRecord shards.
+"""Convert any dataset fastload reads into fastload's LMDB layout, TFRecord shards or WebDataset shards.
 
 Output is written under a hidden temporary name and renamed at the end, so an
 interrupted run never leaves something that opens as a dataset. Used by ``tools/*.py``.
@@ -8,7 +8,8 @@ from .cli import main
 from .run import convert, read_all, reencode
 from .staging import clean_leftovers
 from .verify import VerifyError, verify
+from .wds_writer import write_wds
 from .writers import write_lmdb, write_tfrecord
 
 __all__ = ["VerifyError", "clean_leftovers", "convert", "main", "read_all", "reencode", "verify", "write_lmdb",
-           "write_tfrecord"]
+           "write_tfrecord", "write_wds"]

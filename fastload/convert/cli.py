@@ -1,4 +1,4 @@
-"""The command line of tools/folder2lmdb.py and tools/folder2tfrecord.py."""
+"""The command line of tools/folder2lmdb.py, tools/folder2tfrecord.py and tools/folder2wds.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,20 @@ from .run import convert
 from .verify import VerifyError
 
 
+def byte_size(text: str) -> int:
+    """``"500MB"``, ``"1.5G"``, ``"4096"`` as bytes (K, M, G, T: powers of 1000)."""
+    units = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    body = text.strip().upper().removesuffix("B")
+    unit = body[-1:] if body[-1:] in units else ""
+    try:
+        value = float(body[: len(body) - len(unit)]) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 500MB, 1G, 4096)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a shard size must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
 def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     """Parses ``argv`` and converts; exits 2 on bad input, 1 when ``--verify`` finds bad records."""
     p = argparse.ArgumentParser(description=description)
@@ -15,6 +29,14 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     p.add_argument("dst", help="output LMDB directory" if fmt == "lmdb" else "output folder for the shards")
     if fmt == "tfrecord":
         p.add_argument("--shards", type=int, default=1, help="number of TFRecord files (default: %(default)s)")
+    if fmt == "wds":
+        size = p.add_mutually_exclusive_group()
+        size.add_argument("--shard-size", type=byte_size, default=None, metavar="BYTES",
+                          help="target bytes per shard, e.g. 500MB (default: 1GB)")
+        size.add_argument("--shard-samples", type=int, default=None, metavar="N", help="samples per shard")
+        p.add_argument("--seed", type=int, default=0, help="the order samples are written in (default: %(default)s)")
+        p.add_argument("--no-shuffle", action="store_true", help="write samples in the source's order (a stream "
+                       "mixes only a few shards at a time: keep this off for class-sorted sources)")
     p.add_argument("--workers", type=int, default=4, help="parallel readers (default: %(default)s)")
     p.add_argument("--resize-shorter", type=int, default=None, metavar="S", help="re-encode with shorter side <= S")
     p.add_argument("--quality", type=int, default=None, metavar="Q", help="re-encode as JPEG at quality Q")
@@ -24,6 +46,9 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     args = p.parse_args(argv)
     kwargs = {"root": args.root} if args.root else {}
     try:
+        if fmt == "wds":
+            kwargs.update(shard_bytes=args.shard_size, shard_samples=args.shard_samples,
+                          shuffle_seed=None if args.no_shuffle else args.seed)
         stats = convert(args.src, args.dst, fmt, shards=getattr(args, "shards", 1), workers=args.workers,
                         resize_shorter=args.resize_shorter, quality=args.quality, verify_output=args.verify,
                         overwrite=args.overwrite, **kwargs)

@@ -1,4 +1,4 @@
-"""convert(): read any dataset fastload opens, optionally re-encode, write LMDB or TFRecord, verify."""
+"""convert(): read any dataset fastload opens, optionally re-encode, write LMDB, TFRecord or WebDataset shards, verify."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ from tqdm import tqdm
 
 from ..datasets.open import open_dataset
 from ..datasets.tfrecord import TFRecordDataset, TFRecordStream
+from ..datasets.webdataset import WebDataset
 from ..decode import DecodeError, decode_image
 from .verify import verify
+from .wds_writer import write_wds
 from .writers import write_lmdb, write_tfrecord
+
+FORMATS = ("lmdb", "tfrecord", "wds")
 
 CHUNK = 512
 
@@ -36,14 +40,16 @@ def reencode(data: bytes, resize_shorter: int | None, quality: int) -> bytes:
 
 
 def read_all(source: Any, workers: int, resize_shorter: int | None, quality: int | None,
-             desc: str, progress: bool) -> Iterator[tuple[int, bytes, int]]:
-    """(index, encoded bytes, label) in index order, read by ``workers`` threads.
+             desc: str, progress: bool, order: np.ndarray | None = None) -> Iterator[tuple[int, bytes, int]]:
+    """(position, encoded bytes, label) in position order, read by ``workers`` threads: position
+    ``j`` holds source index ``order[j]`` (default: ``j``).
 
     Raises:
         DecodeError: An image does not decode for re-encoding (names the source record and index).
     """
 
-    def fetch(i: int) -> tuple[int, bytes, int]:
+    def fetch(j: int) -> tuple[int, bytes, int]:
+        i = j if order is None else int(order[j])
         data, label = source.read(i)
         data = bytes(data)
         if resize_shorter or quality:
@@ -51,7 +57,7 @@ def read_all(source: Any, workers: int, resize_shorter: int | None, quality: int
                 data = reencode(data, resize_shorter, quality or 90)
             except Exception as e:
                 raise DecodeError(f"cannot re-encode index {i} ({source.describe(i)}): {type(e).__name__}: {e}") from e
-        return i, data, label
+        return j, data, label
 
     n = len(source)
     with ThreadPoolExecutor(max(1, workers)) as pool, \
@@ -64,10 +70,18 @@ def read_all(source: Any, workers: int, resize_shorter: int | None, quality: int
 
 def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, resize_shorter: int | None = None,
             quality: int | None = None, verify_output: bool = False, overwrite: bool = False,
-            progress: bool = True, **open_kwargs: Any) -> dict:
-    """Converts dataset ``src`` (anything open_dataset reads) to ``fmt`` ("lmdb" or "tfrecord") at ``dst``.
+            progress: bool = True, shard_bytes: int | None = None, shard_samples: int | None = None,
+            shuffle_seed: int | None = 0, **open_kwargs: Any) -> dict:
+    """Converts dataset ``src`` (anything open_dataset reads) to ``fmt`` ("lmdb", "tfrecord" or
+    "wds": WebDataset tar shards of at most ``shard_bytes`` bytes or ``shard_samples`` samples,
+    1 GB when neither is given) at ``dst``.
 
-    Class names travel with the data (LMDB metadata record, TFRecord sidecar). Missing
+    WebDataset shards get the samples in an order drawn from ``shuffle_seed`` (None: the
+    source's order), since a stream mixes only the shards a reader holds at once: a
+    class-sorted source would otherwise give batches of a few classes. Each sample's key
+    is its source index.
+
+    Class names travel with the data (LMDB metadata record, TFRecord and WebDataset sidecars). Missing
     parent folders of ``dst`` are created. Output is written under a hidden temporary
     name and renamed when complete.
 
@@ -77,8 +91,8 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
     Raises:
         VerifyError: ``verify_output`` found records that do not read back (all listed).
     """
-    if fmt not in ("lmdb", "tfrecord"):
-        raise ValueError(f"format must be 'lmdb' or 'tfrecord', got {fmt!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if quality is not None and not 1 <= quality <= 100:
         raise ValueError(f"--quality must be in 1..100, got {quality}")
     if resize_shorter is not None and resize_shorter < 1:
@@ -88,10 +102,15 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
         raise ValueError(f"{src} is a compressed stream; decompress it to convert")
     n = len(source)
     classes = getattr(source, "classes", None)
-    labels = source.labels.copy() if not isinstance(source, TFRecordDataset) else None
+    order = None
+    if fmt == "wds" and shuffle_seed is not None:
+        order = np.random.default_rng(shuffle_seed).permutation(n)
+    labels = None if isinstance(source, (TFRecordDataset, WebDataset)) else source.labels.copy()
+    if labels is not None and order is not None:
+        labels = labels[order]
     start = time.perf_counter()
-    records = read_all(source, workers, resize_shorter, quality, f"{os.path.basename(src)} → {fmt}", progress)
-    if labels is None:  # TFRecord labels are only known while reading
+    records = read_all(source, workers, resize_shorter, quality, f"{os.path.basename(src)} → {fmt}", progress, order)
+    if labels is None:  # TFRecord and WebDataset labels are only known while reading
         got = np.zeros(n, np.int64)
 
         def record_labels(it):
@@ -102,6 +121,11 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
         records = record_labels(records)
     if fmt == "lmdb":
         crcs = write_lmdb(records, dst, n, classes, overwrite)
+    elif fmt == "wds":
+        if shard_bytes is None and shard_samples is None:
+            shard_bytes = 10**9
+        crcs = write_wds(records, dst, n, classes, shard_bytes=shard_bytes, shard_samples=shard_samples,
+                         keys=order, overwrite=overwrite)
     else:
         names = getattr(source, "paths", None)
         crcs = write_tfrecord(records, dst, n, shards, classes, names.__getitem__ if names is not None else None,

@@ -6,18 +6,23 @@ from .folder import IMG_EXTENSIONS, ImageFolder, ImageList
 from .lmdb_dataset import LMDBDataset
 from .open import open_dataset
 from .tfrecord import StreamRecord, TFRecordDataset, TFRecordError, TFRecordStream
+from .webdataset import DownloadError, ShardError, ShardRecord, WebDataset
 from .wrap import WrappedDataset
 
 __all__ = [
+    "DownloadError",
     "IMG_EXTENSIONS",
     "ImageDataset",
     "ImageFolder",
     "ImageList",
     "LMDBDataset",
+    "ShardError",
+    "ShardRecord",
     "StreamRecord",
     "TFRecordDataset",
     "TFRecordError",
     "TFRecordStream",
+    "WebDataset",
     "WrappedDataset",
     "open_dataset",
     "sample_rng",

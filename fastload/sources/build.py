@@ -40,11 +40,11 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
     options = WorkerOptions(workers, cfg.prefetch_factor, cfg.persistent_workers,
                             worker_start_method(cfg.start_method), cfg.timeout, pin, cfg.seed)
     if is_stream(samples):
-        if cfg.shuffle or cfg.backend != "process":
+        if (cfg.shuffle and not getattr(samples, "shuffles", False)) or cfg.backend != "process":
             raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
                              "backend='process' (or TFRecordDataset for random access)")
         return StreamSource(samples, batch_size=cfg.batch_size, drop_last=cfg.drop_last, on_error=cfg.on_error,
-                            seed=cfg.seed, rank=rank, world_size=world_size, options=options)
+                            seed=cfg.seed, rank=rank, world_size=world_size, options=options, shuffle=cfg.shuffle)
     sampler = ShardedBatchSampler(len(samples), cfg.batch_size, shuffle=cfg.shuffle, drop_last=cfg.drop_last,
                                   seed=cfg.seed if order_seed is None else order_seed, rank=rank,
                                   world_size=world_size, drop_uneven=cfg.drop_uneven, requests=epochs)

@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -37,6 +38,26 @@ def slot_batches_done(start: int, local: int, workers: int) -> int:
     return max(0, (start - local + workers - 1) // workers)
 
 
+@dataclass(frozen=True)
+class StreamOrder:
+    """What a stream that orders its own passes (``shuffles`` / ``elastic``, e.g. WebDataset)
+    is told with ``records_for(..., order=...)``; other streams are called without it.
+
+    Attributes:
+        epoch, seed: Draw the pass's order.
+        shuffle: Whether to shuffle at all.
+        batch_size: Turns the batch counts of ``history`` into records.
+        history: The stages of this epoch run before (:class:`fastload.resume.Stage`, with
+            ``num_workers``), when the pass resumes it; the pass reads what they left.
+    """
+
+    epoch: int
+    seed: int
+    shuffle: bool
+    batch_size: int
+    history: tuple = ()
+
+
 class _SlotBatches(torch.utils.data.IterableDataset):
     """One epoch of one rank: each worker batches its slot's records.
 
@@ -47,12 +68,13 @@ class _SlotBatches(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, stream: Any, epoch: int, seed: int, rank: int, world_size: int, batch_size: int,
-                 drop_last: bool, on_error: str, inflight: InFlight, start: int = 0) -> None:
+                 drop_last: bool, on_error: str, inflight: InFlight, start: int = 0,
+                 order: StreamOrder | None = None) -> None:
         super().__init__()
         self.stream, self.epoch, self.seed = stream, epoch, seed
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         self.drop_last, self.on_error, self.inflight = drop_last, on_error, inflight
-        self.start = start
+        self.start, self.order = start, order
 
     def _load(self, record: Any, worker: int) -> Loaded:
         self.inflight.begin(worker, record.number, self.epoch)
@@ -73,7 +95,8 @@ class _SlotBatches(torch.utils.data.IterableDataset):
         replaced by a good neighbour, so the count (and the rank's batch count) stays the same."""
         last: Loaded | None = None
         owed: list[SkippedSample] = []
-        records = self.stream.records_for(slot, slots, drop_last=self.drop_last)
+        ordered = {} if self.order is None else {"order": self.order}
+        records = self.stream.records_for(slot, slots, drop_last=self.drop_last, **ordered)
         for record in itertools.islice(records, skip, None):
             try:
                 item = self._load(record, worker)
@@ -122,15 +145,17 @@ class StreamSource:
     """HostBatches from a record stream (e.g. TFRecordStream), one DataLoader per epoch.
 
     Args:
-        stream: Has ``slot_length``, ``records_for`` and ``decode`` (see TFRecordStream).
-        batch_size, drop_last, on_error, seed: As in LoaderConfig.
+        stream: Has ``slot_length``, ``records_for`` and ``decode`` (see TFRecordStream);
+            with ``shuffles = True`` it can shuffle, with ``elastic = True`` resume on other
+            ranks and workers (both take a :class:`StreamOrder`).
+        batch_size, drop_last, on_error, seed, shuffle: As in LoaderConfig.
         rank, world_size: This rank among all.
         options: Worker count and settings (workers are started each epoch).
     """
 
     def __init__(self, stream: Any, *, batch_size: int, drop_last: bool, on_error: str, seed: int, rank: int,
-                 world_size: int, options: WorkerOptions) -> None:
-        self.stream, self.batch_size, self.drop_last = stream, batch_size, drop_last
+                 world_size: int, options: WorkerOptions, shuffle: bool = False) -> None:
+        self.stream, self.batch_size, self.drop_last, self.shuffle = stream, batch_size, drop_last, shuffle
         self.on_error, self.seed, self.rank, self.world_size = on_error, seed, rank, world_size
         self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
         self.inflight = InFlight(max(1, options.num_workers))
@@ -141,7 +166,9 @@ class StreamSource:
 
     @property
     def num_samples(self) -> int:
-        return int(self.stream.slot_length(1))
+        from ..resume import dataset_size
+
+        return dataset_size(self.stream)
 
     def __len__(self) -> int:
         workers = max(1, self.options.num_workers)
@@ -152,7 +179,8 @@ class StreamSource:
     def resume_plan(self, state: dict) -> Plan:
         from .. import resume
 
-        return resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self))
+        return resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self),
+                                  elastic=getattr(self.stream, "elastic", False))
 
     def state_fields(self) -> dict:
         return {"num_workers": self.options.num_workers}
@@ -161,12 +189,16 @@ class StreamSource:
         """Nothing to restart: every pass starts its own workers."""
 
     def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
-        """One epoch's batches of this rank, from its batch number ``plan.start`` on."""
+        """One epoch's batches of this rank, from its batch number ``plan.start`` on; after the
+        stages ``plan.history`` of the epoch, when it resumes one run on other ranks or workers."""
         if self._closed:
             raise RuntimeError(CLOSED)
-        start = 0 if plan is None else plan.start
+        start, history = (0, ()) if plan is None else (plan.start, tuple(plan.history))
+        order = None
+        if self.shuffle or history:
+            order = StreamOrder(epoch, self.seed, self.shuffle, self.batch_size, history)
         data = _SlotBatches(self.stream, epoch, self.seed, self.rank, self.world_size, self.batch_size,
-                            self.drop_last, self.on_error, self.inflight, start)
+                            self.drop_last, self.on_error, self.inflight, start, order)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
         yield from worker_batches(start_workers(loader, self.options), self.options, self.inflight, None)
 

@@ -1,0 +1,298 @@
+"""WebDataset: tar shards (local, HTTP(S), S3, anything fsspec reaches) as a shuffled, resumable stream."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ...decode import DecodeError, check_max_pixels, get_decoder
+from ...transforms import as_compose
+from ..base import sample_rng
+from ..tfrecord.index import cache_folder
+from ..tfrecord.plan import check_slot
+from .cache import ShardCache
+from .plan import by_shards, first_pass, fit, resumed_pass, slot_sizes
+from .reader import SlotReader
+from .remote import Remote, is_url
+from .sidecar import read_classes
+from .store import ShardStore
+from .table import MAX_TARGET_BYTES, SampleTable, TargetRule
+from .tar import ShardError
+from .urls import expand_urls
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff")
+TARGET_EXTS = ("cls", "json", "txt")
+DEFAULT_CACHE_LIMIT = 16 << 30
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """One sample as a slot reads it; its bytes are read when it is decoded.
+
+    Attributes:
+        number: The sample's position in storage order over all shards (a stable id that
+            seeds its augmentation).
+        where: ``"<url> sample '<key>' at byte <offset>"``.
+        error: Why the sample cannot be read at all (no image member, cut off), or None.
+        chunk: The reader's chunk the sample belongs to.
+    """
+
+    number: int
+    where: str
+    error: Exception | None
+    chunk: int
+    stream: WebDataset = field(repr=False)
+    reader: SlotReader = field(repr=False)
+
+    @property
+    def label(self) -> int:
+        """The sample's target (read from its target member)."""
+        return self.stream.target(self)
+
+
+class WebDataset:
+    """WebDataset-layout tar shards read as a stream: each sample once per epoch over all ranks
+    and workers, with equal batch counts on every rank, shuffled by (seed, epoch), resumable.
+
+    Members ``key.jpg``/``.jpeg``/``.png``/``.webp`` (the first present, see ``image_key``)
+    are images; ``key.cls``/``.json``/``.txt`` targets (see :mod:`.table` for how each
+    becomes an int). Shards are indexed once per machine (see the README for the cost)
+    and, when remote, downloaded whole into a bounded shared cache ahead of use.
+
+    Under ``fastload.Loader`` with ``shuffle=True`` the shard order and the sample order
+    within each window of ``window`` shards of a reading slot are drawn from (seed, epoch).
+    ``state_dict``/``load_state_dict`` resume mid-epoch on the same or another number of
+    ranks and workers.
+
+    Args:
+        urls: A path or URL (``https://``, ``s3://``, ...), a brace pattern
+            (``shard-{000000..000099}.tar``), a glob (local or object storage), a folder
+            of ``.tar`` files, or a list of these.
+        transform: Applied to each decoded image.
+        decoder: Decoder backend name; None picks the best available.
+        max_pixels: Images whose header claims more pixels fail before decoding.
+        image_key: Image extensions, in order of preference.
+        label_key: Target extensions, in order of preference; None: no targets (-1).
+        json_key: The field of a ``.json`` target object that holds the label.
+        label_offset: Added to every target.
+        classes: Class names, so targets may name a class instead of its number (default:
+            those of the shard set's sidecar, which fastload's converter writes).
+        window: Shards whose samples one slot mixes (also what it holds at once).
+        cache: Download remote shards whole into the shard cache (False: read each
+            window's byte ranges straight from the network into memory).
+        cache_dir: The cache folder (default ``~/.cache/fastload/webdataset``); indexes
+            go to its ``index`` folder unless ``index_dir`` says otherwise.
+        cache_limit: Most bytes of shards the cache keeps (least recently used evicted).
+        storage_options: Passed to fsspec (endpoint, credentials, ...).
+        retries: Further attempts after a transient network failure (backoff doubles).
+        ahead: Chunks (windows) a slot prepares in the background beyond the current one.
+        index_threads: Shards identified and indexed at once when the dataset is opened.
+
+    Raises:
+        FileNotFoundError: A shard does not exist (the message names it).
+        DownloadError: A shard cannot be downloaded for indexing (names URL and byte).
+        ShardError: A shard is not a tar archive.
+        ValueError: No samples, or bad arguments.
+    """
+
+    shuffles = True  # the Loader's shuffle=True orders it (shards and windows)
+    elastic = True  # resumes on any number of ranks and workers
+
+    def __init__(self, urls: Any, transform: Any = None, *, decoder: str | None = None, max_pixels: int | None = None,
+                 image_key: Sequence[str] = IMAGE_EXTS, label_key: Sequence[str] | None = TARGET_EXTS,
+                 json_key: str = "label", label_offset: int = 0, classes: Sequence[str] | None = None,
+                 window: int = 4, cache: bool = True, cache_dir: str | None = None,
+                 cache_limit: int = DEFAULT_CACHE_LIMIT, index_dir: str | None = None,
+                 storage_options: dict | None = None, retries: int = 5, ahead: int = 1,
+                 index_threads: int = 8) -> None:
+        for name, value, low in (("window", window, 1), ("ahead", ahead, 0), ("retries", retries, 0),
+                                 ("index_threads", index_threads, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        image_exts = (image_key,) if isinstance(image_key, str) else tuple(image_key)
+        target_exts = () if label_key is None else (label_key,) if isinstance(label_key, str) else tuple(label_key)
+        if not image_exts:
+            raise ValueError("image_key names no extension")
+        self.urls = expand_urls(urls, storage_options or {})
+        root = cache_folder("webdataset", cache_dir)
+        self.store = ShardStore(Remote(dict(storage_options or {}), retries),
+                                ShardCache(root, cache_limit) if cache else None,
+                                index_dir or os.path.join(root, "index"))
+        with ThreadPoolExecutor(min(index_threads, len(self.urls))) as pool:
+            shards = list(pool.map(self.store.identify, self.urls))
+            indexes = list(tqdm(pool.map(self.store.index, shards), total=len(shards), desc="indexing shards",
+                                unit="shard", delay=2))
+        big = [s for s in shards if is_url(s.url) and self.store.cache is not None and not self.store.cache.fits(s)]
+        if big:
+            warnings.warn(f"fastload: {len(big)} shard(s) exceed cache_limit={cache_limit} bytes (e.g. {big[0].url}, "
+                          f"{big[0].size} bytes) and are read straight from the network", RuntimeWarning, stacklevel=2)
+        for shard, index in zip(shards, indexes):
+            if index.broken_offset >= 0:
+                warnings.warn(f"fastload: {shard.url}: {index.broken} (at byte {index.broken_offset}); its last "
+                              "sample is yielded as an error record", RuntimeWarning, stacklevel=2)
+        self.table = SampleTable(shards, indexes, image_exts, target_exts)
+        if len(self.table) == 0:
+            raise ValueError(f"no samples in {self.urls[:3]}{' ...' if len(self.urls) > 3 else ''}")
+        if classes is None:
+            classes = read_classes(self.urls, self.store.remote)
+        self.rule = TargetRule(target_exts, json_key, label_offset, tuple(classes) if classes is not None else None)
+        self.classes = list(classes) if classes is not None else None
+        self.transform = as_compose(transform)
+        if decoder is not None:
+            get_decoder(decoder)  # fail now, naming the backend, not in a worker
+        check_max_pixels(max_pixels)
+        self.decoder, self.max_pixels = decoder, max_pixels
+        self.window, self.ahead = window, ahead
+
+    def __len__(self) -> int:
+        """Samples of all shards (error records included): one epoch's worth."""
+        return len(self.table)
+
+    def slot_length(self, num_slots: int, *, drop_last: bool = False) -> int:
+        """How many samples every one of ``num_slots`` slots yields in a first pass of an epoch.
+
+        Raises:
+            ValueError: Fewer samples than slots.
+        """
+        check_slot(0, num_slots)
+        if len(self) // num_slots == 0:
+            raise ValueError(f"{len(self)} samples cannot fill {num_slots} slots (ranks × workers); use fewer workers")
+        return slot_sizes(len(self), num_slots, drop_last)
+
+    def records_for(self, slot: int, num_slots: int, *, drop_last: bool = False,
+                    order: Any = None) -> Iterator[ShardRecord]:
+        """The samples of ``slot`` (``rank * num_workers + worker`` of ``world_size * num_workers``).
+
+        Args:
+            slot, num_slots: Which reader this is, of how many.
+            drop_last: Cut long slots to the shortest length instead of padding short ones.
+            order: The pass (a :class:`fastload.sources.stream.StreamOrder`: epoch, seed,
+                shuffle, batch size, and the stages of the epoch run before, if resumed);
+                None: the first pass of an unshuffled epoch.
+
+        Raises:
+            TypeError, ValueError: A bad slot, or a history that does not fit this dataset.
+        """
+        check_slot(slot, num_slots)
+        length = self.slot_length(num_slots, drop_last=drop_last)
+        counts = self.table.counts.array
+        if order is not None and order.history:
+            slots = resumed_pass(counts, num_slots, order.history, order.epoch, order.seed, order.shuffle,
+                                 order.batch_size, drop_last, self.window)
+            chunks = by_shards(slots[slot], self.table.shard.array, self.window)
+        else:
+            epoch, seed, shuffle = (order.epoch, order.seed, order.shuffle) if order is not None else (0, 0, False)
+            chunks = fit(first_pass(counts, slot, num_slots, epoch, seed, shuffle, self.window), length,
+                         np.zeros(0, np.int64))
+        return self._records(chunks)
+
+    def _records(self, chunks: list[np.ndarray]) -> Iterator[ShardRecord]:
+        reader = SlotReader(self.table, self.store, chunks, self.ahead)
+        try:
+            for k, numbers in enumerate(chunks):
+                for number in numbers.tolist():
+                    yield ShardRecord(number, self.table.where(number), self.table.error(number), k, self, reader)
+        finally:
+            reader.close()
+
+    def target(self, record: ShardRecord) -> int:
+        """The target of ``record``, read from its target member.
+
+        Raises:
+            ShardError: The sample has no target member, or one that is too large.
+            ValueError: The target is not a label (see :class:`.table.TargetRule`).
+        """
+        return self._target(record.number, lambda offset, size: record.reader.read(record.chunk, record.number,
+                                                                                   offset, size))
+
+    def _target(self, n: int, read: Callable[[int, int], bytes]) -> int:
+        kind = int(self.table.target_kind.array[n])
+        if not self.rule.exts:
+            return -1
+        url = self.table.shards[int(self.table.shard.array[n])].url
+        if kind < 0:
+            wanted = "/".join("." + e for e in self.rule.exts)
+            raise ShardError(url, None, f"sample {self.table.keys[n]!r} has no target member ({wanted})")
+        offset, size = int(self.table.target_offset.array[n]), int(self.table.target_size.array[n])
+        if size > MAX_TARGET_BYTES:
+            raise ShardError(url, offset, f"a target member of {size} bytes (the limit is {MAX_TARGET_BYTES})")
+        try:
+            return self.rule.parse(read(offset, size), kind)
+        except ValueError as e:
+            if isinstance(e, ShardError):
+                raise
+            raise ShardError(url, offset, f"sample {self.table.keys[n]!r}: {e}") from e
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        """Sample ``index``'s encoded image and target, by random access (for converters and checks;
+        training reads through :meth:`records_for`).
+
+        Raises:
+            IndexError: ``index`` is out of range.
+            ShardError, DownloadError, FileNotFoundError: It cannot be read.
+        """
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for a dataset of {len(self)} samples")
+        error = self.table.error(index)
+        if error is not None:
+            raise error
+        shard = self.table.shards[int(self.table.shard.array[index])]
+        path = self.store.local_file(shard)
+
+        def member(offset: int, size: int) -> bytes:
+            if path is None:
+                return self.store.span(shard, offset, offset + size)
+            with open(path, "rb") as f:
+                data = os.pread(f.fileno(), size, offset)
+            if len(data) != size:
+                raise ShardError(shard.url, offset + len(data), f"the member at byte {offset} needs {size} bytes")
+            return data
+
+        return member(int(self.table.image_offset.array[index]), int(self.table.image_size.array[index])), \
+            self._target(index, member)
+
+    def describe(self, index: int) -> str:
+        """``"<url> sample '<key>' at byte <offset>"``."""
+        return self.table.where(index)
+
+    def decode(self, record: ShardRecord, epoch: int, seed: int, *, out: np.ndarray | None = None) -> np.ndarray:
+        """Reads and decodes ``record``'s image, transformed with the rng of (seed, epoch, record.number).
+
+        Raises:
+            DecodeError: The image does not decode (the message names ``record.where``).
+            ShardError, DownloadError, FileNotFoundError: Its shard cannot be read.
+        """
+        if record.error is not None:
+            raise record.error
+        n = record.number
+        data = record.reader.read(record.chunk, n, int(self.table.image_offset.array[n]),
+                                  int(self.table.image_size.array[n]))
+        try:
+            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, n), out,
+                                         self.max_pixels)
+        except DecodeError as e:
+            raise DecodeError(f"sample {n} ({record.where}): {e}") from e
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, int]]:
+        """(image, label) of every sample in storage order, epoch 0, seed 0, in one process."""
+        for record in self.records_for(0, 1):
+            yield self.decode(record, 0, 0), record.label
+
+    def fingerprint(self) -> str:
+        """Tells shard sets apart by shard names and sample counts (not by where they are served)."""
+        digest = hashlib.sha256()
+        for shard, count in zip(self.table.shards, self.table.counts.array.tolist()):
+            digest.update(f"{shard.url.rsplit('/', 1)[-1]}:{count}\0".encode("utf-8", "surrogateescape"))
+        return digest.hexdigest()[:16]
+
+    def summary(self) -> dict:
+        return {"type": type(self).__name__, "samples": len(self), "shards": len(self.urls),
+                "classes": len(self.classes) if self.classes else None, "cache": self.store.cache is not None}

@@ -1,0 +1,159 @@
+"""A shard's index: its members grouped into samples by key, stored as plain arrays (.npz, no pickle).
+
+WebDataset's layout: a member ``dir/key.ext.more`` belongs to sample ``dir/key`` (the
+name up to the first dot of its last part) with extension ``ext.more`` (lower-cased);
+consecutive members with one key form one sample; names like ``__meta__`` are skipped.
+An index names, per member, its sample, extension, data offset and size, so any
+sample's bytes can be read from the shard (or a download of it) directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .tar import Member, ShardError
+
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_META = re.compile(r"__[^/]*__($|/)")
+
+
+@dataclass(frozen=True)
+class ShardId:
+    """What a shard's content is known by: its URL (or absolute path), size and version
+    (ETag or Last-Modified of an object, mtime of a local file)."""
+
+    url: str
+    size: int
+    version: str
+
+    def digest(self) -> str:
+        """A file-name-safe key for caches."""
+        return hashlib.sha256(f"{self.url}\0{self.size}\0{self.version}".encode("utf-8", "surrogateescape")
+                              ).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """The samples of one shard.
+
+    Attributes:
+        keys: One per sample, in shard order.
+        exts: The extensions that occur (``member_ext`` indexes them).
+        member_sample, member_ext, member_offset, member_size: One row per member.
+        broken_offset: Where the archive breaks (-1: it does not); the last sample is
+            then incomplete and every read of it fails with ``broken``.
+        broken: The problem at ``broken_offset`` ("" when none).
+    """
+
+    keys: list[str]
+    exts: list[str]
+    member_sample: np.ndarray
+    member_ext: np.ndarray
+    member_offset: np.ndarray
+    member_size: np.ndarray
+    broken_offset: int = -1
+    broken: str = ""
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """(sample key, lower-case extension) of a member name, or None for names that are no sample's."""
+    if _META.match(name):
+        return None
+    m = _NAME.match(name)
+    return (m.group(1), m.group(2).lower()) if m else None
+
+
+def group_members(members: Iterable[Member], url: str) -> ShardIndex:
+    """Groups ``members`` into samples; a ShardError while reading them marks the index broken.
+
+    Raises:
+        ShardError: One sample holds two members with the same extension.
+    """
+    keys: list[str] = []
+    ext_ids: dict[str, int] = {}
+    rows: list[tuple[int, int, int, int]] = []
+    seen: set[str] = set()
+    broken_offset, broken = -1, ""
+    it = iter(members)
+    while True:
+        try:
+            member = next(it)
+        except StopIteration:
+            break
+        except ShardError as e:
+            if not keys:  # nothing readable at all: not a shard
+                raise
+            broken_offset, broken = (e.offset if e.offset is not None else 0), e.problem
+            break
+        parts = split_name(member.name)
+        if parts is None:
+            continue
+        key, ext = parts
+        if not keys or key != keys[-1]:
+            keys.append(key)
+            seen = set()
+        if ext in seen:
+            raise ShardError(url, member.offset, f"sample {key!r} has two members with extension {ext!r}")
+        seen.add(ext)
+        rows.append((len(keys) - 1, ext_ids.setdefault(ext, len(ext_ids)), member.offset, member.size))
+    table = np.asarray(rows, np.int64).reshape(-1, 4)
+    return ShardIndex(keys, list(ext_ids), table[:, 0].astype(np.int32), table[:, 1].astype(np.int16),
+                      table[:, 2].copy(), table[:, 3].copy(), broken_offset, broken)
+
+
+def _pack(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), np.uint8), offsets
+
+
+def _unpack(data: np.ndarray, offsets: np.ndarray) -> list[str]:
+    raw = data.tobytes()
+    return [raw[a:b].decode("utf-8", "surrogateescape") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+
+def save_index(path: str, index: ShardIndex, shard: ShardId) -> None:
+    """Writes ``index`` atomically (a temporary file renamed into place)."""
+    keys_data, keys_offsets = _pack(index.keys)
+    exts_data, exts_offsets = _pack(index.exts)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}.npz"
+    np.savez(tmp, version=np.int64(FORMAT_VERSION), size=np.int64(shard.size), keys_data=keys_data,
+             keys_offsets=keys_offsets, exts_data=exts_data, exts_offsets=exts_offsets,
+             member_sample=index.member_sample, member_ext=index.member_ext, member_offset=index.member_offset,
+             member_size=index.member_size, broken_offset=np.int64(index.broken_offset),
+             broken=np.frombuffer(index.broken.encode(), np.uint8))
+    os.replace(tmp, path)
+
+
+def load_index(path: str, shard: ShardId) -> ShardIndex | None:
+    """The index stored at ``path`` if it is a consistent one of a shard of ``shard.size`` bytes, else None."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["version"]) != FORMAT_VERSION or int(z["size"]) != shard.size:
+                return None
+            keys, exts = _unpack(z["keys_data"], z["keys_offsets"]), _unpack(z["exts_data"], z["exts_offsets"])
+            index = ShardIndex(keys, exts, z["member_sample"].astype(np.int32), z["member_ext"].astype(np.int16),
+                               z["member_offset"].astype(np.int64), z["member_size"].astype(np.int64),
+                               int(z["broken_offset"]), z["broken"].tobytes().decode())
+    except (OSError, KeyError, ValueError, TypeError):
+        return None
+    rows = {len(a) for a in (index.member_sample, index.member_ext, index.member_offset, index.member_size)}
+    sample, size = index.member_sample, shard.size
+    ok = (len(rows) == 1 and (not len(sample) or (
+        sample.min() >= 0 and sample.max() < len(keys) and np.all(np.diff(sample) >= 0)
+        and index.member_ext.min() >= 0 and index.member_ext.max() < len(exts)
+        and index.member_offset.min() >= 0 and index.member_size.min() >= 0
+        and np.all(index.member_offset + index.member_size <= size))))
+    return index if ok else None

@@ -1,0 +1,170 @@
+"""Where a shard's index and bytes come from: a local file, the shard cache, or the network.
+
+A shard is indexed once per machine and content (URL, size, version): a local file by
+hopping from tar header to tar header, a remote one by scanning its headers while it
+is downloaded, into the shard cache when there is one. The index is stored under the
+index folder (``<digest>.npz``); later opens read only that and one metadata request.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from .cache import CacheError, CacheFull, ShardCache
+from .index import ShardId, ShardIndex, group_members, load_index, save_index
+from .remote import Remote, is_url, local_path
+from .tar import Source, file_source, iter_members
+
+
+class _Tee:
+    """A Source over streamed chunks that hands every chunk to ``sink`` as it arrives."""
+
+    def __init__(self, chunks: Iterator[bytes], sink: Callable[[bytes], None]) -> None:
+        self.chunks, self.sink = chunks, sink
+        self.buf, self.pos = b"", 0
+
+    def _next(self) -> bytes | None:
+        chunk = next(self.chunks, None)
+        if chunk is not None:
+            self.sink(chunk)
+        return chunk
+
+    def read(self, n: int) -> bytes:
+        while len(self.buf) - self.pos < n:
+            chunk = self._next()
+            if chunk is None:
+                break
+            self.buf, self.pos = self.buf[self.pos:] + chunk, 0
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += len(out)
+        return out
+
+    def skip(self, n: int) -> None:
+        have = len(self.buf) - self.pos
+        if n <= have:
+            self.pos += n
+            return
+        n -= have
+        self.buf, self.pos = b"", 0
+        while n > 0:
+            chunk = self._next()
+            if chunk is None:
+                return
+            if len(chunk) > n:
+                self.buf, self.pos = chunk, n
+                return
+            n -= len(chunk)
+
+    def drain(self) -> None:
+        while self._next() is not None:
+            pass
+
+
+@dataclass
+class ShardStore:
+    """Indexes and bytes of shards.
+
+    Attributes:
+        remote: Network access (fsspec) and its retry policy.
+        cache: The shard cache, or None to read remote shards straight from the network.
+        index_dir: Where indexes are stored.
+    """
+
+    remote: Remote
+    cache: ShardCache | None
+    index_dir: str
+    cache_failed: bool = field(default=False, repr=False)  # this process stops trying after a write failure
+
+    def _cache_for(self, shard: ShardId) -> ShardCache | None:
+        return self.cache if self.cache is not None and self.cache.fits(shard) and not self.cache_failed else None
+
+    def _cache_error(self, error: CacheError) -> None:
+        self.cache_failed = True
+        warnings.warn(f"fastload: {error}; this process reads shards without the cache from now on",
+                      RuntimeWarning, stacklevel=3)
+
+    def identify(self, url: str) -> ShardId:
+        return self.remote.identify(url)
+
+    def index(self, shard: ShardId) -> ShardIndex:
+        """The shard's index: the stored one, else built (and stored) now.
+
+        Raises:
+            FileNotFoundError, DownloadError: The shard cannot be read.
+            ShardError: It is not a tar archive (its first header is bad).
+        """
+        path = os.path.join(self.index_dir, shard.digest() + ".npz")
+        index = load_index(path, shard) if os.path.isfile(path) else None
+        if index is not None:
+            return index
+        if is_url(shard.url):
+            index = self._download(shard)
+        else:
+            with open(local_path(shard.url), "rb") as f:
+                index = group_members(iter_members(file_source(f), shard.url, shard.size), shard.url)
+        try:
+            save_index(path, index, shard)
+        except OSError as e:  # costs a rescan next time, nothing else
+            warnings.warn(f"fastload: cannot store the index of {shard.url} under {self.index_dir}: {e}",
+                          RuntimeWarning, stacklevel=2)
+        return index
+
+    def _scan(self, shard: ShardId, sink: Callable[[bytes], None]) -> ShardIndex:
+        tee = _Tee(self.remote.stream(shard), sink)
+        index = group_members(iter_members(tee, shard.url, shard.size), shard.url)
+        tee.drain()
+        return index
+
+    def _download(self, shard: ShardId) -> ShardIndex:
+        """Scans the shard while it downloads, into the cache when it can take it."""
+        found: list[ShardIndex] = []
+
+        def write(sink: Callable[[bytes], None]) -> None:
+            found.append(self._scan(shard, sink))
+
+        cache = self._cache_for(shard)
+        if cache is not None:
+            try:
+                cache.fill(shard, write)
+            except CacheFull:
+                pass
+            except CacheError as e:
+                self._cache_error(e)
+        if not found:
+            write(lambda chunk: None)
+        return found[0]
+
+    def local_file(self, shard: ShardId) -> str | None:
+        """A local file holding the shard: the shard itself, or its cached download (made now
+        when missing); None when it is remote and cannot be cached.
+
+        The download is checked by its size only: the shard's URL, size and version
+        (ETag / Last-Modified) were fixed when it was indexed, and its bytes are not
+        scanned again.
+        """
+        if not is_url(shard.url):
+            return local_path(shard.url)
+        cache = self._cache_for(shard)
+        if cache is None:
+            return None
+        found = cache.get(shard)
+        if found is not None:
+            return found
+        try:
+            return cache.fill(shard, lambda sink: self._copy(shard, sink))
+        except CacheFull:
+            return None
+        except CacheError as e:
+            self._cache_error(e)
+            return None
+
+    def _copy(self, shard: ShardId, sink: Callable[[bytes], None]) -> None:
+        for chunk in self.remote.stream(shard):
+            sink(chunk)
+
+    def span(self, shard: ShardId, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end - 1`` of a remote shard, straight from the network."""
+        return self.remote.read(shard, start, end)

@@ -1,0 +1,186 @@
+"""WebDataset over local shards: samples and targets, error records, the index cache, and the
+Loader: shuffled epochs, each sample once per epoch on every rank, elastic resume."""
+
+import io
+import json
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+import fastload as fl
+from fastload.datasets.webdataset import store as store_module
+from fastload.datasets.webdataset import tar as tar_module
+
+from wds_servers import truncate, tar_offsets, write_shards
+
+SIZES = [5, 7, 4, 8]  # 24 samples
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+@pytest.fixture
+def shards(tmp_path):
+    write_shards(tmp_path / "data", SIZES)
+    return str(tmp_path / "data")
+
+
+def _ds(urls, **kw):
+    return fl.WebDataset(urls, fl.transforms.eval(16, resize=20), **kw)
+
+
+def _labels(loader):
+    return [y.tolist() for _, y in loader]
+
+
+OPTS = dict(batch_size=3, device="cpu", normalize=False, seed=4)
+
+
+@pytest.mark.parametrize("writer", ["webdataset", "tar"])
+def test_samples_and_targets_in_storage_order(tmp_path, writer):
+    root = tmp_path / writer
+    write_shards(root, [3, 4], writer=writer)
+    ds = _ds(str(root / "shard-{000000..000001}.tar"))
+    got = list(ds)
+    assert [y for _, y in got] == list(range(7)) and got[0][0].shape == (16, 16, 3)
+    assert len(ds) == 7 and ds.urls == [str(root / "shard-000000.tar"), str(root / "shard-000001.tar")]
+    assert isinstance(fl.open_dataset(str(root)), fl.WebDataset)
+    assert isinstance(fl.open_dataset(str(root / "*.tar")), fl.WebDataset)
+    assert isinstance(fl.open_dataset(str(root / "shard-000000.tar")), fl.WebDataset)
+
+
+def _tar(path, members):
+    with tarfile.open(path, "w") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def test_target_kinds_and_class_names(tmp_path, shards):
+    jpg = open(os.path.join(shards, "shard-000000.tar"), "rb").read()
+    with tarfile.open(os.path.join(shards, "shard-000000.tar")) as t:
+        jpg = t.extractfile("s00000.jpg").read()
+    path = str(tmp_path / "t.tar")
+    _tar(path, [("a.jpg", jpg), ("a.cls", b" 3\n"), ("b.png", jpg), ("b.json", json.dumps({"label": "dog"}).encode()),
+                ("c.jpeg", jpg), ("c.txt", b"cat"), ("d.webp", jpg), ("d.json", b"2"),
+                ("e.jpg", jpg), ("e.cls", b"1"), ("e.json", b"0")])  # .cls comes first by preference
+    ds = _ds(path, classes=["cat", "dog"], label_offset=10)
+    assert [r.label for r in ds.records_for(0, 1)] == [13, 11, 10, 12, 11]
+    bad = _ds(path)  # no class names: "dog" is no label
+    with pytest.raises(fl.ShardError, match=r"t.tar: sample 'b': the .json target 'dog' is not an integer label"):
+        [r.label for r in bad.records_for(0, 1)]
+    nested = str(tmp_path / "n.tar")
+    _tar(nested, [("a.jpg", jpg), ("a.json", b'{"y": 4}'), ("b.jpg", jpg)])
+    ds = _ds(nested, json_key="y")
+    a, b = list(ds.records_for(0, 1))
+    assert a.label == 4 and b.error is None
+    with pytest.raises(fl.ShardError, match="sample 'b' has no target member"):
+        b.label
+    assert [r.label for r in _ds(nested, label_key=None).records_for(0, 1)] == [-1, -1]
+
+
+def test_a_sample_without_an_image_and_a_cut_shard_are_error_records(tmp_path, shards):
+    path = os.path.join(shards, "shard-000001.tar")
+    offsets = tar_offsets(path)
+    truncate(path, offsets["s00009.jpg"] + 10)  # inside sample 9's image: samples 5-8 stay readable
+    with pytest.warns(RuntimeWarning, match="its last sample is yielded as an error record"):
+        ds = _ds(shards)
+    assert len(ds) == 5 + 5 + 4 + 8
+    records = list(ds.records_for(0, 1))
+    broken = [r for r in records if r.error is not None]
+    assert [r.number for r in broken] == [9]
+    assert "shard-000001.tar" in str(broken[0].error) and "at byte" in str(broken[0].error)
+    for record in records[5:9]:
+        assert ds.decode(record, 0, 0).shape == (16, 16, 3)
+
+
+def test_the_index_is_built_once_per_shard(shards, monkeypatch):
+    _ds(shards)
+    calls = []
+    real = tar_module.iter_members
+    monkeypatch.setattr(store_module, "iter_members", lambda *a: calls.append(a[1]) or real(*a))
+    again = _ds(shards)
+    assert calls == [] and len(again) == 24
+    os.utime(os.path.join(shards, "shard-000002.tar"), ns=(1, 1))  # a changed file is indexed again
+    _ds(shards)
+    assert [os.path.basename(c) for c in calls] == ["shard-000002.tar"]
+
+
+def test_shuffled_epochs_each_sample_once(shards):
+    ds = _ds(shards, window=2)
+    with fl.Loader(ds, num_workers=0, shuffle=True, **OPTS) as loader:
+        epochs = [sum(_labels(loader), []) for _ in range(2)]
+    for seen in epochs:
+        assert sorted(seen) == list(range(24))
+    assert epochs[0] != epochs[1] and epochs[0] != list(range(24))
+    with fl.Loader(ds, num_workers=0, shuffle=False, **OPTS) as loader:
+        assert sum(_labels(loader), []) == list(range(24))
+
+
+def test_ranks_get_equal_batches_and_each_sample_once(shards):
+    ds = _ds(shards, window=2)
+    seen, counts = [], set()
+    for rank in range(3):
+        with fl.Loader(ds, num_workers=2, shuffle=True, rank=rank, world_size=3, **OPTS) as loader:
+            batches = _labels(loader)
+        counts.add(len(batches))
+        seen += sum(batches, [])
+    assert len(counts) == 1 and sorted(seen) == list(range(24))
+
+
+@pytest.mark.parametrize("old,new", [((2, 2), (1, 2)), ((1, 2), (3, 0))])
+def test_resume_on_other_ranks_and_workers_finishes_the_epoch_once(shards, old, new):
+    ds = _ds(shards, window=2)
+    states, taken = [], []
+    for rank in range(old[0]):
+        with fl.Loader(ds, num_workers=old[1], shuffle=True, rank=rank, world_size=old[0], **OPTS) as loader:
+            it = iter(loader)
+            taken += sum([next(it)[1].tolist() for _ in range(rank + 1)], [])  # ranks stop at different batches
+            states.append(loader.state_dict())
+    rest, counts = [], set()
+    for rank in range(new[0]):
+        with fl.Loader(ds, num_workers=new[1], shuffle=True, rank=rank, world_size=new[0], **OPTS) as loader:
+            loader.load_state_dict(states)
+            batches = _labels(loader)
+            counts.add(len(batches))
+            rest += sum(batches, [])
+            assert loader.state_dict()["epoch"] == 1
+            assert sorted(sum(_labels(loader), [])) == list(range(24)) or new[0] > 1  # the next epoch is whole
+    assert len(counts) == 1
+    assert sorted(set(taken + rest)) == list(range(24)) and not set(taken) & set(rest)
+
+
+def test_on_error_skip_keeps_batch_counts(tmp_path, shards):
+    path = os.path.join(shards, "shard-000003.tar")
+    offsets = tar_offsets(path)
+    with open(path, "r+b") as f:  # sample 16's image is no JPEG any more
+        f.seek(offsets["s00016.jpg"])
+        f.write(b"\0" * 64)
+    ds = _ds(shards)
+    with fl.Loader(ds, num_workers=2, on_error="skip", **OPTS) as loader:
+        with pytest.warns(RuntimeWarning, match="skipped 1 bad sample"):
+            batches = _labels(loader)
+        assert len(batches) == len(loader) and [s.index for s in loader.skipped] == [16]
+    with fl.Loader(ds, num_workers=0, **OPTS) as loader:
+        with pytest.raises(Exception, match=r"shard-000003.tar sample 's00016' at byte \d+"):
+            _labels(loader)
+
+
+def test_fewer_samples_than_slots_and_bad_arguments(shards):
+    ds = _ds(os.path.join(shards, "shard-000002.tar"))
+    with pytest.raises(ValueError, match="4 samples cannot fill 5 slots"):
+        ds.slot_length(5)
+    with pytest.raises(ValueError, match="window must be an int >= 1"):
+        _ds(shards, window=0)
+    with pytest.raises(FileNotFoundError, match="no shards"):
+        _ds(os.path.join(shards, "*.nothing"))
+    with pytest.raises(ValueError, match="named twice"):
+        _ds([os.path.join(shards, "shard-000000.tar")] * 2)
+    with pytest.raises(FileNotFoundError, match="shard-000004.tar: no such shard"):
+        _ds(os.path.join(shards, "shard-{000003..000004}.tar"))
+    assert np.array_equal(_ds(shards).table.counts.array, SIZES)

@@ -1,0 +1,165 @@
+"""WebDataset over HTTP (http.server) and S3 (moto's server), both on 127.0.0.1: one download
+per shard per machine, the bounded cache, and the faults: a missing shard, a truncated
+one, a connection cut mid-download, a full cache."""
+
+import errno
+import os
+import threading
+
+import pytest
+
+import fastload as fl
+from fastload.datasets.webdataset import cache as cache_module
+from fastload.datasets.webdataset.cache import ShardCache
+from fastload.datasets.webdataset.remote import Remote
+from fastload.datasets.webdataset.store import ShardStore
+
+from wds_servers import http_server, s3_server, tar_offsets, truncate, write_shards
+
+SIZES = [6, 5, 7, 6]  # 24 samples
+URLS = "/shard-{000000..000003}.tar"
+OPTS = dict(batch_size=4, device="cpu", normalize=False, seed=1)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+@pytest.fixture
+def data(tmp_path):
+    write_shards(tmp_path / "data", SIZES)
+    return tmp_path / "data"
+
+
+def _ds(url, cache_dir, **kw):
+    return fl.WebDataset(url, fl.transforms.eval(16, resize=20), cache_dir=str(cache_dir), retries=2, **kw)
+
+
+def _epoch(ds, **kw):
+    with fl.Loader(ds, **{**OPTS, **kw}) as loader:
+        batches = [y.tolist() for _, y in loader]
+        return batches, len(loader), list(loader.skipped)
+
+
+def _tars(hits):
+    return {name: n for name, n in hits.items() if name.endswith(".tar")}  # leaves out the sidecar's lookups
+
+
+def _cached(root):
+    return tuple(sorted(os.listdir(os.path.join(root, d))) if os.path.isdir(os.path.join(root, d)) else []
+                 for d in ("shards", "partial"))
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_http_each_sample_once_and_one_download_per_shard(data, tmp_path, cache):
+    with http_server(data) as (base, hits):
+        ds = _ds(base + URLS, tmp_path / "c", cache=cache, window=2)
+        batches, n, _ = _epoch(ds, num_workers=2, shuffle=True)
+        assert sorted(sum(batches, [])) == list(range(24)) and len(batches) == n
+        if cache:  # indexed while downloaded into the cache; the epoch reads the cached copies
+            assert _tars(hits) == {f"shard-{i:06d}.tar": 1 for i in range(4)}
+            assert len(_cached(tmp_path / "c")[0]) == 4
+        else:  # indexed by streaming each shard once, then the epoch's byte ranges
+            assert _cached(tmp_path / "c") == ([], [])
+
+
+def test_s3_each_sample_once(data, tmp_path):
+    files = sorted(str(p) for p in data.iterdir())
+    with s3_server(files) as (bucket, options):
+        ds = _ds(bucket + "/*.tar", tmp_path / "c", storage_options=options)
+        assert ds.urls == [f"{bucket}/shard-{i:06d}.tar" for i in range(4)]
+        batches, n, _ = _epoch(ds, num_workers=2, shuffle=True)
+        assert sorted(sum(batches, [])) == list(range(24)) and len(batches) == n
+        direct = _ds(bucket + URLS, tmp_path / "d", storage_options=options, cache=False)
+        assert [y for _, y in direct] == list(range(24))
+
+
+def test_concurrent_readers_download_a_shard_once(data, tmp_path):
+    with http_server(data) as (base, hits):
+        ds = _ds(base + URLS, tmp_path / "c", cache=False)  # indexes: one GET per shard
+        store = ShardStore(Remote(retries=0), ShardCache(str(tmp_path / "shared"), 1 << 30), ds.store.index_dir)
+        paths = []
+        threads = [threading.Thread(target=lambda: paths.append([store.local_file(s) for s in ds.table.shards]))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(paths) == 4 and all(p == paths[0] for p in paths)
+        assert _tars(hits) == {f"shard-{i:06d}.tar": 2 for i in range(4)}  # the index's GET and one download
+
+
+def test_a_missing_shard(data, tmp_path):
+    with http_server(data) as (base, _):
+        with pytest.raises(FileNotFoundError, match=r"shard-000004.tar: no such shard .*at byte 0"):
+            _ds(base + "/shard-{000000..000004}.tar", tmp_path / "c")
+        ds = _ds(base + URLS, tmp_path / "c", cache=False)
+        os.remove(data / "shard-000002.tar")  # gone after it was indexed
+        with pytest.raises(Exception, match=r"shard-000002.tar: no such shard"):
+            _epoch(ds, num_workers=0)
+        batches, n, skipped = _epoch(ds, num_workers=2, on_error="skip")
+        assert len(batches) == n and all(len(b) == 4 for b in batches[:-1])
+        assert sorted(s.index for s in skipped) == list(range(11, 18))
+
+
+def test_a_truncated_shard(data, tmp_path):
+    path = data / "shard-000001.tar"
+    cut_at = tar_offsets(path)["s00008.jpg"] + 5
+    truncate(path, cut_at)
+    with http_server(data) as (base, _):
+        with pytest.warns(RuntimeWarning, match=r"shard-000001.tar: member 's00008.jpg' needs \d+ bytes"):
+            ds = _ds(base + URLS, tmp_path / "c")
+        assert len(ds) == 24 - 2  # samples 9 and 10 are beyond the cut; 8 is an error record
+        with pytest.raises(Exception, match=r"shard-000001.tar.*sample 's00008' is cut off.*at byte \d+"):
+            _epoch(ds, num_workers=0)
+        full = _ds(base + URLS, tmp_path / "d", cache=False)
+        truncate(data / "shard-000003.tar", 2000)  # cut after it was indexed
+        batches, n, skipped = _epoch(full, num_workers=0, on_error="skip")
+        # shard 1 now holds samples 6-8 (8 cut off), so shard 3 holds 16-21: its reads fail
+        assert len(batches) == n and {s.index for s in skipped} == {8, *range(16, 22)}
+        assert all("shard-000003.tar" in s.error and "at byte" in s.error for s in skipped if s.index >= 16)
+
+
+def test_a_connection_cut_mid_download(data, tmp_path):
+    size = os.path.getsize(data / "shard-000001.tar")
+    with http_server(data, faults={"shard-000001.tar": ("cut", 1)}) as (base, hits):
+        ds = _ds(base + URLS, tmp_path / "c")  # cut once: the retry goes on
+        assert hits["shard-000001.tar"] == 2 and [y for _, y in ds] == list(range(24))
+    with http_server(data, faults={"shard-000001.tar": ("cut", 99)}) as (base, hits):
+        with pytest.raises(fl.DownloadError, match=rf"shard-000001.tar: the download broke off after {size // 2} "
+                                                   rf"of {size} bytes.*at byte {size // 2}"):
+            _ds(base + URLS, tmp_path / "e")
+        assert hits["shard-000001.tar"] == 3  # retries=2
+        cached, partial = _cached(tmp_path / "e")
+        assert partial == [] and len(cached) == 3  # the other shards: a partial download never enters the cache
+
+
+def test_a_full_cache(data, tmp_path, monkeypatch):
+    sizes = sorted(os.path.getsize(p) for p in data.iterdir())
+    limit = sizes[0] + sizes[1]  # room for two of the four shards
+    with http_server(data) as (base, hits):
+        ds = _ds(base + URLS, tmp_path / "c", cache_limit=limit, window=1)
+        for _ in range(2):
+            batches, _, _ = _epoch(ds, num_workers=0, shuffle=True)
+            assert sorted(sum(batches, [])) == list(range(24))
+            assert ds.store.cache.usage() <= limit and _cached(tmp_path / "c")[1] == []
+        assert sum(_tars(hits).values()) > 4  # evicted shards were downloaded again
+        with pytest.warns(RuntimeWarning, match="exceed cache_limit=100 bytes"):
+            small = _ds(base + URLS, tmp_path / "s", cache_limit=100)
+        assert [y for _, y in small] == list(range(24)) and _cached(tmp_path / "s") == ([], [])
+
+        real_open = open
+
+        def disk_full(path, mode="r", *a, **kw):
+            f = real_open(path, mode, *a, **kw)
+            if "partial" in str(path):
+                def write(chunk):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                f.write = write
+            return f
+
+        monkeypatch.setattr(cache_module, "open", disk_full, raising=False)
+        with pytest.warns(RuntimeWarning, match="writing to the shard cache .* failed.*without the cache from now on"):
+            full = _ds(base + URLS, tmp_path / "f")
+        assert [y for _, y in full] == list(range(24)) and _cached(tmp_path / "f") == ([], [])

@@ -1,0 +1,143 @@
+"""Shards for the WebDataset tests, and the servers they are read from: all on 127.0.0.1,
+started by the test itself, stopped when it ends.
+
+- :func:`http_server`: Python's http.server over a folder; ``faults`` makes chosen paths
+  fail: ``"cut"`` sends the headers and half the body, then closes the socket.
+- :func:`s3_server`: moto's S3 server in a thread, with one bucket holding the files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import tarfile
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+from conftest import jpeg_bytes, make_image
+
+
+def write_shards(root, sizes, *, start=0, writer="webdataset", size=(24, 32), label_ext="cls") -> list[str]:
+    """Shards ``shard-000000.tar`` ... of ``sizes`` samples; sample n is key ``s<n>`` whose image
+    is make_image(n) and whose target is n. ``writer``: the webdataset package, or "tar"
+    (members written by the tar command from files on disk)."""
+    import webdataset as wds
+
+    os.makedirs(root, exist_ok=True)
+    paths, n = [], start
+    for s, count in enumerate(sizes):
+        path = os.path.join(str(root), f"shard-{s:06d}.tar")
+        samples = []
+        for _ in range(count):
+            target = str(n).encode() if label_ext != "json" else b'{"label": %d}' % n
+            samples.append((f"s{n:05d}", jpeg_bytes(make_image(n, *size)), target))
+            n += 1
+        if writer == "webdataset":
+            with wds.TarWriter(path) as w:
+                for key, jpg, target in samples:
+                    w.write({"__key__": key, "jpg": jpg, label_ext: target})
+        else:
+            _tar_command(path, samples, label_ext)
+        paths.append(path)
+    return paths
+
+
+def _tar_command(path, samples, label_ext):
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        names = []
+        for key, jpg, target in samples:
+            for ext, data in (("jpg", jpg), (label_ext, target)):
+                with open(os.path.join(tmp, f"{key}.{ext}"), "wb") as f:
+                    f.write(data)
+                names.append(f"{key}.{ext}")
+        subprocess.run(["tar", "-cf", os.path.abspath(path), "-C", tmp, *names], check=True)
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    faults: dict = {}
+    hits: dict = {}
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        name = self.path.lstrip("/")
+        self.hits[name] = self.hits.get(name, 0) + 1
+        fault = self.faults.get(name)
+        if fault is not None and fault[0] == "cut" and self.hits[name] <= fault[1]:
+            with open(self.translate_path(self.path), "rb") as f:
+                data = f.read()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(2)
+            self.close_connection = True
+            return
+        super().do_GET()
+
+
+@contextlib.contextmanager
+def http_server(root, faults=None):
+    """Serves ``root`` on 127.0.0.1; yields (base URL, hits per path).
+
+    ``faults``: {path: ("cut", n)}: the first n GETs of that path are cut halfway.
+    """
+    handler = type("Handler", (_Handler,), {"faults": dict(faults or {}), "hits": {}})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", handler.hits
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@contextlib.contextmanager
+def s3_server(files, bucket="shards"):
+    """moto's S3 server on 127.0.0.1 with ``bucket`` holding ``files`` (by base name); yields
+    (``s3://bucket``, fsspec storage options). Skips the test when moto is not installed."""
+    import pytest
+
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    start = time.monotonic()
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
+        client = boto3.client("s3", endpoint_url=endpoint, **creds)
+        client.create_bucket(Bucket=bucket)
+        for path in files:
+            client.upload_file(str(path), bucket, os.path.basename(path))
+        assert time.monotonic() - start < 30, "the S3 server took too long to start"
+        options = {"key": "test", "secret": "test", "client_kwargs": {"endpoint_url": endpoint,
+                                                                       "region_name": "us-east-1"}}
+        yield f"s3://{bucket}", options
+    finally:
+        server.stop()
+
+
+def truncate(path, keep):
+    """Cuts the file at ``path`` to ``keep`` bytes."""
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+
+
+def tar_offsets(path):
+    """{member name: data offset} of a tar file (by Python's tarfile, for test expectations)."""
+    with tarfile.open(path) as t:
+        return {m.name: m.offset_data for m in t.getmembers()}
