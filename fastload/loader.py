@@ -104,6 +104,7 @@ class Loader:
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
         self.skipped: list[SkippedSample] = []  # what on_error="skip" replaced (the most recent 10,000)
         self.skipped_count = 0
+        self._skipped_in_pass: set[tuple[int, int]] = set()  # (epoch, index): listed once per pass
         self.sampler: ShardedBatchSampler | None = None
         self._source = self._make_source()
         inflight = self._source.inflight
@@ -229,6 +230,7 @@ class Loader:
         self._adopt_sampler_epoch()
         self.epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
         self._mark_sampler_epoch(self.epoch)
+        self._skipped_in_pass.clear()
         plan, self._plan = self._plan, None
         if plan is None:
             self._position = _Position(self.epoch)
@@ -280,6 +282,16 @@ class Loader:
             yield batch
 
     def _record_skipped(self, skipped: tuple[SkippedSample, ...]) -> None:
+        # A bad sample drawn as another's replacement fails again at its own turn (in
+        # another worker, maybe): it is one bad sample, listed and counted once.
+        fresh = []
+        for s in skipped:
+            if (s.epoch, s.index) not in self._skipped_in_pass:
+                self._skipped_in_pass.add((s.epoch, s.index))
+                fresh.append(s)
+        if not fresh:
+            return
+        skipped = tuple(fresh)
         before = self.skipped_count
         self.skipped_count += len(skipped)
         self.skipped.extend(skipped)

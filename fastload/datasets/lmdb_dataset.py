@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..decode import MODULE_LIMIT, MaxPixels
 from ..storage import StringArray
 from .base import ImageDataset
 from .lmdb_size import DataFile, check_data_file, check_still_whole
@@ -144,6 +145,7 @@ class LMDBDataset(ImageDataset):
         allow_pickle: Unpickle values of foreign LMDBs (pickled (bytes, label) tuples or
             dicts). Off by default: unpickling runs arbitrary code from the file.
         buffers: Zero-copy reads; the image is decoded before the transaction ends.
+        max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
             readahead=False, meminit=False``.
 
@@ -156,7 +158,7 @@ class LMDBDataset(ImageDataset):
 
     def __init__(self, path: str | os.PathLike, transform: Any = None, *, decoder: str | None = None,
                  parse: Callable[[Any], tuple[Any, int]] | None = None, allow_pickle: bool = False,
-                 buffers: bool = True, **env_options: Any) -> None:
+                 buffers: bool = True, max_pixels: MaxPixels = MODULE_LIMIT, **env_options: Any) -> None:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"LMDB {path!r} does not exist")
@@ -183,7 +185,7 @@ class LMDBDataset(ImageDataset):
         close_env(path)  # workers open their own; nothing open travels through fork or pickle
         if len(keys) == 0:
             raise ValueError(f"LMDB {path!r} holds no samples")
-        super().__init__(labels, transform, decoder)
+        super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         self.keys = keys
 
     def _scan(self, txn) -> tuple[StringArray, np.ndarray]:
