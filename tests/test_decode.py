@@ -13,7 +13,7 @@ from fastload import decode as dec
 from fastload.decode import BACKENDS, DecodeError, decode_image, get_decoder, image_size
 from fastload.photos import source_photos
 
-from conftest import jpeg_bytes, make_image, png_bytes
+from conftest import jpeg_bytes, make_image, need_formats, png_bytes
 
 ALL = [b for b in BACKENDS if b != "turbojpeg" or dec._available("turbojpeg")]
 
@@ -390,7 +390,7 @@ def _pixel_limited(kind, folder, tmp_path, **kw):
     import fastload as fl
 
     if kind in ("lmdb", "tfrecord", "tfrecord-stream"):
-        pytest.importorskip("lmdb" if kind == "lmdb" else "tfrecord")
+        need_formats("lmdb" if kind == "lmdb" else "tfrecord")
         from fastload.convert import convert
 
         dst = str(tmp_path / kind)

@@ -3,7 +3,6 @@ import pickle
 import subprocess
 import sys
 
-import lmdb
 import numpy as np
 import pytest
 
@@ -14,6 +13,7 @@ from fastload.datasets.lmdb_dataset import close_env
 from conftest import jpeg_bytes, make_image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.needs("lmdb")
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +24,8 @@ def lmdb_path(folder, tmp_path_factory):
 
 
 def _foreign(path, values):
+    import lmdb
+
     env = lmdb.open(path, map_size=1 << 26)
     with env.begin(write=True) as txn:
         for key, value in values.items():
@@ -91,6 +93,8 @@ def test_errors_name_path_and_key(tmp_path, lmdb_path):
     convert(lmdb_path, path, "lmdb", progress=False)
     ds = fl.LMDBDataset(path)
     close_env(path)
+    import lmdb
+
     env = lmdb.open(path, map_size=1 << 26)
     with env.begin(write=True) as txn:
         txn.put(b"%09d" % 1, b"\xff\xd8 garbage")
