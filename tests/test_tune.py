@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import fastload as fl
 from fastload.cli import main
@@ -271,3 +272,45 @@ def test_plot_ticks_are_whole_workers():
     lo, hi = ax.get_xlim()
     ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+class FakeOOM(torch.nn.Module):
+    """A tiny model whose step runs out of (pretend) device memory above ``fits`` samples."""
+
+    def __init__(self, fits):
+        super().__init__()
+        self.fits = fits
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.head = torch.nn.Linear(4, 10)
+
+    def forward(self, x):
+        if x.shape[0] > self.fits:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (pretend): batch {x.shape[0]}")
+        return self.head(self.conv(x).mean((2, 3)))
+
+
+def test_model_step_finds_the_largest_batch_that_fits_catching_out_of_memory():
+    from fastload.tune.model import model_step
+
+    report = model_step(FakeOOM(fits=40), size=8, batch_sizes=[4, 8], pipeline_rate=1.0, steps=1, device="cpu")
+    # 4, 8, 16, 32 fit, 64 does not; bisection: 48 does not, 40 does.
+    assert report["max_batch_size"] == 40 and report["batch_size"] == 8 and report["samples_per_s"] > 0
+    with pytest.raises(ValueError, match="does not fit even batch size 4"):
+        model_step(FakeOOM(fits=2), size=8, batch_sizes=[4], pipeline_rate=1.0, steps=1, device="cpu")
+
+
+def test_an_out_of_memory_step_releases_and_empties_the_cache(monkeypatch):
+    from fastload.tune.model import largest_batch, try_batch
+
+    emptied, released = [], []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+
+    def step(bs):
+        raise torch.cuda.OutOfMemoryError("pretend")
+
+    assert try_batch(step, 64, lambda: released.append(64), torch.device("cuda")) is False
+    assert released == [64] and emptied == [1]
+    tried = []
+    assert largest_batch(lambda bs: tried.append(bs) or bs <= 300, 64) == 296
+    assert tried[:4] == [64, 128, 256, 512] and all(b % 8 == 0 for b in tried)
+    assert largest_batch(lambda bs: True, 64, limit=1000) == 512
