@@ -22,7 +22,6 @@ META_KEY = b"__fastload_meta__"
 FORMAT_VERSION = 1
 
 
-
 @dataclass
 class _Opened:
     """An environment opened by process ``pid``, and what its data file must hold."""

@@ -65,9 +65,12 @@ def check_data_file(path: str) -> DataFile | None:
         then reports the file itself).
 
     Raises:
+        FileNotFoundError: There is no data file.
         ValueError: The file is shorter than its current meta page says (named, with sizes).
     """
     file = data_file_path(path)
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"{path} is not an LMDB: {file} does not exist")
     size = os.path.getsize(file)
     with open(file, "rb") as f:
         first = f.read(_META_BYTES)
