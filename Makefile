@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test bench gpu-suite clean
+.PHONY: demo test bench gpu-wheels gpu-suite clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@sh scripts/ensure_turbojpeg.sh
@@ -32,6 +32,19 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
+
+# What the GPU machine lacks, for its Python and CUDA (benchmarks/GPU.md): wheels into
+# $(WHEELS) (git-ignored) plus libturbojpeg, checked against the 64 MiB a call carries.
+# GPU_PYTHON=3.11 fetches for this machine's Python instead (the dry run, tests/test_gpu_suite.py).
+GPU_PYTHON ?= 3.12
+GPU_CUDA   ?= 13
+WHEELS     ?= .whl
+gpu-wheels:
+	$(PYTHON) scripts/gpu_wheels.py --python $(GPU_PYTHON) --cuda $(GPU_CUDA) --dest $(WHEELS)
+
+# The dry run of the device calls here (no GPU): OUT=... (default gpu-results).
+gpu-suite: $(STAMP)
+	PYTHON=$(PY) WHEELS=$(WHEELS) bash benchmarks/gpu_suite.sh all
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

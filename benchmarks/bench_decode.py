@@ -70,8 +70,8 @@ def main() -> None:
     by_backend = rates(backends, len(blobs), passes)
     try:
         by_scale = rates(dct_scale_variants(blobs), len(blobs), passes)
-    except ImportError as e:
-        print(f"PyTurboJPEG unavailable, no per-scale rates: {e}")
+    except (ImportError, OSError, RuntimeError) as e:  # RuntimeError: PyTurboJPEG found no libturbojpeg
+        print(f"PyTurboJPEG unavailable, no per-scale rates: {type(e).__name__}: {e}")
         by_scale = {}
 
     # The whole per-sample pipeline in one process: read + header + plan + decode + transform.

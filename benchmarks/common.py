@@ -45,7 +45,8 @@ def photo_folder(args, quiet: bool = False) -> str:
     """
     n = 48 if args.quick else args.images
     root = make_photo_dataset(os.path.join(args.data, f"photos{n}"), num_images=n, num_classes=4 if args.quick else 10,
-                              progress=not args.quick and sys.stderr.isatty())
+                              progress=not args.quick and sys.stderr.isatty(),
+                              workers=1 if args.quick else available_cpus())
     if not quiet:
         print(format_jpeg_stats(jpeg_stats(root)))
     return root

@@ -93,6 +93,7 @@ class Loader:
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
         self.skipped: list[SkippedSample] = []  # what on_error="skip" replaced (the most recent 10,000)
         self.skipped_count = 0
+        self._skipped_in_pass: set[tuple[int, int]] = set()  # (epoch, index): listed once per pass
         self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD,
                                           Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize), cfg.return_index)
         self._progress = Progress()
@@ -204,6 +205,7 @@ class Loader:
         self._follow_rank()
         self._adopt_sampler_epoch()
         position, plan = self._progress.start_pass()
+        self._skipped_in_pass.clear()
         self._show_epoch(position.epoch)
         current = Pass(self, self._run(position, plan))
         self._pass_ref = weakref.ref(current)
@@ -242,6 +244,16 @@ class Loader:
             yield batch
 
     def _record_skipped(self, skipped: tuple[SkippedSample, ...]) -> None:
+        # A bad sample drawn as another's replacement fails again at its own turn (in
+        # another worker, maybe): it is one bad sample, listed and counted once.
+        fresh = []
+        for s in skipped:
+            if (s.epoch, s.index) not in self._skipped_in_pass:
+                self._skipped_in_pass.add((s.epoch, s.index))
+                fresh.append(s)
+        if not fresh:
+            return
+        skipped = tuple(fresh)
         before = self.skipped_count
         self.skipped_count += len(skipped)
         self.skipped.extend(skipped)

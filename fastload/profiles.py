@@ -50,6 +50,23 @@ def save(dataset: Any, config: dict, result: dict) -> str:
     return path
 
 
+def forget(dataset: Any) -> str | None:
+    """Removes the saved profile for this machine and dataset; returns its path, or None if there was none."""
+    path = profile_path(dataset)
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return None
+    return path
+
+
+def forget_hint(dataset: Any) -> str:
+    """How to remove the profile of ``dataset`` (for messages)."""
+    where = dataset_key(dataset)["where"]
+    target = where if isinstance(where, str) else "DATASET"
+    return f"`fastload tune {target} --forget` removes it (or delete the file)"
+
+
 def lookup(dataset: Any, announce: bool = True) -> dict | None:
     """The saved profile for this machine and dataset, or None."""
     path = profile_path(dataset)
@@ -61,7 +78,8 @@ def lookup(dataset: Any, announce: bool = True) -> dict | None:
     profile["path"] = path
     if announce:
         settings = ", ".join(f"{k}={v!r}" for k, v in settings_for_rank(profile).items())
-        print(f"fastload: num_workers='auto' uses tuned profile {path} ({settings})", file=sys.stderr)
+        print(f"fastload: num_workers='auto' uses tuned profile {path} ({settings}); {forget_hint(dataset)}",
+              file=sys.stderr)
     return profile
 
 

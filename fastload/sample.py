@@ -83,8 +83,31 @@ def photo_jpeg(sources: list, rng: np.random.Generator) -> tuple[bytes, dict]:
     return buf.getvalue(), choice
 
 
+_sources: list | None = None  # a build worker's photographs, loaded once
+
+
+def _load_sources() -> list:
+    global _sources
+    if _sources is None:
+        from PIL import Image
+
+        from .photos import source_photos
+
+        _sources = [Image.fromarray(a) for a in source_photos(gray=True).values()]
+    return _sources
+
+
+def _write_photo(job: tuple[str, int, int, int]) -> None:
+    root, seed, i, num_classes = job
+    data, _ = photo_jpeg(_load_sources(), np.random.default_rng((seed, i)))
+    folder = os.path.join(root, f"class_{i % num_classes:02d}")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{i:05d}.jpg"), "wb") as f:
+        f.write(data)
+
+
 def make_photo_dataset(root: str, num_images: int = 2000, num_classes: int = 10, seed: int = 0,
-                       progress: bool = False) -> str:
+                       progress: bool = False, workers: int = 1) -> str:
     """Writes ``root/<class>/<n>.jpg`` from real photographs, deterministically, unless done.
 
     The images are crops, rescalings and mild colour shifts of scikit-image's bundled
@@ -92,6 +115,9 @@ def make_photo_dataset(root: str, num_images: int = 2000, num_classes: int = 10,
     on this project's photos they come to about 1–2.5 bits per pixel (``jpeg_stats``).
     A marker file holding the parameters is written last: a complete folder built with
     the same parameters is reused, one built with others is an error.
+
+    Args:
+        workers: Processes encoding at once (the files are the same for any number).
 
     Returns:
         ``root``.
@@ -111,17 +137,21 @@ def make_photo_dataset(root: str, num_images: int = 2000, num_classes: int = 10,
             return root
         raise ValueError(f"{root!r} holds a dataset built with other parameters ({found or 'synthetic'}); "
                          f"use another folder or delete it")
-    from PIL import Image
+    _load_sources()  # fails here, not in a worker, without scikit-image
+    jobs = [(root, seed, i, num_classes) for i in range(num_images)]
+    bar = tqdm(total=num_images, desc=f"photo dataset → {root}", disable=not progress, unit="img")
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
 
-    from .photos import source_photos
-
-    sources = [Image.fromarray(a) for a in source_photos(gray=True).values()]
-    for i in tqdm(range(num_images), desc=f"photo dataset → {root}", disable=not progress, unit="img"):
-        data, _ = photo_jpeg(sources, np.random.default_rng((seed, i)))
-        folder = os.path.join(root, f"class_{i % num_classes:02d}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{i:05d}.jpg"), "wb") as f:
-            f.write(data)
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            for _ in pool.map(_write_photo, jobs, chunksize=16):
+                bar.update()
+    else:
+        for job in jobs:
+            _write_photo(job)
+            bar.update()
+    bar.close()
     with open(marker, "w") as f:
         json.dump(params, f)
     return root

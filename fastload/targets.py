@@ -22,9 +22,12 @@ NUMERIC_KINDS = "biuf"  # bool, signed and unsigned int, float
 
 
 def _bad(value: Any, where: str, why: str) -> TypeError:
-    return TypeError(f"{where + ': ' if where else ''}the target {why}, got {type(value).__name__} {value!r:.60}; targets must be "
-                     "numbers or fixed-shape numeric arrays (for paths or other fields: return_index=True "
-                     "and look them up by index)")
+    got = f"a dict with keys {sorted(map(str, value))}" if isinstance(value, dict) else \
+        f"{type(value).__name__} {value!r:.60}"
+    return TypeError(f"{where + ': ' if where else ''}the target {why}, got {got}; targets must be numbers or fixed-shape numeric arrays: pick one with "
+                     "WrappedDataset(dataset, target_key=...) (a dict key or tuple position of the item, or a "
+                     "function item -> target), and for paths or other fields use return_index=True and look "
+                     "them up by index")
 
 
 def as_target(value: Any, where: str = "") -> Target:

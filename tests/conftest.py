@@ -10,6 +10,10 @@ from fastload.sample import photo_like
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
+# The packages each dataset format needs: optional where fastload is used (lazily imported),
+# maybe absent where the suite runs (the GPU machine gets them as carried wheels).
+FORMAT_PACKAGES = {"lmdb": ("lmdb",), "tfrecord": ("tfrecord", "crc32c")}
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -31,6 +35,19 @@ def children() -> set[int]:
         if fields[1] == me and fields[0] != "Z":
             pids.add(int(stat))
     return pids
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("needs"):
+        need_formats(*mark.args)
+
+
+def need_formats(*formats: str) -> None:
+    """Skips the calling test unless the packages of every format in ``formats`` import
+    (``@pytest.mark.needs("lmdb", ...)`` does the same for a whole test or module)."""
+    for fmt in formats:
+        for module in FORMAT_PACKAGES.get(fmt, (fmt,)):
+            pytest.importorskip(module, reason=f"{fmt} tests need the {module} package")
 
 
 def jpeg_bytes(img: np.ndarray, quality: int = 92, mode: str | None = None) -> bytes:

@@ -29,3 +29,32 @@ def test_quick_mode_runs_and_reports(entry, tmp_path):
     assert proc.stdout.strip(), "a benchmark must print its figures"
     record = json.loads(out.read_text().splitlines()[-1])
     assert record["benchmark"] == name and record["quick"] is True
+
+
+def test_train_step_timing_splits_data_wait_from_compute():
+    import time
+
+    import torch
+    from bench_gpu_train import run_steps
+
+    class Slow(torch.nn.Module):
+        def __init__(self, seconds):
+            super().__init__()
+            self.seconds, self.fc = seconds, torch.nn.Linear(3, 10)
+
+        def forward(self, x):
+            time.sleep(self.seconds)
+            return self.fc(x.float().mean((2, 3)))
+
+    def batches(seconds):
+        while True:
+            time.sleep(seconds)
+            yield torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.int64)
+
+    cpu = torch.device("cpu")
+    starved = run_steps(batches(0.06), Slow(0.0), cpu, warmup=1, steps=4)
+    fed = run_steps(batches(0.0), Slow(0.06), cpu, warmup=1, steps=4)
+    # The wait is the time from the end of one step to the batch of the next being ready.
+    assert starved["wait_ms"] >= 55 and fed["wait_ms"] < 30 <= fed["step_ms"] - 30, (starved, fed)
+    assert starved["wait_share"] > fed["wait_share"] and starved["steps"] == fed["steps"] == 4
+    assert abs(fed["images_per_s"] - 2 / (fed["step_ms"] / 1e3)) < 0.5 * fed["images_per_s"]

@@ -4,14 +4,13 @@ import subprocess
 import sys
 import zlib
 
-import lmdb
 import numpy as np
 import pytest
 
 import fastload as fl
 from fastload.convert import convert
 
-from conftest import write_folder
+from conftest import need_formats, write_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,6 +25,7 @@ def _loader_labels(ds):
         return [y for _, labels in loader for y in labels.tolist()]
 
 
+@pytest.mark.needs("lmdb")
 def test_folder_to_lmdb_round_trip(folder, tmp_path):
     dst = str(tmp_path / "out.lmdb")
     stats = convert(folder, dst, "lmdb", workers=2, verify_output=True, progress=False)
@@ -35,6 +35,7 @@ def test_folder_to_lmdb_round_trip(folder, tmp_path):
     assert _loader_labels(back) == src.labels.tolist()
 
 
+@pytest.mark.needs("tfrecord")
 def test_folder_to_tfrecord_round_trip_in_tensorflow_layout(folder, tmp_path):
     dst = str(tmp_path / "tfr")
     convert(folder, dst, "tfrecord", shards=3, verify_output=True, progress=False)
@@ -54,6 +55,7 @@ def test_folder_to_tfrecord_round_trip_in_tensorflow_layout(folder, tmp_path):
     assert feats["image/class/synset"].bytes_list.value[0] == b"c0"
 
 
+@pytest.mark.needs("lmdb", "tfrecord")
 def test_lmdb_to_tfrecord_to_lmdb(folder, tmp_path):
     a, t, b = (str(tmp_path / n) for n in ("a.lmdb", "t", "b.lmdb"))
     convert(folder, a, "lmdb", progress=False)
@@ -62,6 +64,7 @@ def test_lmdb_to_tfrecord_to_lmdb(folder, tmp_path):
     assert _pairs(fl.LMDBDataset(b)) == _pairs(fl.LMDBDataset(a)) == _pairs(fl.ImageFolder(folder))
 
 
+@pytest.mark.needs("lmdb")
 def test_reencode_shrinks_and_keeps_labels(folder, tmp_path):
     dst = str(tmp_path / "small.lmdb")
     convert(folder, dst, "lmdb", resize_shorter=48, quality=80, verify_output=True, progress=False)
@@ -70,6 +73,7 @@ def test_reencode_shrinks_and_keeps_labels(folder, tmp_path):
     assert min(img.shape[:2]) == 48 and label == 0
 
 
+@pytest.mark.needs("lmdb")
 def test_map_grows_from_a_tiny_start(folder, tmp_path, monkeypatch):
     from fastload import convert as conv
     from fastload.convert import writers
@@ -80,6 +84,7 @@ def test_map_grows_from_a_tiny_start(folder, tmp_path, monkeypatch):
     assert len(fl.LMDBDataset(str(tmp_path / "g.lmdb"))) == 24
 
 
+@pytest.mark.needs("lmdb")
 def test_failure_leaves_nothing_that_looks_complete(tmp_path):
     src = write_folder(tmp_path / "src", num_classes=1, per_class=4)
     (tmp_path / "src" / "c0" / "002.jpg").write_bytes(b"\xff\xd8 broken")
@@ -88,6 +93,7 @@ def test_failure_leaves_nothing_that_looks_complete(tmp_path):
     assert os.listdir(tmp_path) == ["src"]
 
 
+@pytest.mark.needs("lmdb")
 def test_verify_catches_a_changed_record(folder, tmp_path):
     from fastload.convert import verify
     from fastload.datasets.lmdb_dataset import close_env
@@ -102,6 +108,8 @@ def test_verify_catches_a_changed_record(folder, tmp_path):
     with pytest.raises(ValueError, match="record 3 .* label 0, expected 9"):
         verify(dst, crcs, labels, progress=False)
     close_env(dst)  # fastload keeps one read environment per path and process
+    import lmdb
+
     env = lmdb.open(dst, map_size=1 << 26)
     with env.begin(write=True) as txn:
         txn.put(b"%09d" % 5, b"tampered")
@@ -112,6 +120,7 @@ def test_verify_catches_a_changed_record(folder, tmp_path):
 
 @pytest.mark.parametrize("tool,fmt", [("folder2lmdb.py", "lmdb"), ("folder2tfrecord.py", "tfrecord")])
 def test_tools_run_from_a_checkout(folder, tmp_path, tool, fmt):
+    need_formats(fmt)
     dst = str(tmp_path / "out")
     args = [sys.executable, os.path.join(ROOT, "tools", tool), folder, dst, "--verify", "--workers", "2"]
     proc = subprocess.run(args + (["--shards", "2"] if fmt == "tfrecord" else []), capture_output=True, text=True)
@@ -127,6 +136,7 @@ def test_tools_run_from_a_checkout(folder, tmp_path, tool, fmt):
 @pytest.mark.parametrize("chain", [("lmdb",), ("tfrecord",), ("tfrecord", "lmdb"), ("lmdb", "tfrecord"),
                                    ("tfrecord", "lmdb", "tfrecord")])
 def test_every_direction_keeps_bytes_labels_and_class_names(folder, tmp_path, chain):
+    need_formats(*chain)
     src = fl.ImageFolder(folder)
     path = folder
     for k, fmt in enumerate(chain):
@@ -155,6 +165,7 @@ def _slow_converter(src, dst, fmt):
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "lmdb"])
 def test_killed_conversion_leaves_nothing_that_opens_and_a_rerun_cleans_up(tmp_path, fmt):
+    need_formats(fmt)
     import signal
     import time
 
@@ -186,6 +197,7 @@ def test_killed_conversion_leaves_nothing_that_opens_and_a_rerun_cleans_up(tmp_p
     assert len(fl.open_dataset(dst)) == 80
 
 
+@pytest.mark.needs("lmdb")
 def test_a_running_conversion_into_the_same_destination_is_refused(tmp_path, folder):
     from fastload.convert.staging import stage
 
@@ -200,12 +212,14 @@ def test_a_running_conversion_into_the_same_destination_is_refused(tmp_path, fol
         child.wait()
 
 
+@pytest.mark.needs("lmdb")
 def test_missing_parent_folders_are_created(folder, tmp_path):
     dst = str(tmp_path / "a" / "b" / "out.lmdb")
     convert(folder, dst, "lmdb", progress=False)
     assert len(fl.LMDBDataset(dst)) == 24
 
 
+@pytest.mark.needs("lmdb")
 def test_reencode_error_names_the_source_file_and_index(tmp_path):
     src = write_folder(tmp_path / "src", num_classes=1, per_class=4)
     (tmp_path / "src" / "c0" / "002.jpg").write_bytes(b"\xff\xd8 broken")
@@ -216,6 +230,7 @@ def test_reencode_error_names_the_source_file_and_index(tmp_path):
 @pytest.mark.filterwarnings("ignore:.*no readable size")
 @pytest.mark.parametrize("fmt", ["lmdb", "tfrecord"])
 def test_verify_decodes_every_image_and_lists_the_failures(tmp_path, fmt):
+    need_formats(fmt)
     src = write_folder(tmp_path / "src", num_classes=2, per_class=5)
     good = (tmp_path / "src" / "c0" / "001.jpg").read_bytes()
     (tmp_path / "src" / "c0" / "001.jpg").write_bytes(good[: len(good) // 3])  # cut short: does not decode
@@ -230,6 +245,7 @@ def test_verify_decodes_every_image_and_lists_the_failures(tmp_path, fmt):
     assert "verified" not in proc.stdout
 
 
+@pytest.mark.needs("lmdb")
 def test_progress_bars_show_images_per_second(folder, tmp_path, capsys):
     convert(folder, str(tmp_path / "p.lmdb"), "lmdb", verify_output=True, progress=True)
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ from fastload import decode as dec
 from fastload.decode import BACKENDS, DecodeError, decode_image, get_decoder, image_size
 from fastload.photos import source_photos
 
-from conftest import jpeg_bytes, make_image, png_bytes
+from conftest import jpeg_bytes, make_image, need_formats, png_bytes
 
 ALL = [b for b in BACKENDS if b != "turbojpeg" or dec._available("turbojpeg")]
 
@@ -375,3 +375,52 @@ def test_read_header_parses_once_what_decoders_need(photo):
     Image.fromarray(photo).save(buf, format="JPEG", progressive=True)
     assert read_header(buf.getvalue()).progressive
     assert read_header(png_bytes(Image.fromarray(photo).convert("RGBA"))) == ImageHeader(181, 243, "png", 4)
+
+
+def test_max_pixels_none_switches_the_limit_off(monkeypatch):
+    data = jpeg_bytes(make_image(4, 60, 80))  # 4,800 pixels
+    monkeypatch.setattr(dec, "MAX_IMAGE_PIXELS", 100)
+    with pytest.raises(DecodeError, match="limit of 100"):
+        decode_image(data)  # the default is the module's limit
+    assert decode_image(data, max_pixels=None).shape == (60, 80, 3)
+
+
+def _pixel_limited(kind, folder, tmp_path, **kw):
+    """A dataset of ``kind`` over ``folder``'s images, built with ``kw``, and a load of its first sample."""
+    import fastload as fl
+
+    if kind in ("lmdb", "tfrecord", "tfrecord-stream"):
+        need_formats("lmdb" if kind == "lmdb" else "tfrecord")
+        from fastload.convert import convert
+
+        dst = str(tmp_path / kind)
+        if not (tmp_path / kind).exists():
+            convert(folder, dst, "lmdb" if kind == "lmdb" else "tfrecord", progress=False)
+    if kind == "folder":
+        ds = fl.ImageFolder(folder, **kw)
+    elif kind == "list":
+        listing = tmp_path / "list.txt"
+        listing.write_text("c0/000.jpg 0\nc1/000.jpg 1\n")
+        ds = fl.ImageList(listing, root=folder, **kw)
+    elif kind == "arrays":
+        ds = fl.ImageList.from_arrays(["c0/000.jpg"], [0], root=folder, **kw)
+    elif kind == "lmdb":
+        ds = fl.LMDBDataset(dst, **kw)
+    elif kind == "tfrecord":
+        ds = fl.TFRecordDataset(dst, **kw)
+    else:
+        ds = fl.TFRecordStream(dst, **kw)
+        return lambda: ds.decode(next(iter(ds.records_for(0, 1))), 0, 0)
+    return lambda: ds.load(0)
+
+
+@pytest.mark.parametrize("kind", ["folder", "list", "arrays", "lmdb", "tfrecord", "tfrecord-stream"])
+def test_every_dataset_takes_max_pixels(kind, folder, tmp_path, monkeypatch):
+    with pytest.raises(DecodeError, match="over the limit of 100 pixels"):
+        _pixel_limited(kind, folder, tmp_path, max_pixels=100)()
+    monkeypatch.setattr(dec, "MAX_IMAGE_PIXELS", 100)
+    with pytest.raises(DecodeError, match="over the limit of 100 pixels"):
+        _pixel_limited(kind, folder, tmp_path)()
+    load = _pixel_limited(kind, folder, tmp_path, max_pixels=None)
+    image = load()
+    assert (image if kind == "tfrecord-stream" else image[0]).ndim == 3  # None: no limit, not the module's

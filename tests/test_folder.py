@@ -33,7 +33,20 @@ def test_extension_filter_nested_dirs_and_hidden(tmp_path):
         (tmp_path / p).write_bytes(data)
     ds = fl.ImageFolder(tmp_path)
     assert list(ds.paths) == ["a/1.JPG", "a/deep/2.jpeg", "b/3.jpg"]
-    assert fl.ImageFolder(tmp_path, extensions=(".jpeg",)).labels.tolist() == [0]
+    assert fl.ImageFolder(tmp_path, extensions=(".jpeg",), allow_empty=True).labels.tolist() == [0]
+
+
+def test_an_empty_class_folder_is_an_error_naming_it_as_torchvision_raises(tmp_path):
+    data = jpeg_bytes(make_image(0, 16, 16))
+    for c in ("cat", "dog"):
+        (tmp_path / c).mkdir()
+        (tmp_path / c / "1.jpg").write_bytes(data)
+    (tmp_path / "cow").mkdir()
+    (tmp_path / "cow" / "notes.txt").write_text("no image here")
+    with pytest.raises(FileNotFoundError, match=f"class folder.* {tmp_path / 'cow'} hold no image.*allow_empty=True"):
+        fl.ImageFolder(tmp_path)
+    ds = fl.ImageFolder(tmp_path, allow_empty=True)
+    assert ds.classes == ["cat", "cow", "dog"] and ds.labels.tolist() == [0, 2]
 
 
 def test_image_folder_errors(tmp_path):
@@ -87,3 +100,14 @@ def test_image_list_from_arrays_and_errors(tmp_path, folder):
     (tmp_path / "empty.txt").write_text("# nothing\n")
     with pytest.raises(ValueError, match="names no images"):
         fl.ImageList(tmp_path / "empty.txt")
+
+
+def test_a_file_that_is_no_image_is_named_not_pillows_buffer(tmp_path):
+    write_folder(tmp_path, num_classes=1, per_class=2)
+    (tmp_path / "c0" / "notes.jpg").write_text("# not an image\n")
+    ds = fl.ImageFolder(tmp_path)
+    index = list(ds.paths).index("c0/notes.jpg")
+    with pytest.raises(DecodeError) as info:
+        ds.load(index)
+    text = str(info.value)
+    assert f"({tmp_path / 'c0' / 'notes.jpg'}): not an image" in text and "BytesIO" not in text, text

@@ -1,7 +1,8 @@
 import os
 import pickle
+import subprocess
+import sys
 
-import lmdb
 import numpy as np
 import pytest
 
@@ -10,6 +11,9 @@ from fastload.convert import convert
 from fastload.datasets.lmdb_dataset import close_env
 
 from conftest import jpeg_bytes, make_image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.needs("lmdb")
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +24,8 @@ def lmdb_path(folder, tmp_path_factory):
 
 
 def _foreign(path, values):
+    import lmdb
+
     env = lmdb.open(path, map_size=1 << 26)
     with env.begin(write=True) as txn:
         for key, value in values.items():
@@ -87,6 +93,8 @@ def test_errors_name_path_and_key(tmp_path, lmdb_path):
     convert(lmdb_path, path, "lmdb", progress=False)
     ds = fl.LMDBDataset(path)
     close_env(path)
+    import lmdb
+
     env = lmdb.open(path, map_size=1 << 26)
     with env.begin(write=True) as txn:
         txn.put(b"%09d" % 1, b"\xff\xd8 garbage")
@@ -110,3 +118,40 @@ def test_read_only_directory(lmdb_path, tmp_path):
         assert len(ds.read(0)[0]) > 0 and not os.path.exists(ro / "lock.mdb")
     finally:
         os.chmod(ro, 0o755)
+
+
+TRUNCATE = r"""
+import os, shutil, sys
+import fastload as fl
+src, work = sys.argv[1], sys.argv[2]
+size = os.path.getsize(os.path.join(src, "data.mdb"))
+for fraction in (0.3, 0.5, 0.8, 0.95, 0.999):
+    path = os.path.join(work, f"cut{fraction}")
+    shutil.copytree(src, path)
+    os.truncate(os.path.join(path, "data.mdb"), int(size * fraction))
+    try:
+        fl.LMDBDataset(path).load(0)
+    except ValueError as e:
+        print("opened", fraction, e)
+# Cut while open: the next read must not touch a page past the end either.
+path = os.path.join(work, "open")
+shutil.copytree(src, path)
+ds = fl.LMDBDataset(path)
+ds.read(0)
+os.truncate(os.path.join(path, "data.mdb"), size // 3)
+try:
+    ds.read(len(ds) - 1)
+except ValueError as e:
+    print("reading", e)
+"""
+
+
+def test_truncated_lmdb_is_an_error_naming_the_file_not_sigbus(lmdb_path, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", TRUNCATE, lmdb_path, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, f"died with {proc.returncode} (SIGBUS is -7): {proc.stderr[-2000:]}"
+    lines = proc.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [["opened", f] for f in ("0.3", "0.5", "0.8", "0.95", "0.999")] \
+        + [["reading", "LMDB"]], proc.stdout
+    for line, name in zip(lines, ["cut0.3", "cut0.5", "cut0.8", "cut0.95", "cut0.999", "open"]):
+        assert f"{os.path.join(str(tmp_path), name, 'data.mdb')} is truncated" in line, line

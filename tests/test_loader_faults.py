@@ -41,7 +41,8 @@ def test_watchdog_names_the_stuck_sample_and_close_is_prompt(backend):
         warnings.simplefilter("always")
         with pytest.raises(RuntimeError, match=r"timed out.*sample 5 \(shard-7/img-5\.jpg\)"):
             list(loader)  # batch 2 holds sample 5: it never comes
-    messages = [str(w.message) for w in caught if "no batch" in str(w.message)]
+    # One warning for the stall (a loaded machine may add one while the workers start).
+    messages = [str(w.message) for w in caught if "no batch" in str(w.message) and "in flight" in str(w.message)]
     assert len(messages) == 1, messages
     assert "sample 5 (shard-7/img-5.jpg)" in messages[0] and "worker" in messages[0]
     start = time.monotonic()
@@ -224,7 +225,7 @@ def test_a_wrong_image_shape_falls_under_on_error(backend):
     skip_warnings = [w for w in caught if "skipped" in str(w.message)]
     assert skip_warnings and skip_warnings[0].filename == __file__, "the warning should point at the user's loop"
     with fl.Loader(_OddShape(), batch_size=4, num_workers=0, device="cpu") as loader:
-        with pytest.raises(fl.SampleError, match=r"sample 3 .*shape \(5, 4, 3\)"):
+        with pytest.raises(fl.SampleError, match=r"sample 3\b.*shape \(5, 4, 3\)"):
             list(loader)
 
 
@@ -240,5 +241,5 @@ def test_an_odd_shaped_first_sample_is_its_own_error(backend, odd):
                 assert len(labels) == 8 and odd not in labels
             assert [s.index for s in loader.skipped] == [odd, odd]
     with fl.Loader(_OddShape(odd), batch_size=4, num_workers=2, backend=backend, device="cpu") as loader:
-        with pytest.raises(fl.SampleError, match=rf"sample {odd} .*shape \(5, 4, 3\)"):
+        with pytest.raises(fl.SampleError, match=rf"sample {odd}\b.*shape \(5, 4, 3\)"):
             list(loader)

@@ -9,6 +9,8 @@ import fastload as fl
 
 from tfrecord_files import write_records, write_shards
 
+pytestmark = pytest.mark.needs("tfrecord")
+
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):

@@ -6,11 +6,12 @@ import warnings
 
 import numpy as np
 import pytest
-from tfrecord.writer import TFRecordWriter
 
 import fastload as fl
 
 from conftest import jpeg_bytes, make_image
+
+pytestmark = pytest.mark.needs("tfrecord")
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +21,8 @@ def _private_cache(tmp_path, monkeypatch):
 
 def _write_with_tfrecord_package(path, n, label_base=0, extra=True):
     """Records written by the tfrecord package's own writer (as TensorFlow lays them out)."""
+    from tfrecord.writer import TFRecordWriter
+
     writer = TFRecordWriter(path)
     images = []
     for i in range(n):
@@ -96,6 +99,7 @@ def test_missing_feature_lists_what_the_record_has(tmp_path):
         ds.read(0)
 
 
+@pytest.mark.needs("lmdb")
 def test_open_dataset_recognises_every_kind(tmp_path, folder):
     from fastload.convert import convert
 

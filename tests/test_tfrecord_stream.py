@@ -14,6 +14,8 @@ from fastload.datasets.tfrecord.plan import Segment, plan_slots
 
 from tfrecord_files import tiny_jpeg, write_records, write_shards
 
+pytestmark = pytest.mark.needs("tfrecord")
+
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):

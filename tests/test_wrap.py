@@ -148,7 +148,7 @@ def test_return_index_covers_the_epoch_and_looks_up_paths(folder):
 
 
 @pytest.mark.parametrize("target,error,message", [
-    (lambda i: np.zeros(2 + (i == 3)), ValueError, r"sample 3 \(sample 3\) has a target of shape \(3,\)"),
+    (lambda i: np.zeros(2 + (i == 3)), ValueError, r"sample 3 has a target of shape \(3,\)"),
     (lambda i: 0.5 if i == 2 else 1, TypeError, "sample 2 .*float target.*integer"),
     (lambda i: "cat", TypeError, "the target is not numeric, got str 'cat'.*return_index=True"),
 ])
@@ -166,6 +166,38 @@ def test_bad_images_are_type_errors_naming_sample_and_type(image, message):
     ds = Items(4, lambda i: i, image)
     with pytest.raises(TypeError, match=message):
         _run(ds, batch_size=1)
+
+
+class Named(Items):
+    """Items whose samples have paths (as torchvision's ``samples``)."""
+
+    @property
+    def samples(self):
+        return [(f"/data/img{i}.jpg", 0) for i in range(self.n)]
+
+
+@pytest.mark.parametrize("dataset", [Items, Named])
+def test_a_dict_target_points_to_target_key_and_names_the_sample_once(dataset):
+    ds = dataset(6, lambda i: {"boxes": [[0, 0, 1, 1]], "labels": [i]} if i == 2 else i)
+    with pytest.raises(fl.SampleError, match=r"target is not numeric, got a dict with keys \['boxes', 'labels'\].*"
+                                             r"WrappedDataset\(dataset, target_key=\.\.\.\)") as info:
+        _run(ds)
+    text = str(info.value)
+    assert text.count("sample 2") == 1 and text.count("img2.jpg") == (dataset is Named), text
+
+
+def test_skipped_lists_each_bad_sample_once_naming_it_once():
+    # Four of six samples fail: replacements draw bad samples that fail again at their own turn.
+    ds = Named(6, lambda i: i, lambda i: np.zeros((4, 4, 3), np.float32 if 1 <= i <= 4 else np.uint8))
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        with fl.Loader(ds, batch_size=6, num_workers=0, on_error="skip", device="cpu") as loader:
+            for epoch in range(3):
+                for _ in loader:
+                    pass
+    assert sorted((s.epoch, s.index) for s in loader.skipped) == [(e, i) for e in range(3) for i in range(1, 5)]
+    assert loader.skipped_count == 12
+    for s in loader.skipped:
+        assert str(s).count(f"img{s.index}.jpg") == 1 and str(s).count(f"sample {s.index}") == 1, str(s)
 
 
 def test_dict_keys_and_errors(folder):

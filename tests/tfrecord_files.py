@@ -1,15 +1,18 @@
-"""TFRecord files written byte by byte for tests (independent of fastload's own writer)."""
+"""TFRecord files written byte by byte for tests (independent of fastload's own writer).
+
+crc32c and tfrecord are imported where used, so a test module can import these helpers
+where the packages are missing and its tests skip (``@pytest.mark.needs("tfrecord")``).
+"""
 
 import gzip
 import struct
-
-import crc32c
-from tfrecord import example_pb2 as pb
 
 from conftest import jpeg_bytes, make_image
 
 
 def masked(data: bytes) -> int:
+    import crc32c
+
     crc = crc32c.crc32c(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -20,6 +23,8 @@ def framed(data: bytes) -> bytes:
 
 
 def example(image: bytes, label: int) -> bytes:
+    from tfrecord import example_pb2 as pb
+
     feats = {"image/encoded": pb.Feature(bytes_list=pb.BytesList(value=[image])),
              "image/class/label": pb.Feature(int64_list=pb.Int64List(value=[label]))}
     return pb.Example(features=pb.Features(feature=feats)).SerializeToString()

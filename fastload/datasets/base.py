@@ -7,9 +7,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decode import DecodeError, check_max_pixels, get_decoder
+from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ..storage import SharedArray
 from ..transforms import Compose, as_compose
+
+
+def sample_name(index: int, where: str | None) -> str:
+    """"sample N (where)" for messages; "sample N" alone when ``where`` adds nothing."""
+    plain = f"sample {index}"
+    return f"{plain} ({where})" if where and where != plain else plain
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
@@ -29,12 +35,14 @@ class ImageDataset(torch.utils.data.Dataset):
         transform: A Compose, a list of transforms, one transform, or None (full decode).
         decoder: A backend name from ``fastload.decode.BACKENDS``; None picks the best.
         max_pixels: Samples whose header claims more pixels fail with DecodeError before
-            decoding; None uses ``fastload.decode.MAX_IMAGE_PIXELS`` (Pillow's limit)
-            when the sample is decoded. Kept on the dataset, so it reaches workers.
+            decoding; None: no limit. By default ``fastload.decode.MAX_IMAGE_PIXELS``
+            (Pillow's limit) as it is when the sample is decoded. Kept on the dataset (as
+            ``self.max_pixels``: the int, ``fastload.decode.NO_LIMIT``, or None for the
+            module's limit), so it reaches workers.
     """
 
     def __init__(self, labels: Any, transform: Any = None, decoder: str | None = None, *,
-                 max_pixels: int | None = None) -> None:
+                 max_pixels: MaxPixels = MODULE_LIMIT) -> None:
         if labels is not None and not isinstance(labels, SharedArray):
             labels = SharedArray(labels, np.int64)
         if labels is not None and len(labels) and labels.array.min() < 0:
@@ -45,8 +53,7 @@ class ImageDataset(torch.utils.data.Dataset):
         if decoder is not None:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder = decoder
-        check_max_pixels(max_pixels)
-        self.max_pixels = max_pixels
+        self.max_pixels = resolve_max_pixels(max_pixels)
         self.epoch = 0
         self.seed = 0
 
@@ -77,7 +84,7 @@ class ImageDataset(torch.utils.data.Dataset):
             return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index), out,
                                          self.max_pixels)
         except DecodeError as e:
-            named = DecodeError(f"sample {index} ({self.describe(index)}): {e}")
+            named = DecodeError(f"{sample_name(index, self.describe(index))}: {e}")
             named.sample_index = index  # the loader adds no second name
             raise named from e
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..decode import MODULE_LIMIT, MaxPixels
 from ..storage import StringArray, as_string_array
 from .base import ImageDataset
 
@@ -33,8 +34,9 @@ def _scan_files(top: str, extensions: tuple[str, ...], prefix: str) -> list[str]
 class _FileDataset(ImageDataset):
     """Shared reading of files named by relative paths under ``root``."""
 
-    def __init__(self, root: str, paths: StringArray, labels: Any, transform: Any, decoder: str | None) -> None:
-        super().__init__(labels, transform, decoder)
+    def __init__(self, root: str, paths: StringArray, labels: Any, transform: Any, decoder: str | None,
+                 max_pixels: MaxPixels) -> None:
+        super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         if len(paths) != len(self._labels):
             raise ValueError(f"{len(paths)} paths but {len(self._labels)} labels")
         self.root = os.fspath(root)
@@ -59,14 +61,19 @@ class ImageFolder(_FileDataset):
         transform: Applied to each decoded image (see :mod:`fastload.transforms`).
         extensions: File name endings to keep (case-insensitive).
         decoder: Decoder backend name; None picks the best available.
+        max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
+        allow_empty: Keep class folders that hold no image (each still gets its class
+            index), as torchvision's ``allow_empty``.
 
     Raises:
-        FileNotFoundError: ``root`` does not exist or is not a folder.
+        FileNotFoundError: ``root`` does not exist or is not a folder, or a class folder
+            holds no image (named; as torchvision's ImageFolder).
         ValueError: No class folder or no image was found.
     """
 
     def __init__(self, root: str | os.PathLike, transform: Any = None, *,
-                 extensions: Iterable[str] = IMG_EXTENSIONS, decoder: str | None = None) -> None:
+                 extensions: Iterable[str] = IMG_EXTENSIONS, decoder: str | None = None,
+                 max_pixels: MaxPixels = MODULE_LIMIT, allow_empty: bool = False) -> None:
         root = os.fspath(root)
         if not os.path.isdir(root):
             raise FileNotFoundError(f"ImageFolder root {root!r} does not exist or is not a folder")
@@ -84,8 +91,12 @@ class ImageFolder(_FileDataset):
             paths.extend(files)
         if not paths:
             raise ValueError(f"no images with extensions {exts} under {root!r}")
+        empty = [os.path.join(root, name) for name, n in zip(classes, counts) if n == 0]
+        if empty and not allow_empty:
+            raise FileNotFoundError(f"class folder(s) {', '.join(empty)} hold no image with extensions {exts}; "
+                                    "remove them (each would still be a class) or pass allow_empty=True")
         labels = np.repeat(np.arange(len(classes), dtype=np.int64), counts)
-        super().__init__(root, StringArray(paths), labels, transform, decoder)
+        super().__init__(root, StringArray(paths), labels, transform, decoder, max_pixels)
         self.classes = classes
         self.class_to_idx = {c: i for i, c in enumerate(classes)}
 
@@ -104,6 +115,7 @@ class ImageList(_FileDataset):
         root: Folder the paths are relative to (default: the list file's folder).
         transform: Applied to each decoded image.
         decoder: Decoder backend name; None picks the best available.
+        max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
 
     Raises:
         FileNotFoundError: The list file does not exist.
@@ -111,24 +123,25 @@ class ImageList(_FileDataset):
     """
 
     def __init__(self, list_file: str | os.PathLike, root: str | os.PathLike | None = None,
-                 transform: Any = None, *, decoder: str | None = None) -> None:
+                 transform: Any = None, *, decoder: str | None = None, max_pixels: MaxPixels = MODULE_LIMIT) -> None:
         list_file = os.fspath(list_file)
         if not os.path.isfile(list_file):
             raise FileNotFoundError(f"list file {list_file!r} does not exist")
         paths, labels = parse_list_file(list_file)
         root = os.path.dirname(os.path.abspath(list_file)) if root is None else os.fspath(root)
-        super().__init__(root, StringArray(paths), labels, transform, decoder)
+        super().__init__(root, StringArray(paths), labels, transform, decoder, max_pixels)
         self.list_file = list_file
 
     @classmethod
     def from_arrays(cls, paths: Iterable[str] | StringArray, labels: Any, root: str | os.PathLike = "",
-                    transform: Any = None, *, decoder: str | None = None) -> ImageList:
+                    transform: Any = None, *, decoder: str | None = None,
+                    max_pixels: MaxPixels = MODULE_LIMIT) -> ImageList:
         """Builds the dataset from paths (relative to ``root``) and int labels."""
         self = cls.__new__(cls)
         paths = as_string_array(paths)
         if len(paths) == 0:
             raise ValueError("ImageList.from_arrays got no paths")
-        _FileDataset.__init__(self, os.fspath(root), paths, labels, transform, decoder)
+        _FileDataset.__init__(self, os.fspath(root), paths, labels, transform, decoder, max_pixels)
         self.list_file = None
         return self
 

@@ -7,18 +7,31 @@ import os
 import pickle
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..decode import MODULE_LIMIT, MaxPixels
 from ..storage import StringArray
 from .base import ImageDataset
+from .lmdb_size import DataFile, check_data_file, check_still_whole
 from .partial import check_complete
 
 META_KEY = b"__fastload_meta__"
 FORMAT_VERSION = 1
 
-_envs: dict[str, tuple[int, Any]] = {}
+
+@dataclass
+class _Opened:
+    """An environment opened by process ``pid``, and what its data file must hold."""
+
+    pid: int
+    env: Any
+    data: DataFile | None
+
+
+_envs: dict[str, _Opened] = {}
 _envs_lock = threading.Lock()
 
 
@@ -35,27 +48,34 @@ def open_env(path: str, **options: Any):
 
     lmdb refuses a second open of one path in a process, and an environment inherited
     through fork must not be used; an inherited one is closed (in the child only) and
-    reopened.
+    reopened. The data file's size is checked against its header before lmdb maps it,
+    and again on every later call, so a file cut short is an error, not SIGBUS.
+
+    Raises:
+        ValueError: The data file is shorter than its header says (truncated).
     """
     lmdb = _lmdb()
     real = os.path.realpath(path)
     pid = os.getpid()
     with _envs_lock:
-        owner, env = _envs.get(real, (None, None))
-        if env is not None and owner == pid:
-            return env
-        if env is not None:
-            env.close()  # the parent's, copied by fork
+        opened = _envs.get(real)
+        if opened is not None and opened.pid == pid:
+            check_still_whole(opened.data)
+            return opened.env
+        if opened is not None:
+            opened.env.close()  # the parent's, copied by fork
+            del _envs[real]
+        data = check_data_file(path)
         env = lmdb.open(path, subdir=os.path.isdir(path), max_readers=4096, **options)
-        _envs[real] = (pid, env)
+        _envs[real] = _Opened(pid, env, data)
         return env
 
 
 def close_env(path: str) -> None:
     with _envs_lock:
-        entry = _envs.pop(os.path.realpath(path), None)
-    if entry is not None and entry[0] == os.getpid():
-        entry[1].close()
+        opened = _envs.pop(os.path.realpath(path), None)
+    if opened is not None and opened.pid == os.getpid():
+        opened.env.close()
 
 
 def pack_meta(keys: StringArray, labels: np.ndarray, classes: list[str]) -> bytes:
@@ -124,17 +144,20 @@ class LMDBDataset(ImageDataset):
         allow_pickle: Unpickle values of foreign LMDBs (pickled (bytes, label) tuples or
             dicts). Off by default: unpickling runs arbitrary code from the file.
         buffers: Zero-copy reads; the image is decoded before the transaction ends.
+        max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
             readahead=False, meminit=False``.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: The LMDB is empty, or foreign without ``parse``/``allow_pickle``.
+        ValueError: The LMDB is empty, foreign without ``parse``/``allow_pickle``, or its
+            data file is shorter than its header says (truncated; also raised by a read
+            after the file shrank, where lmdb would die with SIGBUS).
     """
 
     def __init__(self, path: str | os.PathLike, transform: Any = None, *, decoder: str | None = None,
                  parse: Callable[[Any], tuple[Any, int]] | None = None, allow_pickle: bool = False,
-                 buffers: bool = True, **env_options: Any) -> None:
+                 buffers: bool = True, max_pixels: MaxPixels = MODULE_LIMIT, **env_options: Any) -> None:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"LMDB {path!r} does not exist")
@@ -161,7 +184,7 @@ class LMDBDataset(ImageDataset):
         close_env(path)  # workers open their own; nothing open travels through fork or pickle
         if len(keys) == 0:
             raise ValueError(f"LMDB {path!r} holds no samples")
-        super().__init__(labels, transform, decoder)
+        super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         self.keys = keys
 
     def _scan(self, txn) -> tuple[StringArray, np.ndarray]:

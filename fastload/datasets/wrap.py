@@ -9,7 +9,6 @@ device copy and normalization.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,7 @@ import torch
 from PIL import Image
 
 from ..transforms import as_compose
-from .base import sample_rng
+from .base import sample_name, sample_rng
 
 ACCEPTED = ("a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 "
             "tensor (C×H×W or H×W×C)")
@@ -28,7 +27,7 @@ _TARGET_KEYS = ("label", "target", "labels", "targets")
 _PATH_KEYS = ("path", "file", "filename", "image_path")
 
 
-def to_hwc_uint8(image: Any, where: Callable[[], str]) -> np.ndarray:
+def to_hwc_uint8(image: Any) -> np.ndarray:
     """``image`` as an H×W×C uint8 array (a view where it can be); TypeError otherwise."""
     if isinstance(image, Image.Image):
         arr = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
@@ -39,43 +38,43 @@ def to_hwc_uint8(image: Any, where: Callable[[], str]) -> np.ndarray:
         if arr.ndim == 3 and arr.shape[0] in CHANNELS and arr.shape[2] not in CHANNELS:
             arr = arr.transpose(1, 2, 0)  # C×H×W, torch's layout
     else:
-        raise TypeError(f"{where()}: the image is a {type(image).__name__}; fastload takes {ACCEPTED}")
+        raise TypeError(f"the image is a {type(image).__name__}; fastload takes {ACCEPTED}")
     if arr.dtype != np.uint8:
-        raise TypeError(f"{where()}: the image is {arr.dtype} {tuple(getattr(image, 'shape', arr.shape))}, not uint8; fastload takes "
+        raise TypeError(f"the image is {arr.dtype} {tuple(getattr(image, 'shape', arr.shape))}, not uint8; fastload takes "
                         "uint8 pixels and normalizes them on the device: drop ToTensor()/Normalize() from the "
                         "dataset's own transform (or give PILToTensor() / uint8 arrays)")
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if arr.ndim != 3 or arr.shape[2] not in CHANNELS:
-        raise TypeError(f"{where()}: image of shape {tuple(arr.shape)} is not H×W×C with 1, 3 or 4 channels "
+        raise TypeError(f"image of shape {tuple(arr.shape)} is not H×W×C with 1, 3 or 4 channels "
                         f"(a C×H×W numpy array? transpose it); fastload takes {ACCEPTED}")
     return arr
 
 
-def _pick(item: dict, key: Any, defaults: tuple[str, ...], what: str, option: str, where: Callable[[], str]) -> Any:
+def _pick(item: dict, key: Any, defaults: tuple[str, ...], what: str, option: str) -> Any:
     if key is not None:
         if key not in item:
-            raise KeyError(f"{where()}: the item has no {what} key {key!r}; its keys: {sorted(map(str, item))}")
+            raise KeyError(f"the item has no {what} key {key!r}; its keys: {sorted(map(str, item))}")
         return item[key]
     for k in defaults:
         if k in item:
             return item[k]
-    raise KeyError(f"{where()}: the item has none of the {what} keys {defaults}; its keys: "
+    raise KeyError(f"the item has none of the {what} keys {defaults}; its keys: "
                    f"{sorted(map(str, item))}; name yours with WrappedDataset(ds, {option}=...)")
 
 
-def split_item(item: Any, image_key: Any, target_key: Any, where: Callable[[], str]) -> tuple[Any, Any]:
+def split_item(item: Any, image_key: Any, target_key: Any) -> tuple[Any, Any]:
     """(image, target) of a dataset item: a sequence, a dict, or a bare image."""
     if callable(target_key):
         target = target_key(item)
         target_key = False  # taken
     if isinstance(item, dict):
-        image = _pick(item, image_key, _IMAGE_KEYS, "image", "image_key", where)
+        image = _pick(item, image_key, _IMAGE_KEYS, "image", "image_key")
         if target_key is not False:
-            target = _pick(item, target_key, _TARGET_KEYS, "target", "target_key", where)
+            target = _pick(item, target_key, _TARGET_KEYS, "target", "target_key")
     elif isinstance(item, (tuple, list)):
         if len(item) < 2 and target_key is not False:
-            raise TypeError(f"{where()}: the item is a {type(item).__name__} of {len(item)}; expected "
+            raise TypeError(f"the item is a {type(item).__name__} of {len(item)}; expected "
                             "(image, target, ...)")
         image = item[0 if image_key is None else image_key]
         if target_key is not False:
@@ -136,19 +135,20 @@ class WrappedDataset(torch.utils.data.Dataset):
         """Item ``index`` as (H×W×C uint8, target), transformed with the rng of (seed, epoch, index)."""
         item = self.dataset[index]
 
-        def where() -> str:
+        try:
+            image, target = split_item(item, self.image_key, self.target_key)
+            image = to_hwc_uint8(image)
+        except (TypeError, KeyError) as e:
             try:
                 path = item_path(item) or self.describe(index)
             except Exception:  # naming must never hide the real error
                 path = None
-            return f"sample {index}" + (f" ({path})" if path and path != f"sample {index}" else "")
-
-        try:
-            image, target = split_item(item, self.image_key, self.target_key, where)
-            image = to_hwc_uint8(image, where)
-        except (TypeError, KeyError) as e:
-            e.sample_index = index  # named already: the loader raises it as it is
-            raise
+            # Named here, with the cause unnamed: the loader raises the named error as it
+            # is, and on_error="skip" records the cause beside the sample's name.
+            text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            named = type(e)(f"{sample_name(index, path)}: {text}")
+            named.sample_index = index
+            raise named from e
         if self.transform.transforms:
             image = self.transform(image, sample_rng(seed, epoch, index))
         return image, target

@@ -20,7 +20,8 @@ import warnings
 
 import numpy as np
 
-from ._base import Buffer, DecodeError, Decoder, check_max_pixels, check_pixels, reduced_scale
+from ._base import (MODULE_LIMIT, NO_LIMIT, Buffer, DecodeError, Decoder, MaxPixels, check_pixels, reduced_scale,
+                    resolve_max_pixels)
 from .fallback import OpenCVDecoder, PillowDecoder
 from .header import ImageHeader, image_size, is_jpeg, read_header
 from .turbo import TurboJPEGDecoder
@@ -28,9 +29,12 @@ from .turbo import TurboJPEGDecoder
 __all__ = [
     "BACKENDS",
     "MAX_IMAGE_PIXELS",
+    "MODULE_LIMIT",
+    "NO_LIMIT",
     "DecodeError",
     "Decoder",
     "ImageHeader",
+    "MaxPixels",
     "check_pixels",
     "decode_image",
     "default_backend",
@@ -39,13 +43,15 @@ __all__ = [
     "is_jpeg",
     "read_header",
     "reduced_scale",
+    "resolve_max_pixels",
 ]
 
 BACKENDS = ("turbojpeg", "opencv", "pillow")
 
 #: Images with more pixels than this fail with DecodeError before decoding (a JPEG of
 #: 100 KB can claim 65500x65500). Pillow's default; None disables the check. Set it at
-#: import time: worker processes started with "spawn" re-import this module.
+#: import time: worker processes started with "spawn" re-import this module. Per call
+#: and per dataset, ``max_pixels=`` overrides it (``max_pixels=None``: no limit).
 MAX_IMAGE_PIXELS: int | None = 89_478_485
 
 _MAKERS = {"turbojpeg": TurboJPEGDecoder, "opencv": OpenCVDecoder, "pillow": PillowDecoder}
@@ -117,7 +123,7 @@ def get_decoder(name: str | None = None) -> Decoder:
 
 
 def decode_image(data: Buffer, min_scale: float = 1.0, backend: str | None = None, *,
-                 max_pixels: int | None = None) -> np.ndarray:
+                 max_pixels: MaxPixels = MODULE_LIMIT) -> np.ndarray:
     """Decodes ``data`` to an RGB uint8 HWC array.
 
     Args:
@@ -126,12 +132,11 @@ def decode_image(data: Buffer, min_scale: float = 1.0, backend: str | None = Non
             whose output is still at least ``ceil(side * min_scale)`` on each side.
         backend: One of BACKENDS; the best available when None.
         max_pixels: Refuse images with more pixels than this (read from the header,
-            before decoding); None uses ``fastload.decode.MAX_IMAGE_PIXELS``.
+            before decoding); None: no limit. By default ``fastload.decode.MAX_IMAGE_PIXELS``.
 
     Raises:
         DecodeError: The bytes are corrupt, truncated, not an image, or over the pixel
             limit. With the turbojpeg backend, corrupt JPEG data that libjpeg only warns
             about is an error too (the message is libjpeg's).
     """
-    check_max_pixels(max_pixels)
-    return get_decoder(backend).decode(data, min_scale, max_pixels=max_pixels)
+    return get_decoder(backend).decode(data, min_scale, max_pixels=resolve_max_pixels(max_pixels))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 import numpy as np
 
@@ -28,6 +28,39 @@ class Decoder(Protocol):
 
     def decode(self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None,
                max_pixels: int | None = None) -> np.ndarray: ...
+
+
+class ModuleLimit:
+    """The default of the public ``max_pixels=`` arguments: ``MAX_IMAGE_PIXELS`` as it is
+    when the image is decoded (so setting it at import time still works)."""
+
+    def __repr__(self) -> str:
+        return "fastload.decode.MAX_IMAGE_PIXELS"
+
+    def __reduce__(self) -> str:
+        return "MODULE_LIMIT"  # one object, also after pickling
+
+
+MODULE_LIMIT = ModuleLimit()
+MaxPixels = Union[int, None, ModuleLimit]  # what a public max_pixels= takes
+# Decoders take ``max_pixels=None`` as "the module's limit"; no limit at all travels as an
+# int no image's height × width reaches, so their checks need no third state.
+NO_LIMIT = sys.maxsize
+
+
+def resolve_max_pixels(max_pixels: MaxPixels) -> int | None:
+    """A public ``max_pixels=`` (an int, None for no limit, or ``MODULE_LIMIT``) as decoders
+    take it: the int, ``NO_LIMIT``, or None (the module's limit at decode time).
+
+    Raises:
+        TypeError, ValueError: ``max_pixels`` is not a positive int, None or ``MODULE_LIMIT``.
+    """
+    if max_pixels is MODULE_LIMIT:
+        return None
+    if max_pixels is None:
+        return NO_LIMIT
+    check_max_pixels(max_pixels)
+    return int(max_pixels)
 
 
 def check_max_pixels(max_pixels: Any) -> None:

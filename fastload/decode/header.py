@@ -102,6 +102,11 @@ def _pillow_header(head: memoryview) -> ImageHeader:
             return ImageHeader(h, w, (img.format or "unknown").lower(), len(img.getbands()), nbytes=len(head))
     except Image.DecompressionBombError as e:
         raise DecodeError(f"image over Pillow's limit, PIL.Image.MAX_IMAGE_PIXELS: {e}") from e
+    except Image.UnidentifiedImageError:
+        # Pillow's message names its in-memory buffer ("<_io.BytesIO object at 0x...>"),
+        # which says nothing; the dataset names the file.
+        raise DecodeError(f"not an image: no format Pillow reads begins with {bytes(head[:12])!r} "
+                          f"({len(head):,} bytes)") from None
     except Exception as e:
         raise DecodeError(f"unrecognised image header: {e}") from e
 

@@ -16,7 +16,7 @@ from torch.utils.data import get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image, write_row
-from ..datasets.base import sample_rng
+from ..datasets.base import sample_name, sample_rng
 from ..sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
 from .inflight import InFlight
@@ -40,7 +40,7 @@ def name_error(dataset: Any, index: int, error: Exception) -> Exception:
     if getattr(error, "sample_index", None) == index:
         return error
     where = describe(dataset, index)
-    named = SampleError(f"sample {index} ({where}): {type(error).__name__}: {error}", index, where)
+    named = SampleError(f"{sample_name(index, where)}: {type(error).__name__}: {error}", index, where)
     named.__cause__ = error
     return named
 
@@ -204,7 +204,7 @@ def put(slot: np.ndarray, item: Loaded, dataset: Any) -> int:
     """Writes ``item`` into its batch row (see :func:`fastload.collate.write_row`)."""
     if item.image is slot:
         return 0
-    return write_row(slot, item.image, f"sample {item.index} ({describe(dataset, item.index)})")
+    return write_row(slot, item.image, sample_name(item.index, describe(dataset, item.index)))
 
 
 def collated(images: torch.Tensor, loaded: list[Loaded], epoch: int, labels: torch.Tensor | None = None,
@@ -215,7 +215,7 @@ def collated(images: torch.Tensor, loaded: list[Loaded], epoch: int, labels: tor
     labels = TargetSpec.of(loaded[0].label).alloc(n) if labels is None else labels[:n]
     indices = torch.empty(n, dtype=torch.int64) if indices is None else indices[:n]
     fill(labels, [item.label for item in loaded],
-         lambda j: f"sample {loaded[j].index} ({describe(dataset, loaded[j].index)})")
+         lambda j: sample_name(loaded[j].index, describe(dataset, loaded[j].index)))
     indices.numpy()[:] = [item.index for item in loaded]
     skipped = tuple(s for item in loaded for s in item.skipped)
     return HostBatch(images[:n], labels, indices, epoch, skipped)

@@ -16,9 +16,12 @@ from ..config import LoaderConfig
 from ..datasets.open import detect, open_dataset
 from ..system import cpu_model, cpus_per_rank
 from .measure import bottleneck, measure_loader
+from .noise import confirm
+from .report import figure, plot, print_table
 from .search import DIMENSIONS, Searcher, Space, adaptive_search, grid_search
 
-__all__ = ["Space", "adaptive_search", "build_args", "grid_search", "main", "print_table", "run", "worker_candidates"]
+__all__ = ["Space", "adaptive_search", "build_args", "figure", "grid_search", "main", "plot", "print_table", "run",
+           "worker_candidates"]
 
 
 def worker_candidates(cpus: int | None = None) -> list[int]:
@@ -57,12 +60,19 @@ def add_parser(sub: Any) -> None:
                         "crop) (default: train)")
     p.add_argument("--size", type=int, default=224, help="output image size of the transform (default: 224)")
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per configuration (default: 3)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of each of the two leading configurations, alternated, to tell the winner from "
+                        "noise (default: 3; at least 2)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="where batches are delivered (default: cuda if available, else cpu)")
     p.add_argument("--grid", action="store_true", help="measure every combination (default: adaptive)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write every measurement as JSON")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="plot throughput against workers")
-    p.add_argument("--save-profile", action="store_true", help="let num_workers='auto' use the result")
+    p.add_argument("--save-profile", action="store_true",
+                   help="let num_workers='auto' use the result (refused when noise cannot separate the winner "
+                        "from the runner-up)")
+    p.add_argument("--forget", action="store_true",
+                   help="remove the profile saved for this machine and DATASET, and measure nothing")
     p.add_argument("--model", default=None, help="(CUDA) time a training step of this torchvision/timm model")
     p.set_defaults(func=main)
 
@@ -110,6 +120,8 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     """Runs the search described by ``args`` (the CLI's namespace); returns the JSON report."""
     if args.seconds <= 0:
         raise ValueError(f"--seconds must be positive, got {args.seconds}")
+    if args.repeats < 2:
+        raise ValueError(f"--repeats must be >= 2 (one run cannot show its noise), got {args.repeats}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda requested but CUDA is not available")
@@ -143,16 +155,25 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         bar.update(1)
         bar.set_postfix_str(f"bs={c['batch_size']} w={c['num_workers']} {c['backend']}: {rate:.0f}/s")
 
+    def remeasure(c: dict) -> float:
+        rate = measure_loader(dataset, to_config(c), args.seconds)["samples_per_s"]
+        tick(c, rate)
+        return rate
+
     details: dict = {}
     searcher = Searcher(measure, tick)
     start = time.perf_counter()
-    best, best_rate = (grid_search if args.grid else adaptive_search)(space, searcher)
-    bar.close()
+    best, _ = (grid_search if args.grid else adaptive_search)(space, searcher)
     # PyTorch's default: no workers, at the batch size the search chose.
     baseline = {**best, "num_workers": 0, "backend": "process"}
     base_rate = searcher(baseline)
+    in_grid = [(c, r) for c, r in searcher.results if c in grid]  # the baseline may lie outside the grid
+    bar.total = budget + 2 * (args.repeats - 1)
+    noise = confirm(in_grid, remeasure, args.repeats)
+    bar.close()
+    best, best_rate = noise.winner.config, noise.winner.median
     verdict = bottleneck(dataset, to_config(best), best_rate, max(1.0, args.seconds / 2))
-    measured = [c for c, _ in searcher.results if c in grid]  # the baseline may lie outside the grid
+    measured = [c for c, _ in in_grid]
     report = {
         "machine": {"cpu": cpu_model(), "cpus": cpus_per_rank(),
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
@@ -162,7 +183,9 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         "elapsed_s": time.perf_counter() - start,
         "measurements": [{**c, **details[tuple(c[d] for d in DIMENSIONS)]} for c, _ in searcher.results],
         "best": dict(best),  # LoaderConfig fields: LoaderConfig(**report["best"])
-        "best_samples_per_s": best_rate,
+        "best_samples_per_s": best_rate,  # the median of its repeated runs
+        "noise": {"repeats": args.repeats, **noise.as_dict(),
+                  "advice": noise.advice(f"fastload tune {args.dataset}")},
         "baseline": {**baseline, "samples_per_s": base_rate},
         "speedup_over_baseline": best_rate / base_rate if base_rate else None,
         "bottleneck": verdict,
@@ -175,70 +198,33 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     return report
 
 
-def print_table(report: dict) -> None:
-    rows = sorted(report["measurements"], key=lambda m: (m["batch_size"], m["backend"], m["num_workers"],
-                                                         m["prefetch_factor"]))
-    best = report["best"]
-    print(f"\n{'':2}{'batch':>6} {'workers':>7} {'prefetch':>8} {'backend':>8} {'pin':>5} {'samples/s':>10} "
-          f"{'cpu %':>6} {'PSS MB':>7}")
-    for m in rows:
-        mark = "* " if all(m[d] == best[d] for d in DIMENSIONS) else "  "
-        print(f"{mark}{m['batch_size']:>6} {m['num_workers']:>7} {m['prefetch_factor']:>8} {m['backend']:>8} "
-              f"{str(m['pin_memory']):>5} {m['samples_per_s']:>10.0f} {m['cpu_percent']:>6.0f} "
-              f"{m['peak_pss'] / 1e6:>7.0f}")
-    b = report["baseline"]
-    print(f"* best: batch {best['batch_size']}, {best['num_workers']} workers, prefetch {best['prefetch_factor']}, "
-          f"{best['backend']} backend: {report['best_samples_per_s']:.0f} samples/s, "
-          f"{report['speedup_over_baseline']:.2f}x PyTorch's default (num_workers=0, batch {b['batch_size']}: "
-          f"{b['samples_per_s']:.0f}/s)")
-    v = report["bottleneck"]
-    stages = ", ".join(f"{k} {r:.0f}/s" for k, r in v["stages_samples_per_s"].items())
-    print(f"bottleneck: {v['bound_by']} ({stages}; the pipeline runs at {v['pipeline_share_of_bound']:.0%} of it)")
-    extra = "" if report["baseline_in_grid"] else " and the baseline"
-    print(f"measured {report['measured']} of {report['grid_size']} configurations ({report['search']} search){extra} "
-          f"in {report['elapsed_s']:.0f} s")
-    if "model" in report:
-        m = report["model"]
-        print(f"model {m['name']}: {m['samples_per_s']:.0f} samples/s at batch {m['batch_size']} "
-              f"(largest that fits: {m['max_batch_size']}); input-bound: {m['input_bound']}")
+def forget(args: argparse.Namespace) -> int:
+    """``fastload tune DATASET --forget``: removes this machine's profile for DATASET."""
+    from ..profiles import forget as remove
+
+    path = remove(open_tuned(args))
+    print(f"removed profile {path}: Loader(num_workers='auto') on {args.dataset} uses the CPUs available again"
+          if path else f"no saved profile for {args.dataset} on this machine")
+    return 0
 
 
-def figure(report: dict) -> Any:
-    """The throughput-against-workers figure of ``report`` (a matplotlib Figure)."""
-    try:
-        import matplotlib
+def save_profile(args: argparse.Namespace, report: dict) -> None:
+    """Saves the winner for ``num_workers='auto'`` unless noise could have chosen it."""
+    from ..profiles import forget_hint, save
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError:
-        raise ImportError("--plot needs matplotlib: pip install 'fastload[plot]'") from None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # worker counts are whole
-    series: dict = {}
-    for m in report["measurements"]:
-        series.setdefault((m["batch_size"], m["backend"]), []).append((m["num_workers"], m["samples_per_s"]))
-    for (bs, backend), points in sorted(series.items()):
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"batch {bs}, {backend}")
-    ax.set_xlabel("workers")
-    ax.set_ylabel("samples/s")
-    ax.set_title(f"fastload tune: {report['dataset'].get('type', '')} on {report['machine']['cpu']}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def plot(report: dict, path: str) -> None:
-    import matplotlib.pyplot as plt
-
-    fig = figure(report)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    dataset = open_tuned(args)
+    if not report["noise"]["saveable"]:
+        print(f"profile NOT saved: noise cannot separate the winner from the runner-up (above); a profile "
+              f"would make every Loader(num_workers='auto') on {args.dataset} use it. Nothing was changed.")
+        return
+    path = save(dataset, report["config"], {**report["best"], "samples_per_s": report["best_samples_per_s"]})
+    print(f"saved profile {path}: Loader(num_workers='auto') now uses {report['best']['num_workers']} workers; "
+          f"{forget_hint(dataset)}")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.forget:
+        return forget(args)
     # Fail before measuring, not after.
     check_root(args)
     check_output(args.json_out, "--json")
@@ -258,9 +244,5 @@ def main(args: argparse.Namespace) -> int:
         plot(report, args.plot)
         print(f"wrote {args.plot}")
     if args.save_profile:
-        from ..profiles import save
-
-        dataset = open_tuned(args)
-        path = save(dataset, report["config"], {**report["best"], "samples_per_s": report["best_samples_per_s"]})
-        print(f"saved profile {path}: Loader(num_workers='auto') now uses {report['best']['num_workers']} workers")
+        save_profile(args, report)
     return 0

@@ -1,12 +1,21 @@
-"""``fastload tune --model``: a model's training step rate and largest batch on CUDA."""
+"""``fastload tune --model``: a model's training step rate and the largest batch that fits.
+
+The largest batch is found by trial on the device: doubling from the smallest batch size
+asked for until a step runs out of memory, then bisecting between the last batch that
+fitted and the first that did not. A step that runs out of memory is caught, what it
+held is released (gradients dropped, the allocator's cache emptied) and the search goes on.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn as nn
+
+LIMIT = 16384  # no search beyond this batch size
+GRAIN = 8  # batch sizes found by bisection are multiples of this (when at least this large)
 
 
 def create_model(name: str) -> nn.Module:
@@ -24,44 +33,91 @@ def create_model(name: str) -> nn.Module:
     return timm.create_model(name)
 
 
-def model_step(name: str, size: int, batch_sizes: Sequence[int], pipeline_rate: float, steps: int = 10) -> dict:
-    """Times a bf16 channels_last SGD step; finds the largest batch that fits by doubling."""
-    device = torch.device("cuda")
-    net = create_model(name).to(device).to(memory_format=torch.channels_last)
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def try_batch(step: Callable[[int], None], batch_size: int, release: Callable[[], None],
+              device: torch.device) -> bool:
+    """Whether one ``step(batch_size)`` runs; on OutOfMemoryError, ``release()`` and the
+    allocator's cache is emptied before returning False."""
+    try:
+        step(batch_size)
+        sync(device)
+        return True
+    except torch.cuda.OutOfMemoryError:
+        pass
+    # Outside the except clause: its traceback, whose frames hold the step's tensors, is gone.
+    release()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return False
+
+
+def largest_batch(fits: Callable[[int], bool], start: int, limit: int = LIMIT) -> int:
+    """The largest batch size ``fits`` accepts: doubling from ``start``, then bisecting to a
+    multiple of GRAIN. 0 when even ``start`` does not fit; at most ``limit``."""
+    if start < 1:
+        raise ValueError(f"start must be >= 1, got {start}")
+    good, bad = 0, None
+    bs = start
+    while bs <= limit:
+        if not fits(bs):
+            bad = bs
+            break
+        good, bs = bs, bs * 2
+    if good == 0 or bad is None:
+        return good
+    while bad - good > (GRAIN if good >= GRAIN else 1):
+        mid = (good + bad) // 2
+        if mid >= GRAIN:
+            mid -= mid % GRAIN
+        if mid <= good:
+            break
+        if fits(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def model_step(model: str | nn.Module, size: int, batch_sizes: Sequence[int], pipeline_rate: float,
+               steps: int = 10, device: str | torch.device = "cuda", limit: int = LIMIT) -> dict:
+    """Times a bf16 channels_last SGD step of ``model`` (a name, or a module) at the
+    largest of ``batch_sizes`` that fits, after finding the largest batch that fits at all.
+
+    Raises:
+        ValueError: Not even the smallest of ``batch_sizes`` fits.
+    """
+    device = torch.device(device)
+    name = model if isinstance(model, str) else type(model).__name__
+    net = (create_model(model) if isinstance(model, str) else model).to(device).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
 
     def step(bs: int) -> None:
         x = torch.randn(bs, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
-        y = torch.randint(0, 1000, (bs,), device=device)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(net(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = net(x)
+            loss = loss_fn(out, torch.randint(0, out.shape[1], (bs,), device=device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
 
     def fits(bs: int) -> bool:
-        try:
-            step(bs)
-            torch.cuda.synchronize()
-            return True
-        except torch.cuda.OutOfMemoryError:
-            opt.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-            return False
+        return try_batch(step, bs, lambda: opt.zero_grad(set_to_none=True), device)
 
-    largest, bs = 0, min(batch_sizes)
-    while bs <= 16384 and fits(bs):
-        largest, bs = bs, bs * 2
+    largest = largest_batch(fits, min(batch_sizes), limit)
     if largest == 0:
         raise ValueError(f"{name} does not fit even batch size {min(batch_sizes)}")
     chosen = max([b for b in batch_sizes if b <= largest] or [largest])
     step(chosen)
-    torch.cuda.synchronize()
+    sync(device)
     start = time.perf_counter()
     for _ in range(steps):
         step(chosen)
-    torch.cuda.synchronize()
+    sync(device)
     rate = steps * chosen / (time.perf_counter() - start)
     return {"name": name, "batch_size": chosen, "samples_per_s": rate, "max_batch_size": largest,
             "input_bound": pipeline_rate < rate}

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from ...decode import MODULE_LIMIT, MaxPixels
 from ...storage import SharedArray, StringArray
 from ..base import ImageDataset
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
@@ -48,6 +49,7 @@ class TFRecordDataset(ImageDataset):
         index_dir: Where to build missing indexes when the data folder is read-only.
         decoder: Decoder backend name; None picks the best available.
         max_open_files: Most file descriptors held open at once (per process).
+        max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
 
     Attributes:
         classes: Class names from the metadata sidecar fastload's converter writes, else None.
@@ -61,7 +63,7 @@ class TFRecordDataset(ImageDataset):
     def __init__(self, paths_or_glob: Any, transform: Any = None, *, image_key: str = IMAGE_KEY,
                  label_key: str = LABEL_KEY, label_offset: int = 0, check_crc: bool = True,
                  index_dir: str | None = None, decoder: str | None = None,
-                 max_open_files: int = MAX_OPEN_FILES) -> None:
+                 max_open_files: int = MAX_OPEN_FILES, max_pixels: MaxPixels = MODULE_LIMIT) -> None:
         files = expand_paths(paths_or_glob)
         for path in files:
             if path.endswith(".gz"):
@@ -80,7 +82,7 @@ class TFRecordDataset(ImageDataset):
         self.check_crc = check_crc
         self._pool = FilePool(self.files, max_open_files)
         # Labels live inside the records: read lazily (one pass) only when asked for.
-        super().__init__(None, transform, decoder)
+        super().__init__(None, transform, decoder, max_pixels=max_pixels)
 
     def __len__(self) -> int:
         return len(self._offsets)

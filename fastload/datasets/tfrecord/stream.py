@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from tqdm import tqdm
 
-from ...decode import DecodeError, get_decoder
+from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ...storage import SharedArray, StringArray
 from ...transforms import as_compose
 from ..base import sample_rng
@@ -80,6 +80,7 @@ class TFRecordStream:
         image_key, label_key, label_offset, check_crc, index_dir, decoder: As for
             TFRecordDataset (``index_dir`` also holds the GZIP record counts).
         compression: "gzip", None (plain) or "auto" (by the .gz suffix).
+        max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
 
     Attributes:
         classes: Class names from the metadata sidecar fastload's converter writes, else None.
@@ -88,7 +89,7 @@ class TFRecordStream:
     def __init__(self, paths_or_glob: Any, transform: Any = None, *, image_key: str = IMAGE_KEY,
                  label_key: str = LABEL_KEY, label_offset: int = 0, check_crc: bool = True,
                  compression: str | None = "auto", index_dir: str | None = None,
-                 decoder: str | None = None) -> None:
+                 decoder: str | None = None, max_pixels: MaxPixels = MODULE_LIMIT) -> None:
         if compression not in ("auto", "gzip", None):
             raise ValueError(f"compression must be 'auto', 'gzip' or None, got {compression!r}")
         files = expand_paths(paths_or_glob)
@@ -129,6 +130,7 @@ class TFRecordStream:
         if decoder is not None:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder = decoder
+        self.max_pixels = resolve_max_pixels(max_pixels)
         self._warned = False
 
     def __len__(self) -> int:
@@ -275,7 +277,7 @@ class TFRecordStream:
             raise record.error
         try:
             return self.transform.decode(record.image, get_decoder(self.decoder),
-                                         sample_rng(seed, epoch, record.number), out)
+                                         sample_rng(seed, epoch, record.number), out, self.max_pixels)
         except DecodeError as e:
             raise DecodeError(f"record {record.number} ({record.where}): {e}") from e
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ...decode import DecodeError, check_max_pixels, get_decoder
+from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ...transforms import as_compose
 from ..base import sample_rng
 from ..tfrecord.index import cache_folder
@@ -78,7 +78,8 @@ class WebDataset:
             of ``.tar`` files, or a list of these.
         transform: Applied to each decoded image.
         decoder: Decoder backend name; None picks the best available.
-        max_pixels: Images whose header claims more pixels fail before decoding.
+        max_pixels: Images whose header claims more pixels fail before decoding (None: no
+            limit; default ``fastload.decode.MAX_IMAGE_PIXELS``).
         image_key: Image extensions, in order of preference.
         label_key: Target extensions, in order of preference; None: no targets (-1).
         json_key: The field of a ``.json`` target object that holds the label.
@@ -106,7 +107,8 @@ class WebDataset:
     shuffles = True  # the Loader's shuffle=True orders it (shards and windows)
     elastic = True  # resumes on any number of ranks and workers
 
-    def __init__(self, urls: Any, transform: Any = None, *, decoder: str | None = None, max_pixels: int | None = None,
+    def __init__(self, urls: Any, transform: Any = None, *, decoder: str | None = None,
+                 max_pixels: MaxPixels = MODULE_LIMIT,
                  image_key: Sequence[str] = IMAGE_EXTS, label_key: Sequence[str] | None = TARGET_EXTS,
                  json_key: str = "label", label_offset: int = 0, classes: Sequence[str] | None = None,
                  window: int = 4, cache: bool = True, cache_dir: str | None = None,
@@ -148,8 +150,7 @@ class WebDataset:
         self.transform = as_compose(transform)
         if decoder is not None:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
-        check_max_pixels(max_pixels)
-        self.decoder, self.max_pixels = decoder, max_pixels
+        self.decoder, self.max_pixels = decoder, resolve_max_pixels(max_pixels)
         self.window, self.ahead = window, ahead
 
     def __len__(self) -> int:
