@@ -126,7 +126,8 @@ def test_map_style_with_workers_matches_single_process(tmp_path):
     ds = fl.TFRecordDataset(path, transform=fl.transforms.train(8))
     outs = []
     for workers in (0, 2):
-        with fl.Loader(ds, batch_size=4, num_workers=workers, shuffle=True, normalize=False, device="cpu") as loader:
+        with fl.Loader(ds, batch_size=4, num_workers=workers, shuffle=True, normalize=False, device="cpu",
+                       seed=0) as loader:
             outs.append([(x.clone(), y.clone()) for x, y in loader])
     for (a, la), (b, lb) in zip(*outs):
         assert np.array_equal(a.numpy(), b.numpy()) and la.tolist() == lb.tolist()

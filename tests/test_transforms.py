@@ -214,7 +214,7 @@ def test_one_argument_transforms_run_as_they_are(folder):
     img, _ = ds.load(3, epoch=1, seed=2)
     want = np.roll((255 - plain.load(3, epoch=1, seed=2)[0])[::-1], 1, axis=1)
     assert np.array_equal(img, want)
-    with fl.Loader(ds, batch_size=6, num_workers=2, device="cpu", normalize=False) as loader:
+    with fl.Loader(ds, batch_size=6, num_workers=2, device="cpu", normalize=False, seed=0) as loader:
         x, _ = next(iter(loader))
     assert np.array_equal(x[3].permute(1, 2, 0).numpy(), ds.load(3, epoch=0)[0])
 
@@ -231,7 +231,7 @@ def test_albumentations_pipeline_through_the_adapter_is_reproducible(folder, mon
     a, b = ds.load(5, epoch=0, seed=1)[0], ds.load(5, epoch=0, seed=1)[0]
     assert np.array_equal(a, b), "same (seed, epoch, index), same augmentation"
     assert not np.array_equal(a, ds.load(5, epoch=1, seed=1)[0])
-    opts = dict(batch_size=8, shuffle=True, device="cpu", normalize=False)
+    opts = dict(batch_size=8, shuffle=True, device="cpu", normalize=False, seed=0)
     with fl.Loader(ds, num_workers=2, backend="process", **opts) as p, \
             fl.Loader(ds, num_workers=2, backend="thread", **opts) as t:
         for (px, py), (tx, ty) in zip(p, t):
