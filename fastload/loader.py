@@ -105,11 +105,22 @@ class Loader:
         self.skipped: list[SkippedSample] = []  # what on_error="skip" replaced (the most recent 10,000)
         self.skipped_count = 0
         self.sampler: ShardedBatchSampler | None = None
+        self._gpu = None  # the GPU decode pipeline (decode="gpu")
+        if cfg.decode == "gpu":
+            from .gpudecode import check_setup
+
+            self._gpu = check_setup(samples, self.device, cfg.backend, self.streaming)
         self._source = self._make_source()
         inflight = self._source.inflight
         self._watchdog = Watchdog(inflight, None if self.streaming else samples, cfg.stall_warning)
-        self._prefetcher = CudaPrefetcher((), self.device, cfg.depth,
-                                          Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize), cfg.return_index)
+        normalizer = Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize)
+        if self._gpu is not None:
+            from .gpudecode import GpuDecodeStage
+
+            self._prefetcher = GpuDecodeStage(self.device, cfg.depth, normalizer, cfg.return_index,
+                                              self._source.fetcher, self._record_skipped)
+        else:
+            self._prefetcher = CudaPrefetcher((), self.device, cfg.depth, normalizer, cfg.return_index)
         self._sampler_epoch = 0  # the epoch last written to sampler.epoch (see _adopt_sampler_epoch)
         self._next_epoch = 0
         self.epoch: int | None = None  # of the current (or last) pass
@@ -150,8 +161,15 @@ class Loader:
                                            drop_last=cfg.drop_last, seed=cfg.seed, rank=self.rank,
                                            world_size=self.world_size)
         threads = cfg.backend == "thread"
-        inflight = InFlight(self.num_workers + 1 if threads else max(1, self.num_workers))
-        fetcher = BatchFetcher(self._samples, cfg.seed, cfg.on_error, inflight)
+        # A row for this process too where it loads samples itself (threads; GPU decode's fall-backs).
+        consumer_row = threads or self._gpu is not None
+        inflight = InFlight(self.num_workers + 1 if consumer_row else max(1, self.num_workers))
+        if self._gpu is not None:
+            from .gpudecode import EncodingFetcher
+
+            fetcher = EncodingFetcher(self._samples, cfg.seed, cfg.on_error, inflight, self._gpu)
+        else:
+            fetcher = BatchFetcher(self._samples, cfg.seed, cfg.on_error, inflight)
         if threads:
             # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
             return ThreadSource(fetcher, self.sampler, self.num_workers, cfg.prefetch_factor,
@@ -211,6 +229,8 @@ class Loader:
         self.rank, self.world_size = rank, world_size
         epoch = self.sampler.epoch if self.sampler is not None else 0
         self._source = self._make_source()
+        if self._gpu is not None:
+            self._prefetcher.fetcher = self._source.fetcher
         if self.sampler is not None:
             self.sampler.epoch = epoch  # keeps an epoch set through the old sampler pending
         self._watchdog = Watchdog(self._source.inflight, None if self.streaming else self._samples,
