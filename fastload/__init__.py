@@ -22,10 +22,12 @@ from .datasets import (
     open_dataset,
 )
 from .decode import DecodeError, decode_image, get_decoder, image_size
+from .gpudecode import EncodedBatch
 from .loader import Loader
 from .normalize import Normalizer
 from .prefetch import CudaPrefetcher
 from .resume import merge_states
+from .sampleplan import SamplePlan
 from .sampler import ShardedBatchSampler
 from .storage import SharedArray, StringArray
 
@@ -34,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CudaPrefetcher",
     "DecodeError",
+    "EncodedBatch",
     "HostBatch",
     "ImageDataset",
     "ImageFolder",
@@ -43,6 +46,7 @@ __all__ = [
     "LoaderConfig",
     "Normalizer",
     "SampleError",
+    "SamplePlan",
     "ShardedBatchSampler",
     "SharedArray",
     "SkippedSample",
