@@ -49,7 +49,7 @@ def main() -> None:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     root = photo_folder(args)
     batch = 16 if args.quick else args.batch_size
-    workers = min(args.workers, 2) if args.quick else args.workers
+    workers = 0 if args.quick else args.workers  # --quick: no worker start-up
     epochs, rounds = (1, 1) if args.quick else (args.epochs, args.rounds)
     ds = fl.ImageFolder(root, fl.transforms.train(args.size))
     loaders = {decode: fl.Loader(ds, batch_size=batch, num_workers=workers, shuffle=True, drop_last=True,
