@@ -102,22 +102,49 @@ def _truncated(data):
 
 @ROI
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
-def test_a_failing_region_gets_the_per_sample_paths_error_or_replacement(tmp_path, regions_win, on_error):
-    root = _folder(tmp_path, 8, bad={3: _truncated})
+@pytest.mark.parametrize("where", ["across its region", "below its region"])
+def test_a_failing_region_gets_the_per_sample_paths_error_or_replacement(tmp_path, regions_win, on_error, where):
+    tf = fl.transforms.train(64, scale=(0.05, 0.2))
+    root = _folder(tmp_path, 8)
+    # A JPEG cut short below its crop's rows decodes that region without a complaint:
+    # only the per-sample path's end-of-image check fails it, and must here too.
+    plans = [Clean(root, tf).plan(i, 3, 7) for i in range(8)]
+    bad = next(i for i, p in enumerate(plans) if p.region[2] < p.header.height * 0.6)
+    path = os.path.join(root, "a", f"{bad:02d}.jpg")
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 4] if where == "across its region" else data[: len(data) * 9 // 10])
     results = {}
     for cls in (Clean, CleanPerSample):
         try:
-            results[cls] = _fetch(cls(root, fl.transforms.train(64)), range(8), on_error)
+            results[cls] = _fetch(cls(root, tf), range(8), on_error)
         except fl.DecodeError as e:  # it names its sample already
             results[cls] = e
     batched, per_sample = results[Clean], results[CleanPerSample]
     if on_error == "raise":
         assert isinstance(batched, fl.DecodeError) and str(batched) == str(per_sample)
-        assert os.path.join("a", "03.jpg") in str(batched) and "truncated" in str(batched)
+        assert os.path.join("a", f"{bad:02d}.jpg") in str(batched) and "truncated" in str(batched)
     else:
         assert torch.equal(batched.images, per_sample.images) and torch.equal(batched.indices, per_sample.indices)
-        assert batched.skipped == per_sample.skipped and batched.skipped[0].index == 3
-        assert int(batched.indices[3]) != 3
+        assert batched.skipped == per_sample.skipped and batched.skipped[0].index == bad
+        assert int(batched.indices[bad]) != bad
+
+
+@ROI
+def test_a_region_the_batched_call_cannot_decode_is_decoded_alone(tmp_path, regions_win, monkeypatch):
+    root = _folder(tmp_path, 6)
+    batch = roi.RegionDecoder.decode_batch
+
+    def refusing_the_third(self, datas, regions):
+        out = batch(self, datas, regions)
+        return [None if k == 2 else px for k, px in enumerate(out)]
+
+    monkeypatch.setattr(roi.RegionDecoder, "decode_batch", refusing_the_third)
+    batched = _fetch(Clean(root, fl.transforms.train(64)), range(6))
+    assert regions_win["single"] == 1
+    per_sample = _fetch(CleanPerSample(root, fl.transforms.train(64)), range(6))
+    assert torch.equal(batched.images, per_sample.images)
 
 
 @ROI
