@@ -55,24 +55,6 @@ class Stats:
         }
 
 
-def timed(outputs: Iterator, stats: Stats) -> Iterator:
-    """The items of ``outputs``, counting in ``stats`` how long the consumer waited for each."""
-    first = None
-    while True:
-        asked = time.perf_counter()
-        first = asked if first is None else first
-        try:
-            out = next(outputs)
-        except StopIteration:
-            return
-        handed = time.perf_counter()
-        stats.wait_s += handed - asked
-        stats.total_s += handed - first
-        first = handed
-        stats.batches += 1
-        yield out
-
-
 @dataclass
 class _InFlight:
     """A batch whose copy and normalization are queued on the side stream."""
@@ -139,7 +121,21 @@ class CudaPrefetcher:
         if self._closed:
             raise RuntimeError("CudaPrefetcher is closed")
         source = (as_host_batch(item) for item in iterable)
-        yield from timed(self._cpu(source) if self._stream is None else self._cuda(source), self.stats)
+        outputs = self._cpu(source) if self._stream is None else self._cuda(source)
+        first = None
+        while True:
+            asked = time.perf_counter()
+            first = asked if first is None else first
+            try:
+                out = next(outputs)
+            except StopIteration:
+                return
+            handed = time.perf_counter()
+            self.stats.wait_s += handed - asked
+            self.stats.total_s += handed - first
+            first = handed
+            self.stats.batches += 1
+            yield out
 
     def _cpu(self, source: Iterator[HostBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
         for batch in source:

@@ -16,6 +16,7 @@ sample's file; a replacement under ``on_error="skip"`` is reported like the work
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 
 from ..batch import SkippedSample
 from ..normalize import Normalizer
-from ..prefetch import Stats, timed
+from ..prefetch import Stats
 from ..sources.fetch import BatchFetcher, describe, put
 from ..targets import fill
 from .encoded import EncodedBatch
@@ -43,7 +44,7 @@ class _Decoded:
     labels: torch.Tensor
     indices: torch.Tensor | None
     ready: Any  # CUDA event after its last kernel; None on the CPU
-    keep: list = field(default_factory=list)  # alive until ``ready`` has passed
+    keep: list = field(default_factory=list)  # what the queued kernels read: kept until ``ready`` has passed
 
 
 class GpuDecodeStage:
@@ -81,7 +82,7 @@ class GpuDecodeStage:
                                 else lambda: on_skipped)
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._decoder: BatchDecoder | None = None
-        self._held: deque[tuple[Any, list]] = deque()  # (ready, keep) of batches handed out
+        self._held: deque[tuple[Any, list]] = deque()  # (ready, keep) of the batches queued
         self._closed = False
 
     def run(self, iterable: Iterable[EncodedBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
@@ -90,40 +91,53 @@ class GpuDecodeStage:
             raise RuntimeError("GpuDecodeStage is closed")
         if self._decoder is None:
             self._decoder = BatchDecoder(self.device)
-        yield from timed(self._cpu(iterable) if self._stream is None else self._cuda(iterable), self.stats)
+        outputs = self._cpu(iter(iterable)) if self._stream is None else self._cuda(iter(iterable))
+        asked = since = time.perf_counter()
+        for out in outputs:
+            # The wait: from the consumer's request (the end of its step) to the hand-over.
+            now = time.perf_counter()
+            self.stats.wait_s += now - asked
+            self.stats.total_s += now - since
+            self.stats.batches += 1
+            since = now
+            yield out
+            asked = time.perf_counter()
 
-    def _cpu(self, source: Iterable[EncodedBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
+    def _cpu(self, source: Iterator[EncodedBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
         for batch in source:
             yield self._output(self._decode(batch))
 
-    def _cuda(self, source: Iterable[EncodedBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
-        source = iter(source)
-        pending: deque[_Decoded] = deque()
-        try:
-            for batch in source:
-                pending.append(self._enqueue(batch))
-                if len(pending) >= self.depth:
+    def _cuda(self, source: Iterator[EncodedBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
+        queued: deque[_Decoded] = deque()
+        while True:
+            # ``depth`` batches queued on the stream before one is handed over, the next one
+            # queued before the consumer's step.
+            while len(queued) < self.depth:
+                batch = next(source, None)
+                if batch is None:
                     break
-            while pending:
-                item = pending.popleft()
-                consumer = torch.cuda.current_stream(self.device)
-                consumer.wait_event(item.ready)
-                item.images.record_stream(consumer)
-                item.labels.record_stream(consumer)
-                self._held.append((item.ready, item.keep))
-                nxt = next(source, None)  # queue the next batch before the consumer's step
+                queued.append(self._enqueue(batch))
+            if not queued:
+                return
+            item = queued.popleft()
+            consumer = torch.cuda.current_stream(self.device)
+            consumer.wait_event(item.ready)  # this batch only, not all the stream's work
+            for t in (item.images, item.labels):
+                t.record_stream(consumer)  # not reused while the consumer's step reads it
+            if len(queued) < self.depth:
+                nxt = next(source, None)
                 if nxt is not None:
-                    pending.append(self._enqueue(nxt))
-                self._drop_finished()
-                yield self._output(item)
-        finally:  # a pass ended early: what its queued batches use stays until they have run
-            self._held.extend((item.ready, item.keep) for item in pending)
+                    queued.append(self._enqueue(nxt))
+            self._drop_finished()
+            yield self._output(item)
 
     def _enqueue(self, batch: EncodedBatch) -> _Decoded:
         with torch.cuda.stream(self._stream):
             item = self._decode(batch, self._stream.cuda_stream)
             item.ready = torch.cuda.Event()
             item.ready.record(self._stream)
+        # Batches run in order on the stream: what each uses is dropped once its event has passed.
+        self._held.append((item.ready, item.keep))
         return item
 
     def _drop_finished(self) -> None:
@@ -204,9 +218,7 @@ class GpuDecodeStage:
 
     def close(self) -> None:
         """Waits for the stream's pending work and drops what it held; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._stream is not None:
+        if not self._closed and self._stream is not None:
             self._stream.synchronize()
+        self._closed = True
         self._held.clear()

@@ -1,30 +1,31 @@
-"""One batch through plan → one batched region decode → finish, for datasets that plan.
+"""A batch planned first, its regions decoded in one call, for datasets that plan.
 
-Every sample of the batch is planned first (bytes read, header checked, crop drawn, decode
-chosen: :meth:`fastload.ImageDataset.plan`); the samples planned for a region decode then
-have their regions decoded in one nvImageCodec call (:meth:`RegionDecoder.decode_batch
-<fastload.decode.roi.RegionDecoder.decode_batch>`); each sample is then finished (the
-other plans decoded, resize, flip) into its batch row. Plans, draws and pixels are those
-of the per-sample path, sample for sample.
+Before a batch is loaded, :func:`prepare` plans every sample of it (bytes read, header
+checked, crop drawn, decode chosen: :meth:`fastload.ImageDataset.plan`) and decodes the
+regions of the samples planned for a region decode in one nvImageCodec call
+(:meth:`RegionDecoder.decode_batch <fastload.decode.roi.RegionDecoder.decode_batch>`).
+The fetcher then loads the batch as always, finishing each prepared sample
+(:meth:`fastload.ImageDataset.finish`: the other decodes, resize, flip) instead of loading
+it, so plans, draws, pixels, errors, replacements and their order are those of the
+per-sample path, sample for sample.
 
-A sample that fails anywhere here is loaded again by the per-sample path
-(:meth:`BatchFetcher.load <fastload.sources.fetch.BatchFetcher.load>`), which applies the
-error policy and names it: the same error (or replacement) the per-sample path gives. A
-region the batched call could not decode is decoded alone, so its error is its own.
+A sample whose planning fails is not prepared: loading it meets the same error. A region
+the batched call could not decode, or one of a JPEG cut short (whose region above the cut
+would decode), is decoded alone when its sample is finished, where it fails as on the
+per-sample path.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..batch import HostBatch
 from ..decode import DecodeError, roi
 from ..decode.header import check_jpeg_complete
 from ..sampleplan import SamplePlan
 from ..sampler import BatchRequest
-from .fetch import Loaded, assemble, checked
 
 if TYPE_CHECKING:
     from .fetch import BatchFetcher
@@ -33,8 +34,16 @@ if TYPE_CHECKING:
 MIN_BATCH = 2
 
 
+@dataclass
+class Prepared:
+    """A sample planned ahead of its batch: its plan and, for a region plan, the region's pixels."""
+
+    plan: SamplePlan
+    pixels: np.ndarray | None
+
+
 def plan_all(fetcher: BatchFetcher, indices: list[int], epoch: int, worker: int) -> list[SamplePlan | None]:
-    """Each sample's plan, or None where planning failed (it is loaded again, per sample)."""
+    """Each sample's plan, or None where planning failed (loading it meets the error again)."""
     plans: list[SamplePlan | None] = []
     for index in indices:
         fetcher.inflight.begin(worker, index, epoch)
@@ -48,8 +57,7 @@ def plan_all(fetcher: BatchFetcher, indices: list[int], epoch: int, worker: int)
 
 
 def complete(data) -> bool:
-    """Whether ``data`` ends like a whole JPEG: a region above the cut would decode, so a
-    JPEG cut short is finished alone, where the per-sample path's check fails it."""
+    """Whether ``data`` ends like a whole JPEG (the per-sample region path checks this first)."""
     try:
         check_jpeg_complete(data)
         return True
@@ -60,7 +68,7 @@ def complete(data) -> bool:
 def decode_regions(fetcher: BatchFetcher, plans: list[SamplePlan | None], epoch: int,
                    worker: int) -> dict[int, np.ndarray]:
     """The planned regions, decoded in one call: {position in ``plans``: pixels}; a region
-    the call could not decode is left out (decoded alone when its sample is finished)."""
+    the call could not decode is left out."""
     group = [j for j, p in enumerate(plans) if p is not None and p.region is not None and complete(p.data)]
     if len(group) < MIN_BATCH:
         return {}
@@ -74,24 +82,9 @@ def decode_regions(fetcher: BatchFetcher, plans: list[SamplePlan | None], epoch:
     return {j: px for j, px in zip(group, decoded) if px is not None}
 
 
-def fetch_planned(fetcher: BatchFetcher, request: BatchRequest, worker: int = 0,
-                  pin: bool | None = None) -> HostBatch:
-    """The HostBatch of ``request``: planned, regions decoded in one call, finished."""
+def prepare(fetcher: BatchFetcher, request: BatchRequest, worker: int = 0) -> dict[tuple[int, int], Prepared]:
+    """The samples of ``request`` planned, their regions decoded in one call, by (index, epoch)."""
     indices, epoch = [int(i) for i in request.indices], request.epoch
     plans = plan_all(fetcher, indices, epoch, worker)
     pixels = decode_regions(fetcher, plans, epoch, worker)
-
-    def load(j: int, out: np.ndarray | None) -> Loaded:
-        plan = plans[j]
-        if plan is not None:
-            fetcher.inflight.begin(worker, plan.index, epoch)
-            try:
-                image, label = checked(fetcher.dataset.finish(plan, pixels.pop(j, None), out), plan.label, out)
-                return Loaded(image, label, plan.index, [])
-            except Exception:  # loaded again below, where the error policy applies
-                pass
-            finally:
-                fetcher.inflight.end(worker)
-        return fetcher.load(indices[j], epoch, worker, out)
-
-    return assemble(len(indices), load, epoch, fetcher.dataset, pin)
+    return {(p.index, epoch): Prepared(p, pixels.get(j)) for j, p in enumerate(plans) if p is not None}

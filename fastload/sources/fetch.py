@@ -7,7 +7,6 @@ in-flight tracking and the collate into a batch buffer are the same everywhere.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ from ..datasets.base import sample_rng
 from ..sampleplan import plannable
 from ..sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
+from .batched import Prepared, prepare
 from .inflight import InFlight
 
 MAX_REPLACEMENTS = 10
@@ -83,7 +83,10 @@ class BatchFetcher(torch.utils.data.Dataset):
     def __init__(self, dataset: Any, seed: int, on_error: str, inflight: InFlight) -> None:
         self.dataset, self.seed, self.on_error, self.inflight = dataset, seed, on_error, inflight
         self._writes_in_place = accepts_out(dataset.load)
+        # A dataset that plans has each batch planned first, its regions decoded in one
+        # call; _load_one then finishes those samples (fastload/sources/batched.py).
         self._plans = plannable(dataset)
+        self._prepared: dict[tuple[int, int], Prepared] = {}
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -91,13 +94,23 @@ class BatchFetcher(torch.utils.data.Dataset):
     def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None) -> tuple[np.ndarray, Target]:
         self.inflight.begin(worker, index, epoch)
         try:
-            if out is None or not self._writes_in_place:
+            prepared = self._prepared.pop((index, epoch), None)
+            if prepared is not None:
+                image, target = self.dataset.finish(prepared.plan, prepared.pixels, out), prepared.plan.label
+            elif out is None or not self._writes_in_place:
                 image, target = self.dataset.load(index, epoch, self.seed)
             else:
                 image, target = self.dataset.load(index, epoch, self.seed, out=out)
         finally:
             self.inflight.end(worker)
-        return checked(image, target, out)
+        # A bad image is an error of its sample, so the error policy applies to it too.
+        if out is None:
+            check_image(image, "the image")
+        elif image is not out and (image.shape != out.shape or image.dtype != np.uint8):
+            check_image(image, "the image")
+            raise ValueError(f"image has shape {image.shape} but the batch holds {out.shape}; use a transform "
+                             "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
+        return image, as_target(target)  # a TypeError here is named as the sample's error
 
     def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | None = None) -> Loaded:
         """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow."""
@@ -135,15 +148,21 @@ class BatchFetcher(torch.utils.data.Dataset):
 
     def fetch(self, request: BatchRequest, worker: int = 0, pin: bool | None = None) -> HostBatch:
         """Loads and collates one batch: the first sample fixes the shape, the rest are
-        written straight into their rows. A dataset that plans its samples has the
-        regions of the whole batch decoded in one call (:mod:`fastload.sources.batched`)."""
+        written straight into their rows."""
+        indices = request.indices
         if self._plans:
-            from .batched import fetch_planned
-
-            return fetch_planned(self, request, worker, pin)
-        indices, epoch = request.indices, request.epoch
-        return assemble(len(indices), lambda j, out: self.load(int(indices[j]), epoch, worker, out), epoch,
-                        self.dataset, pin)
+            self._prepared = prepare(self, request, worker)
+        first = self.load(int(indices[0]), request.epoch, worker)
+        images = alloc_batch((len(indices), *first.image.shape), pin=pin)
+        rows = images.numpy()
+        rows[0] = first.image
+        loaded = [first]
+        for j in range(1, len(indices)):
+            slot = rows[j]
+            item = self.load(int(indices[j]), request.epoch, worker, slot)
+            put(slot, item, self.dataset)
+            loaded.append(item)
+        return collated(images, loaded, request.epoch, dataset=self.dataset)
 
     def __getitems__(self, request: BatchRequest) -> HostBatch:
         info = get_worker_info()
@@ -152,34 +171,6 @@ class BatchFetcher(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> tuple[np.ndarray, Target]:
         item = self.load(int(index), 0)
         return item.image, item.label
-
-
-def checked(image: Any, target: Any, out: np.ndarray | None) -> tuple[np.ndarray, Target]:
-    """A loaded sample's image and target, checked: a bad image or target is an error of
-    its sample, so the error policy applies to it too."""
-    if out is None:
-        check_image(image, "the image")
-    elif image is not out and (image.shape != out.shape or image.dtype != np.uint8):
-        check_image(image, "the image")
-        raise ValueError(f"image has shape {image.shape} but the batch holds {out.shape}; use a transform "
-                         "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
-    return image, as_target(target)  # a TypeError here is named as the sample's error
-
-
-def assemble(n: int, load: Callable[[int, np.ndarray | None], Loaded], epoch: int, dataset: Any,
-             pin: bool | None) -> HostBatch:
-    """The HostBatch of ``n`` samples, ``load(j, row)`` giving row j: the first (loaded with
-    no row) fixes the shape, the rest are written into their rows."""
-    first = load(0, None)
-    images = alloc_batch((n, *first.image.shape), pin=pin)
-    rows = images.numpy()
-    rows[0] = first.image
-    loaded = [first]
-    for j in range(1, n):
-        item = load(j, rows[j])
-        put(rows[j], item, dataset)
-        loaded.append(item)
-    return collated(images, loaded, epoch, dataset=dataset)
 
 
 def put(slot: np.ndarray, item: Loaded, dataset: Any) -> int:
