@@ -132,6 +132,17 @@ def test_a_failing_region_gets_the_per_sample_paths_error_or_replacement(tmp_pat
 
 
 @ROI
+def test_a_plan_left_by_a_failed_batch_serves_no_other_epoch(tmp_path, regions_win):
+    root = _folder(tmp_path, 8, bad={3: _truncated})
+    fetcher = BatchFetcher(Clean(root, fl.transforms.train(64)), 7, "raise", InFlight(1))
+    with pytest.raises(fl.DecodeError):
+        fetcher.fetch(BatchRequest(1, np.arange(8)))  # stops at sample 3: samples 4-7 stay planned
+    again = fetcher.load(5, 2)
+    want, _ = CleanPerSample(root, fl.transforms.train(64)).load(5, 2, 7)
+    assert np.array_equal(again.image, want)
+
+
+@ROI
 def test_a_region_the_batched_call_cannot_decode_is_decoded_alone(tmp_path, regions_win, monkeypatch):
     root = _folder(tmp_path, 6)
     batch = roi.RegionDecoder.decode_batch

@@ -93,7 +93,7 @@ def test_gpu_stage_on_cpu_equals_the_cpu_path_without_reduced_decode(tmp_path, o
     gpu, stage = _batches(ds, "gpu", epochs=(0, 1))
     cpu, _ = _batches(ds, "cpu", epochs=(0, 1))
     _assert_same(gpu, cpu)
-    assert stage.fallbacks == 0
+    assert stage.fallbacks == 0 and stage.stats.batches == len(gpu)
 
 
 def test_gpu_stage_on_cpu_is_within_tolerance_of_the_default_cpu_path(tmp_path, on_cpu):
