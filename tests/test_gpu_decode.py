@@ -96,6 +96,13 @@ def test_gpu_stage_on_cpu_equals_the_cpu_path_without_reduced_decode(tmp_path, o
     assert stage.fallbacks == 0 and stage.stats.batches == len(gpu)
 
 
+def test_encoded_batches_cross_from_worker_processes(tmp_path, on_cpu):
+    ds = fl.ImageFolder(_write(tmp_path, {**_photos(6), **_odd_ones()}), fl.transforms.train(48, reduced_decode=False))
+    gpu, _ = _batches(ds, "gpu", num_workers=1, batch_size=5)
+    cpu, _ = _batches(ds, "cpu", batch_size=5)
+    _assert_same(gpu, cpu)
+
+
 def test_gpu_stage_on_cpu_is_within_tolerance_of_the_default_cpu_path(tmp_path, on_cpu):
     photos = {f"{i:02d}.jpg": data for i, data in enumerate(photo_jpegs((300, 420), 1, seed=5))}
     ds = fl.ImageFolder(_write(tmp_path, photos), fl.transforms.train(112))
