@@ -108,6 +108,7 @@ def test_gpu_stage_on_cpu_is_within_tolerance_of_the_default_cpu_path(tmp_path, 
     ds = fl.ImageFolder(_write(tmp_path, photos), fl.transforms.train(112))
     gpu, _ = _batches(ds, "gpu", normalize=True)
     cpu, _ = _batches(ds, "cpu", normalize=True)
+    assert all(x.is_contiguous(memory_format=torch.channels_last) and x.dtype == torch.float32 for x, _, _ in gpu)
     std = torch.tensor(fl.LoaderConfig().std).view(1, 3, 1, 1)
     _assert_same([(x * std * 255, y, i) for x, y, i in gpu], [(x * std * 255, y, i) for x, y, i in cpu], exact=False)
 
@@ -172,7 +173,8 @@ def _corrupt(data: bytes) -> bytes:
 
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
 @pytest.mark.parametrize("where", ["worker", "stage"])
-def test_failures_name_their_file_under_on_error(tmp_path, on_cpu, refuse, on_error, where):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_failures_name_their_file_under_on_error(tmp_path, on_cpu, refuse, on_error, where, device):
     files = _photos(8)
     bad = "05.jpg"
     # Cut short: the worker finds it (no end-of-image marker). Corrupt inside, refused by
@@ -182,7 +184,7 @@ def test_failures_name_their_file_under_on_error(tmp_path, on_cpu, refuse, on_er
     with pytest.raises(fl.DecodeError):
         ds.load(5)
     refuse.update(range(8))  # every row: whichever row sample 5 lands in
-    loader = fl.Loader(ds, batch_size=8, num_workers=0, device="cpu", decode="gpu", on_error=on_error,
+    loader = fl.Loader(ds, batch_size=8, num_workers=0, device=device, decode="gpu", on_error=on_error,
                        return_index=True)
     if on_error == "raise":
         with pytest.raises(fl.DecodeError, match=os.path.join("a", bad)):
