@@ -283,7 +283,7 @@ class Compose:
         return None
 
     def plan_decode(self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None,
-                    region: bool = True) -> DecodeSteps:
+                    region: bool = False) -> DecodeSteps:
         """The first half of :meth:`decode`: the header read and checked against the pixel
         limit, the leading crop drawn from ``rng`` and, for TurboJPEG, the decode planned.
 
@@ -292,7 +292,8 @@ class Compose:
             decoder: The decoder :meth:`finish_decode` will use.
             rng: The sample's generator; the crop draws from it, later transforms go on.
             max_pixels: Pixel limit (None: ``fastload.decode.MAX_IMAGE_PIXELS``).
-            region: Allow a region decode (only for samples known to decode cleanly).
+            region: Allow a region decode: only for a sample known to decode cleanly (a
+                region decode cannot see libjpeg's corrupt-data warnings), so off by default.
         """
         header = read_header(data)
         check_pixels(header, max_pixels)
@@ -328,13 +329,14 @@ class Compose:
         return img
 
     def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
-               max_pixels: int | None = None, region: bool = True) -> np.ndarray:
+               max_pixels: int | None = None, region: bool = False) -> np.ndarray:
         """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
 
         The header is read once, checked against the pixel limit (``max_pixels``, else
         ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With TurboJPEG,
         :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by measured
-        cost (DCT scales only with ``reduced_decode``, a region only with ``region``);
+        cost (DCT scales only with ``reduced_decode``; a region only with ``region``, for
+        a sample known to decode cleanly);
         other decoders get the smallest power-of-2 scale the crop allows. With ``out`` (a
         batch slot of the output's shape), the leading crop resizes straight into it and
         in-place transforms keep it there; the result is ``out`` whenever that was
