@@ -70,7 +70,7 @@ class EncodingFetcher(BatchFetcher):
         encoded: list[EncodedRow] = []
         decoded: list[tuple[int, np.ndarray]] = []
         targets: list[Target] = []
-        indices = torch.empty(n, dtype=torch.int64)
+        indices = np.empty(n, np.int64)
         skipped = []
         for j, index in enumerate(int(i) for i in request.indices):
             planned = self._plan_row(j, index, epoch, worker)
@@ -88,4 +88,4 @@ class EncodingFetcher(BatchFetcher):
             skipped.extend(item.skipped)
         labels = TargetSpec.of(targets[0]).alloc(n)
         fill(labels, targets, lambda j: f"sample {int(indices[j])} ({describe(self.dataset, int(indices[j]))})")
-        return pack(encoded, decoded, labels, indices, epoch, tuple(skipped), (out_h, out_w))
+        return pack(encoded, decoded, labels, torch.from_numpy(indices), epoch, tuple(skipped), (out_h, out_w))
