@@ -26,10 +26,12 @@ from .datasets import (
     open_dataset,
 )
 from .decode import DecodeError, decode_image, get_decoder, image_size
+from .gpudecode import EncodedBatch
 from .loader import Loader
 from .normalize import Normalizer
 from .prefetch import CudaPrefetcher
 from .resume import merge_states
+from .sampleplan import SamplePlan
 from .sampler import ShardedBatchSampler
 from .sources.failures import WorkerFailure
 from .storage import SharedArray, StringArray
@@ -40,6 +42,7 @@ __all__ = [
     "CudaPrefetcher",
     "DecodeError",
     "DownloadError",
+    "EncodedBatch",
     "HostBatch",
     "ImageDataset",
     "ImageFolder",
@@ -49,6 +52,7 @@ __all__ = [
     "LoaderConfig",
     "Normalizer",
     "SampleError",
+    "SamplePlan",
     "ShardError",
     "ShardRecord",
     "ShardedBatchSampler",

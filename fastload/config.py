@@ -15,6 +15,7 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 BACKENDS = ("process", "thread")
+DECODES = ("cpu", "gpu")
 START_METHODS = (None, "fork", "spawn", "forkserver")
 FLAGS = ("shuffle", "drop_last", "drop_uneven", "persistent_workers", "normalize", "return_index")
 
@@ -113,6 +114,9 @@ class LoaderConfig:
         world_size: Number of ranks; None reads torch.distributed (else 1).
         return_index: Yield (images, targets, indices): the dataset index of each row,
             an int64 CPU tensor (to look up paths or other per-sample fields).
+        decode: "cpu" (workers decode and resize) or "gpu" (workers read bytes and draw
+            crops; the batch is decoded, resized, flipped and normalized on the CUDA
+            device, see :mod:`fastload.gpudecode`; the train/eval presets only).
     """
 
     batch_size: int = 256
@@ -138,6 +142,7 @@ class LoaderConfig:
     rank: int | None = None
     world_size: int | None = None
     return_index: bool = False
+    decode: str = "cpu"
 
     def __post_init__(self) -> None:
         def positive_int(name: str, minimum: int = 1) -> None:
@@ -161,6 +166,8 @@ class LoaderConfig:
             positive_int("num_workers", 0)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.decode not in DECODES:
+            raise ValueError(f"decode must be one of {DECODES}, got {self.decode!r}")
         if self.start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {self.start_method!r}")
         object.__setattr__(self, "dtype", dtype_name(self.dtype))

@@ -30,6 +30,18 @@ SKIP_WARN_EVERY = 100
 MAX_SKIPPED_KEPT = 10_000
 
 
+def _weak_call(owner: Any, method: str) -> Any:
+    """``owner.method`` through a weak reference (a no-op once ``owner`` is gone)."""
+    ref = weakref.ref(owner)
+
+    def call(*args: Any) -> None:
+        target = ref()
+        if target is not None:
+            getattr(target, method)(*args)
+
+    return call
+
+
 class Loader:
     """Batches of normalized images on a device, from a fastload dataset or your own.
 
@@ -94,8 +106,17 @@ class Loader:
         self.skipped: list[SkippedSample] = []  # what on_error="skip" replaced (the most recent 10,000)
         self.skipped_count = 0
         self._skipped_in_pass: set[tuple[int, int]] = set()  # (epoch, index): listed once per pass
-        self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD,
-                                          Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize), cfg.return_index)
+        self._gpu = None  # the GPU decode pipeline (decode="gpu")
+        normalizer = Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize)
+        if cfg.decode == "gpu":
+            from .gpudecode import GpuDecodeStage, check_setup
+
+            self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
+            # The stage reports what it skipped through a weak reference: no cycle back to the Loader.
+            self._prefetcher = GpuDecodeStage(self.device, DEVICE_AHEAD, normalizer, cfg.return_index, None,
+                                              _weak_call(self, "_record_skipped"))
+        else:
+            self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD, normalizer, cfg.return_index)
         self._progress = Progress()
         # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
         # back would make a cycle that keeps a dropped Loader and its workers alive until gc runs.
@@ -170,7 +191,9 @@ class Loader:
         cfg = self.config
         self._source = build_source(self._samples, cfg, self.rank, self.world_size, self.device,
                                     order_seed=compat.order_seed(cfg, self._seed_drawn, self.world_size),
-                                    epochs=self._epoch_requests)
+                                    epochs=self._epoch_requests, gpu=self._gpu)
+        if self._gpu is not None:
+            self._prefetcher.fetcher = self._source.fetcher  # decodes what the GPU decoder refuses
         # DataLoader's sampler: this rank's samples (len), set_epoch; None for a stream.
         self.sampler = RankSampler(self._source.sampler) if self._source.sampler is not None else None
         self._show_epoch(self._progress.next_epoch)

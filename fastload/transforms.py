@@ -22,19 +22,21 @@ import math
 import random
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
 import numpy as np
 
-from .decode import Decoder, check_pixels, read_header
-from .decode.plan import choose
+from .decode import Decoder, ImageHeader, check_pixels, read_header
+from .decode.plan import DecodePlan, choose
 from .resize import Crop, resize  # noqa: F401  (resize: re-exported)
 
 __all__ = [
     "CenterCrop",
     "Compose",
     "Crop",
+    "DecodeSteps",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
@@ -186,12 +188,16 @@ class RandomHorizontalFlip:
             raise ValueError(f"p must be in [0, 1], got {p!r}")
         self.p = p
 
+    def draw(self, rng: np.random.Generator) -> bool:
+        """Whether this sample is flipped: the one draw ``__call__`` makes."""
+        return rng.random() < self.p
+
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return img[:, ::-1] if rng.random() < self.p else img
+        return img[:, ::-1] if self.draw(rng) else img
 
     def apply_inplace(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Same draw as ``__call__``, flipping ``img`` in place (for a batch slot)."""
-        if rng.random() < self.p:
+        if self.draw(rng):
             cv2.flip(img, 1, dst=img)
         return img
 
@@ -216,6 +222,27 @@ def _check_transform(t: Any) -> None:
     if type(t).__module__.split(".")[0] == "albumentations":
         raise TypeError(f"{type(t).__name__} is an albumentations transform, called with keywords: wrap it as "
                         "fl.transforms.albumentations(aug)")
+
+
+@dataclass(frozen=True)
+class DecodeSteps:
+    """What :meth:`Compose.plan_decode` decided for one encoded image.
+
+    Attributes:
+        header: The image's header.
+        crop: The leading crop planner's crop, or None (no crop planner: full decode).
+        plan: The cost planner's decode plan (TurboJPEG JPEGs), or None (the decoder
+            picks its own power-of-2 scale).
+    """
+
+    header: ImageHeader
+    crop: Crop | None
+    plan: DecodePlan | None
+
+    @property
+    def region(self) -> tuple[int, int, int, int] | None:
+        """(y0, x0, y1, x1) of a planned region decode, else None."""
+        return self.plan.region if self.plan is not None else None
 
 
 class Compose:
@@ -255,30 +282,40 @@ class Compose:
             return self.transforms[0].plan(h, w, rng)
         return None
 
-    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
-               max_pixels: int | None = None) -> np.ndarray:
-        """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
+    def plan_decode(self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None,
+                    region: bool = False) -> DecodeSteps:
+        """The first half of :meth:`decode`: the header read and checked against the pixel
+        limit, the leading crop drawn from ``rng`` and, for TurboJPEG, the decode planned.
 
-        The header is read once, checked against the pixel limit (``max_pixels``, else
-        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With TurboJPEG,
-        :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by measured
-        cost (DCT scales only with ``reduced_decode``); other decoders get the smallest
-        power-of-2 scale the crop allows. With ``out`` (a batch slot of the output's
-        shape), the leading crop resizes straight into it and in-place transforms keep
-        it there; the result is ``out`` whenever that was possible, else a separate
-        array the caller must copy.
+        Args:
+            data: The encoded image.
+            decoder: The decoder :meth:`finish_decode` will use.
+            rng: The sample's generator; the crop draws from it, later transforms go on.
+            max_pixels: Pixel limit (None: ``fastload.decode.MAX_IMAGE_PIXELS``).
+            region: Allow a region decode: only for a sample known to decode cleanly (a
+                region decode cannot see libjpeg's corrupt-data warnings), so off by default.
         """
         header = read_header(data)
         check_pixels(header, max_pixels)
+        crop = self.plan(header.height, header.width, rng)
+        planned = None
+        if crop is not None and getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
+            planned = choose(header, crop, self.reduced_decode, region)
+        return DecodeSteps(header, crop, planned)
+
+    def finish_decode(self, data, decoder: Decoder, steps: DecodeSteps, rng: np.random.Generator,
+                      out: np.ndarray | None = None, max_pixels: int | None = None,
+                      pixels: np.ndarray | None = None) -> np.ndarray:
+        """The second half of :meth:`decode`: decode as ``steps`` planned (``pixels``: the
+        planned region, already decoded by a batched call), resize and the later transforms."""
+        header, crop, planned = steps.header, steps.crop, steps.plan
         h, w = header.height, header.width
-        crop = self.plan(h, w, rng)
         if crop is None:
             img = decoder.decode(data, header=header, max_pixels=max_pixels)
         else:
-            if getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
-                p = choose(header, crop, self.reduced_decode)
-                img = p.decode(data, decoder, header, max_pixels)
-                scale, origin = float(p.scale), p.origin
+            if planned is not None:
+                img = pixels if pixels is not None else planned.decode(data, decoder, header, max_pixels)
+                scale, origin = float(planned.scale), planned.origin
             else:
                 scale, origin = None, (0, 0)
                 img = decoder.decode(data, crop.decode_scale if self.reduced_decode else 1.0, header=header,
@@ -290,6 +327,24 @@ class Compose:
             inplace = getattr(t, "apply_inplace", None)
             img = inplace(img, rng) if inplace is not None and img is out else self._apply(t, with_rng, img, rng)
         return img
+
+    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
+               max_pixels: int | None = None, region: bool = False) -> np.ndarray:
+        """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
+
+        The header is read once, checked against the pixel limit (``max_pixels``, else
+        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With TurboJPEG,
+        :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by measured
+        cost (DCT scales only with ``reduced_decode``; a region only with ``region``, for
+        a sample known to decode cleanly);
+        other decoders get the smallest power-of-2 scale the crop allows. With ``out`` (a
+        batch slot of the output's shape), the leading crop resizes straight into it and
+        in-place transforms keep it there; the result is ``out`` whenever that was
+        possible, else a separate array the caller must copy. :meth:`plan_decode` and
+        :meth:`finish_decode` are its two halves, for batched decodes in between.
+        """
+        steps = self.plan_decode(data, decoder, rng, max_pixels, region)
+        return self.finish_decode(data, decoder, steps, rng, out, max_pixels)
 
     def __repr__(self) -> str:
         return "Compose([" + ", ".join(map(repr, self.transforms)) + "])"

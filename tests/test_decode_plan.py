@@ -115,7 +115,7 @@ def test_pipeline_pixels_do_not_depend_on_region_decode(planner_reset):
     outs = {}
     for region in (False, True):
         plan.set_planner(plan.Planner(costs.DEFAULT_COSTS, region=region))
-        outs[region] = [pipeline.decode(b, dec, sample_rng(0, 0, i)) for i, b in enumerate(blobs)]
+        outs[region] = [pipeline.decode(b, dec, sample_rng(0, 0, i), region=True) for i, b in enumerate(blobs)]
     headers = [read_header(b) for b in blobs]
     kinds = {plan.get_planner().choose(hd, pipeline.plan(hd.height, hd.width, sample_rng(0, 0, i)), False).kind
              for i, hd in enumerate(headers)}

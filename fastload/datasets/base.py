@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
+from ..sampleplan import SamplePlan
 from ..storage import SharedArray
 from ..transforms import Compose, as_compose
 
@@ -78,15 +79,58 @@ class ImageDataset(torch.utils.data.Dataset):
         if not 0 <= index < n:
             raise IndexError(f"index {index} out of range for dataset of {n} samples")
 
+    def known_clean(self, index: int) -> bool:
+        """Whether sample ``index`` is known to decode cleanly (a strict decode of it
+        succeeded), so that a region decode, which cannot see corrupt data outside the
+        region nor report libjpeg's warnings, may serve it.
+
+        A stub until the shared "decoded clean" bitmap lands: no sample is known clean,
+        so every sample gets a strict decode (region decode off).
+        """
+        return False
+
+    def _named(self, index: int, error: DecodeError) -> DecodeError:
+        named = DecodeError(f"{sample_name(index, self.describe(index))}: {error}")
+        named.sample_index = index  # the loader adds no second name
+        return named
+
+    def plan(self, index: int, epoch: int = 0, seed: int = 0) -> SamplePlan:
+        """Reads sample ``index``, checks its header and draws its crop with the rng of
+        (seed, epoch, index): the first half of :meth:`load` (see :mod:`fastload.sampleplan`).
+
+        Raises:
+            DecodeError: The header is unreadable or over the pixel limit (names the sample).
+            IndexError: ``index`` is out of range.
+        """
+        self.check_index(index)
+        data, label = self.read(index)
+        return self._plan_bytes(index, data, label, epoch, seed)
+
+    def _plan_bytes(self, index: int, data: Any, label: Any, epoch: int, seed: int) -> SamplePlan:
+        rng = sample_rng(seed, epoch, index)
+        try:
+            steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels,
+                                               self.known_clean(index))
+        except DecodeError as e:
+            raise self._named(index, e) from e
+        return SamplePlan(index, data, label, rng, steps)
+
+    def finish(self, plan: SamplePlan, pixels: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Decodes, resizes and transforms a planned sample (into ``out`` when it can): the
+        second half of :meth:`load`. ``pixels``: its planned region, already decoded.
+
+        Raises:
+            DecodeError: The bytes are not a decodable image (the message names the sample).
+        """
+        try:
+            return self.transform.finish_decode(plan.data, get_decoder(self.decoder), plan.steps, plan.rng, out,
+                                                self.max_pixels, pixels)
+        except DecodeError as e:
+            raise self._named(plan.index, e) from e
+
     def decode_sample(self, index: int, data: Any, epoch: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
         """Decodes and transforms ``data``, the bytes of sample ``index`` (into ``out`` when it can)."""
-        try:
-            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index), out,
-                                         self.max_pixels)
-        except DecodeError as e:
-            named = DecodeError(f"{sample_name(index, self.describe(index))}: {e}")
-            named.sample_index = index  # the loader adds no second name
-            raise named from e
+        return self.finish(self._plan_bytes(index, data, None, epoch, seed), out=out)
 
     def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """Reads, decodes and transforms sample ``index`` with the rng of (seed, epoch, index).

@@ -127,7 +127,7 @@ class Planner:
         r = self._resize
         return r[0] + r[1] * in_h * in_w + r[2] * in_h * out_w + (self._copy * in_h * in_w if copy else 0.0)
 
-    def choose(self, header: ImageHeader, crop: Crop, scales: bool = True) -> DecodePlan:
+    def choose(self, header: ImageHeader, crop: Crop, scales: bool = True, allow_region: bool = True) -> DecodePlan:
         """The cheapest plan for ``crop`` of the JPEG described by ``header``.
 
         Args:
@@ -135,6 +135,7 @@ class Planner:
             crop: The crop and the size it is resized to.
             scales: Allow DCT-scaled and fast-upsampled decodes (False: only plans with a
                 full decode's pixels).
+            allow_region: Allow a region decode (False for a sample not known to decode cleanly).
         """
         h, w = header.height, header.width
         pixels = h * w
@@ -161,7 +162,8 @@ class Planner:
                 cost = _lin(c, nbytes, pixels) + self._resize_cost(in_h * f, in_w * f, out_w, copy)
                 if cost < best_cost and (window or not crop.antialias or self._phase_ok(crop, f)):
                     best_cost, best_scale, fast = cost, s, False
-        if self._region is not None and not window and header.components == 3 and not header.progressive:
+        if (allow_region and self._region is not None and not window and header.components == 3
+                and not header.progressive):
             y0, x0 = int(crop.top), int(crop.left)
             y1, x1 = min(h, math.ceil(crop.top + crop.height)), min(w, math.ceil(crop.left + crop.width))
             # Whole rows y0:y1 are decoded (nvImageCodec does not crop columns), rows
@@ -214,6 +216,6 @@ def recalibrate() -> Planner:
     return _planner
 
 
-def choose(header: ImageHeader, crop: Crop, scales: bool = True) -> DecodePlan:
+def choose(header: ImageHeader, crop: Crop, scales: bool = True, allow_region: bool = True) -> DecodePlan:
     """The process planner's plan for ``crop`` of the image with ``header``."""
-    return get_planner().choose(header, crop, scales)
+    return get_planner().choose(header, crop, scales, allow_region)

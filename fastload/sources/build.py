@@ -24,7 +24,7 @@ def is_stream(dataset: Any) -> bool:
 
 
 def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, device: torch.device, *,
-                 order_seed: int | None = None, epochs: EpochRequests | None = None) -> Any:
+                 order_seed: int | None = None, epochs: EpochRequests | None = None, gpu: Any = None) -> Any:
     """The :class:`~fastload.sources.BatchSource` that runs ``samples`` under ``cfg``.
 
     Args:
@@ -34,6 +34,7 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
         device: Where batches go (pinning and buffer reuse depend on it).
         order_seed: Seed of the shuffle order (default: ``cfg.seed``).
         epochs: Where the sampler reports its ``set_epoch`` calls (the Loader's).
+        gpu: The GPU decode pipeline (``decode="gpu"``): workers then send encoded batches.
     """
     pin = bool(cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda") and torch.cuda.is_available()
     workers = int(cfg.num_workers)
@@ -49,7 +50,14 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
                                   seed=cfg.seed if order_seed is None else order_seed, rank=rank,
                                   world_size=world_size, drop_uneven=cfg.drop_uneven, requests=epochs)
     threads = cfg.backend == "thread"
-    fetcher = BatchFetcher(samples, cfg.seed, cfg.on_error, InFlight(workers + 1 if threads else max(1, workers)))
+    # A row for this process too where it loads samples itself (threads; GPU decode's fall-backs).
+    inflight = InFlight(workers + 1 if threads or gpu is not None else max(1, workers))
+    if gpu is not None:
+        from ..gpudecode import EncodingFetcher
+
+        fetcher: BatchFetcher = EncodingFetcher(samples, cfg.seed, cfg.on_error, inflight, gpu)
+    else:
+        fetcher = BatchFetcher(samples, cfg.seed, cfg.on_error, inflight)
     if threads:
         # prefetch_factor means what it means for processes: batches ahead per worker.
         # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.

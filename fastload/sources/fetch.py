@@ -17,8 +17,10 @@ from torch.utils.data import get_worker_info
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image, write_row
 from ..datasets.base import sample_name, sample_rng
+from ..sampleplan import plannable
 from ..sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
+from .batched import Prepared, prepare
 from .inflight import InFlight
 
 MAX_REPLACEMENTS = 10
@@ -83,6 +85,10 @@ class BatchFetcher(torch.utils.data.Dataset):
         self._writes_in_place = accepts_out(dataset.load)
         self._shape: tuple[int, ...] | None = None  # of one sample, learnt by head()
         self._shape_epoch: int | None = None
+        # A dataset that plans has each batch planned first, its regions decoded in one
+        # call; _load_one then finishes those samples (fastload/sources/batched.py).
+        self._plans = plannable(dataset)
+        self._prepared: dict[tuple[int, int], Prepared] = {}
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -91,7 +97,10 @@ class BatchFetcher(torch.utils.data.Dataset):
                   shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, Target]:
         self.inflight.begin(worker, index, epoch)
         try:
-            if out is None or not self._writes_in_place:
+            prepared = self._prepared.pop((index, epoch), None)
+            if prepared is not None:
+                image, target = self.dataset.finish(prepared.plan, prepared.pixels, out), prepared.plan.label
+            elif out is None or not self._writes_in_place:
                 image, target = self.dataset.load(index, epoch, self.seed)
             else:
                 image, target = self.dataset.load(index, epoch, self.seed, out=out)
@@ -179,6 +188,8 @@ class BatchFetcher(torch.utils.data.Dataset):
         """Loads and collates one batch: the head fixes the shape, the rest are written
         straight into their rows."""
         indices = request.indices
+        if self._plans:
+            self._prepared = prepare(self, request, worker)
         loaded = self.head(request, worker)
         images = batch_buffer(len(indices), loaded[0].image.shape, pin=pin)
         rows = images.numpy()

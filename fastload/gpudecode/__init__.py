@@ -1,0 +1,67 @@
+"""GPU decode (``Loader(decode="gpu")``): workers read bytes and draw crops, the GPU decodes.
+
+Workers plan each sample exactly as the CPU path does and send the batch's JPEG bytes
+with each row's crop and flip (:class:`EncodedBatch`); the device stage decodes the batch
+in one nvImageCodec call (a region where the crop covers under half the image), then
+crops, resizes (antialiased bilinear), flips and normalizes on the GPU into N×C×H×W
+channels_last (:class:`GpuDecodeStage`). What the GPU decoder cannot take is decoded by
+the CPU path: in the worker when the header says so (CMYK, progressive, not a JPEG, cut
+short), in the main process when the decoder refuses it, each failure attributed to its
+sample under ``on_error``.
+
+Only the presets' transforms can run there (:class:`GpuPipeline`). Without a GPU,
+``FASTLOAD_GPU_DECODE_ON_CPU=1`` runs the same stage with nvImageCodec's CPU backend and
+torch on the CPU (for tests).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from .encoded import EncodedBatch
+from .fetch import EncodingFetcher, gpu_decodable
+from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline
+from .stage import GpuDecodeStage
+
+__all__ = ["REGION_MAX_AREA", "EncodedBatch", "EncodingFetcher", "Geometry", "GpuDecodeStage", "GpuPipeline",
+           "check_setup", "gpu_decodable", "on_cpu_allowed"]
+
+ON_CPU = "FASTLOAD_GPU_DECODE_ON_CPU"
+
+
+def on_cpu_allowed() -> bool:
+    """Whether ``FASTLOAD_GPU_DECODE_ON_CPU=1`` lets decode="gpu" run on the CPU (tests)."""
+    return os.environ.get(ON_CPU, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_setup(dataset: Any, device: torch.device, backend: str, streaming: bool) -> GpuPipeline:
+    """The GPU pipeline for a Loader with ``decode="gpu"``, or a clear error.
+
+    Raises:
+        ValueError: No CUDA device (and no ``FASTLOAD_GPU_DECODE_ON_CPU=1``), a stream,
+            the thread backend, or transforms the stage cannot run.
+        TypeError: A dataset that is not a fastload dataset.
+        ImportError: nvImageCodec is not installed (names the wheels).
+    """
+    if device.type != "cuda" and not (device.type == "cpu" and on_cpu_allowed()):
+        raise ValueError(f"decode='gpu' decodes on a CUDA device, but this Loader's device is {device}"
+                         f"{'' if torch.cuda.is_available() else ' (no CUDA here)'}: use decode='cpu'")
+    if streaming:
+        raise ValueError("decode='gpu' needs a random-access dataset, not a stream; use decode='cpu' "
+                         "(or TFRecordDataset)")
+    if backend != "process":
+        raise ValueError(f"decode='gpu' runs with backend='process' (workers only read bytes and plan crops), "
+                         f"got backend={backend!r}")
+    pipeline = GpuPipeline.of(dataset)
+    from ..decode import roi
+    from .nvdecode import cuda_hint
+
+    try:
+        roi.module()
+    except ImportError as e:
+        hint = cuda_hint() if device.type == "cuda" else "pip install 'fastload[roi]'"
+        raise ImportError(f"decode='gpu' needs nvImageCodec: {hint} ({e})") from e
+    return pipeline

@@ -1,0 +1,294 @@
+"""decode="gpu": workers plan, the device stage decodes, crops, resizes, flips and normalizes.
+
+On this CPU machine the stage runs with nvImageCodec's CPU backend and torch on the CPU
+(FASTLOAD_GPU_DECODE_ON_CPU=1); the tests marked cuda run it on a GPU.
+
+Tolerances: on the CPU the stage resizes uint8 with the very kernel the CPU path uses
+(``interpolate(antialias=True)`` is PyTorch's ``_upsample_bilinear2d_aa``) and
+nvImageCodec's CPU backend decodes as libjpeg-turbo does, so with ``reduced_decode=False``
+the pixels are equal. By default the CPU path may decode at a DCT scale or with fast
+chroma upsampling, within the planner's tolerance of the full decode (measured on real
+photos: mean error per image 0.7-1.2 levels of 255, worst 2.9; fastload.decode.plan);
+the stage always decodes at full size, so the two differ by that much: at most 3 levels
+per image, 1.5 over a batch. On a GPU, nvJPEG's IDCT and the float resize (rounded once)
+may add about a level, within the same bounds.
+"""
+
+import io
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fastload as fl
+from fastload.decode import roi
+from fastload.gpudecode import EncodingFetcher, GpuDecodeStage, GpuPipeline, nvdecode
+from fastload.sampler import BatchRequest
+from fastload.sources import InFlight
+
+from conftest import jpeg_bytes, make_image, photo_jpegs, png_bytes
+
+pytestmark = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvImageCodec: fastload[roi]")
+
+IMAGE_TOLERANCE = 3.0  # levels of 255, mean absolute difference of one image
+BATCH_TOLERANCE = 1.5  # the same over a batch
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+
+
+def _write(root, files):
+    os.makedirs(os.path.join(root, "a"), exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(root, "a", name), "wb") as f:
+            f.write(data)
+    return str(root)
+
+
+def _photos(n=10):
+    return {f"{i:02d}.jpg": jpeg_bytes(make_image(i, 140 + 9 * i, 190 + 7 * i)) for i in range(n)}
+
+
+def _odd_ones():
+    """What the GPU decoder does not get: a PNG, a CMYK JPEG, a progressive JPEG (and a
+    grey one, which it does)."""
+    img = make_image(99, 150, 210)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="JPEG", quality=90, progressive=True)
+    return {"png.png": png_bytes(Image.fromarray(img)), "cmyk.jpg": jpeg_bytes(img, mode="CMYK"),
+            "progressive.jpg": buf.getvalue(), "grey.jpg": jpeg_bytes(img, mode="L")}
+
+
+def _batches(ds, decode, epochs=(0,), **kw):
+    opts = dict(batch_size=8, num_workers=0, device="cpu", normalize=False, shuffle=True, return_index=True, seed=0)
+    opts.update(kw)
+    out = []
+    with fl.Loader(ds, decode=decode, **opts) as loader:
+        for epoch in epochs:
+            loader.set_epoch(epoch)
+            out += [tuple(t.clone() for t in b) for b in loader]
+        stage = loader._prefetcher
+    return out, stage
+
+
+def _assert_same(a, b, exact=True):
+    for (xa, ya, ia), (xb, yb, ib) in zip(a, b, strict=True):
+        assert torch.equal(ya, yb) and torch.equal(ia, ib)
+        if exact:
+            assert torch.equal(xa, xb)
+        else:
+            diff = (xa.float() - xb.float()).abs().mean(dim=(1, 2, 3))
+            assert diff.max() <= IMAGE_TOLERANCE and diff.mean() <= BATCH_TOLERANCE, diff
+
+
+@pytest.mark.parametrize("preset", ["train", "eval"])
+def test_gpu_stage_on_cpu_equals_the_cpu_path_without_reduced_decode(tmp_path, on_cpu, preset):
+    root = _write(tmp_path, {**_photos(), **_odd_ones()})
+    tf = getattr(fl.transforms, preset)(64, reduced_decode=False)
+    ds = fl.ImageFolder(root, tf)
+    gpu, stage = _batches(ds, "gpu", epochs=(0, 1))
+    cpu, _ = _batches(ds, "cpu", epochs=(0, 1))
+    _assert_same(gpu, cpu)
+    assert stage.fallbacks == 0 and stage.stats.batches == len(gpu)
+
+
+def test_encoded_batches_cross_from_worker_processes(tmp_path, on_cpu):
+    ds = fl.ImageFolder(_write(tmp_path, {**_photos(6), **_odd_ones()}), fl.transforms.train(48, reduced_decode=False))
+    gpu, _ = _batches(ds, "gpu", num_workers=1, batch_size=5)
+    cpu, _ = _batches(ds, "cpu", batch_size=5)
+    _assert_same(gpu, cpu)
+
+
+def test_gpu_stage_on_cpu_is_within_tolerance_of_the_default_cpu_path(tmp_path, on_cpu):
+    photos = {f"{i:02d}.jpg": data for i, data in enumerate(photo_jpegs((300, 420), 1, seed=5))}
+    ds = fl.ImageFolder(_write(tmp_path, photos), fl.transforms.train(112))
+    gpu, _ = _batches(ds, "gpu", normalize=True)
+    cpu, _ = _batches(ds, "cpu", normalize=True)
+    assert all(x.is_contiguous(memory_format=torch.channels_last) and x.dtype == torch.float32 for x, _, _ in gpu)
+    std = torch.tensor(fl.LoaderConfig().std).view(1, 3, 1, 1)
+    _assert_same([(x * std * 255, y, i) for x, y, i in gpu], [(x * std * 255, y, i) for x, y, i in cpu], exact=False)
+
+
+def test_workers_send_bytes_for_the_gpu_and_pixels_for_what_it_cannot_take(tmp_path):
+    files = {**_photos(4), **_odd_ones()}
+    ds = fl.ImageFolder(_write(tmp_path, files), fl.transforms.train(64))
+    fetcher = EncodingFetcher(ds, 0, "raise", InFlight(1), GpuPipeline.of(ds))
+    batch = fetcher.fetch(BatchRequest(0, np.arange(len(ds))))
+    names = [os.path.basename(ds.describe(i)) for i in range(len(ds))]
+    on_cpu = sorted(names[j] for j in batch.decoded_rows)
+    assert on_cpu == ["cmyk.jpg", "png.png", "progressive.jpg"]
+    assert len(batch.rows) == len(ds) - 3 and batch.decoded.shape == (3, 64, 64, 3)
+    for r, j in enumerate(batch.rows):
+        assert batch.encoded(r).tobytes() == files[names[j]]
+
+
+def test_the_float_resize_cuda_runs_is_the_uint8_one_to_a_level(tmp_path):
+    """CUDA's antialiased kernel takes floats: the stage resizes in float32 there and rounds
+    once. Run here on the CPU, that branch stays within one level of the uint8 kernel."""
+    ds = fl.ImageFolder(_write(tmp_path, {**_photos(6), **_odd_ones()}), fl.transforms.train(64))
+    fetcher = EncodingFetcher(ds, 0, "raise", InFlight(2), GpuPipeline.of(ds))
+    batch = fetcher.fetch(BatchRequest(0, np.arange(len(ds))))
+    out = {}
+    for dtype in (torch.uint8, torch.float32):
+        stage = GpuDecodeStage(torch.device("cpu"), 1, fl.Normalizer(normalize=False), False, fetcher,
+                               resize_dtype=dtype)
+        (out[dtype], _), = list(stage.run([batch]))
+    diff = (out[torch.uint8].int() - out[torch.float32].int()).abs()
+    assert diff.max() <= 1 and diff.float().mean() < 0.2  # the uint8 kernel rounds its weights too
+    assert batch.flips.any() and not batch.flips.all()
+
+
+@pytest.fixture
+def refuse(monkeypatch):
+    """The decoder refuses the images whose batch rows are in the returned set."""
+    rows: set[int] = set()
+    decode = nvdecode.BatchDecoder.decode
+
+    def refusing(self, batch, cuda_stream=0):
+        tensors, keep = decode(self, batch, cuda_stream)
+        return [None if int(batch.rows[r]) in rows else t for r, t in enumerate(tensors)], keep
+
+    monkeypatch.setattr(nvdecode.BatchDecoder, "decode", refusing)
+    return rows
+
+
+def test_rows_the_decoder_refuses_are_decoded_by_the_cpu_path(tmp_path, on_cpu, refuse):
+    ds = fl.ImageFolder(_write(tmp_path, _photos(8)), fl.transforms.train(64, reduced_decode=False))
+    refuse.update({1, 6})
+    gpu, stage = _batches(ds, "gpu")
+    cpu, _ = _batches(ds, "cpu")
+    _assert_same(gpu, cpu)
+    assert stage.fallbacks == 2
+
+
+def _corrupt(data: bytes) -> bytes:
+    """Zeros over part of the scan: libjpeg warns (corrupt data), nvImageCodec decodes on."""
+    mid = len(data) // 2
+    return data[:mid] + bytes(400) + data[mid + 400 :]
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+@pytest.mark.parametrize("where", ["worker", "stage"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_failures_name_their_file_under_on_error(tmp_path, on_cpu, refuse, on_error, where, device):
+    files = _photos(8)
+    bad = "05.jpg"
+    # Cut short: the worker finds it (no end-of-image marker). Corrupt inside, refused by
+    # the decoder: the CPU fall-back in this process finds it.
+    files[bad] = files[bad][: len(files[bad]) // 2] if where == "worker" else _corrupt(files[bad])
+    ds = fl.ImageFolder(_write(tmp_path, files), fl.transforms.train(64))
+    with pytest.raises(fl.DecodeError):
+        ds.load(5)
+    refuse.update(range(8))  # every row: whichever row sample 5 lands in
+    loader = fl.Loader(ds, batch_size=8, num_workers=0, device=device, decode="gpu", on_error=on_error,
+                       return_index=True)
+    if on_error == "raise":
+        with pytest.raises(fl.DecodeError, match=os.path.join("a", bad)):
+            list(loader)
+    else:
+        with pytest.warns(RuntimeWarning, match="skipped 1 bad sample"):
+            (x, y, idx), = list(loader)
+        assert 5 not in idx.tolist()
+        assert [s.index for s in loader.skipped] == [5] and loader.skipped[0].where.endswith(bad)
+    loader.close()
+
+
+def test_decode_gpu_needs_cuda_or_the_test_switch(tmp_path, monkeypatch):
+    monkeypatch.delenv("FASTLOAD_GPU_DECODE_ON_CPU", raising=False)
+    ds = fl.ImageFolder(_write(tmp_path, _photos(2)), fl.transforms.train(32))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="decode='gpu' decodes on a CUDA device.*use decode='cpu'"):
+            fl.Loader(ds, device="cpu", decode="gpu", num_workers=0)
+    with pytest.raises(ValueError, match="decode must be one of"):
+        fl.LoaderConfig(decode="nvjpeg")
+
+
+@pytest.mark.parametrize("transform, message", [
+    (lambda: [fl.transforms.RandomResizedCrop(32), fl.transforms.CenterCrop(16)], "at most a RandomHorizontalFlip"),
+    (lambda: [fl.transforms.Resize(40)], "RandomResizedCrop or Resize \\+ CenterCrop first"),
+    (lambda: fl.transforms.train(32, antialias=False), "antialiasing only"),
+    (lambda: [fl.transforms.RandomResizedCrop(32), lambda img: img], "at most a RandomHorizontalFlip"),
+])
+def test_transforms_the_stage_cannot_run_are_a_clear_error(tmp_path, on_cpu, transform, message):
+    ds = fl.ImageFolder(_write(tmp_path, _photos(2)), transform())
+    with pytest.raises(ValueError, match=message + ".*decode='cpu'"):
+        fl.Loader(ds, device="cpu", decode="gpu", num_workers=0)
+
+
+def test_datasets_and_backends_the_stage_cannot_serve_are_a_clear_error(tmp_path, on_cpu):
+    ds = fl.ImageFolder(_write(tmp_path, _photos(2)), fl.transforms.train(32))
+    with pytest.raises(ValueError, match="backend='process'"):
+        fl.Loader(ds, device="cpu", decode="gpu", backend="thread", num_workers=1)
+    with pytest.raises(TypeError, match="decode='gpu' needs a fastload dataset.*WrappedDataset|got list"):
+        fl.Loader([(np.zeros((8, 8, 3), np.uint8), 0)], device="cpu", decode="gpu", num_workers=0)
+
+
+# --- on a GPU ------------------------------------------------------------------------------
+
+
+def _cuda_batches(ds, decode, epochs=(0,), **kw):
+    opts = dict(batch_size=16, num_workers=2, device="cuda", normalize=False, shuffle=True, return_index=True, seed=0)
+    opts.update(kw)
+    with fl.Loader(ds, decode=decode, **opts) as loader:
+        out = []
+        for epoch in epochs:
+            loader.set_epoch(epoch)
+            out += [tuple(t.clone() for t in b) for b in loader]
+        torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("preset", ["train", "eval"])
+def test_cuda_gpu_decode_is_within_tolerance_of_the_cpu_path(tmp_path, preset):
+    root = _write(tmp_path, {**_photos(24), **_odd_ones()})
+    ds = fl.ImageFolder(root, getattr(fl.transforms, preset)(64, reduced_decode=False))
+    gpu, cpu = _cuda_batches(ds, "gpu"), _cuda_batches(ds, "cpu")
+    _assert_same([tuple(t.cpu() for t in b) for b in gpu], [tuple(t.cpu() for t in b) for b in cpu], exact=False)
+    names = [os.path.basename(ds.describe(i)) for i in range(len(ds))]
+    for (xg, _, idx), (xc, _, _) in zip(gpu, cpu):
+        for j, i in enumerate(idx.tolist()):  # rows decoded on the CPU are the CPU path's, exactly
+            if names[i] in ("png.png", "cmyk.jpg", "progressive.jpg"):
+                assert torch.equal(xg[j], xc[j])
+
+
+@pytest.mark.cuda
+def test_cuda_batches_survive_a_slow_consumer_without_host_syncs(tmp_path):
+    """The consumer's step is long and queued after each hand-over: a batch whose memory
+    were reused early, or read before its decode finished, would change its sums. The
+    reference synchronizes after every batch; the loop under test never does."""
+    ds = fl.ImageFolder(_write(tmp_path, _photos(64)), fl.transforms.train(64, reduced_decode=False))
+    opts = dict(decode="gpu", batch_size=16, num_workers=2, device="cuda", normalize=False, shuffle=True, prefetch_factor=3)
+    with fl.Loader(ds, **opts) as loader:
+        reference = []
+        for x, _ in loader:
+            torch.cuda.synchronize()
+            reference.append(x.double().sum(dim=(1, 2, 3)).cpu())
+        loader.set_epoch(0)
+        sums = []
+        for x, _ in loader:
+            torch.cuda._sleep(50_000_000)  # a long step on the consumer stream, before reading the batch
+            sums.append(x.double().sum(dim=(1, 2, 3)))
+        torch.cuda.synchronize()
+    for got, want in zip(sums, reference, strict=True):
+        assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.cuda
+def test_cuda_refused_rows_and_memory_stay_flat(tmp_path, refuse):
+    ds = fl.ImageFolder(_write(tmp_path, _photos(32)), fl.transforms.train(64, reduced_decode=False))
+    refuse.update({0, 5})
+    with fl.Loader(ds, decode="gpu", batch_size=16, num_workers=2, device="cuda", shuffle=True) as loader:
+        reserved = []
+        for epoch in range(8):
+            loader.set_epoch(epoch)
+            for _ in loader:
+                pass
+            torch.cuda.synchronize()
+            reserved.append(torch.cuda.memory_reserved())
+        assert loader._prefetcher.fallbacks == 2 * 2 * 8
+    assert reserved[-1] == reserved[2], reserved
