@@ -237,7 +237,7 @@ def test_list_file_with_root_and_best_is_a_loader_config(folder, tmp_path, capsy
     cfg = fl.LoaderConfig(**report["best"])
     assert (cfg.batch_size, cfg.num_workers, cfg.backend) == (8, 1, "process")
     assert report["best_samples_per_s"] > 0
-    assert seeds == [0, 0], "every candidate (and the baseline) reads the same samples in the same order"
+    assert seeds and set(seeds) == {0}, "every candidate (and the baseline) reads the same samples in the same order"
     assert report["config"]["seed"] is None, "a Loader made from the reported config draws its own seed"
 
 
