@@ -127,10 +127,13 @@ def test_a_connection_cut_mid_download(data, tmp_path):
         ds = _ds(base + URLS, tmp_path / "c")  # cut once: the retry goes on
         assert hits["shard-000001.tar"] == 2 and [y for _, y in ds] == list(range(24))
     with http_server(data, faults={"shard-000001.tar": ("cut", 99)}) as (base, hits):
-        with pytest.raises(fl.DownloadError, match=rf"shard-000001.tar: the download broke off after {size // 2} "
-                                                   rf"of {size} bytes.*at byte {size // 2}"):
+        # How much of the cut response the client hands over before its error depends on timing.
+        with pytest.raises(fl.DownloadError, match=rf"shard-000001.tar: the download broke off after \d+ "
+                                                   rf"of {size} bytes.*at byte \d+"):
             _ds(base + URLS, tmp_path / "e")
-        assert hits["shard-000001.tar"] == 3  # retries=2
+        # retries=2: three attempts in a row without progress end it; whether an attempt gets the
+        # half before the cut depends on timing, and that progress earns a fresh set of retries.
+        assert 3 <= hits["shard-000001.tar"] <= 2 * 2 + 1
         cached, partial = _cached(tmp_path / "e")
         assert partial == [] and len(cached) == 3  # the other shards: a partial download never enters the cache
 

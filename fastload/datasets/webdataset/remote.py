@@ -151,10 +151,11 @@ class Remote:
             reached = done
             try:
                 with fs.open(path, "rb", block_size=0 if streaming else 8 * CHUNK) as f:
-                    if done and f.seekable():
-                        f.seek(done)
-                    else:
-                        _read_past(f, done)
+                    if done:
+                        try:
+                            f.seek(done)
+                        except (ValueError, OSError):  # a streaming response says seekable, then refuses
+                            _read_past(f, done)
                     while done < shard.size:
                         chunk = f.read(min(CHUNK, shard.size - done))
                         if not chunk:

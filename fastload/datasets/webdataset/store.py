@@ -128,11 +128,15 @@ class ShardStore:
         cache = self._cache_for(shard)
         if cache is not None:
             try:
-                cache.fill(shard, write)
+                cached = cache.fill(shard, write)
             except CacheFull:
                 pass
             except CacheError as e:
                 self._cache_error(e)
+            else:
+                if not found:  # another process of the machine downloaded it meanwhile: scan that copy
+                    with open(cached, "rb") as f:
+                        return group_members(iter_members(file_source(f), shard.url, shard.size), shard.url)
         if not found:
             write(lambda chunk: None)
         return found[0]
