@@ -135,6 +135,23 @@ def test_a_connection_cut_mid_download(data, tmp_path):
         assert partial == [] and len(cached) == 3  # the other shards: a partial download never enters the cache
 
 
+def test_the_cache_evicts_the_least_recently_used_and_takes_only_complete_shards(tmp_path):
+    from fastload.datasets.webdataset import ShardId
+
+    cache = ShardCache(str(tmp_path / "c"), 250)
+    shards = [ShardId(f"http://h/{k}.tar", 100, "v") for k in "abcd"]
+    for shard in shards[:2]:
+        cache.fill(shard, lambda sink: sink(b"x" * 100))
+    os.utime(cache.path(shards[0]), ns=(1, 1))
+    os.utime(cache.path(shards[1]), ns=(2, 2))
+    assert cache.get(shards[0]) is not None  # used now: b is the least recently used
+    cache.fill(shards[2], lambda sink: sink(b"y" * 100))
+    assert [cache.get(s) is not None for s in shards[:3]] == [True, False, True] and cache.usage() == 200
+    with pytest.raises(fl.datasets.webdataset.CacheError, match="the download has 60 bytes, the shard 100"):
+        cache.fill(shards[3], lambda sink: sink(b"z" * 60))
+    assert cache.get(shards[3]) is None and os.listdir(tmp_path / "c" / "partial") == []
+
+
 def test_a_full_cache(data, tmp_path, monkeypatch):
     sizes = sorted(os.path.getsize(p) for p in data.iterdir())
     limit = sizes[0] + sizes[1]  # room for two of the four shards
