@@ -90,6 +90,15 @@ def test_concurrent_readers_download_a_shard_once(data, tmp_path):
         assert _tars(hits) == {f"shard-{i:06d}.tar": 2 for i in range(4)}  # the index's GET and one download
 
 
+def test_a_shard_another_process_cached_is_indexed_from_the_cache(data, tmp_path):
+    with http_server(data) as (base, hits):
+        first = _ds(base + URLS, tmp_path / "c")  # indexed while downloaded into the cache: one GET per shard
+        other = ShardStore(Remote(retries=0), first.store.cache, str(tmp_path / "other-index"))
+        indexes = [other.index(s) for s in first.table.shards]  # no stored index: it scans the cached copies
+        assert _tars(hits) == {f"shard-{i:06d}.tar": 1 for i in range(4)}
+        assert [len(ix) for ix in indexes] == SIZES
+
+
 def test_a_missing_shard(data, tmp_path):
     with http_server(data) as (base, _):
         with pytest.raises(FileNotFoundError, match=r"shard-000004.tar: no such shard .*at byte 0"):
@@ -130,7 +139,7 @@ def test_a_connection_cut_mid_download(data, tmp_path):
         with pytest.raises(fl.DownloadError, match=rf"shard-000001.tar: the download broke off after {size // 2} "
                                                    rf"of {size} bytes.*at byte {size // 2}"):
             _ds(base + URLS, tmp_path / "e")
-        assert hits["shard-000001.tar"] == 3  # retries=2
+        assert 2 <= hits["shard-000001.tar"] <= 3  # retries=2 (a retry on a dropped pooled connection never arrives)
         cached, partial = _cached(tmp_path / "e")
         assert partial == [] and len(cached) == 3  # the other shards: a partial download never enters the cache
 
