@@ -97,6 +97,19 @@ def test_a_sample_without_an_image_and_a_cut_shard_are_error_records(tmp_path, s
     assert "shard-000001.tar" in str(broken[0].error) and "at byte" in str(broken[0].error)
     for record in records[5:9]:
         assert ds.decode(record, 0, 0).shape == (16, 16, 3)
+    with pytest.raises(fl.ShardError, match="sample 's00009' is cut off"):
+        ds.decode(broken[0], 0, 0)
+
+
+def test_a_shard_cut_after_it_was_indexed(shards):
+    ds = _ds(shards)
+    path = os.path.join(shards, "shard-000003.tar")
+    truncate(path, tar_offsets(path)["s00020.jpg"] + 100)  # samples 20-23 now end past the file
+    records = list(ds.records_for(0, 1))
+    assert ds.decode(records[19], 0, 0).shape == (16, 16, 3)
+    with pytest.raises(fl.ShardError, match=r"shard-000003.tar: the member at byte \d+ needs \d+ bytes, the shard "
+                                            r"has 100 of them"):
+        ds.decode(records[20], 0, 0)
 
 
 def test_the_index_is_built_once_per_shard(shards, monkeypatch):
@@ -133,7 +146,7 @@ def test_ranks_get_equal_batches_and_each_sample_once(shards):
     assert len(counts) == 1 and sorted(seen) == list(range(24))
 
 
-@pytest.mark.parametrize("old,new", [((2, 2), (1, 2)), ((1, 2), (3, 0))])
+@pytest.mark.parametrize("old,new", [((2, 2), (1, 2)), ((1, 2), (3, 0)), ((1, 2), (1, 3))])
 def test_resume_on_other_ranks_and_workers_finishes_the_epoch_once(shards, old, new):
     ds = _ds(shards, window=2)
     states, taken = [], []

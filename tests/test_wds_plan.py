@@ -40,6 +40,7 @@ def test_shards_and_windows_are_shuffled_by_seed_and_epoch():
     assert not all(np.array_equal(x, y) for x, y in zip(a, b)) and not all(np.array_equal(x, y) for x, y in zip(a, c))
     assert all(np.array_equal(x, y) for x, y in zip(a, _slots(counts, 3, epoch=0)))  # a function of (seed, epoch)
     shard_of = _shard_of(counts)
+    assert [set(shard_of[s].tolist()) for s in a] != [set(shard_of[s].tolist()) for s in b]  # shards move too
     for slot in a:  # 40 samples: 4 shards, 2 windows of 2 shards, each window permuted within itself
         first, second = set(shard_of[slot[:20]].tolist()), set(shard_of[slot[20:]].tolist())
         assert len(first) == 2 and len(second) == 2 and not first & second
@@ -69,11 +70,10 @@ def test_a_resumed_pass_finishes_the_epoch_exactly_once(old, new, consumed):
     first = _slots(counts, old[0] * old[1], epoch=3, seed=5, window=2)
     taken = _consumed(first, stage, bs)
     rest = resumed_pass(counts, new[0] * new[1], [stage], 3, 5, True, bs, False, 2)
-    assert len({len(s) for s in rest}) == 1
-    every = taken + np.concatenate(rest).tolist()
-    assert set(every) == set(range(37))
-    padding = len(rest[0]) * len(rest) - (37 - len(set(taken)))
-    assert len(every) - len(set(every)) == padding + (len(taken) - len(set(taken)))
+    left = 37 - len(set(taken))
+    assert [len(s) for s in rest] == [-(-left // (new[0] * new[1]))] * (new[0] * new[1])
+    assert not set(taken) & set(np.concatenate(rest).tolist()), "nothing consumed is read again"
+    assert set(taken + np.concatenate(rest).tolist()) == set(range(37))
 
 
 def test_an_epoch_resumed_twice_on_three_layouts():

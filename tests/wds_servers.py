@@ -106,7 +106,9 @@ def http_server(root, faults=None):
 @contextlib.contextmanager
 def s3_server(files, bucket="shards"):
     """moto's S3 server on 127.0.0.1 with ``bucket`` holding ``files`` (by base name); yields
-    (``s3://bucket``, fsspec storage options). Skips the test when moto is not installed."""
+    (``s3://bucket``, fsspec storage options). Skips the test when moto is not installed.
+
+    moto keeps its buckets in the process, across servers: they are reset when the server stops."""
     import pytest
 
     moto_server = pytest.importorskip("moto.server")
@@ -115,8 +117,8 @@ def s3_server(files, bucket="shards"):
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     start = time.monotonic()
     server.start()
+    host, port = server.get_host_and_port()
     try:
-        host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
         creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
         client = boto3.client("s3", endpoint_url=endpoint, **creds)
@@ -128,7 +130,13 @@ def s3_server(files, bucket="shards"):
                                                                        "region_name": "us-east-1"}}
         yield f"s3://{bucket}", options
     finally:
-        server.stop()
+        try:
+            import urllib.request
+
+            urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"),
+                                   timeout=10).close()
+        finally:
+            server.stop()
 
 
 def truncate(path, keep):

@@ -63,6 +63,12 @@ class _Tee:
             pass
 
 
+def _scan_file(path: str, shard: ShardId) -> ShardIndex:
+    """The index of a local copy of ``shard``, read by jumping from tar header to tar header."""
+    with open(path, "rb") as f:
+        return group_members(iter_members(file_source(f), shard.url, shard.size), shard.url)
+
+
 @dataclass
 class ShardStore:
     """Indexes and bytes of shards.
@@ -103,8 +109,7 @@ class ShardStore:
         if is_url(shard.url):
             index = self._download(shard)
         else:
-            with open(local_path(shard.url), "rb") as f:
-                index = group_members(iter_members(file_source(f), shard.url, shard.size), shard.url)
+            index = _scan_file(local_path(shard.url), shard)
         try:
             save_index(path, index, shard)
         except OSError as e:  # costs a rescan next time, nothing else
@@ -119,7 +124,8 @@ class ShardStore:
         return index
 
     def _download(self, shard: ShardId) -> ShardIndex:
-        """Scans the shard while it downloads, into the cache when it can take it."""
+        """Scans the shard while it downloads, into the cache when it can take it; a copy that
+        another process put in the cache meanwhile is scanned instead of downloading again."""
         found: list[ShardIndex] = []
 
         def write(sink: Callable[[bytes], None]) -> None:
@@ -128,15 +134,14 @@ class ShardStore:
         cache = self._cache_for(shard)
         if cache is not None:
             try:
-                cached = cache.fill(shard, write)
+                path = cache.fill(shard, write)
             except CacheFull:
                 pass
             except CacheError as e:
                 self._cache_error(e)
             else:
-                if not found:  # another process of the machine downloaded it meanwhile: scan that copy
-                    with open(cached, "rb") as f:
-                        return group_members(iter_members(file_source(f), shard.url, shard.size), shard.url)
+                if not found:
+                    return _scan_file(path, shard)
         if not found:
             write(lambda chunk: None)
         return found[0]
