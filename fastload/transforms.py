@@ -28,7 +28,7 @@ import cv2
 import numpy as np
 
 from .decode import Decoder, check_pixels, read_header
-from .decode.plan import choose
+from .decode.plan import choose, execute
 from .resize import Crop, resize  # noqa: F401  (resize: re-exported)
 
 __all__ = [
@@ -256,13 +256,15 @@ class Compose:
         return None
 
     def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
-               max_pixels: int | None = None) -> np.ndarray:
+               max_pixels: int | None = None, *, region_ok: bool = False) -> np.ndarray:
         """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
 
         The header is read once, checked against the pixel limit (``max_pixels``, else
-        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With TurboJPEG,
-        :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by measured
-        cost (DCT scales only with ``reduced_decode``); other decoders get the smallest
+        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With a libjpeg-turbo
+        backend, :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by
+        measured cost (DCT scales only with ``reduced_decode``; region decode, which cannot
+        see libjpeg's warnings about corrupt data, only with ``region_ok``: the caller
+        knows the sample decoded clean before); other decoders get the smallest
         power-of-2 scale the crop allows. With ``out`` (a batch slot of the output's
         shape), the leading crop resizes straight into it and in-place transforms keep
         it there; the result is ``out`` whenever that was possible, else a separate
@@ -275,16 +277,15 @@ class Compose:
         if crop is None:
             img = decoder.decode(data, header=header, max_pixels=max_pixels)
         else:
+            direct = out is not None and out.shape == (crop.out_h, crop.out_w, 3)
             if getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
-                p = choose(header, crop, self.reduced_decode)
-                img = p.decode(data, decoder, header, max_pixels)
-                scale, origin = float(p.scale), p.origin
+                p = choose(header, crop, self.reduced_decode, region_ok)
+                img = execute(p, data, decoder, header, crop, out if direct else None, max_pixels)
             else:
-                scale, origin = None, (0, 0)
                 img = decoder.decode(data, crop.decode_scale if self.reduced_decode else 1.0, header=header,
                                      max_pixels=max_pixels)
-            direct = out is not None and out.shape == (crop.out_h, crop.out_w, img.shape[2])
-            img = crop.apply(img, h, w, out if direct else None, scale, origin)
+                direct = direct and img.shape[2] == 3
+                img = crop.apply(img, h, w, out if direct else None)
         first = 1 if crop is not None else 0
         for t, with_rng in zip(self.transforms[first:], self._with_rng[first:]):
             inplace = getattr(t, "apply_inplace", None)

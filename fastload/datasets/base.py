@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..decode import DecodeError, check_max_pixels, get_decoder
+from ..decode.clean import CleanMarks
 from ..storage import SharedArray
 from ..transforms import Compose, as_compose
 
@@ -49,6 +50,19 @@ class ImageDataset(torch.utils.data.Dataset):
         self.max_pixels = max_pixels
         self.epoch = 0
         self.seed = 0
+        # Made now, before workers start, where the length is known (else on first use).
+        try:
+            self._clean: CleanMarks | None = CleanMarks(len(self))
+        except (TypeError, AttributeError, NotImplementedError):
+            self._clean = None
+
+    @property
+    def clean(self) -> CleanMarks:
+        """The samples known to decode clean, shared by all workers: region decode, which
+        cannot see corrupt data, serves only those (:mod:`fastload.decode.clean`)."""
+        if self._clean is None or len(self._clean) != len(self):
+            self._clean = CleanMarks(len(self))
+        return self._clean
 
     @property
     def labels(self) -> np.ndarray:
@@ -72,10 +86,12 @@ class ImageDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {index} out of range for dataset of {n} samples")
 
     def decode_sample(self, index: int, data: Any, epoch: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
-        """Decodes and transforms ``data``, the bytes of sample ``index`` (into ``out`` when it can)."""
+        """Decodes and transforms ``data``, the bytes of sample ``index`` (into ``out`` when it can).
+
+        Its first decode is strict (region decode only once it decoded clean before)."""
         try:
-            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, index), out,
-                                         self.max_pixels)
+            return self.clean.decode(index, self.transform, data, get_decoder(self.decoder),
+                                     sample_rng(seed, epoch, index), out, self.max_pixels)
         except DecodeError as e:
             named = DecodeError(f"sample {index} ({self.describe(index)}): {e}")
             named.sample_index = index  # the loader adds no second name

@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ...decode import DecodeError, get_decoder
+from ...decode.clean import CleanMarks
 from ...storage import SharedArray, StringArray
 from ...transforms import as_compose
 from ..base import sample_rng
@@ -130,6 +131,8 @@ class TFRecordStream:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder = decoder
         self._warned = False
+        # Records that decoded clean, shared by the workers: only those get region decodes.
+        self.clean = CleanMarks(len(self))
 
     def __len__(self) -> int:
         """All records, one count for every epoch (error records included)."""
@@ -274,8 +277,8 @@ class TFRecordStream:
         if record.error is not None:
             raise record.error
         try:
-            return self.transform.decode(record.image, get_decoder(self.decoder),
-                                         sample_rng(seed, epoch, record.number), out)
+            return self.clean.decode(record.number, self.transform, record.image, get_decoder(self.decoder),
+                                     sample_rng(seed, epoch, record.number), out)
         except DecodeError as e:
             raise DecodeError(f"record {record.number} ({record.where}): {e}") from e
 
