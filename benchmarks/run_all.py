@@ -8,9 +8,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Each entry: a script in this folder and its own arguments (the command line's follow).
-BENCHMARKS = ["bench_decode", "bench_loader", "bench_resize", "bench_decode_plan", "profile_loader --stages",
-              "bench_collate", "bench_formats", "bench_memory", "bench_threads", "profile_loader", "bench_h2d",
-              "bench_gpu_train"]
+BENCHMARKS = ["bench_decode", "bench_pip_only", "bench_loader", "bench_resize", "bench_decode_plan",
+              "profile_loader --stages", "bench_collate", "bench_wrap", "bench_formats", "bench_memory", "bench_threads",
+              "profile_loader", "bench_h2d", "bench_gpu_train"]
 
 
 def main(argv: list[str]) -> int:

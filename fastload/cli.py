@@ -76,8 +76,15 @@ def cmd_info(args: argparse.Namespace) -> int:
         strict = "strict" if name in JPEG_BACKENDS else "JPEG not strict"
         print(f"decoder {name}: ok ({detail() + ', ' if detail else ''}{strict})")
     print(f"default decoder: {default_backend()}{_measured()}")
-    print(f"region decode: {'nvImageCodec ' + str(roi.version()) + ' (CPU)' if roi.available() else 'off'}"
-          f"{'' if roi.available() else ' (' + roi.EXTRA_HINT + '; FASTLOAD_ROI=0 turns it off)'}")
+    if roi.available():
+        region = f"nvImageCodec {roi.version()} (CPU), for samples known to decode clean"
+    else:
+        try:
+            roi.module()
+            region = "off (FASTLOAD_ROI=0)"
+        except ImportError:
+            region = f"not installed ({roi.EXTRA_HINT})"
+    print(f"region decode: {region}")
     return 0
 
 

@@ -248,7 +248,6 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
 
     from . import get_decoder
     from .header import read_header
-    from .libjpeg import scaled_size, scratch
 
     start = time.perf_counter()
     threads = torch.get_num_threads()
@@ -259,56 +258,26 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
         decoder = get_decoder(backend)
         headers = [read_header(b) for b in blobs]
         rng = np.random.default_rng(20261123)
-        cases = [(b, hd, c) for b, hd in zip(blobs, headers) for c in _calibration_crops(hd, rng)]
         slot = np.empty((224, 224, 3), np.uint8)
-        full = {id(b): decoder.decode(b, header=hd) for b, hd in zip(blobs, headers)}
-        jobs: dict[tuple[str, str], list[tuple[list[float], Any]]] = {}
-
-        def add(kind: str, key: str, x: list[float], fn) -> None:
-            jobs.setdefault((kind, key), []).append((x, fn))
-
-        for b, hd in zip(blobs, headers):
-            x = [1.0, len(b), hd.height * hd.width]
-            for key in DECODE_KEYS:
-                s = _scale(key)
-                add("decode", key, x, lambda b=b, hd=hd, s=s, key=key: decoder.decode(
-                    b, header=hd, scale=s, fast_upsample=key == "fast",
-                    out=scratch(math.prod(scaled_size(hd, s)) * 3)))
         use_region = region if region is not None else roi.available()
-        if use_region:
-            rd = roi.get_region_decoder()
-        for b, hd, c in cases:
-            if c.out_h == 224 and not c.window:  # the RandomResizedCrop crops: regions, resized crops
-                if use_region:
-                    y0, x0, y1, x1 = box = region_box(hd, c)
-                    add("decode", "region", decode_features(hd, c, "region"), lambda b=b, box=box: rd.decode(b, *box))
-                add("resize", "crop", resize_features(hd, c, "full")[1],
-                    lambda c=c, hd=hd, img=full[id(b)]: c.apply(img, hd.height, hd.width, slot))
-            elif c.window:
-                for key in ("full", "7/8", "6/8"):
-                    s = _scale(key)
-                    img = decoder.decode(b, header=hd, scale=s)
-                    add("resize", "window", resize_features(hd, c, key)[1],
-                        lambda c=c, hd=hd, img=img, s=s: c.apply(img, hd.height, hd.width, slot, float(s)))
-            else:
-                key = f"{round(8 * c.out_h * 1.25 / min(c.height, c.width) + 0.5)}/8"
-                key = key if key in SCALE_KEYS else "7/8"
-                s = _scale(key)
-                img = decoder.decode(b, header=hd, scale=s)
-                dst = np.empty((c.out_h, c.out_w, 3), np.uint8)
-                add("resize", "box", resize_features(hd, c, key)[1],
-                    lambda c=c, hd=hd, img=img, s=s, dst=dst: c.apply(img, hd.height, hd.width, dst, float(s)))
-        times: dict[tuple[str, str], list[list[float]]] = {k: [[] for _ in v] for k, v in jobs.items()}
+        rd = roi.get_region_decoder() if use_region else None
+        # (kind, key, features, run), every measurement of one image next to each other.
+        jobs: list[tuple[str, str, list[float], Any]] = []
+        for b, hd in zip(blobs, headers):
+            jobs += _image_jobs(b, hd, _calibration_crops(hd, rng), decoder, rd, slot)
+        # Rounds run the jobs of one image back to back, so that a busy moment of a shared
+        # machine slows all plans alike; each job keeps its fastest round (load only adds).
+        best = [math.inf] * len(jobs)
         for r in range(repeat + 1):  # round 0 warms up (scratch buffers, caches)
-            for k, js in jobs.items():
-                for j, (_, fn) in enumerate(js):
-                    t0 = time.perf_counter()
-                    fn()
-                    if r:
-                        times[k][j].append((time.perf_counter() - t0) * 1e6)
+            for j, (_, _, _, run) in enumerate(jobs):
+                t0 = time.perf_counter()
+                run()
+                if r:
+                    best[j] = min(best[j], (time.perf_counter() - t0) * 1e6)
         fitted: dict[str, dict[str, list[float]]] = {"decode": {}, "resize": {}}
-        for (kind, key), js in jobs.items():
-            fitted[kind][key] = _fit([x for x, _ in js], [float(np.median(t)) for t in times[(kind, key)]])
+        for kind, key in dict.fromkeys((kind, key) for kind, key, _, _ in jobs):
+            mine = [j for j, job in enumerate(jobs) if job[:2] == (kind, key)]
+            fitted[kind][key] = _fit([jobs[j][2] for j in mine], [best[j] for j in mine])
         if "region" in fitted["decode"]:
             # A region decode does a full decode's work on the rows it reads, plus its own:
             # so a region of the whole image is never predicted cheaper than the full
@@ -319,6 +288,43 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
                 "seconds": round(time.perf_counter() - start, 3)}
     finally:
         torch.set_num_threads(threads)
+
+
+def _image_jobs(data: bytes, header: ImageHeader, crops: list[Crop], decoder: Any, region: Any,
+                slot: np.ndarray) -> list[tuple[str, str, list[float], Any]]:
+    """The measurements of one calibration image: every decode (into the scratch buffer),
+    a region decode of each RandomResizedCrop crop, and each crop's resize path."""
+    from .libjpeg import scaled_size, scratch
+
+    hd = header
+    jobs = []
+    x = [1.0, len(data), hd.height * hd.width]
+    for key in DECODE_KEYS:
+        s = _scale(key)
+        jobs.append(("decode", key, x, lambda s=s, key=key: decoder.decode(
+            data, header=hd, scale=s, fast_upsample=key == "fast", out=scratch(math.prod(scaled_size(hd, s)) * 3))))
+    full = decoder.decode(data, header=hd)
+    for c in crops:
+        if c.out_h == 224 and not c.window:  # the RandomResizedCrop crops: regions, resized crops
+            if region is not None:
+                box = region_box(hd, c)
+                jobs.append(("decode", "region", decode_features(hd, c, "region"),
+                             lambda box=box: region.decode(data, *box)))
+            jobs.append(("resize", "crop", resize_features(hd, c, "full")[1],
+                         lambda c=c: c.apply(full, hd.height, hd.width, slot)))
+            continue
+        if c.window:
+            keys = ("full", "7/8", "6/8")
+        else:  # the largest scale keeping the planner's 1.25 decoded pixels per output pixel
+            key = f"{math.ceil(8 * c.out_h * 1.25 / min(c.height, c.width))}/8"
+            keys = (key if key in SCALE_KEYS else "7/8",)
+        for key in keys:
+            s = _scale(key)
+            img = decoder.decode(data, header=hd, scale=s)
+            dst = slot if c.window else np.empty((c.out_h, c.out_w, 3), np.uint8)
+            jobs.append(("resize", "window" if c.window else "box", resize_features(hd, c, key)[1],
+                         lambda c=c, img=img, s=s, dst=dst: c.apply(img, hd.height, hd.width, dst, float(s))))
+    return jobs
 
 
 def _scale(key: str) -> Fraction:
