@@ -8,7 +8,6 @@ BENCH_STAMP := $(VENV)/.bench-installed
 .PHONY: demo test bench gpu-wheels gpu-suite clean
 
 $(STAMP): pyproject.toml constraints.txt
-	@sh scripts/ensure_turbojpeg.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,roi,remote]'
 	@# Real photographs for benchmarks, the demo and quality tests (data files only: no deps).

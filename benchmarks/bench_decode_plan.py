@@ -1,150 +1,129 @@
-"""Decode planner: the per-sample pipeline against full decode + antialiased resize, with
-and without region (ROI) decode, the plans chosen, and the loader's rate with 2 workers.
+"""Decode planner, one core: every plan of every sample measured, what the planner
+predicted, and what each policy (the default, and each switch a user can flip) costs.
 
-Training preset (RandomResizedCrop + flip, antialiased), one epoch's crops. One-core
-rows time each sample alone, rows interleaved, best of ``--repeat`` per sample:
+For the training preset (RandomResizedCrop 224 + flip, antialiased; epoch 0's crops)
+and the eval preset (Resize 256 + CenterCrop 224), each sample of the photo set is run
+through every plan the planner may choose for it (full decode, fast upsampling, each
+DCT scale the crop allows, a region decode), end to end as the pipeline runs it (decode
+into the thread's buffer, crop, antialiased resize into a batch slot: ``plan.execute``),
+interleaved, fastest of ``--repeat``. Then:
 
-* decode options: full decode, each DCT scale, a region decode of each sample's crop;
-* "full decode + antialiased resize": the reference work, bytes already in memory;
-* "pipeline": ``ImageFolder.load`` (read the file, plan, decode, resize into a batch
-  slot, flip), with the planner's region decode off and on.
+* per plan: mean measured µs, and predicted / measured (median and 10th-90th percentile);
+* per policy: the mean µs of the plans it picks for each sample: the default planner,
+  ``FASTLOAD_ROI=0`` (no region), ``reduced_decode=False`` (full-decode pixels only),
+  ``FASTLOAD_NO_CALIBRATION=1`` (built-in costs), full decode only, and the oracle (the
+  fastest plan of each sample, which no planner can know beforehand); the default's
+  ratio to each (>= 1: the default is faster).
 
-The loader rows run ``fastload.Loader`` (uint8 out, CPU, ``--workers`` processes) against
-the machine's full-decode limit: cores x the one-core full-decode rate. Use real photos
-(``--data`` a folder of class subfolders); the generated sample data is for ``--quick``.
+Loader-level figures, where the hand-over and the other processes count too, are in
+``bench_loader.py``.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections import Counter
 
 import numpy as np
 import torch
-from common import loader_rate, parser, photo_folder, report
+from common import parser, photo_folder, report
 
 import fastload as fl
 from fastload.datasets.base import sample_rng
-from fastload.decode import get_decoder, plan, read_header, roi
-from fastload.system import available_cpus
+from fastload.decode import costs, get_decoder, plan, read_header, roi
+from fastload.decode.plan import MIN_RATIO, Planner, execute, plan_for_key
 
 
-def time_rows(rows: dict, n: int, repeat: int) -> dict:
-    """Mean of each row's best µs per sample, rows interleaved so that drift hits all alike."""
-    best = {name: np.full(n, np.inf) for name in rows}
-    for fn in rows.values():
-        fn(0)
-    for _ in range(repeat):
-        for i in range(n):
-            for name, fn in rows.items():
+def eligible(header, crop, key: str) -> bool:
+    """Whether the planner may choose ``key`` for ``crop`` (as Planner.choose decides)."""
+    if key == "full":
+        return True
+    if key == "fast":
+        return crop.antialias and not crop.window
+    if key == "region":
+        return not crop.window and header.components == 3 and not header.progressive
+    f = int(key[0]) / 8
+    ratio = min(crop.height / crop.out_h, crop.width / crop.out_w)
+    return ratio * f >= MIN_RATIO and (crop.window or Planner._phase_ok(crop, f))
+
+
+def measure(cases: list, keys: list[str], decoder, repeat: int) -> list[dict]:
+    """Fastest µs of each eligible plan of each case, plans of a case back to back."""
+    slot = np.empty((224, 224, 3), np.uint8)
+    best: list[dict] = [{k: np.inf for k in keys if eligible(hd, c, k)} for _, hd, c in cases]
+    for r in range(repeat + 1):  # round 0 warms up
+        for j, (data, hd, crop) in enumerate(cases):
+            for key in best[j]:
+                p = plan_for_key(key, hd, crop)
                 start = time.perf_counter()
-                fn(i)
-                best[name][i] = min(best[name][i], time.perf_counter() - start)
-    return {name: float(b.mean() * 1e6) for name, b in best.items()}
+                execute(p, data, decoder, hd, crop, slot)
+                if r:
+                    best[j][key] = min(best[j][key], (time.perf_counter() - start) * 1e6)
+    return best
+
+
+def audit(name: str, cases: list, measured: list[dict], policies: dict) -> dict:
+    keys = sorted({k for m in measured for k in m}, key=lambda k: (k != "full", k != "fast", k))
+    default = policies["default"][0]
+    print(f"{name}: {len(cases)} photos, one core, plans measured end to end (µs, fastest of the rounds):")
+    print(f"  {'plan':8s} {'samples':>7s} {'mean µs':>8s} {'predicted/measured: median':>27s} {'p10–p90':>11s}")
+    per_plan = {}
+    for key in keys:
+        rows = [(m[key], default.predict(hd, c, key)) for m, (_, hd, c) in zip(measured, cases) if key in m]
+        ratio = np.array([p / t for t, p in rows])
+        per_plan[key] = {"samples": len(rows), "mean_us": float(np.mean([t for t, _ in rows])),
+                         "predicted_over_measured": float(np.median(ratio))}
+        print(f"  {key:8s} {len(rows):7d} {per_plan[key]['mean_us']:8.0f} {np.median(ratio):27.2f} "
+              f"{np.percentile(ratio, 10):5.2f}–{np.percentile(ratio, 90):.2f}")
+    totals, shares = {}, {}
+    for label, (planner, scales) in policies.items():
+        chosen = [planner.choose(hd, c, scales).key for _, hd, c in cases]
+        totals[label] = float(np.mean([m[k] for m, k in zip(measured, chosen)]))
+        shares[label] = {k: chosen.count(k) / len(chosen) for k in sorted(set(chosen))}
+    totals["oracle (fastest plan per sample)"] = float(np.mean([min(m.values()) for m in measured]))
+    print(f"  {'policy':34s} {'mean µs':>8s} {'default is':>11s}  plans chosen")
+    for label, us in totals.items():
+        plans = ", ".join(f"{k} {v:.0%}" for k, v in shares.get(label, {}).items())
+        print(f"  {label:34s} {us:8.0f} {us / totals['default']:10.3f}x  {plans}")
+    return {"per_plan": per_plan, "policy_mean_us": totals, "policy_plans": shares,
+            "default_vs": {k: v / totals["default"] for k, v in totals.items()}}
 
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=224)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=2, help="timed loader epochs after a warm-up epoch")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=3, help="interleaved loader rounds, best of each")
-    p.add_argument("--limit", type=int, default=None, help="one-core rows on the first N samples only")
+    p.add_argument("--limit", type=int, default=600, help="samples of the photo set measured")
     args = p.parse_args()
     torch.set_num_threads(1)
     root = photo_folder(args)
-    quick = args.quick
-    repeat, epochs = (1, 1) if quick else (args.repeat, args.epochs)
-    batch = 8 if quick else args.batch_size
-
-    costs = plan.get_planner().costs  # the cached calibration (or the built-in costs)
-    has_roi = roi.available()
-    planners = {"no region": plan.Planner(costs, region=False)}
-    if has_roi:
-        planners["region"] = plan.Planner(costs, region=True)
-    tf = fl.transforms.train(args.size)
-    ds = fl.ImageFolder(root, tf)
-    n = min(len(ds), args.limit or len(ds), 32 if quick else len(ds))
-    blobs = [ds.read(i)[0] for i in range(n)]
+    repeat = 1 if args.quick else args.repeat
+    fitted = plan.get_planner().costs  # the cached calibration (or the built-in costs)
+    region = roi.available()
+    policies = {
+        "default": (Planner(fitted, region), True),
+        "FASTLOAD_ROI=0": (Planner(fitted, False), True),
+        "reduced_decode=False": (Planner(fitted, region), False),
+        "FASTLOAD_NO_CALIBRATION=1": (Planner(costs.DEFAULT_COSTS, region), True),
+        "full decode only": (Planner(fitted, False), False),
+    }
+    decoder = get_decoder()
+    ds = fl.ImageFolder(root)
+    n = min(len(ds), 32 if args.quick else args.limit)
+    # Evenly spread over the set (its classes are in order of index).
+    picks = np.linspace(0, len(ds) - 1, n).round().astype(int)
+    blobs = [ds.read(int(i))[0] for i in picks]
     headers = [read_header(b) for b in blobs]
-    crops = [tf.plan(hd.height, hd.width, sample_rng(0, 0, i)) for i, hd in enumerate(headers)]
-    dec = get_decoder()
-    slot = np.empty((args.size, args.size, 3), np.uint8)
-
-    # One-core decode options.
-    options = {"full decode": lambda i: dec.decode(blobs[i], header=headers[i])}
-    for s in getattr(dec, "scales", ())[:-1]:
-        options[f"DCT scale {s}"] = lambda i, s=s: dec.decode(blobs[i], header=headers[i], scale=s)
-    if has_roi:
-        rd = roi.get_region_decoder()
-        region = [plan.Planner(costs, True).choose(hd, c, False).region or
-                  (int(c.top), int(c.left), int(c.top + c.height), int(c.left + c.width))
-                  for hd, c in zip(headers, crops)]
-        options["region decode of the crop"] = lambda i: rd.decode(blobs[i], *region[i])
-    decode_us = time_rows(options, n, repeat)
-    full_rate = 1e6 / decode_us["full decode"]
-
-    # One-core pipeline against full decode + antialiased resize.
-    def reference(i):
-        hd = headers[i]
-        return crops[i].apply(dec.decode(blobs[i], header=hd), hd.height, hd.width, slot)
-
-    def pipeline(planner):
-        def run(i):
-            plan.set_planner(planner)
-            return ds.load(i, 0, 0, out=slot)
-        return run
-
-    rows = {"full decode + antialiased resize": reference}
-    rows.update({f"pipeline, planner ({name})": pipeline(pl) for name, pl in planners.items()})
-    pipe_us = time_rows(rows, n, repeat)
-
-    ref = pipe_us["full decode + antialiased resize"]
-    print(f"{n} JPEGs from {root}, RandomResizedCrop({args.size}) + flip, antialiased, one core:")
-    for name, us in decode_us.items():
-        print(f"  {name:42s} {us:7.0f} us  {1e6 / us:6.0f}/s  ({decode_us['full decode'] / us:.2f}x full decode)")
-    for name, us in pipe_us.items():
-        print(f"  {name:42s} {us:7.0f} us  {1e6 / us:6.0f}/s  ({ref / us:.2f}x full decode + resize)")
-    choices = {}
-    for name, pl in planners.items():
-        counts = Counter(pl.choose(hd, c).kind for hd, c in zip(headers, crops))
-        choices[name] = dict(counts)
-        print(f"  plans, {name}: " + ", ".join(f"{k} {v / n:.0%}" for k, v in counts.most_common()))
-
-    # The loader, 2 worker processes, uint8 out; rounds interleaved, best of each (a busy
-    # moment on a shared machine hits both alike).
-    cores = available_cpus()
-    limit = full_rate * min(cores, args.workers)
-    loaders = {}
-    for name, pl in planners.items():
-        plan.set_planner(pl)  # the workers, forked on the warm-up pass, keep it
-        loaders[name] = fl.Loader(ds, batch_size=batch, num_workers=args.workers, shuffle=True, device="cpu",
-                                  normalize=False)
-        for _ in loaders[name]:
-            pass
-    runs: dict = {name: [] for name in loaders}
-    try:
-        for _ in range(1 if quick else args.rounds):
-            for name, loader in loaders.items():
-                runs[name].append(loader_rate(loader, epochs))
-    finally:
-        for loader in loaders.values():
-            loader.close()
-    loader_rates = {name: max(v) for name, v in runs.items()}
-    for name, rate in loader_rates.items():
-        print(f"  loader, {args.workers} workers, planner ({name}): {rate:6.0f} images/s = "
-              f"{rate / limit:.0%} of the full-decode limit {limit:.0f}/s (rounds: "
-              + ", ".join(f"{r:.0f}" for r in runs[name]) + ")")
-    plan.set_planner(None)
-    report("bench_decode_plan", args, {
-        "images": n, "size": args.size, "decode_us": decode_us, "pipeline_us": pipe_us,
-        "pipeline_vs_reference": {k: ref / v for k, v in pipe_us.items()}, "plans": choices,
-        "loader_images_per_s": loader_rates, "full_decode_limit": limit, "workers": args.workers,
-        "batch_size": batch, "calibration": {k: v for k, v in costs.items() if k == "seconds"},
-        "region_decode": roi.version() if has_roi else None, "pid": os.getpid()})
+    keys = ["full", "fast", *costs.SCALE_KEYS] + (["region"] if region else [])
+    results = {}
+    for name, tf in (("train", fl.transforms.train(224)), ("eval", fl.transforms.eval(224))):
+        cases = [(b, hd, tf.plan(hd.height, hd.width, sample_rng(0, 0, int(i))))
+                 for b, hd, i in zip(blobs, headers, picks) if hd.format == "jpeg" and hd.components != 4]
+        results[name] = audit(name, cases, measure(cases, keys, decoder, repeat), policies)
+    print(f"(decoder {decoder.name}, region decode {'nvImageCodec ' + str(roi.version()) if region else 'off'}, "
+          f"calibration: {'built-in costs' if fitted is costs.DEFAULT_COSTS else 'cached for this machine'}, "
+          f"margin {plan.MARGIN:.0%})")
+    report("bench_decode_plan", args, {"images": n, "results": results, "decoder": decoder.name,
+                                       "region_decode": roi.version() if region else None,
+                                       "calibrated": fitted is not costs.DEFAULT_COSTS, "costs": fitted})
 
 
 if __name__ == "__main__":

@@ -7,12 +7,21 @@ The hand-off is each pipeline's own batch: uint8 N×C×H×W (fastload, timm; nor
 left to the GPU), uint8 N×H×W×C (DALI), float32 normalized N×C×H×W (classic, and the
 fastload "float" rows that normalize on the CPU). Pipelines run one epoch each in turn,
 for several interleaved rounds; the median round is reported, with the range.
+
+Besides the default, fastload runs once per switch a user can flip (the other backend,
+``reduced_decode=False``, ``FASTLOAD_ROI=0``, the other libjpeg-turbo decoder,
+``FASTLOAD_NO_CALIBRATION=1``), and the last lines print the default's ratio to each:
+the default must not be slower than any of them. ``antialias=False`` (an aliasing
+resize: does less) and ``normalize=True`` (does more) are shown, not compared.
+Switches read by the planner in each worker process (``FASTLOAD_ROI``,
+``FASTLOAD_NO_CALIBRATION``) are set while that loader's workers start (on its warm-up
+epoch) and restored after, as a user would set them for the whole run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
-import inspect
 import os
 import time
 
@@ -21,6 +30,7 @@ from common import loader_parser, median, photo_folder, photo_set_record, report
 from peers import ClassicDataset, DaliBatches, TimmDataset, dali_version, timm_fast_collate
 
 import fastload as fl
+from fastload.decode import default_backend, get_decoder, plan, roi
 from fastload.system import available_cpus
 
 
@@ -32,26 +42,18 @@ def epoch_rate(batches) -> float:
     return images / (time.perf_counter() - start)
 
 
-def full_decoder() -> tuple[str, object]:
-    """The one-core full decode the decode limit is counted in: PyTurboJPEG where it and
-    libturbojpeg load, else fastload's default decoder (named in the output)."""
+def full_decode_rate(paths: list[str], passes: int) -> tuple[float, str]:
+    """One-core full decode to RGB (images/s), median of passes after a warm-up: PyTurboJPEG
+    over the system libjpeg-turbo (the issue's reference), else simplejpeg's."""
     try:
         import turbojpeg
 
         tj = turbojpeg.TurboJPEG()
-        return "PyTurboJPEG", lambda b: tj.decode(b, pixel_format=turbojpeg.TJPF_RGB)
-    except (ImportError, OSError, RuntimeError) as e:  # RuntimeError: no libturbojpeg found
-        from fastload.decode import default_backend, get_decoder
+        decode, name = (lambda b: tj.decode(b, pixel_format=turbojpeg.TJPF_RGB)), "PyTurboJPEG"
+    except (ImportError, OSError, RuntimeError):
+        import simplejpeg
 
-        name = default_backend()
-        print(f"PyTurboJPEG unavailable ({type(e).__name__}: {e}); decode limit from fastload's {name} decoder")
-        dec = get_decoder(name)
-        return f"fastload {name}", lambda b: dec.decode(b)
-
-
-def full_decode_rate(paths: list[str], passes: int) -> tuple[float, str]:
-    """One-core full decode to RGB (images/s, decoder), median of passes after a warm-up."""
-    name, decode = full_decoder()
+        decode, name = simplejpeg.decode_jpeg, "simplejpeg"
     blobs = [open(p, "rb").read() for p in paths]
     times = []
     for i in range(passes + 1):
@@ -63,23 +65,68 @@ def full_decode_rate(paths: list[str], passes: int) -> tuple[float, str]:
     return len(blobs) / median(times), name
 
 
-def fastload_pipelines(root: str, train: bool, bs: int, workers: int) -> dict:
-    size = 224
+#: Environment switches and the variants they make (process backend: read in its workers).
+ENV_SWITCHES = {"FASTLOAD_ROI=0": ("FASTLOAD_ROI", "0"), "FASTLOAD_NO_CALIBRATION=1": ("FASTLOAD_NO_CALIBRATION", "1")}
+
+
+def fastload_variants(train: bool) -> dict:
+    """name -> (transform options, Loader options, environment switch or None, compared with the default)."""
+    variants = {
+        "fastload process uint8 (default)": ({}, {}, None, False),
+        "fastload thread uint8": ({}, {"backend": "thread"}, None, True),
+        "fastload process uint8, reduced_decode=False": ({"reduced_decode": False}, {}, None, True),
+    }
+    if roi.available():
+        variants["fastload process uint8, FASTLOAD_ROI=0"] = ({}, {}, "FASTLOAD_ROI=0", True)
+    other = "turbojpeg" if default_backend() == "simplejpeg" else "simplejpeg"
+    try:
+        get_decoder(other)
+        variants[f"fastload process uint8, decoder={other!r}"] = ({}, {"decoder": other}, None, True)
+    except ImportError:
+        pass
+    variants["fastload process uint8, FASTLOAD_NO_CALIBRATION=1"] = ({}, {}, "FASTLOAD_NO_CALIBRATION=1", True)
+    variants["fastload process uint8, antialias=False (does less)"] = ({"antialias": False}, {}, None, False)
+    variants["fastload process float (CPU normalize)"] = ({}, {"normalize": True}, None, False)
+    return variants
+
+
+@contextlib.contextmanager
+def switched(env: str | None):
+    """``env`` set (and this process's planner dropped, so forked workers build theirs
+    under it) for the duration; everything restored after."""
+    if env is None:
+        yield
+        return
+    key, value = ENV_SWITCHES[env]
+    old = os.environ.get(key)
+    os.environ[key] = value
+    plan.set_planner(None)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = old
+        plan.set_planner(None)
+
+
+def fastload_pipelines(root: str, train: bool, bs: int, workers: int) -> tuple[dict, set]:
+    """The fastload loaders, each warmed up (workers started) under its own switches, and
+    the names compared with the default."""
     make = fl.transforms.train if train else fl.transforms.eval
-    variants = {"": {}, ", full decode": {"reduced_decode": False}}
-    if "antialias" in inspect.signature(make).parameters:
-        variants[", antialias=False"] = {"antialias": False}
-    loaders = {}
-    for suffix, kw in variants.items():
-        ds = fl.ImageFolder(root, transform=make(size, **kw))
-        backends = ("process", "thread") if suffix != ", antialias=False" else ("process",)
-        for backend in backends:
-            loaders[f"fastload {backend} uint8{suffix}"] = fl.Loader(
-                ds, batch_size=bs, num_workers=workers, normalize=False, shuffle=True, backend=backend, device="cpu")
-    ds = fl.ImageFolder(root, transform=make(size))
-    loaders["fastload process float (CPU normalize)"] = fl.Loader(ds, batch_size=bs, num_workers=workers,
-                                                                  normalize=True, shuffle=True, device="cpu")
-    return loaders
+    loaders, compared = {}, set()
+    for name, (tf_kw, loader_kw, env, compare) in fastload_variants(train).items():
+        decoder = loader_kw.pop("decoder", None)
+        ds = fl.ImageFolder(root, transform=make(224, **tf_kw), decoder=decoder)
+        options = dict(batch_size=bs, num_workers=workers, normalize=False, shuffle=True, device="cpu")
+        loader = fl.Loader(ds, **{**options, **loader_kw})
+        with switched(env):
+            epoch_rate(loader)  # the warm-up epoch: workers start (and inherit the switch), samples get marked
+        loaders[name] = loader
+        if compare:
+            compared.add(name)
+    return loaders, compared
 
 
 def peer_pipelines(root: str, train: bool, bs: int, workers: int, dali: bool) -> dict:
@@ -98,10 +145,12 @@ def peer_pipelines(root: str, train: bool, bs: int, workers: int, dali: bool) ->
     return peers
 
 
-def run_mode(root: str, train: bool, bs: int, workers: int, rounds: int, dali: bool) -> dict:
-    pipelines = {**fastload_pipelines(root, train, bs, workers), **peer_pipelines(root, train, bs, workers, dali)}
-    for batches in pipelines.values():  # warm-up epoch: workers started, buffers in place
+def run_mode(root: str, train: bool, bs: int, workers: int, rounds: int, dali: bool) -> tuple[dict, set]:
+    ours, compared = fastload_pipelines(root, train, bs, workers)
+    peers = peer_pipelines(root, train, bs, workers, dali)
+    for batches in peers.values():  # warm-up epoch: workers started, buffers in place
         epoch_rate(batches)
+    pipelines = {**ours, **peers}
     runs: dict = {name: [] for name in pipelines}
     for r in range(1, rounds + 1):
         for name, batches in pipelines.items():
@@ -111,18 +160,32 @@ def run_mode(root: str, train: bool, bs: int, workers: int, rounds: int, dali: b
     for batches in pipelines.values():
         if isinstance(batches, fl.Loader):
             batches.close()
-    return runs
+    return runs, compared
 
 
-def print_table(mode: str, runs: dict, limit: float) -> dict:
+DEFAULT = "fastload process uint8 (default)"
+DALI = "DALI CPU uint8 NHWC"
+
+
+def print_table(mode: str, runs: dict, limit: float, compared: set) -> dict:
+    """The table, the default's ratio to each switch, and the targets; returns the ratios."""
     med = {name: median(v) for name, v in runs.items()}
     timm, classic = med["timm-style uint8"], med["classic float (torchvision-style)"]
+    dali = med.get(DALI)
     print(f"{mode}: images/s, median of {len(next(iter(runs.values())))} rounds (range)")
-    print(f"  {'pipeline':42s} {'median':>7s} {'range':>11s} {'vs timm':>8s} {'vs classic':>10s} {'decode limit':>12s}")
+    print(f"  {'pipeline':54s} {'median':>7s} {'range':>11s} {'vs timm':>8s} {'vs DALI':>8s} {'vs classic':>10s} "
+          f"{'decode limit':>12s}")
     for name, rate in med.items():
         span = f"{min(runs[name]):.0f}–{max(runs[name]):.0f}"
-        print(f"  {name:42s} {rate:7.0f} {span:>11s} {rate / timm:7.2f}x {rate / classic:9.2f}x {rate / limit:11.0%}")
-    return med
+        vs_dali = f"{rate / dali:7.2f}x" if dali else f"{'':8s}"
+        print(f"  {name:54s} {rate:7.0f} {span:>11s} {rate / timm:7.2f}x {vs_dali} {rate / classic:9.2f}x "
+              f"{rate / limit:11.0%}")
+    ratios = {name: med[DEFAULT] / med[name] for name in med if name in compared}
+    print(f"  {mode}: the default against each switch (median/median; never slower means >= 0.97):")
+    for name, ratio in ratios.items():
+        print(f"    vs {name[len('fastload '):]:50s} {ratio:5.2f}x  {'ok' if ratio >= 0.97 else 'SLOWER'}")
+    return {"median": med, "default_vs_switch": ratios, "default_vs_timm": med[DEFAULT] / timm,
+            "default_vs_dali": med[DEFAULT] / dali if dali else None, "default_of_limit": med[DEFAULT] / limit}
 
 
 def main() -> None:
@@ -138,16 +201,25 @@ def main() -> None:
     version = None if args.no_dali else dali_version()
     if version is None:
         print("DALI: not included (nvidia-dali-cuda120 not installed here, or --no-dali; `make bench` installs it)")
-    per_core, decoder = full_decode_rate(paths, 1 if args.quick else 3)
+    per_core, limit_by = full_decode_rate(paths, 1 if args.quick else 3)
     limit = per_core * workers
     results = {}
     for mode, train in (("train", True), ("eval", False)):
-        runs = run_mode(root, train, bs, workers, rounds, version is not None)
-        results[mode] = {"median": print_table(mode, runs, limit), "rounds": runs}
+        runs, compared = run_mode(root, train, bs, workers, rounds, version is not None)
+        results[mode] = {**print_table(mode, runs, limit, compared), "rounds": runs}
     print(f"({len(paths)} photos, batch {bs}, {workers} workers/threads on {available_cpus()} CPUs, one epoch per "
           f"pipeline per round after a warm-up epoch; decode limit = {workers} x {per_core:.0f} images/s one-core "
-          f"{decoder} full decode = {limit:.0f} images/s{'' if version is None else f'; DALI {version}'})")
-    report("bench_loader", args, {"images_per_s": results, "decode_limit": limit, "full_decode_per_core": per_core, "full_decoder": decoder,
+          f"{limit_by} full decode = {limit:.0f} images/s; default decoder {default_backend()}, region decode "
+          f"{'nvImageCodec ' + str(roi.version()) if roi.available() else 'off'}"
+          f"{'' if version is None else f'; DALI {version}'})")
+    train_r, eval_r = results["train"], results["eval"]
+    print(f"targets (issue 19, this run): train {train_r['default_of_limit']:.0%} of the decode limit (>= 75%), "
+          f"{train_r['default_vs_timm']:.2f}x timm-style (>= 1.9x), "
+          + (f"{train_r['default_vs_dali']:.2f}x DALI CPU (>= 1.75x)" if train_r["default_vs_dali"] else "DALI not run")
+          + f"; eval {eval_r['default_vs_timm']:.2f}x timm-style (>= 1.6x)")
+    report("bench_loader", args, {"images_per_s": results, "decode_limit": limit, "full_decode_per_core": per_core,
+                                  "decode_limit_by": limit_by, "decoder": default_backend(),
+                                  "region_decode": roi.version() if roi.available() else None,
                                   "batch_size": bs, "workers": workers, "images": len(paths), "dali": version,
                                   "dataset": photo_set_record(root)})
 

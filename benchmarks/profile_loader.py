@@ -22,13 +22,15 @@ import math
 import os
 import time
 
+import numpy as np
 import torch
 from common import median, parser, photo_folder, report
 
 import fastload as fl
 from fastload.collate import fast_collate
 from fastload.datasets.base import sample_rng
-from fastload.decode import get_decoder, image_size
+from fastload.decode import get_decoder, plan, read_header
+from fastload.decode.libjpeg import scaled_size, scratch
 from fastload.prefetch import Normalizer
 from fastload.system import available_cpus
 
@@ -36,10 +38,12 @@ from fastload.system import available_cpus
 STAGES = (
     ("start-up (imports, dataset scan, workers)", ("_find_and_load", "photo_folder", "jpeg_stats", "_start_workers",
                                                    "__init__ (fastload/loader.py", "Popen")),
-    ("header parse", ("decode_header", "_jpeg_size", "image_size", "_check_jpeg_complete", "is_jpeg")),
-    ("decode", ("decode (turbojpeg", "imdecode", "decode (fastload/decode.py")),
-    ("planning (rng, crop plan)", ("sample_rng", "plan (fastload/transforms.py", "default_rng")),
-    ("resize", ("resize (fastload/transforms.py", "apply (fastload/transforms.py")),
+    ("header parse", ("read_header", "_jpeg_header", "image_size", "check_jpeg_complete", "is_jpeg")),
+    ("decode", ("_decode_jpeg (fastload/decode", "decode (fastload/decode/roi.py", "imdecode", "decode_jpeg")),
+    ("planning (rng, crop plan, decode plan)", ("sample_rng", "plan (fastload/transforms.py", "default_rng",
+                                                "choose (fastload/decode/plan.py")),
+    ("resize", ("resize (fastload/resize.py", "resize_box (fastload", "resize_window (fastload",
+                "apply (fastload/resize.py")),
     ("flip", ("apply_inplace", "RandomHorizontalFlip")),
     ("collate (thread backend: copy into the batch)", ("_finish (fastload/threaded.py",)),
     ("collate", ("fast_collate", "alloc_batch", "_new_shared")),
@@ -134,31 +138,58 @@ def handover_cpu_us(batches: list, workers: int, passes: int) -> float:
 
 
 def stages(root: str, batch_size: int, passes: int) -> dict:
-    """Each stage of the train pipeline (process backend's path) timed alone, µs per sample."""
+    """Each stage of the train pipeline (process backend's path) timed alone, µs per sample.
+
+    Decodes follow the plans the default pipeline makes in the steady state (every
+    sample already marked clean, so region decode is allowed where it is planned)."""
+    torch.set_num_threads(1)  # as in a DataLoader worker
     tf = fl.transforms.train(224)
     ds = fl.ImageFolder(root, transform=tf)
     dec = get_decoder(ds.decoder)
     crop_t, flip_t = tf.transforms[0], tf.transforms[1]
     idx = list(range(len(ds)))
     data = [ds.read(i)[0] for i in idx]
-    sizes = [image_size(b) for b in data]
-    plans = [crop_t.plan(h, w, sample_rng(0, 0, i)) for i, (h, w) in zip(idx, sizes)]
-    decoded = [dec.decode(b, c.min_scale) for b, c in zip(data, plans)]
-    resized = [c.apply(img, h, w) for c, img, (h, w) in zip(plans, decoded, sizes)]
+    headers = [read_header(b) for b in data]
+    crops = [crop_t.plan(hd.height, hd.width, sample_rng(0, 0, i)) for i, hd in zip(idx, headers)]
+    planner = plan.get_planner()
+    plans = [planner.choose(hd, c) if _planned(hd) else None for hd, c in zip(headers, crops)]
+    slot = np.empty((224, 224, 3), np.uint8)
+
+    def decode(i):
+        if plans[i] is None:
+            return dec.decode(data[i], header=headers[i])
+        hd = headers[i]
+        buf = None if plans[i].region else scratch(math.prod(scaled_size(hd, plans[i].scale)) * 3)
+        return plans[i].decode(data[i], dec, hd, out=buf)
+
+    decoded = [np.array(decode(i)) for i in idx]
+
+    def resize(i):
+        p, hd = plans[i], headers[i]
+        if p is None:
+            return crops[i].apply(decoded[i], hd.height, hd.width, slot)
+        return crops[i].apply(decoded[i], hd.height, hd.width, slot, float(p.scale), p.origin)
+
+    resized = [resize(i).copy() for i in idx]
     samples = [(img, 0) for img in resized]
     batches = [samples[i:i + batch_size] for i in range(0, len(samples), batch_size)]
     shape = (batch_size, *resized[0].shape)
     batch = fast_collate(batches[0], pin=False)[0]
+    for i in idx:  # the steady state: every sample decoded clean before
+        ds.clean.mark(i)
     out = {
         "read (file open + read)": per_sample_us(lambda i: ds.read(i), idx, passes),
-        "header parse (SOF scan)": per_sample_us(image_size, data, passes),
-        "planning (sample rng + RandomResizedCrop plan)": per_sample_us(
-            lambda i: crop_t.plan(*sizes[i], sample_rng(0, 0, i)), idx, passes),
-        "decode (reduced DCT scale, as planned)": per_sample_us(
-            lambda i: dec.decode(data[i], plans[i].min_scale), idx, passes),
-        "decode (full, for reference)": per_sample_us(lambda b: dec.decode(b, 1.0), data, passes),
-        "resize (crop + resize to 224)": per_sample_us(
-            lambda i: plans[i].apply(decoded[i], *sizes[i]), idx, passes),
+        "header parse (SOF scan)": per_sample_us(read_header, data, passes),
+        "planning (sample rng + RandomResizedCrop plan + decode plan)": per_sample_us(
+            lambda i: planner.choose(headers[i], crop_t.plan(headers[i].height, headers[i].width,
+                                                             sample_rng(0, 0, i))), idx, passes),
+        "decode as planned (into the thread's buffer)": per_sample_us(decode, idx, passes),
+        "decode, full (into the thread's buffer; reference)": per_sample_us(
+            lambda i: dec.decode(data[i], header=headers[i], out=scratch(headers[i].height * headers[i].width * 3)),
+            idx, passes),
+        "decode, full (new array each; reference)": per_sample_us(
+            lambda i: dec.decode(data[i], header=headers[i]), idx, passes),
+        "resize (crop + antialiased resize into the batch slot)": per_sample_us(resize, idx, passes),
         "flip (draw + view)": per_sample_us(lambda i: flip_t(resized[i], sample_rng(0, 0, i)), idx, passes)
         - per_sample_us(lambda i: sample_rng(0, 0, i), idx, passes),
         "collate (fast_collate into a new batch)": per_sample_us(
@@ -176,31 +207,31 @@ def stages(root: str, batch_size: int, passes: int) -> dict:
     out["hand-over CPU, all processes (2 workers: collate + IPC)"] = handover
     out["IPC (hand-over CPU minus collate in a worker)"] = handover - out[
         "collate (in a worker: + new shared-memory segment)"]
-    out.update({
-        "ImageFolder.load (read + header + plan + decode + resize + flip)": per_sample_us(
-            lambda i: ds.load(i, 0, 0), idx, passes),
-    })
-    out_scales = scale_shares(sizes, plans)
-    print(f"train 224, stages timed alone in one process, {len(ds)} photos, batch {batch_size}, "
-          f"median of {passes} passes (µs per sample):")
+    out["ImageFolder.load (read + header + plan + decode + resize + flip)"] = per_sample_us(
+        lambda i: ds.load(i, 0, 0, out=slot), idx, passes)
+    print(f"train 224, stages timed alone in one process (one torch thread), {len(ds)} photos, batch {batch_size}, "
+          f"median of {passes} passes (µs per sample); decoder {dec.name}, region decode "
+          f"{'on' if planner.region else 'off'}:")
     for name, us in out.items():
         print(f"  {name:66s} {us:8.1f}")
+    shares = {"train": plan_shares(headers, plans)}
     ev = fl.transforms.eval(224)
-    eval_scales = scale_shares(sizes, [ev.plan(h, w, sample_rng(0, 0, i)) for i, (h, w) in zip(idx, sizes)])
-    for name, shares in (("train", out_scales), ("eval", eval_scales)):
-        print(f"DCT scale the {name} plans decode at: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
-    return {**out, "dct_scale_shares": out_scales, "eval_dct_scale_shares": eval_scales}
+    shares["eval"] = plan_shares(headers, [planner.choose(hd, ev.plan(hd.height, hd.width, sample_rng(0, 0, i)))
+                                           if _planned(hd) else None for i, hd in zip(idx, headers)])
+    for name, share in shares.items():
+        print(f"plans the {name} pipeline makes (steady state): " + ", ".join(f"{k} {v:.1%}" for k, v in share.items()))
+    return {**out, "plan_shares": shares, "decoder": dec.name, "region_decode": planner.region}
 
 
-def scale_shares(sizes: list, plans: list) -> dict:
-    """Share of samples decoded at each libjpeg-turbo DCT scale (n/8) by the reduced plans."""
-    from fractions import Fraction
+def _planned(header) -> bool:
+    """Whether the planner serves this image (JPEG, not CMYK), as in Compose.decode."""
+    return header.format == "jpeg" and header.components != 4
 
-    from fastload.decode import reduced_scale
 
-    scales = tuple(Fraction(n, 8) for n in range(1, 9))
-    chosen = collections.Counter(reduced_scale(h, w, c.min_scale, scales) * 8 for (h, w), c in zip(sizes, plans))
-    return {f"{k}/8": chosen[k] / len(plans) for k in sorted(chosen)}
+def plan_shares(headers: list, plans: list) -> dict:
+    """Share of samples per plan kind (None: not planned, decoded whole)."""
+    counts = collections.Counter(p.kind if p is not None else "not planned" for p in plans)
+    return {k: v / len(plans) for k, v in counts.most_common()}
 
 
 def main() -> None:

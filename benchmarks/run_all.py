@@ -8,10 +8,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Each entry: a script in this folder and its own arguments (the command line's follow).
-BENCHMARKS = ["bench_decode", "bench_loader", "bench_resize", "bench_decode_plan", "profile_loader --stages",
-              "bench_collate", "bench_formats", "bench_memory", "bench_threads", "profile_loader", "bench_h2d",
-              "bench_gpu_train", "bench_spawn_start", "bench_wds", "wds_shuffle", "bench_batched_roi",
-              "bench_gpu_decode"]
+BENCHMARKS = ["bench_decode", "bench_pip_only", "bench_loader", "bench_resize", "bench_decode_plan",
+              "profile_loader --stages", "bench_collate", "bench_wrap", "bench_formats", "bench_memory", "bench_threads",
+              "profile_loader", "bench_h2d", "bench_gpu_train", "bench_spawn_start", "bench_wds", "wds_shuffle",
+              "bench_batched_roi", "bench_gpu_decode"]
 
 
 def main(argv: list[str]) -> int:

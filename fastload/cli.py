@@ -59,7 +59,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
-    from fastload.decode import BACKENDS, default_backend, get_decoder
+    from fastload.decode import BACKENDS, JPEG_BACKENDS, default_backend, get_decoder, roi
     from fastload.system import available_cpus, cpu_model
 
     print(f"fastload {__import__('fastload').__version__}, torch {torch.__version__}")
@@ -67,13 +67,39 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"CUDA: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'not available'}")
     for name in BACKENDS:
         try:
-            get_decoder(name)
-            state = "ok"
+            dec = get_decoder(name)
         except ImportError as e:
-            state = f"unavailable ({e})"
-        print(f"decoder {name}: {state}")
-    print(f"default decoder: {default_backend()}")
+            print(f"decoder {name}: unavailable ({e})")
+            continue
+        detail = {"simplejpeg": lambda: f"simplejpeg {dec.version}, libjpeg-turbo bundled",
+                  "turbojpeg": lambda: f"system library {dec.library_file()}"}.get(name)
+        strict = "strict" if name in JPEG_BACKENDS else "JPEG not strict"
+        print(f"decoder {name}: ok ({detail() + ', ' if detail else ''}{strict})")
+    print(f"default decoder: {default_backend()}{_measured()}")
+    if roi.available():
+        region = f"nvImageCodec {roi.version()} (CPU), for samples known to decode clean"
+    else:
+        try:
+            roi.module()
+            region = "off (FASTLOAD_ROI=0)"
+        except ImportError:
+            region = f"not installed ({roi.EXTRA_HINT})"
+    print(f"region decode: {region}")
     return 0
+
+
+def _measured() -> str:
+    """What the calibration measured of the two libjpeg-turbo backends, if both ran."""
+    from fastload.decode.costs import calibration_disabled, load_or_calibrate
+
+    if os.environ.get("FASTLOAD_DECODER"):
+        return " (FASTLOAD_DECODER)"
+    if calibration_disabled():
+        return ""
+    us = load_or_calibrate().get("backend_us") or {}
+    if len(us) < 2:
+        return ""
+    return " (full decode measured here: " + ", ".join(f"{k} {v:.0f} µs" for k, v in us.items()) + ")"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,7 +29,7 @@ import cv2
 import numpy as np
 
 from .decode import Decoder, ImageHeader, check_pixels, read_header
-from .decode.plan import DecodePlan, choose
+from .decode.plan import DecodePlan, choose, execute
 from .resize import Crop, resize  # noqa: F401  (resize: re-exported)
 
 __all__ = [
@@ -283,7 +283,7 @@ class Compose:
         return None
 
     def plan_decode(self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None,
-                    region: bool = False) -> DecodeSteps:
+                    region_ok: bool = False) -> DecodeSteps:
         """The first half of :meth:`decode`: the header read and checked against the pixel
         limit, the leading crop drawn from ``rng`` and, for TurboJPEG, the decode planned.
 
@@ -292,7 +292,7 @@ class Compose:
             decoder: The decoder :meth:`finish_decode` will use.
             rng: The sample's generator; the crop draws from it, later transforms go on.
             max_pixels: Pixel limit (None: ``fastload.decode.MAX_IMAGE_PIXELS``).
-            region: Allow a region decode: only for a sample known to decode cleanly (a
+            region_ok: Allow a region decode: only for a sample known to decode cleanly (a
                 region decode cannot see libjpeg's corrupt-data warnings), so off by default.
         """
         header = read_header(data)
@@ -300,7 +300,7 @@ class Compose:
         crop = self.plan(header.height, header.width, rng)
         planned = None
         if crop is not None and getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
-            planned = choose(header, crop, self.reduced_decode, region)
+            planned = choose(header, crop, self.reduced_decode, region_ok)
         return DecodeSteps(header, crop, planned)
 
     def finish_decode(self, data, decoder: Decoder, steps: DecodeSteps, rng: np.random.Generator,
@@ -313,15 +313,17 @@ class Compose:
         if crop is None:
             img = decoder.decode(data, header=header, max_pixels=max_pixels)
         else:
+            direct = out is not None and out.shape == (crop.out_h, crop.out_w, 3)
             if planned is not None:
-                img = pixels if pixels is not None else planned.decode(data, decoder, header, max_pixels)
-                scale, origin = float(planned.scale), planned.origin
+                if pixels is not None:  # the planned region, decoded by a batched call
+                    img = crop.apply(pixels, h, w, out if direct else None, float(planned.scale), planned.origin)
+                else:
+                    img = execute(planned, data, decoder, header, crop, out if direct else None, max_pixels)
             else:
-                scale, origin = None, (0, 0)
                 img = decoder.decode(data, crop.decode_scale if self.reduced_decode else 1.0, header=header,
                                      max_pixels=max_pixels)
-            direct = out is not None and out.shape == (crop.out_h, crop.out_w, img.shape[2])
-            img = crop.apply(img, h, w, out if direct else None, scale, origin)
+                direct = direct and img.shape[2] == 3
+                img = crop.apply(img, h, w, out if direct else None)
         first = 1 if crop is not None else 0
         for t, with_rng in zip(self.transforms[first:], self._with_rng[first:]):
             inplace = getattr(t, "apply_inplace", None)
@@ -329,13 +331,13 @@ class Compose:
         return img
 
     def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
-               max_pixels: int | None = None, region: bool = False) -> np.ndarray:
+               max_pixels: int | None = None, *, region_ok: bool = False) -> np.ndarray:
         """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
 
         The header is read once, checked against the pixel limit (``max_pixels``, else
         ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With TurboJPEG,
         :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by measured
-        cost (DCT scales only with ``reduced_decode``; a region only with ``region``, for
+        cost (DCT scales only with ``reduced_decode``; a region only with ``region_ok``, for
         a sample known to decode cleanly);
         other decoders get the smallest power-of-2 scale the crop allows. With ``out`` (a
         batch slot of the output's shape), the leading crop resizes straight into it and
@@ -343,7 +345,7 @@ class Compose:
         possible, else a separate array the caller must copy. :meth:`plan_decode` and
         :meth:`finish_decode` are its two halves, for batched decodes in between.
         """
-        steps = self.plan_decode(data, decoder, rng, max_pixels, region)
+        steps = self.plan_decode(data, decoder, rng, max_pixels, region_ok)
         return self.finish_decode(data, decoder, steps, rng, out, max_pixels)
 
     def __repr__(self) -> str:

@@ -59,6 +59,23 @@ def jpeg_bytes(img: np.ndarray, quality: int = 92, mode: str | None = None) -> b
     return buf.getvalue()
 
 
+def _scan_start(data: bytes) -> int:
+    """Offset of the first entropy-coded byte: just after the first SOS segment."""
+    i = 2
+    while data[i + 1] != 0xDA:
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return i + 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+
+
+def flip_scan_bytes(data: bytes, seed: int) -> bytes:
+    """``data`` with 1-3 random bytes of its entropy-coded data changed."""
+    rng = np.random.default_rng(seed)
+    out = bytearray(data)
+    for pos in rng.integers(_scan_start(data), len(data) - 2, size=int(rng.integers(1, 4))):
+        out[pos] ^= int(rng.integers(1, 256))
+    return bytes(out)
+
+
 def png_bytes(pil: Image.Image) -> bytes:
     buf = io.BytesIO()
     pil.save(buf, format="PNG")

@@ -45,7 +45,8 @@ def _folder(root, n=12, bad=None):
 @pytest.fixture
 def regions_win(monkeypatch):
     """A planner that takes a region decode wherever it is allowed."""
-    plan.set_planner(plan.Planner(dict(costs.DEFAULT_COSTS, region=[0.0, 0.0, 0.0]), region=True))
+    free = dict(costs.DEFAULT_COSTS, decode={**costs.DEFAULT_COSTS["decode"], "region": [0.0, 0.0, 0.0]})
+    plan.set_planner(plan.Planner(free, region=True))
     calls = {"batch": 0, "single": 0}
     batch, single = roi.RegionDecoder.decode_batch, roi.RegionDecoder.decode
 

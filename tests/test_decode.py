@@ -13,9 +13,12 @@ from fastload import decode as dec
 from fastload.decode import BACKENDS, DecodeError, decode_image, get_decoder, image_size
 from fastload.photos import source_photos
 
+from conftest import flip_scan_bytes as _flip_scan_bytes
 from conftest import jpeg_bytes, make_image, need_formats, png_bytes
 
-ALL = [b for b in BACKENDS if b != "turbojpeg" or dec._available("turbojpeg")]
+ALL = [b for b in BACKENDS if b not in dec.JPEG_BACKENDS or dec._available(b)]
+# The strict libjpeg-turbo backends loadable here (simplejpeg is a dependency: always).
+STRICT = [b for b in dec.JPEG_BACKENDS if dec._available(b)]
 
 
 @pytest.fixture(scope="module")
@@ -120,20 +123,53 @@ def _warnings_of(call):
     return result, [str(w.message) for w in caught]
 
 
-def test_missing_library_warns_once_with_the_install_command(monkeypatch):
+def _no_system_library(monkeypatch):
     import ctypes.util
     import turbojpeg
 
-    _fresh_default(monkeypatch)
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     monkeypatch.setattr(turbojpeg, "DEFAULT_LIB_PATHS", {})
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+
+
+def test_pip_alone_gives_the_strict_fast_decoder_without_a_warning(monkeypatch):
+    """No system libturbojpeg (the GPU machines have none): simplejpeg's bundled
+    libjpeg-turbo is the default, with no fall-back warning."""
+    _fresh_default(monkeypatch)
+    _no_system_library(monkeypatch)
     backend, messages = _warnings_of(dec.default_backend)
-    assert backend == "opencv" and len(messages) == 1
-    assert "decoding JPEG with OpenCV" in messages[0]
-    assert "libturbojpeg) is not installed; fix: sudo apt-get install libturbojpeg0" in messages[0]
+    assert backend == "simplejpeg" and messages == []
     with pytest.raises(ImportError, match="not installed; fix: sudo apt-get install libturbojpeg0"):
         get_decoder("turbojpeg")
+    monkeypatch.setattr(dec, "_cache", {})
+    monkeypatch.setenv("FASTLOAD_NO_SYSTEM_TURBOJPEG", "1")  # what the pip-only venv test sets
+    with pytest.raises(ImportError, match="hidden by FASTLOAD_NO_SYSTEM_TURBOJPEG=1"):
+        get_decoder("turbojpeg")
+
+
+def _no_simplejpeg(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "simplejpeg", None)  # import fails
+
+
+def test_without_any_libjpeg_turbo_warns_once_with_the_install_commands(monkeypatch):
+    _fresh_default(monkeypatch)
+    _no_system_library(monkeypatch)
+    _no_simplejpeg(monkeypatch)
+    backend, messages = _warnings_of(dec.default_backend)
+    assert backend == "opencv" and len(messages) == 1
+    assert "decoding JPEG with OpenCV" in messages[0] and "fix: pip install simplejpeg" in messages[0]
+    with pytest.raises(ImportError, match="simplejpeg is not installed"):
+        get_decoder("simplejpeg")
+
+
+def test_system_library_alone_is_used_without_a_warning(monkeypatch):
+    if not dec._available("turbojpeg"):
+        pytest.skip("needs the system libturbojpeg")
+    _fresh_default(monkeypatch)
+    _no_simplejpeg(monkeypatch)
+    assert _warnings_of(dec.default_backend) == ("turbojpeg", [])
 
 
 def test_too_old_library_is_not_called_missing(monkeypatch):
@@ -145,10 +181,37 @@ def test_too_old_library_is_not_called_missing(monkeypatch):
     _fresh_default(monkeypatch)
     monkeypatch.setattr(turbo, "_library_path", lambda: "/usr/lib/libturbojpeg.so.0")
     monkeypatch.setattr(turbo.ctypes, "CDLL", lambda path: Old())
-    backend, messages = _warnings_of(dec.default_backend)
-    assert backend == "opencv" and len(messages) == 1
-    assert "libturbojpeg at /usr/lib/libturbojpeg.so.0 is too old: it lacks tjDecompress2" in messages[0]
-    assert "not installed" not in messages[0] and "--only-upgrade libturbojpeg0" in messages[0]
+    assert _warnings_of(dec.default_backend) == ("simplejpeg", [])
+    with pytest.raises(ImportError) as err:
+        get_decoder("turbojpeg")
+    message = str(err.value)
+    assert "libturbojpeg at /usr/lib/libturbojpeg.so.0 is too old: it lacks tjDecompress2" in message
+    assert "not installed" not in message and "--only-upgrade libturbojpeg0" in message
+
+
+def test_the_system_library_is_the_default_only_where_measured_faster(monkeypatch):
+    if not dec._available("turbojpeg"):
+        pytest.skip("needs the system libturbojpeg")
+    from fastload.decode import costs
+
+    for measured, expected in (("turbojpeg", "turbojpeg"), ("simplejpeg", "simplejpeg")):
+        _fresh_default(monkeypatch)
+        monkeypatch.delenv("FASTLOAD_NO_CALIBRATION", raising=False)
+        monkeypatch.setattr(costs, "load_or_calibrate", lambda m=measured: {**costs.DEFAULT_COSTS, "backend": m})
+        assert dec.default_backend() == expected
+    monkeypatch.setenv("FASTLOAD_NO_CALIBRATION", "1")
+    assert dec.default_backend() == "simplejpeg"
+
+
+def test_backend_choice_needs_the_margin(monkeypatch):
+    from fastload.decode import costs
+
+    if not dec._available("turbojpeg"):
+        pytest.skip("needs the system libturbojpeg")
+    blobs = [jpeg_bytes(make_image(i, 64, 80)) for i in range(2)]
+    name, us = costs.choose_backend(blobs, rounds=1)
+    assert set(us) == {"simplejpeg", "turbojpeg"} and all(v > 0 for v in us.values())
+    assert name == ("turbojpeg" if us["turbojpeg"] <= costs.BACKEND_MARGIN * us["simplejpeg"] else "simplejpeg")
 
 
 @pytest.mark.skipif(not dec._available("turbojpeg"), reason="needs libjpeg-turbo")
@@ -189,28 +252,17 @@ def test_pyturbojpeg_requirement_excludes_2x():
 
 # --- corrupt entropy-coded data ---------------------------------------------------------
 
-TURBO = pytest.mark.skipif(not dec._available("turbojpeg"), reason="needs libjpeg-turbo")
-
-
-def _scan_start(data: bytes) -> int:
-    """Offset of the first entropy-coded byte: just after the first SOS segment."""
-    i = 2
-    while data[i + 1] != 0xDA:
-        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
-    return i + 2 + int.from_bytes(data[i + 2 : i + 4], "big")
-
-
-def _flip_scan_bytes(data: bytes, seed: int) -> bytes:
-    rng = np.random.default_rng(seed)
-    out = bytearray(data)
-    for pos in rng.integers(_scan_start(data), len(data) - 2, size=int(rng.integers(1, 4))):
-        out[pos] ^= int(rng.integers(1, 256))
-    return bytes(out)
-
-
 def _libjpeg_complains(data: bytes) -> bool:
     """Whether libjpeg warns or fails on ``data``, asked through PyTurboJPEG (in one thread
-    only: catch_warnings changes process-wide state)."""
+    only: catch_warnings changes process-wide state), else through simplejpeg itself."""
+    if not dec._available("turbojpeg"):
+        import simplejpeg
+
+        try:
+            simplejpeg.decode_jpeg(data, strict=True)
+        except ValueError:
+            return True
+        return False
     import turbojpeg
 
     with warnings.catch_warnings(record=True) as caught:
@@ -240,32 +292,35 @@ def real_jpegs():
     return {(name, q): jpeg_bytes(photos[name], quality=q) for name in names for q in (75, 95)}
 
 
-@TURBO
-def test_corrupt_scan_data_in_real_photos_is_a_decode_error(real_jpegs):
+@pytest.mark.parametrize("backend", STRICT)
+def test_corrupt_scan_data_in_real_photos_is_a_decode_error(real_jpegs, backend):
     warned = 0
     for (name, q), data in real_jpegs.items():
-        clean = decode_image(data, backend="turbojpeg")
+        clean = decode_image(data, backend=backend)
         assert np.abs(clean.astype(np.int16) - _pillow_pixels(data)).mean() < 1, "clean photo decodes wrong"
         for seed in range(8):
             bad = _flip_scan_bytes(data, seed)
             if not _libjpeg_complains(bad):
                 # The Huffman stream fell back in step: libjpeg sees nothing, and JPEG has no
                 # checksum for any decoder to see it with (a few blocks, or a colour shift).
-                decode_image(bad, backend="turbojpeg")
+                decode_image(bad, backend=backend)
                 continue
             warned += 1
             damaged = _pillow_pixels(bad)
             assert damaged is None or np.any(damaged != clean), f"{name} q{q} seed {seed}"
             # libjpeg's own message, e.g. "Corrupt JPEG data: 83 extraneous bytes before marker 0xd9"
             with pytest.raises(DecodeError, match=r"^libjpeg-turbo: \w+"):
-                decode_image(bad, backend="turbojpeg")
+                decode_image(bad, backend=backend)
             with pytest.raises(DecodeError, match=r"^libjpeg-turbo: \w+"):
-                decode_image(bad, min_scale=0.3, backend="turbojpeg")  # DCT-reduced decode too
+                decode_image(bad, min_scale=0.3, backend=backend)  # DCT-reduced decode too
+            scratch = np.empty(clean.size, np.uint8)
+            with pytest.raises(DecodeError, match=r"^libjpeg-turbo: \w+"):  # into a caller's buffer too
+                get_decoder(backend).decode(bad, out=scratch)
     assert warned >= len(real_jpegs) * 8 // 3, f"only {warned} corruptions reached libjpeg's checks"
 
 
-@TURBO
-def test_threads_attribute_corrupt_jpeg_errors_to_exactly_their_files(real_jpegs):
+@pytest.mark.parametrize("backend", STRICT)
+def test_threads_attribute_corrupt_jpeg_errors_to_exactly_their_files(real_jpegs, backend):
     items = []
     for data in real_jpegs.values():
         items.append(data)
@@ -274,7 +329,7 @@ def test_threads_attribute_corrupt_jpeg_errors_to_exactly_their_files(real_jpegs
 
     def outcome(data: bytes):
         try:
-            img = decode_image(data, backend="turbojpeg")
+            img = decode_image(data, backend=backend)
         except DecodeError as e:
             return str(e)
         return int(img.astype(np.int64).sum()), img.shape
@@ -424,3 +479,17 @@ def test_every_dataset_takes_max_pixels(kind, folder, tmp_path, monkeypatch):
     load = _pixel_limited(kind, folder, tmp_path, max_pixels=None)
     image = load()
     assert (image if kind == "tfrecord-stream" else image[0]).ndim == 3  # None: no limit, not the module's
+
+
+def test_fastload_info_shows_the_decoders(monkeypatch, capsys):
+    import simplejpeg
+
+    from fastload.cli import main
+
+    _fresh_default(monkeypatch)
+    monkeypatch.setenv("FASTLOAD_NO_CALIBRATION", "1")
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert f"decoder simplejpeg: ok (simplejpeg {simplejpeg.__version__}, libjpeg-turbo bundled, strict)" in out
+    assert "default decoder: simplejpeg" in out and "region decode:" in out
+    assert "decoder opencv: ok (JPEG not strict)" in out

@@ -9,6 +9,7 @@ import torch
 
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ..sampleplan import SamplePlan
+from ..decode.clean import CleanMarks
 from ..storage import SharedArray
 from ..transforms import Compose, as_compose
 
@@ -57,6 +58,19 @@ class ImageDataset(torch.utils.data.Dataset):
         self.max_pixels = resolve_max_pixels(max_pixels)
         self.epoch = 0
         self.seed = 0
+        # Made now, before workers start, where the length is known (else on first use).
+        try:
+            self._clean: CleanMarks | None = CleanMarks(len(self))
+        except (TypeError, AttributeError, NotImplementedError):
+            self._clean = None
+
+    @property
+    def clean(self) -> CleanMarks:
+        """The samples known to decode clean, shared by all workers: region decode, which
+        cannot see corrupt data, serves only those (:mod:`fastload.decode.clean`)."""
+        if self._clean is None or len(self._clean) != len(self):
+            self._clean = CleanMarks(len(self))
+        return self._clean
 
     @property
     def labels(self) -> np.ndarray:
@@ -80,14 +94,10 @@ class ImageDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {index} out of range for dataset of {n} samples")
 
     def known_clean(self, index: int) -> bool:
-        """Whether sample ``index`` is known to decode cleanly (a strict decode of it
-        succeeded), so that a region decode, which cannot see corrupt data outside the
-        region nor report libjpeg's warnings, may serve it.
-
-        A stub until the shared "decoded clean" bitmap lands: no sample is known clean,
-        so every sample gets a strict decode (region decode off).
-        """
-        return False
+        """Whether a strict decode of sample ``index`` succeeded before (shared by all
+        workers), so that a region decode, which cannot see corrupt data outside the region
+        nor report libjpeg's warnings, may serve it (:mod:`fastload.decode.clean`)."""
+        return self.clean.is_clean(index)
 
     def _named(self, index: int, error: DecodeError) -> DecodeError:
         named = DecodeError(f"{sample_name(index, self.describe(index))}: {error}")
@@ -122,11 +132,14 @@ class ImageDataset(torch.utils.data.Dataset):
         Raises:
             DecodeError: The bytes are not a decodable image (the message names the sample).
         """
+        decoder = get_decoder(self.decoder)
         try:
-            return self.transform.finish_decode(plan.data, get_decoder(self.decoder), plan.steps, plan.rng, out,
-                                                self.max_pixels, pixels)
+            img = self.transform.finish_decode(plan.data, decoder, plan.steps, plan.rng, out, self.max_pixels, pixels)
         except DecodeError as e:
             raise self._named(plan.index, e) from e
+        if pixels is None and getattr(decoder, "strict", False) and not self.clean.is_clean(plan.index):
+            self.clean.mark(plan.index)  # a strict decode passed: region decodes may serve it from now on
+        return img
 
     def decode_sample(self, index: int, data: Any, epoch: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
         """Decodes and transforms ``data``, the bytes of sample ``index`` (into ``out`` when it can)."""

@@ -2,30 +2,36 @@
 
 For each sample whose transform starts with a crop, :meth:`Planner.choose` prices every
 way to get the crop's pixels, the resize after it included, and takes the cheapest that
-stays within the antialiased reference's tolerance:
+stays within the antialiased reference's tolerance, when it is predicted at least
+:data:`MARGIN` cheaper than the full decode (else the full decode: nothing is planned
+that the calibration cannot tell apart from it):
 
-* a full decode (always allowed; nothing is ever planned slower than it);
+* a full decode;
 * a full decode with fast chroma upsampling (libjpeg's replication instead of its
-  triangle filter; 8% faster on 4:2:0 photos, 0.3 levels of 255 from the reference
-  after the resize, worst image 1.5), for random crops (not for eval windows);
+  triangle filter; 0.3 levels of 255 from the reference after the resize, worst image
+  1.5), for random crops (not for eval windows);
 * a DCT-scaled decode at n/8 (libjpeg-turbo), when the crop is still at least
   :data:`MIN_RATIO` times its output size at that scale and the resize can start on
   the crop's exact phase (:func:`fastload.resize.phase_error`);
-* a region decode (:mod:`fastload.decode.roi`, when installed): the crop's pixels exactly.
+* a region decode (:mod:`fastload.decode.roi`, when installed): the crop's pixels
+  exactly, only for samples already known to decode clean (``region_ok``): region
+  decode cannot see libjpeg's warnings, so the first decode of a sample is a strict one
+  (:mod:`fastload.decode.clean`). Where region would win but is not allowed, the plan is
+  the full decode, whose pixels are the region's: the plan's pixels never depend on it.
 
-Costs are linear models (µs) in the encoded bytes and pixels each option touches,
-fitted by :func:`fastload.decode.costs.calibrate` in about half a second on photo-like
-JPEGs and cached in ``~/.cache/fastload/`` keyed by the library versions and CPU model. Every process on
-a machine reads the same cache (the first one to need it calibrates under a file lock,
-the others wait), so the plan of a sample, and so its pixels, never depends on which
-worker or process decoded it. ``FASTLOAD_NO_CALIBRATION=1`` uses the built-in
-``costs.DEFAULT_COSTS`` (measured on a 2-core Xeon, libjpeg-turbo 2.1.5) instead.
+Costs are linear models (µs) of the bytes and pixels each plan decodes and resizes,
+fitted per plan by :func:`fastload.decode.costs.calibrate` on photographs, end to end
+(decode into the thread's scratch buffer, then crop and resize into the batch slot, as
+:func:`execute` runs it), and cached in ``~/.cache/fastload/`` keyed by the library
+versions and CPU model. Every process on a machine reads the same cache (the first one
+to need it calibrates under a file lock, the others wait), so the plan of a sample, and
+so its pixels, never depends on which worker or process decoded it.
+``FASTLOAD_NO_CALIBRATION=1`` uses the built-in ``costs.DEFAULT_COSTS`` instead.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,8 +40,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import roi
-from .costs import DEFAULT_COSTS, load_or_calibrate
+from .costs import (DEFAULT_COSTS, SCALE_KEYS, calibration_disabled, decode_features, load_or_calibrate, region_box,
+                    resize_features)
 from .header import ImageHeader, check_jpeg_complete
+from .libjpeg import scaled_size, scratch
 
 if TYPE_CHECKING:
     from ..resize import Crop
@@ -47,8 +55,11 @@ if TYPE_CHECKING:
 #: the 1/4 scale averages 1.6, over the 1.5 tolerance.
 MIN_RATIO = 1.25
 
-# (constant µs, µs per encoded byte, µs per pixel)
-Linear = tuple[float, float, float]
+#: Another plan replaces the full decode only when predicted at least this much cheaper:
+#: the calibration's own spread on a shared machine is a few per cent.
+MARGIN = 0.05
+
+_ONE = Fraction(1)
 
 
 @dataclass(frozen=True)
@@ -59,17 +70,17 @@ class DecodePlan:
         scale: DCT scale of the decode (1: full size).
         region: (y0, x0, y1, x1) in full-size pixels for a region decode, else None.
         cost: Predicted µs for the decode and the resize after it.
-        fast_upsample: Chroma upsampled by replication (a full-size TurboJPEG decode).
+        fast_upsample: Chroma upsampled by replication (a full-size decode).
     """
 
-    scale: Fraction = Fraction(1)
+    scale: Fraction = _ONE
     region: tuple[int, int, int, int] | None = None
     cost: float = 0.0
     fast_upsample: bool = False
 
     @property
     def kind(self) -> str:
-        """"full", "region" or "scale n/8": for counting plans."""
+        """"full", "full, fast upsampling", "region" or "scale n/8": for counting plans."""
         if self.region is not None:
             return "region"
         if self.fast_upsample:
@@ -77,25 +88,60 @@ class DecodePlan:
         return "full" if self.scale == 1 else f"scale {self.scale.numerator * 8 // self.scale.denominator}/8"
 
     @property
+    def key(self) -> str:
+        """The plan's cost model in :data:`fastload.decode.costs.DEFAULT_COSTS` ``["plans"]``."""
+        if self.region is not None:
+            return "region"
+        if self.fast_upsample:
+            return "fast"
+        return "full" if self.scale == 1 else f"{self.scale.numerator * 8 // self.scale.denominator}/8"
+
+    @property
     def origin(self) -> tuple[int, int]:
         """Where the decoded pixels start in the full-size image."""
         return (self.region[0], self.region[1]) if self.region is not None else (0, 0)
 
-    def decode(self, data: Any, decoder: Any, header: ImageHeader, max_pixels: int | None = None) -> np.ndarray:
-        """The planned pixels: ``decoder`` (TurboJPEG) at ``scale``, or the region decoder."""
+    @property
+    def strict(self) -> bool:
+        """Whether libjpeg's warnings are seen (every plan but a region decode)."""
+        return self.region is None
+
+    def decode(self, data: Any, decoder: Any, header: ImageHeader, max_pixels: int | None = None,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """The planned pixels: ``decoder`` (a libjpeg-turbo backend) at ``scale``, into
+        ``out`` when given (a flat uint8 buffer large enough), or the region decoder."""
         if self.region is None:
-            if self.fast_upsample:
-                return decoder.decode(data, header=header, max_pixels=max_pixels, scale=self.scale, fast_upsample=True)
-            return decoder.decode(data, header=header, max_pixels=max_pixels, scale=self.scale)
+            return decoder.decode(data, header=header, max_pixels=max_pixels, scale=self.scale,
+                                  fast_upsample=self.fast_upsample, out=out)
         check_jpeg_complete(data)
         return roi.get_region_decoder().decode(data, *self.region)
 
 
-_ONE = Fraction(1)
+def plan_for_key(key: str, header: ImageHeader, crop: Crop, cost: float = 0.0) -> DecodePlan:
+    """The plan that cost model ``key`` prices, for ``crop`` of the image with ``header``."""
+    if key == "full":
+        return DecodePlan(_ONE, None, cost)
+    if key == "fast":
+        return DecodePlan(_ONE, None, cost, True)
+    if key == "region":
+        return DecodePlan(_ONE, region_box(header, crop), cost)
+    return DecodePlan(Fraction(int(key[0]), 8), None, cost)
 
 
-def _lin(c: Linear, nbytes: float, pixels: float) -> float:
-    return c[0] + c[1] * nbytes + c[2] * pixels
+def execute(plan: DecodePlan, data: Any, decoder: Any, header: ImageHeader, crop: Crop,
+            dst: np.ndarray | None = None, max_pixels: int | None = None) -> np.ndarray:
+    """Decodes ``data`` as ``plan`` says (into this thread's scratch buffer), then crops and
+    resizes into ``dst`` when given. The result never points into the scratch buffer."""
+    buf = None if plan.region is not None else scratch(math.prod(scaled_size(header, plan.scale)) * 3)
+    img = plan.decode(data, decoder, header, max_pixels, buf)
+    out = crop.apply(img, header.height, header.width, dst, float(plan.scale), plan.origin)
+    if buf is not None and out is not dst and np.may_share_memory(out, buf):
+        out = out.copy()  # a crop of the whole image at its size: the scratch is reused next
+    return out
+
+
+def _lin(c: list[float], x: list[float]) -> float:
+    return sum(ci * xi for ci, xi in zip(c, x))
 
 
 class Planner:
@@ -104,30 +150,28 @@ class Planner:
     Args:
         costs: The fitted costs, as :data:`DEFAULT_COSTS` or a calibration's JSON.
         region: Whether region decode may be planned (it must be available).
+        margin: How much cheaper than the full decode another plan must be predicted.
     """
 
-    def __init__(self, costs: dict[str, Any], region: bool) -> None:
+    def __init__(self, costs: dict[str, Any], region: bool, margin: float = MARGIN) -> None:
         self.costs = costs
-        self._decode = {Fraction(k): tuple(v) for k, v in costs["decode"].items()}
-        self._full = self._decode[Fraction(1)]
-        self._fast: Linear | None = tuple(costs["decode_fast"]) if costs.get("decode_fast") else None
-        # (scale, as float, its costs), largest first; floats: Fraction arithmetic is slow.
-        smaller = sorted((s for s in self._decode if s < 1), reverse=True)
-        self._scales = [(s, float(s), self._decode[s]) for s in smaller]
-        self._region: Linear | None = tuple(costs["region"]) if region and costs.get("region") else None
-        self._resize: Linear = tuple(costs["resize"])
-        self._copy = float(costs["copy"])
+        self._decode = dict(costs["decode"])
+        self._resize = {**costs["resize"], "none": [0.0, 0.0, 0.0, 0.0]}
+        # (scale as float, key), largest first; floats: Fraction arithmetic is slow.
+        self._scales = [(int(k[0]) / 8, k) for k in reversed(SCALE_KEYS) if k in self._decode]
+        self._region = region and "region" in self._decode
+        self.margin = margin
 
     @property
     def region(self) -> bool:
-        return self._region is not None
+        return self._region
 
-    def _resize_cost(self, in_h: float, in_w: float, out_w: float, copy: bool) -> float:
-        # The kernel's horizontal pass reads every input pixel, its vertical pass in_h x out_w.
-        r = self._resize
-        return r[0] + r[1] * in_h * in_w + r[2] * in_h * out_w + (self._copy * in_h * in_w if copy else 0.0)
+    def predict(self, header: ImageHeader, crop: Crop, key: str) -> float:
+        """Predicted µs of plan ``key`` (decode, crop and resize) for ``crop`` of the image."""
+        path, x = resize_features(header, crop, key)
+        return _lin(self._decode[key], decode_features(header, crop, key)) + _lin(self._resize[path], x)
 
-    def choose(self, header: ImageHeader, crop: Crop, scales: bool = True, allow_region: bool = True) -> DecodePlan:
+    def choose(self, header: ImageHeader, crop: Crop, scales: bool = True, region_ok: bool = True) -> DecodePlan:
         """The cheapest plan for ``crop`` of the JPEG described by ``header``.
 
         Args:
@@ -135,44 +179,34 @@ class Planner:
             crop: The crop and the size it is resized to.
             scales: Allow DCT-scaled and fast-upsampled decodes (False: only plans with a
                 full decode's pixels).
-            allow_region: Allow a region decode (False for a sample not known to decode cleanly).
+            region_ok: The sample is known to decode clean, so a region decode may serve
+                it; when one would, and this is False, the full decode does (same pixels).
         """
-        h, w = header.height, header.width
-        pixels = h * w
-        nbytes = header.nbytes or 0.25 * pixels  # unknown: 2 bits per pixel
-        window = crop.window and crop.antialias
-        if window:  # resize_window filters every row above and column left of the window
-            in_h, in_w = min(h, crop.top + crop.height), min(w, crop.left + crop.width)
-            out_w = crop.out_w * in_w / crop.width
-        else:
-            in_h, in_w, out_w = crop.height, crop.width, crop.out_w
-        copy = window or crop.width < w  # a crop of whole rows is already contiguous
-        best_cost = _lin(self._full, nbytes, pixels) + self._resize_cost(in_h, in_w, out_w, copy)
-        best_scale, region, fast = _ONE, None, False
-        if scales and self._fast is not None and crop.antialias and not crop.window:
-            cost = _lin(self._fast, nbytes, pixels) + self._resize_cost(in_h, in_w, out_w, copy)
+        full = self.predict(header, crop, "full")
+        best_cost, best_key = full, "full"
+        if scales and "fast" in self._decode and crop.antialias and not crop.window:
+            cost = self.predict(header, crop, "fast")
             if cost < best_cost:
-                best_cost, fast = cost, True
-        if scales:
+                best_cost, best_key = cost, "fast"
+        if scales and min(header.height, header.width) >= 8:  # smaller: scales collide in size
             need = MIN_RATIO if crop.antialias else 1.0
             ratio = min(crop.height / crop.out_h, crop.width / crop.out_w)
-            for s, f, c in self._scales:  # descending: stop at the first too small
+            window = crop.window and crop.antialias
+            for f, key in self._scales:  # descending: stop at the first too small
                 if ratio * f < need:
                     break
-                cost = _lin(c, nbytes, pixels) + self._resize_cost(in_h * f, in_w * f, out_w, copy)
+                cost = self.predict(header, crop, key)
                 if cost < best_cost and (window or not crop.antialias or self._phase_ok(crop, f)):
-                    best_cost, best_scale, fast = cost, s, False
-        if (allow_region and self._region is not None and not window and header.components == 3
-                and not header.progressive):
-            y0, x0 = int(crop.top), int(crop.left)
-            y1, x1 = min(h, math.ceil(crop.top + crop.height)), min(w, math.ceil(crop.left + crop.width))
-            # Whole rows y0:y1 are decoded (nvImageCodec does not crop columns), rows
-            # above are entropy-decoded only, rows below never read.
-            cost = (_lin(self._region, nbytes * y1 / h, (y1 - y0) * w)
-                    + self._resize_cost(y1 - y0, x1 - x0, out_w, False))
+                    best_cost, best_key = cost, key
+        if self._region and not (crop.window and crop.antialias) and header.components == 3 and not header.progressive:
+            cost = self.predict(header, crop, "region")
             if cost < best_cost:
-                best_cost, best_scale, region, fast = cost, _ONE, (y0, x0, y1, x1), False
-        return DecodePlan(best_scale, region, best_cost, fast)
+                best_cost, best_key = cost, "region"
+        if best_key != "full" and best_cost > (1 - self.margin) * full:
+            return DecodePlan(_ONE, None, full)
+        if best_key == "region" and not region_ok:
+            return DecodePlan(_ONE, None, full)
+        return plan_for_key(best_key, header, crop, best_cost)
 
     @staticmethod
     def _phase_ok(crop: Crop, s: float) -> bool:
@@ -193,8 +227,7 @@ def get_planner() -> Planner:
     if _planner is None:
         with _lock:
             if _planner is None:
-                no_cal = os.environ.get("FASTLOAD_NO_CALIBRATION", "").strip().lower() not in ("", "0", "false", "no")
-                costs = DEFAULT_COSTS if no_cal else load_or_calibrate()
+                costs = DEFAULT_COSTS if calibration_disabled() else load_or_calibrate()
                 _planner = Planner(costs, roi.available())
     return _planner
 
@@ -216,6 +249,6 @@ def recalibrate() -> Planner:
     return _planner
 
 
-def choose(header: ImageHeader, crop: Crop, scales: bool = True, allow_region: bool = True) -> DecodePlan:
+def choose(header: ImageHeader, crop: Crop, scales: bool = True, region_ok: bool = True) -> DecodePlan:
     """The process planner's plan for ``crop`` of the image with ``header``."""
-    return get_planner().choose(header, crop, scales, allow_region)
+    return get_planner().choose(header, crop, scales, region_ok)

@@ -1,5 +1,11 @@
-"""JPEG through libjpeg-turbo's TurboJPEG API, called with ctypes so that a libjpeg
-warning fails the call that caused it.
+"""JPEG through the system's libjpeg-turbo (libturbojpeg), called with ctypes so that a
+libjpeg warning fails the call that caused it.
+
+The default JPEG decoder is :mod:`fastload.decode.simple` (libjpeg-turbo bundled in
+simplejpeg's wheel); this one is used where the system library is present and the
+calibration measured it faster (:mod:`fastload.decode.costs`), or when asked for by
+name. ``FASTLOAD_NO_SYSTEM_TURBOJPEG=1`` hides the system library (for tests of a
+pip-only install).
 
 libjpeg "warns" when entropy-coded data is corrupt and decodes on regardless, into
 garbage or grey. PyTurboJPEG passes those warnings to ``warnings.warn``: printed once
@@ -15,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
 import os
 import platform
 import threading
@@ -24,8 +29,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._base import POW2_SCALES, Buffer, DecodeError, Decoder, as_array, check_pixels, reduced_scale
-from .header import ImageHeader, check_jpeg_complete, read_header
+from ._base import Buffer, DecodeError, as_array
+from .libjpeg import SCALES, LibjpegTurboDecoder
+
+__all__ = ["SCALES", "LibraryProblem", "TurboJPEGDecoder"]
 
 TJPF_RGB = 0
 TJFLAG_STOPONWARNING = 8192  # libjpeg-turbo >= 2.0; older versions ignore it
@@ -40,6 +47,8 @@ class LibraryProblem(OSError):
 
 
 def _library_path() -> str:
+    if os.environ.get("FASTLOAD_NO_SYSTEM_TURBOJPEG", "").strip().lower() not in ("", "0", "false", "no"):
+        raise LibraryProblem("the system libturbojpeg is hidden by FASTLOAD_NO_SYSTEM_TURBOJPEG=1")
     # PyTurboJPEG's search order: the linker's path, its list of usual places, LD_LIBRARY_PATH.
     path = ctypes.util.find_library("turbojpeg")
     if path:
@@ -82,10 +91,6 @@ def _load_library() -> ctypes.CDLL:
     return lib
 
 
-#: The DCT scales libjpeg-turbo decodes at: n/8 for n = 1..8.
-SCALES = tuple(Fraction(n, 8) for n in range(1, 9))
-
-
 class _Handle:
     """A TurboJPEG decompressor, destroyed with its thread's storage."""
 
@@ -101,16 +106,28 @@ class _Handle:
             self.ptr = None
 
 
-class TurboJPEGDecoder:
+class TurboJPEGDecoder(LibjpegTurboDecoder):
+    """The system's libturbojpeg (libjpeg-turbo >= 2.0), one handle per thread."""
+
     name = "turbojpeg"
-    scales = SCALES
 
     def __init__(self) -> None:
+        super().__init__()
         self._lib = _load_library()
         self._error = getattr(self._lib, "tjGetErrorStr2", None)
-        self._other: Decoder | None = None
-        self._pillow: Decoder | None = None
         self._local = threading.local()
+
+    def library_file(self) -> str:
+        """The file of the loaded libturbojpeg (the linker may have found it by soname)."""
+        name = self._lib._name
+        if os.path.isabs(name):
+            return os.path.realpath(name)
+        with open("/proc/self/maps") as maps:  # Linux: where the loader mapped it
+            for line in maps:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith(name.split(".so")[0] + ".so"):
+                    return os.path.realpath(path)
+        raise OSError(f"cannot tell which file {name} was loaded from")
 
     def _handle(self) -> _Handle:
         handle = getattr(self._local, "handle", None)
@@ -118,43 +135,11 @@ class TurboJPEGDecoder:
             handle = self._local.handle = _Handle(self._lib)
         return handle
 
-    def _fallback(self) -> Decoder:
-        if self._other is None:
-            from .fallback import OpenCVDecoder, PillowDecoder
-
-            try:
-                self._other = OpenCVDecoder()
-            except ImportError:
-                self._other = PillowDecoder()
-        return self._other
-
-    def _cmyk(self) -> Decoder:
-        if self._pillow is None:
-            from .fallback import PillowDecoder
-
-            self._pillow = PillowDecoder()
-        return self._pillow
-
-    def decode(self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None,
-               max_pixels: int | None = None, scale: Fraction | None = None,
-               fast_upsample: bool = False) -> np.ndarray:
-        """Decodes ``data``; JPEGs at the smallest power-of-2 DCT scale still ``min_scale``
-        of each side, or at exactly ``scale`` (one of :data:`SCALES`) when given.
-        ``fast_upsample``: chroma upsampled by replication (~8% faster on 4:2:0 photos,
-        0.3 levels of 255 from the default after an antialiased resize)."""
-        header = read_header(data) if header is None else header
-        if header.format != "jpeg":
-            return self._fallback().decode(data, min_scale, header=header, max_pixels=max_pixels)
-        check_pixels(header, max_pixels)
-        check_jpeg_complete(data)
-        if header.components == 4:  # TurboJPEG cannot convert CMYK or YCCK to RGB
-            return self._cmyk().decode(data, min_scale if scale is None else float(scale), header=header,
-                                       max_pixels=max_pixels)
-        s = reduced_scale(header.height, header.width, min_scale, POW2_SCALES) if scale is None else scale
-        # libjpeg's scaled size: ceil(side * s). Asked for exactly that, tjDecompress2
-        # picks scale s (the largest whose output fits) and writes within this buffer.
-        h, w = math.ceil(header.height * s), math.ceil(header.width * s)
-        out = np.empty((h, w, 3), dtype=np.uint8)
+    def _decode_jpeg(self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool,
+                     out: np.ndarray | None) -> np.ndarray:
+        # Asked for exactly ceil(side * scale), tjDecompress2 picks that scale (the
+        # largest whose output fits) and writes within this buffer.
+        out = np.empty((h, w, 3), dtype=np.uint8) if out is None else out
         src = as_array(data)
         lib = self._lib
         handle = self._handle().ptr

@@ -1,0 +1,139 @@
+"""A pip-only install against the full one: the train preset per sample, on the photo set.
+
+Runs the same measurement in two Python environments at once, alternating passes:
+
+* ``--full`` (default: this interpreter): the development install (``make``: the system
+  libturbojpeg present, the ``[roi]`` extra installed);
+* ``--pip-only``: an interpreter of a fresh venv made with only ``pip install .`` and the
+  pinned requirements (``python -m venv /tmp/fresh && /tmp/fresh/bin/pip install -c
+  constraints.txt .``), run with ``FASTLOAD_NO_SYSTEM_TURBOJPEG=1`` so that no system
+  libturbojpeg loads. Without ``--pip-only`` this interpreter stands in, with the same
+  switch (``--quick`` and the tests do that).
+
+Region decode is off in both (``FASTLOAD_ROI=0``): the comparison is of the decoders a
+plain ``pip install fastload`` brings. Each environment first reports its default
+decoder, whether any fall-back warning was given, and that a damaged JPEG (entropy
+bytes changed so that libjpeg warns) is a DecodeError naming the sample; then each pass
+times ``ImageFolder.load`` (read, header, plan, decode, resize, flip) over the photos on
+one thread. The ratio of the medians is printed: the target is >= 0.95.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from common import median, parser, photo_folder, report
+
+HERE = os.path.abspath(__file__)
+
+
+def damage(data: bytes) -> bytes:
+    """``data`` with entropy-coded bytes changed so that libjpeg warns (asked directly)."""
+    import numpy as np
+    import simplejpeg
+
+    rng = np.random.default_rng(1)
+    start = data.index(b"\xff\xda") + 20
+    for _ in range(200):
+        bad = bytearray(data)
+        for pos in rng.integers(start, len(data) - 2, size=2):
+            bad[pos] ^= int(rng.integers(1, 256))
+        try:
+            simplejpeg.decode_jpeg(bytes(bad), strict=True)
+        except ValueError:
+            return bytes(bad)
+    raise RuntimeError("no damage libjpeg warns about")
+
+
+def child(root: str, limit: int) -> None:
+    """Reports the environment, then times one pass per line read from stdin."""
+    import warnings
+
+    import torch
+
+    torch.set_num_threads(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import fastload as fl
+        from fastload.decode import DecodeError, default_backend
+
+        backend = default_backend()
+        ds = fl.ImageFolder(root, transform=fl.transforms.train(224))
+        ds.load(0)
+    fallback = [str(w.message) for w in caught if "fastload" in str(w.message)]
+    data = damage(ds.read(0)[0])
+
+    class Damaged(fl.ImageFolder):
+        def read(self, index):
+            return data, 0
+
+    try:
+        Damaged(root, transform=fl.transforms.train(224)).load(0)
+        damaged = "decoded without an error"
+    except DecodeError as e:
+        damaged = f"DecodeError: {str(e)[:160]}"
+    n = min(len(ds), limit)
+    print(json.dumps({"python": sys.executable, "decoder": backend, "warnings": fallback, "damaged": damaged,
+                      "fastload": os.path.dirname(fl.__file__)}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "pass":
+            break
+        start_t = time.perf_counter()
+        for i in range(n):
+            ds.load(i, 1, 0)
+        print(json.dumps({"us": (time.perf_counter() - start_t) / n * 1e6}), flush=True)
+
+
+def start(python: str, root: str, limit: int, pip_only: bool) -> subprocess.Popen:
+    env = {**os.environ, "FASTLOAD_ROI": "0"}
+    if pip_only:
+        env["FASTLOAD_NO_SYSTEM_TURBOJPEG"] = "1"
+        # The fresh venv's own fastload, not this checkout's (PYTHONPATH would shadow it).
+        if python != sys.executable:
+            env.pop("PYTHONPATH", None)
+    return subprocess.Popen([python, HERE, "--child", root, "--limit", str(limit)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env, cwd="/" if python != sys.executable else None)
+
+
+def main() -> None:
+    if "--child" in sys.argv:
+        child(sys.argv[sys.argv.index("--child") + 1], int(sys.argv[sys.argv.index("--limit") + 1]))
+        return
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--full", default=sys.executable, help="python of the full install")
+    p.add_argument("--pip-only", default=None, help="python of a fresh venv with only `pip install .`")
+    p.add_argument("--passes", type=int, default=7)
+    p.add_argument("--limit", type=int, default=1000, help="photos per pass")
+    args = p.parse_args()
+    root = photo_folder(args)
+    passes, limit = (1, 32) if args.quick else (args.passes, args.limit)
+    procs = {"full install": start(args.full, root, limit, False),
+             "pip only": start(args.pip_only or sys.executable, root, limit, True)}
+    info = {name: json.loads(proc.stdout.readline()) for name, proc in procs.items()}
+    for name, i in info.items():
+        print(f"{name}: {i['python']} (fastload from {i['fastload']}): default decoder {i['decoder']}; "
+              f"fall-back warnings: {i['warnings'] or 'none'}; damaged JPEG: {i['damaged']}")
+    times: dict = {name: [] for name in procs}
+    for _ in range(passes + 1):  # the first pass warms up (calibration, page cache)
+        for name, proc in procs.items():
+            proc.stdin.write("pass\n")
+            proc.stdin.flush()
+            times[name].append(json.loads(proc.stdout.readline())["us"])
+    for proc in procs.values():
+        proc.stdin.close()
+        proc.wait(60)
+    us = {name: median(t[1:]) for name, t in times.items()}
+    ratio = us["full install"] / us["pip only"]
+    print(f"train preset per sample ({limit} photos, one thread, region decode off, median of {passes} alternating "
+          f"passes): full install {us['full install']:.0f} µs, pip only {us['pip only']:.0f} µs; pip only runs at "
+          f"{ratio:.2f}x the full install's speed (target >= 0.95)")
+    report("bench_pip_only", args, {"environments": info, "us_per_sample": us, "passes_us": times,
+                                    "pip_only_speed_ratio": ratio, "photos": limit})
+
+
+if __name__ == "__main__":
+    main()
