@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fastload.datasets.webdataset.plan import first_pass, fit, slot_sizes  # noqa: E402
+from fastload.datasets.webdataset.slots import first_pass, fit, slot_sizes  # noqa: E402
 
 
 def interleave(slot_orders: list[np.ndarray], world: int, workers: int, batch: int) -> np.ndarray:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fastload.sample import photo_like
+from fastload.demo_data import photo_like
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -10,7 +10,7 @@ import torch
 
 import fastload as fl
 from fastload.datasets.tfrecord import stream as stream_module
-from fastload.datasets.tfrecord.plan import Segment, plan_slots
+from fastload.datasets.tfrecord.slots import Segment, plan_slots
 
 from tfrecord_files import tiny_jpeg, write_records, write_shards
 

@@ -5,7 +5,7 @@ decode, fast chroma upsampling, each DCT scale n/8, a region decode when
 :mod:`fastload.decode.roi` is available) end to end as the pipeline runs it: decode into
 the thread's scratch buffer, then crop and antialiased resize into a batch slot. It does
 so for RandomResizedCrop crops and eval windows of photographs (scikit-image's bundled
-ones, cut as :func:`fastload.sample.photo_jpeg` cuts the photo set; synthetic photo-like
+ones, cut as :func:`fastload.demo_data.photo_jpeg` cuts the photo set; synthetic photo-like
 images where scikit-image is not installed), in interleaved rounds, and fits each plan's
 median times as a linear model of the bytes and pixels it decodes and the pixels it
 resizes. It also times the two libjpeg-turbo backends' full decodes where both load and
@@ -149,7 +149,7 @@ def _calibration_jpegs(count: int = 16) -> list[bytes]:
 
     from PIL import Image
 
-    from ..sample import photo_jpeg, photo_like
+    from ..demo_data import photo_jpeg, photo_like
     from .header import read_header
 
     try:

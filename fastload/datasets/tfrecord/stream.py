@@ -21,7 +21,7 @@ from .example import IMAGE_KEY, LABEL_KEY, example_fields
 from .files import expand_paths, read_meta
 from .framing import HEADER_BYTES, OVERHEAD, TFRecordError, _read, _skip, check_data, check_header, parse_record
 from .index import count_records, load_index
-from .plan import Segment, check_slot, plan_slots, shared_prefixes
+from .slots import Segment, check_slot, plan_slots, shared_prefixes
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve
 from ...transforms import as_compose
 from ..base import sample_rng
 from ..tfrecord.index import cache_folder
-from ..tfrecord.plan import check_slot
+from ..tfrecord.slots import check_slot
 from .cache import ShardCache
-from .plan import by_shards, first_pass, fit, resumed_pass, slot_sizes
+from .slots import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from .reader import SlotReader
 from .remote import Remote, is_url
 from .sidecar import read_classes

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fastload.datasets.webdataset.plan import by_shards, first_pass, fit, resumed_pass, slot_sizes
+from fastload.datasets.webdataset.slots import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from fastload.sources.stream import slot_batches_done
 
 
