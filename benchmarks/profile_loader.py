@@ -40,7 +40,7 @@ STAGES = (
                                                    "__init__ (fastload/loader.py", "Popen")),
     ("header parse", ("read_header", "_jpeg_header", "image_size", "check_jpeg_complete", "is_jpeg")),
     ("decode", ("_decode_jpeg (fastload/decode", "decode (fastload/decode/roi.py", "imdecode", "decode_jpeg")),
-    ("planning (rng, crop plan, decode plan)", ("sample_rng", "plan (fastload/transforms.py", "default_rng",
+    ("planning (rng, crop plan, decode plan)", ("sample_rng", "plan (fastload/transforms/crops.py", "default_rng",
                                                 "choose (fastload/decode/plan.py")),
     ("resize", ("resize (fastload/resize.py", "resize_box (fastload", "resize_window (fastload",
                 "apply (fastload/resize.py")),

@@ -1,0 +1,38 @@
+"""uint8 HWC → uint8 HWC transforms, planned from the JPEG header where they can be.
+
+The first transform of a pipeline may be a *crop planner* (RandomResizedCrop, Resize,
+Resize + CenterCrop): it chooses its crop from the header size alone, so the decode can
+be planned for it: full, at a DCT scale, or only the crop's region, whichever costs
+least on this machine within the antialiased tolerance (:mod:`fastload.decode.plan`).
+Resizing is antialiased
+bilinear by default, as in torchvision v2; ``antialias=False`` trades that for speed.
+Randomness comes from the ``rng`` passed in, which the datasets derive from
+(seed, epoch, sample index): output never depends on which worker ran a sample.
+
+Your own transforms: ``f(img, rng) -> img`` (reproducible: draw only from ``rng``), or
+``f(img) -> img`` (called as is; its randomness comes from global generators, seeded
+per worker, so it is not reproducible per sample). albumentations: :func:`albumentations`.
+"""
+
+from __future__ import annotations
+
+from ..resize import Crop, resize  # noqa: F401  (resize: re-exported)
+from .adapters import Albumentations, albumentations
+from .compose import Compose, DecodeSteps, as_compose, takes_rng
+from .crops import CenterCrop, CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizedCenterCrop
+from .presets import eval, train  # noqa: A004
+
+__all__ = [
+    "CenterCrop",
+    "Compose",
+    "Crop",
+    "DecodeSteps",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "ResizedCenterCrop",
+    "albumentations",
+    "eval",
+    "takes_rng",
+    "train",
+]

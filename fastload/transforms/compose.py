@@ -1,0 +1,172 @@
+"""A pipeline of transforms whose leading crop plans the decode (see the package docstring)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..decode import Decoder, ImageHeader, check_pixels, read_header
+from ..decode.plan import DecodePlan, choose, execute
+from ..resize import Crop
+from .crops import CenterCrop, CropPlanner, Resize, ResizedCenterCrop
+
+def takes_rng(transform: Any) -> bool:
+    """Whether ``transform`` is called ``f(img, rng)`` (it takes two positional arguments)
+    rather than ``f(img)``. Callables whose signature cannot be read are ``f(img)``."""
+    try:
+        params = inspect.signature(transform).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def _check_transform(t: Any) -> None:
+    if not callable(t):
+        raise TypeError(f"transform {t!r} is not callable")
+    if type(t).__module__.split(".")[0] == "albumentations":
+        raise TypeError(f"{type(t).__name__} is an albumentations transform, called with keywords: wrap it as "
+                        "fl.transforms.albumentations(aug)")
+
+
+@dataclass(frozen=True)
+class DecodeSteps:
+    """What :meth:`Compose.plan_decode` decided for one encoded image.
+
+    Attributes:
+        header: The image's header.
+        crop: The leading crop planner's crop, or None (no crop planner: full decode).
+        plan: The cost planner's decode plan (TurboJPEG JPEGs), or None (the decoder
+            picks its own power-of-2 scale).
+    """
+
+    header: ImageHeader
+    crop: Crop | None
+    plan: DecodePlan | None
+
+    @property
+    def region(self) -> tuple[int, int, int, int] | None:
+        """(y0, x0, y1, x1) of a planned region decode, else None."""
+        return self.plan.region if self.plan is not None else None
+
+
+class Compose:
+    """Applies transforms in order; each is ``f(img, rng) -> img`` or ``f(img) -> img``.
+
+    A leading Resize + CenterCrop is fused into one ResizedCenterCrop. Which form a
+    transform takes is read once from its signature (:func:`takes_rng`).
+
+    Args:
+        transforms: Callables on H×W×C uint8 arrays; the first may be a crop planner.
+        reduced_decode: Let a leading crop planner decode JPEGs at a reduced DCT scale
+            (faster; pixels differ from a full decode by the decoder's filtering).
+    """
+
+    def __init__(self, transforms: Sequence, reduced_decode: bool = True) -> None:
+        ts = list(transforms)
+        for t in ts:
+            _check_transform(t)
+        if len(ts) >= 2 and isinstance(ts[0], Resize) and isinstance(ts[1], CenterCrop):
+            ts[:2] = [ResizedCenterCrop(ts[1].size, ts[0].size, ts[0].antialias)]
+        self.transforms = ts
+        self.reduced_decode = reduced_decode
+        self._with_rng = [takes_rng(t) for t in ts]
+
+    @staticmethod
+    def _apply(t: Any, with_rng: bool, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return t(img, rng) if with_rng else t(img)
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        for t, with_rng in zip(self.transforms, self._with_rng):
+            img = self._apply(t, with_rng, img, rng)
+        return img
+
+    def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop | None:
+        """The leading crop planner's plan, or None if the pipeline has none."""
+        if self.transforms and isinstance(self.transforms[0], CropPlanner):
+            return self.transforms[0].plan(h, w, rng)
+        return None
+
+    def plan_decode(self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None,
+                    region_ok: bool = False) -> DecodeSteps:
+        """The first half of :meth:`decode`: the header read and checked against the pixel
+        limit, the leading crop drawn from ``rng`` and, for TurboJPEG, the decode planned.
+
+        Args:
+            data: The encoded image.
+            decoder: The decoder :meth:`finish_decode` will use.
+            rng: The sample's generator; the crop draws from it, later transforms go on.
+            max_pixels: Pixel limit (None: ``fastload.decode.MAX_IMAGE_PIXELS``).
+            region_ok: Allow a region decode: only for a sample known to decode cleanly (a
+                region decode cannot see libjpeg's corrupt-data warnings), so off by default.
+        """
+        header = read_header(data)
+        check_pixels(header, max_pixels)
+        crop = self.plan(header.height, header.width, rng)
+        planned = None
+        if crop is not None and getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
+            planned = choose(header, crop, self.reduced_decode, region_ok)
+        return DecodeSteps(header, crop, planned)
+
+    def finish_decode(self, data, decoder: Decoder, steps: DecodeSteps, rng: np.random.Generator,
+                      out: np.ndarray | None = None, max_pixels: int | None = None,
+                      pixels: np.ndarray | None = None) -> np.ndarray:
+        """The second half of :meth:`decode`: decode as ``steps`` planned (``pixels``: the
+        planned region, already decoded by a batched call), resize and the later transforms."""
+        header, crop, planned = steps.header, steps.crop, steps.plan
+        h, w = header.height, header.width
+        if crop is None:
+            img = decoder.decode(data, header=header, max_pixels=max_pixels)
+        else:
+            direct = out is not None and out.shape == (crop.out_h, crop.out_w, 3)
+            if planned is not None:
+                if pixels is not None:  # the planned region, decoded by a batched call
+                    img = crop.apply(pixels, h, w, out if direct else None, float(planned.scale), planned.origin)
+                else:
+                    img = execute(planned, data, decoder, header, crop, out if direct else None, max_pixels)
+            else:
+                img = decoder.decode(data, crop.decode_scale if self.reduced_decode else 1.0, header=header,
+                                     max_pixels=max_pixels)
+                direct = direct and img.shape[2] == 3
+                img = crop.apply(img, h, w, out if direct else None)
+        first = 1 if crop is not None else 0
+        for t, with_rng in zip(self.transforms[first:], self._with_rng[first:]):
+            inplace = getattr(t, "apply_inplace", None)
+            img = inplace(img, rng) if inplace is not None and img is out else self._apply(t, with_rng, img, rng)
+        return img
+
+    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
+               max_pixels: int | None = None, *, region_ok: bool = False) -> np.ndarray:
+        """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
+
+        The header is read once, checked against the pixel limit (``max_pixels``, else
+        ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With TurboJPEG,
+        :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by measured
+        cost (DCT scales only with ``reduced_decode``; a region only with ``region_ok``, for
+        a sample known to decode cleanly);
+        other decoders get the smallest power-of-2 scale the crop allows. With ``out`` (a
+        batch slot of the output's shape), the leading crop resizes straight into it and
+        in-place transforms keep it there; the result is ``out`` whenever that was
+        possible, else a separate array the caller must copy. :meth:`plan_decode` and
+        :meth:`finish_decode` are its two halves, for batched decodes in between.
+        """
+        steps = self.plan_decode(data, decoder, rng, max_pixels, region_ok)
+        return self.finish_decode(data, decoder, steps, rng, out, max_pixels)
+
+    def __repr__(self) -> str:
+        return "Compose([" + ", ".join(map(repr, self.transforms)) + "])"
+
+
+def as_compose(transform) -> Compose:
+    """Wraps a transform (or None) so datasets always hold a Compose."""
+    if transform is None:
+        return Compose([])
+    if isinstance(transform, Compose):
+        return transform
+    if isinstance(transform, (list, tuple)):
+        return Compose(transform)
+    return Compose([transform])
