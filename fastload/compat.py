@@ -170,3 +170,28 @@ def resolve_seed(cfg: LoaderConfig, generator: torch.Generator | None = None) ->
     if cfg.seed is not None:
         return cfg, False
     return cfg.replace(seed=draw_seed(generator)), True
+
+
+class DataLoaderAttributes:
+    """DataLoader's read-only attributes that training frameworks look for (the Loader also
+    sets ``dataset``, ``num_workers``, ``pin_memory`` and ``sampler`` itself)."""
+
+    config: LoaderConfig
+    _source: Any
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.config.drop_last
+
+    @property
+    def batch_sampler(self) -> Any:
+        """This rank's index batches (``len()``: batches per epoch); None for a stream."""
+        return self._source.sampler
+
+    @property
+    def persistent_workers(self) -> bool:
+        return self.config.persistent_workers

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -11,38 +10,26 @@ from typing import Any
 import torch
 
 from . import compat, resume
+from .compat import DataLoaderAttributes
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig, resolve_device
 from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
 from .normalize import Normalizer
-from .passes import Pass, register, user_stacklevel
+from .passes import Pass, register
+from .skips import SkipLog
 from .prefetch import CudaPrefetcher
+from .profiles import resolve_auto
 from .progress import Position, Progress
-from .sampler import EpochRequests, RankSampler, ShardedBatchSampler, resolve_rank
+from .sampler import EpochRequests, RankSampler, resolve_rank
 from .sources import build_source, is_stream
 from .sources.build import DEVICE_AHEAD
 from .sources.failures import is_worker_failure, worker_failure
 from .sources.watchdog import Watchdog
-from .system import cpus_per_rank
-
-SKIP_WARN_EVERY = 100
-MAX_SKIPPED_KEPT = 10_000
 
 
-def _weak_call(owner: Any, method: str) -> Any:
-    """``owner.method`` through a weak reference (a no-op once ``owner`` is gone)."""
-    ref = weakref.ref(owner)
 
-    def call(*args: Any) -> None:
-        target = ref()
-        if target is not None:
-            getattr(target, method)(*args)
-
-    return call
-
-
-class Loader:
+class Loader(DataLoaderAttributes):
     """Batches of normalized images on a device, from a fastload dataset or your own.
 
     Each pass over the loader is a new epoch (new shuffle order and augmentation draws):
@@ -91,10 +78,9 @@ class Loader:
             raise ValueError("dataset is empty")
         self.dataset = dataset  # as given (DataLoader's attribute)
         self._samples = samples  # what the workers load: the dataset, or its SubsetDataset or WrappedDataset
-        self.profile: dict | None = None  # the tuned profile behind num_workers="auto", if any
         base = config or LoaderConfig()
         keywords = compat.translate(options, base, samples)
-        cfg = self._resolve_auto(base.replace(**keywords.options), keywords.options)
+        cfg, self.profile = resolve_auto(base.replace(**keywords.options), keywords.options, samples)
         cfg, self._seed_drawn = compat.resolve_seed(cfg, keywords.generator)
         self.config = cfg
         # Epochs asked for through loader.sampler / batch_sampler, or the DistributedSampler given.
@@ -103,18 +89,16 @@ class Loader:
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
         self.num_workers = int(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
-        self.skipped: list[SkippedSample] = []  # what on_error="skip" replaced (the most recent 10,000)
-        self.skipped_count = 0
-        self._skipped_in_pass: set[tuple[int, int]] = set()  # (epoch, index): listed once per pass
+        self._skips = SkipLog()
+        self.skipped: list[SkippedSample] = self._skips.items  # what on_error="skip" replaced (the latest 10,000)
         self._gpu = None  # the GPU decode pipeline (decode="gpu")
         normalizer = Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize)
         if cfg.decode == "gpu":
             from .gpudecode import GpuDecodeStage, check_setup
 
             self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
-            # The stage reports what it skipped through a weak reference: no cycle back to the Loader.
             self._prefetcher = GpuDecodeStage(self.device, DEVICE_AHEAD, normalizer, cfg.return_index, None,
-                                              _weak_call(self, "_record_skipped"))
+                                              self._skips.record)  # the log, not the Loader: no cycle
         else:
             self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD, normalizer, cfg.return_index)
         self._progress = Progress()
@@ -128,36 +112,10 @@ class Loader:
         self._closed = False
         register(self)
 
-    def _resolve_auto(self, cfg: LoaderConfig, explicit: dict) -> LoaderConfig:
-        if cfg.num_workers != "auto":
-            return cfg
-        from .profiles import lookup, settings_for_rank
-
-        profile = lookup(self._samples)
-        if profile is None:
-            return cfg.replace(num_workers=cpus_per_rank())
-        self.profile = profile
-        tuned = {k: v for k, v in settings_for_rank(profile).items() if k == "num_workers" or k not in explicit}
-        return cfg.replace(**tuned)
-
-    # DataLoader-style read-only attributes that training frameworks look for
-    # (also dataset, num_workers and pin_memory, set in __init__).
     @property
-    def batch_size(self) -> int:
-        return self.config.batch_size
-
-    @property
-    def drop_last(self) -> bool:
-        return self.config.drop_last
-
-    @property
-    def batch_sampler(self) -> ShardedBatchSampler | None:
-        """This rank's index batches (``len()``: batches per epoch); None for a stream."""
-        return self._source.sampler
-
-    @property
-    def persistent_workers(self) -> bool:
-        return self.config.persistent_workers
+    def skipped_count(self) -> int:
+        """Samples skipped so far (``on_error="skip"``), each counted once per pass."""
+        return self._skips.count
 
     @property
     def epoch(self) -> int | None:
@@ -228,7 +186,7 @@ class Loader:
         self._follow_rank()
         self._adopt_sampler_epoch()
         position, plan = self._progress.start_pass()
-        self._skipped_in_pass.clear()
+        self._skips.new_pass()
         self._show_epoch(position.epoch)
         current = Pass(self, self._run(position, plan))
         self._pass_ref = weakref.ref(current)
@@ -263,27 +221,8 @@ class Loader:
             finally:
                 self._watchdog.arrived()
             if batch.skipped:
-                self._record_skipped(batch.skipped)
+                self._skips.record(batch.skipped)
             yield batch
-
-    def _record_skipped(self, skipped: tuple[SkippedSample, ...]) -> None:
-        # A bad sample drawn as another's replacement fails again at its own turn (in
-        # another worker, maybe): it is one bad sample, listed and counted once.
-        fresh = []
-        for s in skipped:
-            if (s.epoch, s.index) not in self._skipped_in_pass:
-                self._skipped_in_pass.add((s.epoch, s.index))
-                fresh.append(s)
-        if not fresh:
-            return
-        skipped = tuple(fresh)
-        before = self.skipped_count
-        self.skipped_count += len(skipped)
-        self.skipped.extend(skipped)
-        del self.skipped[:-MAX_SKIPPED_KEPT]
-        if before == 0 or before // SKIP_WARN_EVERY != self.skipped_count // SKIP_WARN_EVERY:
-            warnings.warn(f"fastload: skipped {self.skipped_count} bad sample(s) so far (loader.skipped lists "
-                          f"them); latest: {skipped[-1]}", RuntimeWarning, stacklevel=user_stacklevel())
 
     def _end_pass(self, by: str = "a newer pass") -> None:
         ref, self._pass_ref = self._pass_ref, None
@@ -339,7 +278,7 @@ class Loader:
 
     def stats(self) -> dict:
         """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""
-        return {**self._prefetcher.stats.as_dict(), "skipped": self.skipped_count}
+        return {**self._prefetcher.stats.as_dict(), "skipped": self._skips.count}
 
     def close(self) -> None:
         """Ends the current pass and stops the workers (within a few seconds, even if one

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .system import available_cpus, cpu_model, local_world_size
+from .system import available_cpus, cpu_model, cpus_per_rank, local_world_size
 
 APPLIED = ("num_workers", "backend", "prefetch_factor")  # what num_workers="auto" takes from a profile
 
@@ -97,3 +97,16 @@ def settings_for_rank(profile: dict, ranks: int | None = None) -> dict[str, Any]
         total = int(settings["num_workers"]) * tuned_ranks
         settings["num_workers"] = max(1 if total else 0, total // ranks)
     return settings
+
+
+def resolve_auto(cfg: Any, explicit: dict, samples: Any) -> tuple[Any, dict | None]:
+    """``cfg`` with ``num_workers="auto"`` resolved, and the profile behind it (or None): the
+    tuned profile of this machine and ``samples`` (its workers per local rank; its backend and
+    prefetch where not in ``explicit``), else the CPUs available per local rank."""
+    if cfg.num_workers != "auto":
+        return cfg, None
+    profile = lookup(samples)
+    if profile is None:
+        return cfg.replace(num_workers=cpus_per_rank()), None
+    tuned = {k: v for k, v in settings_for_rank(profile).items() if k == "num_workers" or k not in explicit}
+    return cfg.replace(**tuned), profile
