@@ -44,7 +44,9 @@ class WorkerOptions:
     @property
     def forks(self) -> bool:
         """Workers are started by fork (OpenCV's pool must be parked around it)."""
-        start = self.start_method or multiprocessing.get_start_method()
+        # Read, never fixed: get_start_method() without allow_none would set the program's default.
+        start = (self.start_method or multiprocessing.get_start_method(allow_none=True)
+                 or multiprocessing.get_all_start_methods()[0])
         return self.num_workers > 0 and start == "fork"
 
 
