@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ..partial import is_alive
 from .index import ShardId
 
 _counter = itertools.count()
@@ -43,16 +44,6 @@ def locked(path: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ShardCache:
@@ -163,7 +154,7 @@ class ShardCache:
                 parts = name.split(".")
                 if len(parts) != 4 or not (parts[1].isdigit() and parts[3].isdigit()):
                     continue
-                if _alive(int(parts[1])):
+                if is_alive(int(parts[1]), None):
                     reserved += int(parts[3])
                     continue
                 try:
