@@ -52,9 +52,9 @@ BACKEND_MARGIN = 0.97
 SCALE_KEYS = tuple(f"{n}/8" for n in range(1, 8))
 DECODE_KEYS = ("full", "fast", *SCALE_KEYS)
 
-#: Costs fitted by :func:`calibrate` on the development machine (2-core AMD EPYC VM
-#: shared with other jobs, simplejpeg 1.9.0 = libjpeg-turbo 3.1.2, nvImageCodec 0.9.0,
-#: torch 2.13, scikit-image's photographs): used under FASTLOAD_NO_CALIBRATION=1 and
+#: Costs fitted by :func:`calibrate` on the development machine on 2026-11-23 (2-core AMD
+#: EPYC VM shared with other jobs, simplejpeg 1.9.0 = libjpeg-turbo 3.1.2, nvImageCodec
+#: 0.9.0, torch 2.13, scikit-image's photographs): used under FASTLOAD_NO_CALIBRATION=1 and
 #: where no cache can be written. ``decode``: µs = c0 + c1 x encoded bytes read + c2 x
 #: pixels decoded (full-size pixels; a region's rows x the full width). ``resize``, per
 #: path (:func:`resize_features`): µs = c0 + c1 x pixels resized + c2 x resized rows x
@@ -62,13 +62,13 @@ DECODE_KEYS = ("full", "fast", *SCALE_KEYS)
 DEFAULT_COSTS: dict[str, Any] = {
     "backend": "simplejpeg",
     "decode": {
-        "full": [10.0, 0.004, 0.0015], "fast": [10.0, 0.004, 0.0014], "region": [40.0, 0.004, 0.0015],
-        "1/8": [10.0, 0.004, 0.0003], "2/8": [10.0, 0.004, 0.0004], "3/8": [10.0, 0.004, 0.0008],
-        "4/8": [10.0, 0.004, 0.0006], "5/8": [10.0, 0.004, 0.0015], "6/8": [10.0, 0.004, 0.0017],
-        "7/8": [10.0, 0.004, 0.0026],
+        "full": [0.0, 0.006998, 0.001986], "fast": [0.0, 0.006998, 0.001364], "1/8": [0.0, 0.006998, 0.0004782],
+        "2/8": [0.0, 0.006998, 0.0006667], "3/8": [0.0, 0.006998, 0.001161], "4/8": [0.0, 0.006998, 0.000818],
+        "5/8": [0.0, 0.006998, 0.002489], "6/8": [0.0, 0.006998, 0.003261], "7/8": [0.0, 0.006998, 0.004686],
+        "region": [87.82, 0.006998, 0.001986],
     },
-    "resize": {"crop": [10.0, 0.0005, 0.001, 0.001], "box": [20.0, 0.0005, 0.001, 0.002],
-               "window": [20.0, 0.0005, 0.001, 0.002]},
+    "resize": {"crop": [0.0, 0.0008218, 0.000834, 0.001573], "window": [0.0, 3.997e-05, 0.002473, 4.815e-05],
+               "box": [40.82, 0.0004452, 0.001715, 0.0]},
 }
 
 
