@@ -77,6 +77,38 @@ def timed(fn, repeat: int = 3) -> float:
     return best
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far, all its threads (from /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU time so far of process ``root`` (this one by default) and all its descendants
+    alive now: what a pipeline's main process and workers spent, however busy the
+    machine (wall time on a machine shared with other jobs measures them too)."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            total += cpu_seconds(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+        todo += children.get(pid, [])
+    return total
+
+
 def smaps_rollup() -> dict:
     """USS and PSS (bytes) of this process, from /proc/self/smaps_rollup."""
     return memory([os.getpid()])

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import time
 
 import numpy as np
 import torch
-from common import median, parser, photo_folder, report
+from common import cpu_seconds, median, parser, photo_folder, report
 
 import fastload as fl
 from fastload.collate import fast_collate
@@ -96,22 +95,16 @@ def aggregate(path: str, top: int = 12) -> dict:
 
 
 def per_sample_us(fn, items: list, passes: int) -> float:
-    """Median over passes (after a warm-up pass) of the time per item of ``fn(item)``, in µs."""
+    """Median over passes (after a warm-up pass) of the CPU time of this thread per item of
+    ``fn(item)``, in µs: CPU time, so that other jobs on a shared machine do not count."""
     times = []
     for i in range(passes + 1):
-        start = time.perf_counter()
+        start = time.thread_time()
         for item in items:
             fn(item)
         if i:
-            times.append(time.perf_counter() - start)
+            times.append(time.thread_time() - start)
     return median(times) / len(items) * 1e6
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (from /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def handover_cpu_us(batches: list, workers: int, passes: int) -> float:
@@ -210,7 +203,7 @@ def stages(root: str, batch_size: int, passes: int) -> dict:
     out["ImageFolder.load (read + header + plan + decode + resize + flip)"] = per_sample_us(
         lambda i: ds.load(i, 0, 0, out=slot), idx, passes)
     print(f"train 224, stages timed alone in one process (one torch thread), {len(ds)} photos, batch {batch_size}, "
-          f"median of {passes} passes (µs per sample); decoder {dec.name}, region decode "
+          f"median of {passes} passes (CPU µs per sample); decoder {dec.name}, region decode "
           f"{'on' if planner.region else 'off'}:")
     for name, us in out.items():
         print(f"  {name:66s} {us:8.1f}")

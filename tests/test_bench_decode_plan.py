@@ -1,4 +1,4 @@
-"""benchmarks/bench_decode_plan.py --quick runs, prints its ratios and reports JSON."""
+"""benchmarks/bench_decode_plan.py --quick runs, prints its audit and reports JSON."""
 
 import json
 import os
@@ -16,13 +16,16 @@ def test_quick_mode_runs_and_reports(tmp_path):
     proc = subprocess.run([sys.executable, BENCH, "--quick", "--data", str(tmp_path / "data"), "--json", str(out)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "x full decode + resize" in proc.stdout and "of the full-decode limit" in proc.stdout
+    assert "predicted/measured" in proc.stdout and "oracle (fastest plan per sample)" in proc.stdout
     record = json.loads(out.read_text().splitlines()[-1])
-    assert record["benchmark"] == "bench_decode_plan" and record["quick"] is True
-    planners = ["no region", "region"] if roi.available() else ["no region"]
-    assert list(record["plans"]) == planners and list(record["loader_images_per_s"]) == planners
-    assert all(rate > 0 for rate in record["loader_images_per_s"].values())
-    assert "pipeline, planner (no region)" in record["pipeline_vs_reference"]
-    assert record["decode_us"]["full decode"] > 0 and "DCT scale 1/2" in record["decode_us"]
-    if roi.available():
-        assert "region decode of the crop" in record["decode_us"] and record["plans"]["region"].get("region", 0) > 0
+    assert record["benchmark"] == "bench_decode_plan" and record["quick"] is True and not record["calibrated"]
+    for mode in ("train", "eval"):
+        result = record["results"][mode]
+        assert set(result["policy_mean_us"]) == {"default", "FASTLOAD_ROI=0", "reduced_decode=False",
+                                                 "FASTLOAD_NO_CALIBRATION=1", "full decode only",
+                                                 "oracle (fastest plan per sample)"}
+        assert result["default_vs"]["default"] == 1 and result["per_plan"]["full"]["samples"] == 32
+        assert all(v > 0 for v in result["policy_mean_us"].values())
+    train = record["results"]["train"]
+    assert "fast" in train["per_plan"] and ("region" in train["per_plan"]) == roi.available()
+    assert "fast" not in record["results"]["eval"]["per_plan"]  # eval windows: no fast upsampling

@@ -493,3 +493,34 @@ def test_fastload_info_shows_the_decoders(monkeypatch, capsys):
     assert f"decoder simplejpeg: ok (simplejpeg {simplejpeg.__version__}, libjpeg-turbo bundled, strict)" in out
     assert "default decoder: simplejpeg" in out and "region decode:" in out
     assert "decoder opencv: ok (JPEG not strict)" in out
+
+
+@pytest.mark.parametrize("backend", STRICT)
+def test_decode_into_a_callers_buffer(photo, backend):
+    dec, data = get_decoder(backend), jpeg_bytes(photo)
+    buf = np.zeros(181 * 243 * 3 + 100, np.uint8)
+    img = dec.decode(data, out=buf)
+    assert img.shape == (181, 243, 3) and np.shares_memory(img, buf)
+    assert np.array_equal(img, dec.decode(data))
+    half = dec.decode(data, 0.5, out=buf)
+    assert half.shape == (91, 122, 3) and np.shares_memory(half, buf) and np.array_equal(half, dec.decode(data, 0.5))
+    with pytest.raises(ValueError, match="at least 131949 bytes"):
+        dec.decode(data, out=np.empty(1000, np.uint8))
+    with pytest.raises(ValueError, match="C-contiguous uint8"):
+        dec.decode(data, out=np.empty((200, 300, 3), np.uint8)[:, ::2])
+    png = png_bytes(Image.fromarray(photo))
+    assert not np.shares_memory(dec.decode(png, out=buf), buf)  # other formats allocate their own
+
+
+def test_a_planned_decode_never_returns_the_threads_scratch_buffer():
+    from fastload.decode import read_header
+    from fastload.decode.plan import execute, plan_for_key
+    from fastload.resize import Crop
+
+    dec = get_decoder("simplejpeg")
+    first, second = (jpeg_bytes(make_image(s, 64, 80)) for s in (1, 2))
+    crop = Crop(0, 0, 64, 80, 64, 80, antialias=False)  # the whole image at its size: no resize at all
+    kept = execute(plan_for_key("full", read_header(first), crop), first, dec, read_header(first), crop)
+    expected = kept.copy()
+    execute(plan_for_key("full", read_header(second), crop), second, dec, read_header(second), crop)
+    assert np.array_equal(kept, expected), "the first result was overwritten by the next decode"

@@ -293,7 +293,8 @@ def test_no_calibration_and_unwritable_cache_use_the_built_in_costs(tmp_path, mo
 
 def test_processes_started_together_share_one_calibration(tmp_path):
     """The plan, and so the pixels, of a sample must not depend on which process decoded it."""
-    code = ("import json; from fastload.decode import plan; "
+    code = ("import functools, json; from fastload.decode import costs, plan; "
+            "costs.calibrate = functools.partial(costs.calibrate, repeat=1, images=3); "  # a short one
             "print(json.dumps(plan.get_planner().costs, sort_keys=True))")
     env = {**os.environ, "FASTLOAD_CACHE_DIR": str(tmp_path), "PYTHONPATH": ROOT}
     env.pop("FASTLOAD_NO_CALIBRATION", None)

@@ -1,15 +1,17 @@
 """Measured plan costs: the calibration behind :mod:`fastload.decode.plan`, and its cache.
 
-:func:`calibrate` runs, on one thread, every way the planner can serve a crop (a full
-decode, fast chroma upsampling, each DCT scale n/8, a region decode when
-:mod:`fastload.decode.roi` is available) end to end as the pipeline runs it: decode into
-the thread's scratch buffer, then crop and antialiased resize into a batch slot. It does
-so for RandomResizedCrop crops and eval windows of photographs (scikit-image's bundled
+:func:`calibrate` times, on one thread, what every plan of the planner does (a full
+decode, fast chroma upsampling, each DCT scale n/8, each into the thread's scratch
+buffer; a region decode when :mod:`fastload.decode.roi` is available) and each resize
+path after it (the crop of a full decode or region, the exact-phase box of a DCT-scaled
+decode, an eval window: into a batch slot), on photographs (scikit-image's bundled
 ones, cut as :func:`fastload.demo_data.photo_jpeg` cuts the photo set; synthetic photo-like
-images where scikit-image is not installed), in interleaved rounds, and fits each plan's
-median times as a linear model of the bytes and pixels it decodes and the pixels it
-resizes. It also times the two libjpeg-turbo backends' full decodes where both load and
-records the faster (:data:`BACKEND_MARGIN`). About three seconds, once per machine.
+images where scikit-image is not installed) with RandomResizedCrop crops and eval
+windows. Every measurement of an image runs back to back, in several rounds, and keeps
+its fastest; each decode and each resize path is fitted as a linear model of the bytes
+and pixels it works on. It also times the two libjpeg-turbo backends' full decodes where
+both load and records the faster (:data:`BACKEND_MARGIN`). A few seconds, once per
+machine.
 
 :func:`load_or_calibrate` keeps the result in ``~/.cache/fastload/`` (``FASTLOAD_CACHE_DIR``
 moves it), one file per library versions and CPU model; the first process to need it
@@ -50,9 +52,9 @@ BACKEND_MARGIN = 0.97
 SCALE_KEYS = tuple(f"{n}/8" for n in range(1, 8))
 DECODE_KEYS = ("full", "fast", *SCALE_KEYS)
 
-#: Costs fitted by :func:`calibrate` on the development machine (2-core AMD EPYC VM
-#: shared with other jobs, simplejpeg 1.9.0 = libjpeg-turbo 3.1.2, nvImageCodec 0.9.0,
-#: torch 2.13, scikit-image's photographs): used under FASTLOAD_NO_CALIBRATION=1 and
+#: Costs fitted by :func:`calibrate` on the development machine on 2026-11-23 (2-core AMD
+#: EPYC VM shared with other jobs, simplejpeg 1.9.0 = libjpeg-turbo 3.1.2, nvImageCodec
+#: 0.9.0, torch 2.13, scikit-image's photographs): used under FASTLOAD_NO_CALIBRATION=1 and
 #: where no cache can be written. ``decode``: µs = c0 + c1 x encoded bytes read + c2 x
 #: pixels decoded (full-size pixels; a region's rows x the full width). ``resize``, per
 #: path (:func:`resize_features`): µs = c0 + c1 x pixels resized + c2 x resized rows x
@@ -60,13 +62,13 @@ DECODE_KEYS = ("full", "fast", *SCALE_KEYS)
 DEFAULT_COSTS: dict[str, Any] = {
     "backend": "simplejpeg",
     "decode": {
-        "full": [10.0, 0.004, 0.0015], "fast": [10.0, 0.004, 0.0014], "region": [40.0, 0.004, 0.0015],
-        "1/8": [10.0, 0.004, 0.0003], "2/8": [10.0, 0.004, 0.0004], "3/8": [10.0, 0.004, 0.0008],
-        "4/8": [10.0, 0.004, 0.0006], "5/8": [10.0, 0.004, 0.0015], "6/8": [10.0, 0.004, 0.0017],
-        "7/8": [10.0, 0.004, 0.0026],
+        "full": [0.0, 0.006998, 0.001986], "fast": [0.0, 0.006998, 0.001364], "1/8": [0.0, 0.006998, 0.0004782],
+        "2/8": [0.0, 0.006998, 0.0006667], "3/8": [0.0, 0.006998, 0.001161], "4/8": [0.0, 0.006998, 0.000818],
+        "5/8": [0.0, 0.006998, 0.002489], "6/8": [0.0, 0.006998, 0.003261], "7/8": [0.0, 0.006998, 0.004686],
+        "region": [87.82, 0.006998, 0.001986],
     },
-    "resize": {"crop": [10.0, 0.0005, 0.001, 0.001], "box": [20.0, 0.0005, 0.001, 0.002],
-               "window": [20.0, 0.0005, 0.001, 0.002]},
+    "resize": {"crop": [0.0, 0.0008218, 0.000834, 0.001573], "window": [0.0, 3.997e-05, 0.002473, 4.815e-05],
+               "box": [40.82, 0.0004452, 0.001715, 0.0]},
 }
 
 
@@ -188,8 +190,10 @@ def _median_us(fn, rounds: int) -> float:
 
 def choose_backend(blobs: list[bytes], rounds: int = 5) -> tuple[str, dict[str, float]]:
     """The faster libjpeg-turbo backend here: simplejpeg unless the system libturbojpeg's
-    full decodes (into a reused buffer, rounds interleaved) take at most BACKEND_MARGIN
-    of simplejpeg's time. Returns (name, µs per image of each backend measured)."""
+    full decodes (into a reused buffer) take at most BACKEND_MARGIN of simplejpeg's time.
+    Each image is decoded by both back to back, in turn first, and each decode keeps its
+    fastest round, so that the load of a shared machine weighs on both alike. Returns
+    (name, µs per image of each backend measured)."""
     from . import _available, get_decoder
     from .header import read_header
     from .libjpeg import scratch
@@ -198,15 +202,16 @@ def choose_backend(blobs: list[bytes], rounds: int = 5) -> tuple[str, dict[str, 
     if len(names) < 2:
         return (names[0] if names else "simplejpeg"), {}
     headers = [read_header(b) for b in blobs]
-    decoders = {n: get_decoder(n) for n in names}
-    rounds_us: dict[str, list[float]] = {n: [] for n in names}
-    for _ in range(rounds + 1):  # the first round warms up
-        for n, dec in decoders.items():
-            start = time.perf_counter()
-            for b, hd in zip(blobs, headers):
-                dec.decode(b, header=hd, out=scratch(hd.height * hd.width * 3))
-            rounds_us[n].append((time.perf_counter() - start) * 1e6 / len(blobs))
-    us = {n: round(float(np.median(v[1:])), 1) for n, v in rounds_us.items()}
+    decoders = [get_decoder(n) for n in names]
+    best = np.full((len(names), len(blobs)), np.inf)
+    for r in range(rounds + 1):  # round 0 warms up
+        for i, (b, hd) in enumerate(zip(blobs, headers)):
+            for k in ((0, 1) if (r + i) % 2 else (1, 0)):
+                t0 = time.perf_counter()
+                decoders[k].decode(b, header=hd, out=scratch(hd.height * hd.width * 3))
+                if r:
+                    best[k, i] = min(best[k, i], time.perf_counter() - t0)
+    us = {n: round(float(best[k].mean()) * 1e6, 1) for k, n in enumerate(names)}
     return ("turbojpeg" if us["turbojpeg"] <= BACKEND_MARGIN * us["simplejpeg"] else "simplejpeg"), us
 
 
@@ -274,20 +279,37 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
                 run()
                 if r:
                     best[j] = min(best[j], (time.perf_counter() - t0) * 1e6)
-        fitted: dict[str, dict[str, list[float]]] = {"decode": {}, "resize": {}}
-        for kind, key in dict.fromkeys((kind, key) for kind, key, _, _ in jobs):
-            mine = [j for j, job in enumerate(jobs) if job[:2] == (kind, key)]
-            fitted[kind][key] = _fit([jobs[j][2] for j in mine], [best[j] for j in mine])
-        if "region" in fitted["decode"]:
-            # A region decode does a full decode's work on the rows it reads, plus its own:
-            # so a region of the whole image is never predicted cheaper than the full
-            # decode, whatever the noise of a shared machine does to the two fits.
-            fitted["decode"]["region"] = [max(r, f) for r, f in zip(fitted["decode"]["region"],
-                                                                    fitted["decode"]["full"])]
+        fitted = {"decode": _fit_decodes(jobs, best), "resize": {}}
+        for key in dict.fromkeys(key for kind, key, _, _ in jobs if kind == "resize"):
+            mine = [j for j, job in enumerate(jobs) if job[:2] == ("resize", key)]
+            fitted["resize"][key] = _fit([jobs[j][2] for j in mine], [best[j] for j in mine])
         return {"backend": backend, "backend_us": backend_us, **fitted, "images": len(blobs),
                 "seconds": round(time.perf_counter() - start, 3)}
     finally:
         torch.set_num_threads(threads)
+
+
+def _fit_decodes(jobs: list, best: list[float]) -> dict[str, list[float]]:
+    """Every decode's model, fitted together: one constant and one cost per encoded byte
+    (the entropy decoding, the same whatever is done with the coefficients after) and a
+    cost per pixel for each plan; fitted apart on a few images, bytes and pixels trade
+    off and plans differ by noise. A region decode is the full decode's work on the
+    bytes and rows it reads plus its own overhead, the median of what is left (>= 0): so
+    a region of the whole image is never predicted cheaper than the full decode."""
+    keys = [k for k in DECODE_KEYS if any(job[:2] == ("decode", k) for job in jobs)]
+    rows, times = [], []
+    for j, (kind, key, x, _) in enumerate(jobs):
+        if kind == "decode" and key in keys:
+            rows.append([1.0, x[1]] + [x[2] if key == k else 0.0 for k in keys])
+            times.append(best[j])
+    coef = _fit(rows, times)
+    fitted = {k: [coef[0], coef[1], coef[2 + i]] for i, k in enumerate(keys)}
+    region = [j for j, job in enumerate(jobs) if job[:2] == ("decode", "region")]
+    if region:
+        full = fitted["full"]
+        left = [best[j] - full[1] * jobs[j][2][1] - full[2] * jobs[j][2][2] for j in region]
+        fitted["region"] = [float(f"{max(full[0], float(np.median(left))):.4g}"), full[1], full[2]]
+    return fitted
 
 
 def _image_jobs(data: bytes, header: ImageHeader, crops: list[Crop], decoder: Any, region: Any,

@@ -11,7 +11,6 @@ and YCCK JPEGs to Pillow (TurboJPEG cannot convert them to RGB).
 
 from __future__ import annotations
 
-import math
 import threading
 from fractions import Fraction
 
@@ -46,7 +45,8 @@ def scratch(nbytes: int) -> np.ndarray | None:
 
 def scaled_size(header: ImageHeader, scale: Fraction) -> tuple[int, int]:
     """libjpeg's output size at DCT scale ``scale``: ceil(side * scale)."""
-    return math.ceil(header.height * scale), math.ceil(header.width * scale)
+    n, d = scale.numerator, scale.denominator  # integers: Fraction arithmetic is slow
+    return -(-header.height * n // d), -(-header.width * n // d)
 
 
 class LibjpegTurboDecoder:
