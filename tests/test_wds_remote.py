@@ -139,9 +139,7 @@ def test_a_connection_cut_mid_download(data, tmp_path):
         with pytest.raises(fl.DownloadError, match=rf"shard-000001.tar: the download broke off after {size // 2} "
                                                    rf"of {size} bytes.*at byte {size // 2}"):
             _ds(base + URLS, tmp_path / "e")
-        # retries=2 bound our attempts at 3; aiohttp itself may resend a request once when its
-        # connection drops, or a retry may die before it reaches the server
-        assert 2 <= hits["shard-000001.tar"] <= 6
+        assert 2 <= hits["shard-000001.tar"] <= 3  # retries=2 (a retry on a dropped pooled connection never arrives)
         cached, partial = _cached(tmp_path / "e")
         assert partial == [] and len(cached) == 3  # the other shards: a partial download never enters the cache
 
