@@ -26,8 +26,11 @@ class SkipLog:
     def record(self, skipped: tuple[SkippedSample, ...]) -> None:
         # A bad sample drawn as another's replacement fails again at its own turn (in
         # another worker, maybe): it is one bad sample, listed and counted once.
-        fresh = [s for s in skipped if (s.epoch, s.index) not in self._this_pass]
-        self._this_pass.update((s.epoch, s.index) for s in fresh)
+        fresh = []
+        for s in skipped:  # also twice in one batch: as a replacement and at its own turn
+            if (s.epoch, s.index) not in self._this_pass:
+                self._this_pass.add((s.epoch, s.index))
+                fresh.append(s)
         if not fresh:
             return
         before = self.count
