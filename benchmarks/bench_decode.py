@@ -5,8 +5,9 @@ without a reused output buffer, how strict each is on damaged photos, and the wh
 per-sample pipeline in one process.
 
 The decode limit is the cores in use × the one-core PyTurboJPEG full-decode rate on
-these files. Passes are interleaved (every variant once per pass) and the median pass
-is kept, so drift on a shared machine hits every variant alike.
+these files. Rates are per CPU-second of the decoding thread (other jobs on a shared
+machine do not count); passes are interleaved (every variant once per pass) and the
+median pass is kept.
 """
 
 from __future__ import annotations
@@ -25,16 +26,16 @@ from fastload.system import available_cpus
 
 
 def rates(variants: dict, count: int, passes: int) -> dict:
-    """images/s of each ``variants[name]()`` (one pass over ``count`` images), median of
-    ``passes`` after one untimed warm-up pass."""
+    """images per CPU-second of each ``variants[name]()`` (one pass over ``count`` images),
+    median of ``passes`` after one untimed warm-up pass."""
     for run in variants.values():
         run()
     seconds: dict = {name: [] for name in variants}
     for _ in range(passes):
         for name, run in variants.items():
-            start = time.perf_counter()
+            start = time.thread_time()  # CPU time: other jobs on a shared machine do not count
             run()
-            seconds[name].append(time.perf_counter() - start)
+            seconds[name].append(time.thread_time() - start)
     return {name: count / median(s) for name, s in seconds.items()}
 
 
@@ -185,10 +186,11 @@ def main() -> None:
 
     full = by_scale.get("8/8") or by_backend.get("turbojpeg full") or max(
         v for k, v in by_backend.items() if k.endswith("full"))
-    print(f"decode, {len(blobs)} photos, one thread, images/s per core (median of {passes} interleaved passes):")
+    print(f"decode, {len(blobs)} photos, one thread, images per CPU-second (median of {passes} interleaved "
+          "passes):")
     for key, rate in {**by_backend, **by_pipeline}.items():
         print(f"  {key:38s} {rate:8.0f}   ({rate / full:.2f}x a full PyTurboJPEG decode)")
-    print("libjpeg-turbo bindings, full decode to RGB, images/s per core:")
+    print("libjpeg-turbo bindings, full decode to RGB, images per CPU-second:")
     for key, rate in by_binding.items():
         print(f"  {key:58s} {rate:8.0f}   ({rate / full:.2f}x a full PyTurboJPEG decode)")
     strict = strictness(blobs)
@@ -197,7 +199,7 @@ def main() -> None:
     for key, count in strict["refused"].items():
         print(f"  {key:58s} {count:4d} of {strict['damaged']}")
     if by_scale:
-        print("PyTurboJPEG (libjpeg-turbo) whole-image decode at each DCT scale, images/s per core:")
+        print("PyTurboJPEG (libjpeg-turbo) whole-image decode at each DCT scale, images per CPU-second:")
         for key, rate in by_scale.items():
             print(f"  {key:5s} {rate:8.0f}   ({rate / full:.2f}x 8/8)")
     print(f"decode limit: {full:.0f} images/s/core x {cores} cores = {full * cores:.0f} images/s")

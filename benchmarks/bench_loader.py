@@ -11,7 +11,8 @@ for several interleaved rounds; the median round is reported, with the range.
 Besides the default, fastload runs once per switch a user can flip (the other backend,
 ``reduced_decode=False``, ``FASTLOAD_ROI=0``, the other libjpeg-turbo decoder,
 ``FASTLOAD_NO_CALIBRATION=1``), and the last lines print the default's ratio to each:
-the default must not be slower than any of them. ``antialias=False`` (an aliasing
+the default must not be slower than any of them. A second loader of the default
+pipeline runs too: its ratio to the first is the noise of the run. ``antialias=False`` (an aliasing
 resize: does less) and ``normalize=True`` (does more) are shown, not compared.
 Switches read by the planner in each worker process (``FASTLOAD_ROI``,
 ``FASTLOAD_NO_CALIBRATION``) are set while that loader's workers start (on its warm-up
@@ -41,9 +42,15 @@ from fastload.decode import default_backend, get_decoder, plan, roi
 from fastload.system import available_cpus
 
 
+#: Seconds of rest before each timed epoch: threads a pipeline left busy (DALI's, in this
+#: process) would otherwise count, in wall and CPU time, against the next one.
+SETTLE = 0.5
+
+
 def epoch_rate(batches) -> tuple[float, float]:
     """(images/s, images per CPU-second of this process and its workers) of one pass over
     ``batches``, from iter() to the last batch."""
+    time.sleep(SETTLE)
     start, cpu, images = time.perf_counter(), tree_cpu_seconds(), 0
     for x, _ in batches:
         images += x.shape[0]
@@ -84,6 +91,8 @@ def fastload_variants(train: bool) -> dict:
     variants = {
         "fastload process uint8 (default)": ({}, {}, None, False),
         "fastload thread uint8": ({}, {"backend": "thread"}, None, True),
+        # The default again, as its own loader: its ratio to the default is the run's noise.
+        "fastload process uint8 (default, a second loader)": ({}, {}, None, True),
         "fastload process uint8, reduced_decode=False": ({"reduced_decode": False}, {}, None, True),
     }
     if roi.available():
@@ -157,15 +166,16 @@ def peer_pipelines(root: str, train: bool, bs: int, workers: int, dali: bool) ->
 
 
 def run_mode(root: str, train: bool, bs: int, workers: int, rounds: int, dali: bool,
-             few: bool = False) -> tuple[dict, set]:
+             few: bool = False, peers: bool = True) -> tuple[dict, set]:
     ours, compared = fastload_pipelines(root, train, bs, workers, few)
-    peers = peer_pipelines(root, train, bs, workers, dali)
+    peers = peer_pipelines(root, train, bs, workers, dali) if peers else {}
     for batches in peers.values():  # warm-up epoch: workers started, buffers in place
         epoch_rate(batches)
     pipelines = {**ours, **peers}
     runs: dict = {name: [] for name in pipelines}  # (images/s, images per CPU-second) per round
     for r in range(1, rounds + 1):
-        for name, batches in pipelines.items():
+        order = list(pipelines.items())
+        for name, batches in order if r % 2 else order[::-1]:  # ABBA: drift hits all alike
             if isinstance(batches, fl.Loader):
                 batches.set_epoch(r)
             runs[name].append(epoch_rate(batches))
@@ -186,7 +196,10 @@ def print_table(mode: str, runs: dict, limits: tuple[float, float], compared: se
     for k, (unit, limit) in enumerate((("images/s", limits[0]), ("images per CPU-second", limits[1]))):
         rates = {name: [r[k] for r in v] for name, v in runs.items()}
         med = {name: median(v) for name, v in rates.items()}
-        timm, classic, dali = med["timm-style uint8"], med["classic float (torchvision-style)"], med.get(DALI)
+        # Without the peers (--switches), ratios to them read as ratios to the default.
+        timm = med.get("timm-style uint8", med[DEFAULT])
+        classic = med.get("classic float (torchvision-style)", med[DEFAULT])
+        dali = med.get(DALI)
         print(f"{mode}, {unit}: median of {len(next(iter(runs.values())))} rounds (range)")
         print(f"  {'pipeline':54s} {'median':>7s} {'range':>11s} {'vs timm':>8s} {'vs DALI':>8s} {'vs classic':>10s} "
               f"{'decode limit':>12s}")
@@ -219,6 +232,8 @@ def main() -> None:
     p.set_defaults(batch_size=128)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--no-dali", action="store_true", help="leave DALI out even where it is installed")
+    p.add_argument("--switches", action="store_true",
+                   help="fastload's variants only (no peers), for more rounds of the default-against-switch ratios")
     args = p.parse_args()
     root = photo_folder(args)
     rounds = 1 if args.quick else args.rounds
@@ -232,7 +247,8 @@ def main() -> None:
     results = {}
     for mode, train in (("train", True), ("eval", False)):
         # --quick checks that every variant runs once: in training only.
-        runs, compared = run_mode(root, train, bs, workers, rounds, version is not None, args.quick and not train)
+        runs, compared = run_mode(root, train, bs, workers, rounds, version is not None, args.quick and not train,
+                                  not args.switches)
         results[mode] = {**print_table(mode, runs, (limit, per_cpu_s), compared), "rounds": runs}
     print(f"({len(paths)} photos, batch {bs}, {workers} workers/threads on {available_cpus()} CPUs, one epoch per "
           f"pipeline per round after a warm-up epoch; decode limit = {workers} x {per_core:.0f} images/s one-core "
@@ -240,7 +256,8 @@ def main() -> None:
           f"default decoder {default_backend()}, region decode "
           f"{'nvImageCodec ' + str(roi.version()) if roi.available() else 'off'}"
           f"{'' if version is None else f'; DALI {version}'})")
-    print_targets(results)
+    if not args.switches:
+        print_targets(results)
     report("bench_loader", args, {"results": results, "decode_limit": limit, "full_decode_per_core": per_core,
                                   "full_decode_per_cpu_second": per_cpu_s,
                                   "decode_limit_by": limit_by, "decoder": default_backend(),
