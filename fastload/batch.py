@@ -90,6 +90,8 @@ class HostBatch:
         return pinned
 
     def __reduce__(self):
-        if self.lease is not None:
+        # A worker's slot lease travels with its batch (fastload.sources.handoff); a lease
+        # of a buffer of this process cannot.
+        if self.lease is not None and not getattr(self.lease, "travels", False):
             raise TypeError("a HostBatch holding a reused buffer cannot leave its process")
-        return HostBatch, (self.images, self.labels, self.indices, self.epoch, self.skipped)
+        return HostBatch, (self.images, self.labels, self.indices, self.epoch, self.skipped, self.lease)

@@ -9,6 +9,7 @@ import torch
 from ..config import LoaderConfig
 from ..sampler import EpochRequests, ShardedBatchSampler
 from .fetch import BatchFetcher
+from .handoff import SlotTable
 from .inflight import InFlight
 from .process import ProcessSource, WorkerOptions
 from .start import worker_start_method
@@ -57,7 +58,10 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
 
         fetcher: BatchFetcher = EncodingFetcher(samples, cfg.seed, cfg.on_error, inflight, gpu)
     else:
-        fetcher = BatchFetcher(samples, cfg.seed, cfg.on_error, inflight)
+        # A worker has at most prefetch_factor batches in flight, and one is being copied
+        # out of its slot; one more slot spares a fresh buffer when a copy-out lags.
+        slots = SlotTable(workers, cfg.prefetch_factor + 2) if workers > 0 and not threads else None
+        fetcher = BatchFetcher(samples, cfg.seed, cfg.on_error, inflight, slots)
     if threads:
         # prefetch_factor means what it means for processes: batches ahead per worker.
         # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.

@@ -21,6 +21,7 @@ from ..sampleplan import plannable
 from ..sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
 from .batched import Prepared, prepare
+from .handoff import SlotTable
 from .inflight import InFlight
 
 MAX_REPLACEMENTS = 10
@@ -78,10 +79,14 @@ class BatchFetcher(torch.utils.data.Dataset):
         on_error: "raise" (the error names the sample) or "skip" (replace the sample by
             a deterministic random other one, reported with the batch).
         inflight: Table the loading worker marks (for the watchdog and worker deaths).
+        slots: Batch buffers each worker process reuses (see :mod:`.handoff`); None: a new
+            buffer per batch.
     """
 
-    def __init__(self, dataset: Any, seed: int, on_error: str, inflight: InFlight) -> None:
+    def __init__(self, dataset: Any, seed: int, on_error: str, inflight: InFlight,
+                 slots: SlotTable | None = None) -> None:
         self.dataset, self.seed, self.on_error, self.inflight = dataset, seed, on_error, inflight
+        self.slots = slots
         self._writes_in_place = accepts_out(dataset.load)
         self._shape: tuple[int, ...] | None = None  # of one sample, learnt by head()
         self._shape_epoch: int | None = None
@@ -191,8 +196,23 @@ class BatchFetcher(torch.utils.data.Dataset):
         if self._plans:
             self._prepared = prepare(self, request, worker)
         loaded = self.head(request, worker)
-        images = batch_buffer(len(indices), loaded[0].image.shape, pin=pin)
-        rows = images.numpy()
+        shape = (len(indices), *loaded[0].image.shape)
+        if self.slots is None or get_worker_info() is None:
+            return self._fill(request, loaded, batch_buffer(shape[0], shape[1:], pin=pin), worker)
+        images, lease = self.slots.buffer(worker, shape)
+        try:
+            batch = self._fill(request, loaded, images, worker)
+        except BaseException:
+            if lease is not None:  # never sent: the slot is free again
+                self.slots.free(worker, lease.slot)
+            raise
+        batch.lease = lease
+        return batch
+
+    def _fill(self, request: BatchRequest, loaded: list[Loaded], images: torch.Tensor, worker: int) -> HostBatch:
+        """The batch of ``request`` in ``images``: the ``loaded`` head copied in, the rest loaded
+        straight into their rows."""
+        indices, rows = request.indices, images.numpy()
         for j, item in enumerate(loaded):
             put(rows[j], item, self.dataset)
         for j in range(len(loaded), len(indices)):

@@ -21,6 +21,7 @@ from . import deaths
 from .inflight import InFlight
 from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
+from .handoff import detached
 from .indexed import IndexedSource
 
 if TYPE_CHECKING:
@@ -208,8 +209,10 @@ class ProcessSource(IndexedSource):
         self._requests.epoch = epoch
         self._requests.explicit = self.requests(epoch, plan)
         try:
-            yield from worker_batches(start_workers(self._loader, self.options), self.options, self.inflight,
-                                      self.fetcher.dataset, self._closed)
+            # Out of the worker's slot at once (the pin-memory thread has copied a pinned batch).
+            for batch in worker_batches(start_workers(self._loader, self.options), self.options, self.inflight,
+                                        self.fetcher.dataset, self._closed):
+                yield detached(batch)
         except WorkerFailure:
             self.restart()
             raise

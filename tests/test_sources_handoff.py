@@ -1,0 +1,83 @@
+"""Process workers reuse their batch buffers (fastload.sources.handoff): never at the
+expense of a batch the consumer holds, and without losing slots to cut passes or errors."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import fastload as fl
+from fastload.sources.handoff import SlotTable
+
+
+class Pixels(torch.utils.data.Dataset):
+    """Sample i is a 16×16 image of value i % 251; sample 5 fails while ``flag`` exists."""
+
+    def __init__(self, n: int = 40, flag: str | None = None) -> None:
+        self.n, self.flag = n, flag
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == 5 and self.flag is not None and os.path.exists(self.flag):
+            raise ValueError("sample 5 is broken today")
+        return np.full((16, 16, 3), i % 251, np.uint8), i
+
+
+def loader(ds, **kw):
+    kw = {"batch_size": 4, "num_workers": 1, "prefetch_factor": 2, "normalize": False, "device": "cpu",
+          "backend": "process", "start_method": "fork", **kw}
+    return fl.Loader(ds, **kw)
+
+
+def slots(loader: fl.Loader) -> SlotTable:
+    return loader._source.fetcher.slots
+
+
+def test_batches_the_consumer_holds_keep_their_pixels_while_slots_are_reused():
+    with loader(Pixels(), shuffle=True, seed=1, return_index=True) as dl:
+        kept = [(x, idx) for e in range(3) for x, _, idx in (dl.set_epoch(e) or dl)]
+        reused, new = slots(dl).counts
+    assert reused >= 20 and new == 0  # 30 batches in 4 slots
+    for x, idx in kept:
+        expected = (idx % 251).to(torch.uint8).view(-1, 1, 1, 1).expand_as(x)
+        assert torch.equal(x, expected)
+
+
+def test_passes_cut_short_give_their_slots_back():
+    with loader(Pixels()) as dl:
+        for _ in range(6):  # each break leaves batches in flight, dropped unread at the next pass
+            for _ in dl:
+                break
+        assert sum(len(x) for x, _ in dl) == 40
+        reused, new = slots(dl).counts
+    assert new == 0 and reused > 0
+
+
+def test_failed_batches_give_their_slots_back(tmp_path):
+    flag = tmp_path / "broken"
+    flag.touch()
+    with loader(Pixels(flag=str(flag))) as dl:
+        for _ in range(6):
+            with pytest.raises(fl.SampleError, match="sample 5"):
+                list(dl)
+        flag.unlink()
+        assert sum(len(x) for x, _ in dl) == 40
+        reused, new = slots(dl).counts
+    assert new == 0 and reused > 0
+
+
+def test_a_worker_without_a_free_slot_takes_a_new_buffer():
+    table = SlotTable(workers=1, slots=2)
+    a, lease_a = table.buffer(0, (2, 4, 4, 3))
+    b, lease_b = table.buffer(0, (2, 4, 4, 3))
+    c, lease_c = table.buffer(0, (2, 4, 4, 3))
+    assert lease_a is not None and lease_b is not None and lease_c is None
+    assert a.data_ptr() != b.data_ptr() and table.counts == (0, 1)
+    lease_a.release()  # made here, not received: only the receiving process frees a slot
+    assert table.buffer(0, (2, 4, 4, 3))[1] is None
+    table.free(0, lease_a.slot)
+    again, _ = table.buffer(0, (1, 4, 4, 3))
+    assert again.data_ptr() == a.data_ptr() and again.shape == (1, 4, 4, 3) and table.counts == (1, 2)
