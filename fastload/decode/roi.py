@@ -62,6 +62,18 @@ def _import_quietly():
     return nvimgcodec
 
 
+def _interrupt(error: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or SystemExit behind ``error``, if any: pybind11 turns one
+    raised while its module initialises into an ImportError ("initialization failed")."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def module():
     """The nvImageCodec module, imported once per process.
 
@@ -74,6 +86,9 @@ def module():
             try:
                 _module = _import_quietly()
             except ImportError as e:
+                interrupt = _interrupt(e)
+                if interrupt is not None:  # not a missing library: the user pressed Ctrl-C
+                    raise interrupt from None
                 _failed = ImportError(f"region decode needs nvImageCodec: {EXTRA_HINT} ({e})")
         if _failed is not None:
             raise _failed
