@@ -366,7 +366,8 @@ def _torchrun(ranks, *args):
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", "--master_addr=127.0.0.1",
            f"--master_port={_free_port()}", os.path.join(HERE, "resume_worker.py"), *map(str, args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=ENV)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The first lines hold the failing rank's own error; the last, torchrun's summary.
+    assert proc.returncode == 0, proc.stderr[:4000] + "\n[...]\n" + proc.stderr[-1500:]
 
 
 def _read(out, name, ranks):

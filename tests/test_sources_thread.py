@@ -158,6 +158,8 @@ def test_ctrl_c_exits_promptly(folder):
     import sys
 
     script = (
+        "import faulthandler, signal\n"
+        "faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it hangs, if it does\n"
         "import fastload as fl\n"
         f"ds = fl.ImageFolder({folder!r}, transform=fl.transforms.train(64))\n"
         "loader = fl.Loader(ds, batch_size=4, num_workers=2, device='cpu', backend='thread')\n"
@@ -173,6 +175,13 @@ def test_ctrl_c_exits_promptly(folder):
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     start = time.monotonic()
-    _, err = proc.communicate(timeout=20)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"Ctrl-C did not stop the loop; its threads:\n{err}")
     assert time.monotonic() - start < 5, "took too long to stop"
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
