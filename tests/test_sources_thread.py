@@ -163,6 +163,9 @@ def test_ctrl_c_exits_promptly(folder):
         "import fastload as fl\n"
         f"ds = fl.ImageFolder({folder!r}, transform=fl.transforms.train(64))\n"
         "loader = fl.Loader(ds, batch_size=4, num_workers=2, device='cpu', backend='thread')\n"
+        "for _ in range(2):  # Ctrl-C in the steady state, after first-use imports and region decodes\n"
+        "    for _ in loader:\n"
+        "        pass\n"
         "print('started', flush=True)\n"
         "while True:\n"
         "    for _ in loader:\n"
@@ -179,7 +182,7 @@ def test_ctrl_c_exits_promptly(folder):
         _, err = proc.communicate(timeout=20)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGUSR1)
-        time.sleep(1.0)
+        time.sleep(3.0)
         proc.kill()
         _, err = proc.communicate()
         pytest.fail(f"Ctrl-C did not stop the loop; its threads:\n{err}")
