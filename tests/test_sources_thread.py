@@ -160,6 +160,8 @@ def test_ctrl_c_exits_promptly(folder):
     script = (
         "import faulthandler, signal\n"
         "faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it hangs, if it does\n"
+        # What a terminal gives: a job started with `&` by a script inherits SIGINT ignored.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import fastload as fl\n"
         f"ds = fl.ImageFolder({folder!r}, transform=fl.transforms.train(64))\n"
         "loader = fl.Loader(ds, batch_size=4, num_workers=2, device='cpu', backend='thread')\n"
