@@ -204,7 +204,7 @@ class BatchFetcher(torch.utils.data.Dataset):
             batch = self._fill(request, loaded, images, worker)
         except BaseException:
             if lease is not None:  # never sent: the slot is free again
-                self.slots.free(worker, lease.slot)
+                self.slots.free(worker, lease.slot, lease.owner)
             raise
         batch.lease = lease
         return batch

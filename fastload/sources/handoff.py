@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ import torch
 from ..batch import HostBatch
 from ..collate import alloc_batch
 
-FREE, BUSY = 0, 1
+FREE = 0  # a busy slot holds the pid of the worker process that lent it
 _REUSED, _NEW = -2, -1  # counter columns after the flags: batches in a reused slot, in a new buffer
 
 #: The tables of this process, by id: a lease that arrives from a worker finds its table here.
@@ -79,18 +80,21 @@ class SlotTable:
                 storage = self._buffers[k] = torch.UntypedStorage._new_shared(nbytes)
             else:
                 row[_REUSED] += 1
-            row[k] = BUSY
+            row[k] = os.getpid()
             images = torch.empty(0, dtype=torch.uint8).set_(storage, 0, tuple(int(s) for s in shape))
-            return images, SlotLease(self.id, worker, k)
+            return images, SlotLease(self.id, worker, k, row[k])
         row[_NEW] += 1
         return alloc_batch(shape), None
 
-    def free(self, worker: int, slot: int) -> None:
-        self._rows[worker, slot] = FREE
+    def free(self, worker: int, slot: int, owner: int) -> None:
+        """Frees the slot if process ``owner`` still holds it: a late release of a batch of a
+        dead worker must not free the slot its successor (same worker number) has lent since."""
+        if self._rows[worker, slot] == owner:
+            self._rows[worker, slot] = FREE
 
 
 class SlotLease:
-    """Worker ``worker``'s slot ``slot`` of table ``table_id``, lent with one batch.
+    """Worker ``worker``'s slot ``slot`` of table ``table_id``, lent with one batch by process ``owner``.
 
     Only the copy that arrives in the main process frees the slot: on :meth:`release`,
     or when it is collected unreleased (its batch was dropped unread).
@@ -98,12 +102,12 @@ class SlotLease:
 
     travels = True  # a HostBatch may carry this lease to another process
 
-    def __init__(self, table_id: str, worker: int, slot: int, received: bool = False) -> None:
-        self.table_id, self.worker, self.slot = table_id, worker, slot
+    def __init__(self, table_id: str, worker: int, slot: int, owner: int, received: bool = False) -> None:
+        self.table_id, self.worker, self.slot, self.owner = table_id, worker, slot, int(owner)
         self._open = received
 
-    def __reduce__(self) -> tuple[Any, tuple[str, int, int, bool]]:
-        return SlotLease, (self.table_id, self.worker, self.slot, True)
+    def __reduce__(self) -> tuple[Any, tuple[str, int, int, int, bool]]:
+        return SlotLease, (self.table_id, self.worker, self.slot, self.owner, True)
 
     def release(self, event: Any = None) -> None:
         if not self._open:
@@ -113,7 +117,7 @@ class SlotLease:
             event.synchronize()
         table = _TABLES.get(self.table_id)
         if table is not None:
-            table.free(self.worker, self.slot)
+            table.free(self.worker, self.slot, self.owner)
 
     def __del__(self) -> None:
         try:
