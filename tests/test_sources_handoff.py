@@ -57,6 +57,16 @@ def test_passes_cut_short_give_their_slots_back():
     assert new == 0 and reused > 0
 
 
+def test_workers_started_each_pass_start_with_free_slots():
+    with loader(Pixels(), persistent_workers=False) as dl:
+        for _ in range(4):  # batches in flight die with their workers, unread
+            for _ in dl:
+                break
+        assert sum(len(x) for x, _ in dl) == 40
+        reused, new = slots(dl).counts
+    assert new == 0 and reused > 0
+
+
 def test_failed_batches_give_their_slots_back(tmp_path):
     flag = tmp_path / "broken"
     flag.touch()

@@ -51,6 +51,12 @@ class SlotTable:
         table.share_memory_()  # before any numpy view: see fastload/storage.py
         self._setup(uuid.uuid4().hex, table)
 
+    def renewed(self) -> SlotTable:
+        """A table of the same size with every slot free, for a new generation of workers (slots
+        the old one lost with a killed worker or an unread batch are not carried over)."""
+        workers, columns = self._rows.shape
+        return SlotTable(workers, columns - 2)
+
     def _setup(self, table_id: str, table: torch.Tensor) -> None:
         self.id, self._table, self._rows = table_id, table, table.numpy()
         self._buffers: dict[int, torch.UntypedStorage] = {}  # this worker's slots, by number
@@ -82,7 +88,7 @@ class SlotTable:
                 row[_REUSED] += 1
             row[k] = os.getpid()
             images = torch.empty(0, dtype=torch.uint8).set_(storage, 0, tuple(int(s) for s in shape))
-            return images, SlotLease(self.id, worker, k, row[k])
+            return images, SlotLease(self.id, worker, k, os.getpid())
         row[_NEW] += 1
         return alloc_batch(shape), None
 

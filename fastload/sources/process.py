@@ -208,6 +208,8 @@ class ProcessSource(IndexedSource):
             raise RuntimeError(CLOSED)
         self._requests.epoch = epoch
         self._requests.explicit = self.requests(epoch, plan)
+        if not self.options.persistent:
+            self._renew_slots()  # new workers each pass
         try:
             # Out of the worker's slot at once (the pin-memory thread has copied a pinned batch).
             for batch in worker_batches(start_workers(self._loader, self.options), self.options, self.inflight,
@@ -222,9 +224,14 @@ class ProcessSource(IndexedSource):
         after one of them died)."""
         if self._loader is not None:
             deaths.retire(self.inflight)
+            self._renew_slots()
             holder = [self._loader]
             self._loader = self._new_loader()
             drop_in_background(holder)
+
+    def _renew_slots(self) -> None:
+        if self.fetcher.slots is not None:
+            self.fetcher.slots = self.fetcher.slots.renewed()
 
     def close(self) -> None:
         """Shuts the workers down; returns within a few seconds even if one is stuck."""
