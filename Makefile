@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,roi,remote]'
 	@# Real photographs for benchmarks, the demo and quality tests (data files only: no deps).
 	$(PY) -m pip install -q --no-deps -c constraints.txt scikit-image
+	@# The references the tests compare pixels and policies with (test-only, pure-Python parts:
+	@# torchvision's wheel is a CUDA build, so no deps; tests/refs.py stubs its compiled ops).
+	$(PY) -m pip install -q --no-deps -c constraints.txt torchvision timm
 	@touch $(STAMP)
 
 demo: $(STAMP)
