@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import torch
 
+from .views import Images, batch_len, map_images
+
 
 class Lease(Protocol):
     """A reused host buffer lent to the consumer; ``release`` gives it back."""
@@ -53,7 +55,8 @@ class HostBatch:
     """One uint8 batch in host memory, as a batch source produced it.
 
     Attributes:
-        images: uint8 N×H×W×C.
+        images: uint8 N×H×W×C, or a tuple of them, one per view, for a multi-view transform
+            (:mod:`fastload.views`).
         labels: The targets: int64 N for int labels, else N×... of the targets' dtype
             (see :mod:`fastload.targets`).
         indices: int64 N, the dataset index each row holds (after replacements).
@@ -62,7 +65,7 @@ class HostBatch:
         lease: Set when ``images`` is a reused buffer: see :meth:`release`.
     """
 
-    images: torch.Tensor
+    images: Images
     labels: torch.Tensor
     indices: torch.Tensor
     epoch: int
@@ -70,7 +73,7 @@ class HostBatch:
     lease: Lease | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
-        return int(self.images.shape[0])
+        return batch_len(self.images)
 
     def release(self, event: Any = None) -> None:
         """Gives a reused buffer back: now, or once ``event`` (recorded after its copy) completes.
@@ -84,7 +87,8 @@ class HostBatch:
     def pin_memory(self) -> HostBatch:
         """A copy in pinned memory (torch DataLoader's pin-memory thread calls this); this
         batch's buffer is released, the copy owns its memory."""
-        pinned = dataclasses.replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory(),
+        pinned = dataclasses.replace(self, images=map_images(torch.Tensor.pin_memory, self.images),
+                                     labels=self.labels.pin_memory(),
                                      indices=self.indices.pin_memory(), lease=None)
         self.release()
         return pinned

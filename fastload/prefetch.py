@@ -25,6 +25,7 @@ import torch
 from .batch import HostBatch
 from .config import resolve_device
 from .normalize import Normalizer
+from .views import batch_len, each, nbytes, same_memory, to_device
 
 __all__ = ["CudaPrefetcher", "Normalizer", "Stats"]
 
@@ -60,7 +61,7 @@ class Stats:
 class _Queued:
     """A batch whose copy and normalization are queued on the side stream."""
 
-    images: torch.Tensor
+    images: torch.Tensor | list[torch.Tensor]  # a list: one per view
     labels: torch.Tensor
     indices: torch.Tensor | None  # a host copy, when asked for
     extras: tuple  # what a user's batch carried after (images, labels), passed through
@@ -78,7 +79,7 @@ def as_host_batch(item: Any) -> tuple[HostBatch, tuple]:
     if not isinstance(item, (tuple, list)) or len(item) < 2:
         raise TypeError(f"CudaPrefetcher takes HostBatch or (uint8 images, labels, ...) items, got {type(item).__name__}")
     images, labels = item[0], item[1]
-    n = int(images.shape[0])
+    n = batch_len(images)
     return HostBatch(images, torch.as_tensor(labels), torch.full((n,), -1, dtype=torch.int64), -1), tuple(item[2:])
 
 
@@ -86,7 +87,8 @@ class CudaPrefetcher:
     """Overlaps host-to-device copies and normalization with the consumer's work.
 
     Iterates over ``iterable`` of HostBatches, or of (uint8 N×H×W×C images, labels[, lease])
-    tuples, and yields (images, labels) on ``device`` — (images, labels, indices) with
+    tuples, and yields (images, labels) on ``device`` (images: a list of N×C×H×W tensors, one
+    per view, for multi-view batches) — (images, labels, indices) with
     ``indices``, the indices staying on the host. On a CPU device it normalizes synchronously.
 
     Args:
@@ -146,18 +148,18 @@ class CudaPrefetcher:
         for batch, extras in source:
             # Labels are copied: they may live in a reused buffer (tiny, so always).
             try:
-                out = self.normalizer(batch.images.to(self.device)), batch.labels.to(self.device, copy=True)
+                out = self.normalizer(to_device(batch.images, self.device)), batch.labels.to(self.device, copy=True)
             except BaseException:
                 batch.release()
                 raise
             if self.indices:
                 out += (batch.indices.clone(),)
-            if out[0].data_ptr() != batch.images.data_ptr():
+            if not same_memory(out[0], batch.images):
                 batch.release()  # normalization copied the pixels: the buffer can be rewritten
             yield out + extras
 
     def _enqueue(self, batch: HostBatch, extras: tuple) -> _Queued:
-        if not batch.images.is_pinned():
+        if not all(t.is_pinned() for t in each(batch.images)):
             self.stats.unpinned += 1
             if not self._warned_unpinned:
                 self._warned_unpinned = True
@@ -169,7 +171,7 @@ class CudaPrefetcher:
         try:
             with torch.cuda.stream(self._stream):
                 start.record(self._stream)
-                images = batch.images.to(self.device, non_blocking=True)
+                images = to_device(batch.images, self.device, non_blocking=True)
                 labels = batch.labels.to(self.device, non_blocking=True)
                 copied.record(self._stream)
                 images = self.normalizer(images)
@@ -178,7 +180,7 @@ class CudaPrefetcher:
         finally:
             # Also when normalizing failed: the copy is queued, so the buffer waits for it.
             batch.release(copied)  # a reused host buffer is rewritten only after this copy read it
-        self._timings.append((start, copied, batch.images.numel() * batch.images.element_size()))
+        self._timings.append((start, copied, nbytes(batch.images)))
         return _Queued(images, labels, indices, extras, ready)
 
     def _collect_timings(self) -> None:
@@ -198,7 +200,8 @@ class CudaPrefetcher:
             item = pending.popleft()
             consumer = torch.cuda.current_stream(self.device)
             consumer.wait_event(item.ready)
-            item.images.record_stream(consumer)
+            for view in each(item.images):
+                view.record_stream(consumer)
             item.labels.record_stream(consumer)
             nxt = next(source, None)  # start the next copy before the consumer's step
             if nxt is not None:

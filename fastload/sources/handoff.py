@@ -21,13 +21,13 @@ import math
 import os
 import uuid
 import weakref
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ..batch import HostBatch
 from ..collate import alloc_batch
+from ..views import Images, SampleShape, map_images, shapes
 
 FREE = 0  # a busy slot holds the pid of the worker process that lent it
 _REUSED, _NEW = -2, -1  # counter columns after the flags: batches in a reused slot, in a new buffer
@@ -73,11 +73,13 @@ class SlotTable:
         """(batches built in a reused slot, batches built in a new buffer), all workers."""
         return int(self._rows[:, _REUSED].sum()), int(self._rows[:, _NEW].sum())
 
-    def buffer(self, worker: int, shape: Sequence[int]) -> tuple[torch.Tensor, SlotLease | None]:
+    def buffer(self, worker: int, shape: SampleShape) -> tuple[Images, SlotLease | None]:
         """A uint8 tensor of ``shape`` for worker ``worker``'s next batch: a free slot of its
-        own (with the lease that frees it), else new shared memory (no lease)."""
+        own (with the lease that frees it), else new shared memory (no lease). A tuple of
+        shapes (a multi-view batch) gives a tuple of tensors, one after another in one slot."""
         row = self._rows[worker]
-        nbytes = math.prod(int(s) for s in shape)
+        per_view, multi = shapes(shape), isinstance(shape[0], tuple)
+        nbytes = sum(math.prod(int(s) for s in v) for v in per_view)
         for k in range(row.size - 2):
             if row[k] != FREE:
                 continue
@@ -87,10 +89,14 @@ class SlotTable:
             else:
                 row[_REUSED] += 1
             row[k] = os.getpid()
-            images = torch.empty(0, dtype=torch.uint8).set_(storage, 0, tuple(int(s) for s in shape))
+            views, offset = [], 0
+            for v in per_view:
+                views.append(torch.empty(0, dtype=torch.uint8).set_(storage, offset, tuple(int(s) for s in v)))
+                offset += math.prod(int(s) for s in v)
+            images = tuple(views) if multi else views[0]
             return images, SlotLease(self.id, worker, k, os.getpid())
         row[_NEW] += 1
-        return alloc_batch(shape), None
+        return (tuple(alloc_batch(v) for v in per_view) if multi else alloc_batch(shape)), None
 
     def free(self, worker: int, slot: int, owner: int) -> None:
         """Frees the slot if process ``owner`` still holds it: a late release of a batch of a
@@ -137,8 +143,7 @@ def detached(batch: HostBatch) -> HostBatch:
     itself when its images are its own."""
     if not isinstance(getattr(batch, "lease", None), SlotLease):
         return batch
-    images = alloc_batch(batch.images.shape, pin=False)
-    images.copy_(batch.images)
+    images = map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), batch.images)
     own = dataclasses.replace(batch, images=images, lease=None)
     batch.release()
     return own

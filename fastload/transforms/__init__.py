@@ -20,6 +20,7 @@ from ..resize import Crop, resize  # noqa: F401  (resize: re-exported)
 from .adapters import Albumentations, albumentations
 from .compose import Compose, DecodeSteps, as_compose, takes_rng
 from .crops import CenterCrop, CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizedCenterCrop
+from .multiview import MultiView, ViewSteps
 from .presets import eval, train  # noqa: A004
 
 __all__ = [
@@ -27,10 +28,12 @@ __all__ = [
     "Compose",
     "Crop",
     "DecodeSteps",
+    "MultiView",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
     "ResizedCenterCrop",
+    "ViewSteps",
     "albumentations",
     "eval",
     "takes_rng",
