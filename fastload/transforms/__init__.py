@@ -22,6 +22,8 @@ from .compose import Compose, DecodeSteps, as_compose, takes_rng
 from .crops import CenterCrop, CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizedCenterCrop
 from .multiview import MultiView, ViewSteps
 from .presets import eval, train  # noqa: A004
+from .random_apply import RandomApply
+from .ssl import dino
 
 __all__ = [
     "CenterCrop",
@@ -29,12 +31,14 @@ __all__ = [
     "Crop",
     "DecodeSteps",
     "MultiView",
+    "RandomApply",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
     "ResizedCenterCrop",
     "ViewSteps",
     "albumentations",
+    "dino",
     "eval",
     "takes_rng",
     "train",
