@@ -93,11 +93,6 @@ def contiguous(image: Any) -> Any:
     return map_images(np.ascontiguousarray, image)
 
 
-def handed_out(images: Any) -> Any:
-    """The device stage's form: a tensor, or a list of tensors (one per view)."""
-    return list(images) if is_views(images) else images
-
-
 def to_device(images: Images, device: torch.device, non_blocking: bool = False) -> Images:
     """``images`` (each view) copied to ``device`` (no copy when already there)."""
     return map_images(lambda t: t.to(device, non_blocking=non_blocking), images)

@@ -12,7 +12,7 @@ from fastload.batch import HostBatch
 from fastload.collate import fast_collate
 from fastload.datasets.base import sample_rng
 from fastload.decode import costs, get_decoder, plan, read_header, roi
-from fastload.resize import Crop
+from fastload.resize import PHASE_TOL, Crop, phase_error
 from fastload.sources import ring
 from fastload.sources.handoff import SlotTable
 
@@ -128,9 +128,11 @@ def test_a_dct_scaled_decode_serves_every_view_within_the_crop_tolerance(planner
     for i, data in enumerate(photo_jpegs((600, 1200), 1, seed=9)):
         steps = mv.plan_decode(data, dec, sample_rng(0, 0, i))
         scaled += steps.plan.scale < 1
-        for c in steps.crops:  # a DCT scale only where every crop keeps MIN_RATIO of its output
-            assert min(c.height / c.out_h, c.width / c.out_w) * float(steps.plan.scale) >= plan.MIN_RATIO \
-                or steps.plan.scale == 1
+        s = float(steps.plan.scale)
+        for c in steps.crops:  # a DCT scale only where every crop keeps MIN_RATIO of its output, at its exact phase
+            assert s == 1 or min(c.height / c.out_h, c.width / c.out_w) * s >= plan.MIN_RATIO
+            assert s == 1 or max(phase_error(c.top * s, c.height * s / c.out_h),
+                                 phase_error(c.left * s, c.width * s / c.out_w)) <= PHASE_TOL
         got = mv.decode(data, dec, sample_rng(0, 0, i))
         want = mv(dec.decode(data), sample_rng(0, 0, i))
         diffs += [np.abs(x.astype(np.int16) - y).mean() for x, y in zip(got, want)]
