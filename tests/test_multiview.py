@@ -332,3 +332,46 @@ def test_single_view_batches_are_unchanged(root):
     with fl.Loader(fl.ImageFolder(root, transform=T.train(32)), batch_size=4, device="cpu") as loader:
         x, _ = next(iter(loader))
     assert isinstance(x, torch.Tensor) and x.shape == (4, 3, 32, 32)
+
+
+# ---- DINO's preset (its photometric ops are fastload.transforms.color's) ------------------
+
+
+def _dino(**kw):
+    pytest.importorskip("fastload.transforms.color", reason="fl.transforms.dino needs fastload.transforms.color")
+    return T.dino(**kw)
+
+
+def test_dino_follows_dinos_recipe():
+    mv = _dino(n_local=8)
+    assert mv.num_views == 10 and mv.counts == (1, 1, 8)
+    (g1, g2, local) = [p.transforms for p in mv.pipelines]
+    assert [t.size for t in (g1[0], g2[0], local[0])] == [(224, 224), (224, 224), (96, 96)]
+    assert g1[0].scale == g2[0].scale == (0.4, 1.0) and local[0].scale == (0.05, 0.4)
+    names = [[type(t).__name__ for t in ts] for ts in (g1, g2, local)]
+    assert names[0][1:4] == ["RandomHorizontalFlip", "RandomApply", "RandomGrayscale"] == names[2][1:4]
+    assert names[1] == names[0] + ["RandomSolarize"] and g2[-1].threshold == 128 and g2[-1].p == 0.2
+    jitter = g1[2].transforms.transforms[0]
+    assert g1[2].p == 0.8 and type(jitter).__name__ == "ColorJitter" and jitter.hue == (-0.1, 0.1)
+    assert g1[3].p == 0.2
+    assert [ts[4].p for ts in (g1, g2, local)] == [1.0, 0.1, 0.5]  # the blur's probability per kind of view
+    assert _dino(n_local=0).num_views == 2
+    with pytest.raises(ValueError, match="n_local"):
+        _dino(n_local=-1)
+
+
+def test_a_dino_training_loop(root):
+    transform = _dino(global_size=64, local_size=32, n_local=4)
+    got = []
+    for backend, workers in (("thread", 1), ("process", 2)):
+        with fl.Loader(fl.ImageFolder(root, transform=transform), batch_size=8, device="cpu", seed=4,
+                       backend=backend, num_workers=workers) as loader:
+            batches = [([v.clone() for v in views], y.clone()) for views, y in loader]
+        assert len(batches) == 3
+        for views, y in batches:
+            assert len(views) == 6 and y.dtype == torch.int64
+            assert [tuple(v.shape[1:]) for v in views] == [(3, 64, 64)] * 2 + [(3, 32, 32)] * 4
+            assert all(v.dtype == torch.float32 and v.is_contiguous(memory_format=torch.channels_last)
+                       and torch.isfinite(v).all() for v in views)
+        got.append(batches)
+    _same(got[0], got[1])  # jitter, grayscale, blur, solarize: drawn from (seed, epoch, index) too
