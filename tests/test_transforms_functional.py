@@ -65,6 +65,7 @@ GEOMETRY_CASES = [
     ("rotate", {"angle": 23.0, "interpolation": BILINEAR, "fill": 77.6}),
     ("affine", {"angle": 0.0, "translate": [12, -7], "scale": 1.0, "shear": [0.0, 0.0]}),
     ("affine", {"angle": 0.0, "translate": [-100, 300], "scale": 1.0, "shear": [0.0, 0.0], "fill": 9}),
+    ("affine", {"angle": 0.0, "translate": [2.5, -1.5], "scale": 1.0, "shear": [0.0, 0.0]}),  # half-pixel ties
     ("affine", {"angle": 0.0, "translate": [0, 0], "scale": 1.0, "shear": [16.7, 0.0], "center": [0, 0]}),
     ("affine", {"angle": 0.0, "translate": [0, 0], "scale": 1.0, "shear": [0.0, -44.7], "center": [0, 0]}),
     ("affine", {"angle": 20.0, "translate": [3, 4], "scale": 0.8, "shear": [5.0, 7.0], "fill": 100}),
