@@ -51,7 +51,7 @@ COLOR_CASES = [
     *[("adjust_hue", {"hue_factor": f}) for f in (-0.5, -0.23, -0.01, 0.0, 0.07, 0.31, 0.5)],
     *[("adjust_sharpness", {"sharpness_factor": f}) for f in (0.0, 0.1, 0.6, 1.0, 1.37, 1.99)],
     *[("posterize", {"bits": b}) for b in (0, 1, 3, 4, 6, 7, 8)],
-    *[("solarize", {"threshold": t}) for t in (0, 1, 100.5, 128, 200.2, 255)],
+    *[("solarize", {"threshold": t}) for t in (0, 1, 100.5, 128, 200.2, 255, 255 * 0.6666666865348816)],
     ("autocontrast", {}), ("equalize", {}), ("invert", {}),
     ("rgb_to_grayscale", {"num_output_channels": 1}), ("rgb_to_grayscale", {"num_output_channels": 3}),
 ]
@@ -65,6 +65,7 @@ GEOMETRY_CASES = [
     ("rotate", {"angle": 23.0, "interpolation": BILINEAR, "fill": 77.6}),
     ("affine", {"angle": 0.0, "translate": [12, -7], "scale": 1.0, "shear": [0.0, 0.0]}),
     ("affine", {"angle": 0.0, "translate": [-100, 300], "scale": 1.0, "shear": [0.0, 0.0], "fill": 9}),
+    ("affine", {"angle": 0.0, "translate": [2.5, -1.5], "scale": 1.0, "shear": [0.0, 0.0]}),  # half-pixel ties
     ("affine", {"angle": 0.0, "translate": [0, 0], "scale": 1.0, "shear": [16.7, 0.0], "center": [0, 0]}),
     ("affine", {"angle": 0.0, "translate": [0, 0], "scale": 1.0, "shear": [0.0, -44.7], "center": [0, 0]}),
     ("affine", {"angle": 20.0, "translate": [3, 4], "scale": 0.8, "shear": [5.0, 7.0], "fill": 100}),

@@ -15,6 +15,7 @@ import numpy as np
 from ._utils import apply_lut, check_image, contiguous, like
 
 _LEVELS = np.arange(256, dtype=np.float32)
+_RAMP = np.arange(256, dtype=np.uint8).reshape(1, 256)
 _GRAY_WEIGHTS = np.array([[0.2989, 0.587, 0.114]], dtype=np.float32)
 # cv2 rounds to nearest; torchvision truncates. Shifting by just under half a level before
 # OpenCV's rounding gives the truncation (but for values within 1e-3 below an integer).
@@ -25,6 +26,22 @@ def _factor(value: float, name: str) -> np.float32:
     if value < 0:
         raise ValueError(f"{name} must be non-negative, got {value!r}")
     return np.float32(value)
+
+
+def _scale_levels(img: np.ndarray, scale: np.float32, offset: np.float32) -> np.ndarray:
+    """trunc(clamp(level * scale + offset)) per pixel, in torchvision's float32 order.
+
+    The exact answer is a 256-entry table. One cv2.addWeighted pass is twice as fast as
+    cv2.LUT but rounds its own way, which differs where a value lands on an integer (with
+    scale 0.1, many do): so the fused pass is tried on the 256 levels first and used on
+    the image only if it gives the table.
+    """
+    table = np.clip(_LEVELS * scale + offset, 0, 255).astype(np.uint8)
+    fused = cv2.addWeighted(_RAMP, float(scale), _RAMP, 0.0, float(offset) + _TRUNCATE)
+    if np.array_equal(fused.ravel(), table):
+        src = contiguous(img)
+        return like(cv2.addWeighted(src, float(scale), src, 0.0, float(offset) + _TRUNCATE), img)
+    return apply_lut(img, table)
 
 
 def _gray_floor(img: np.ndarray) -> np.ndarray:
@@ -56,10 +73,8 @@ def rgb_to_grayscale(inpt: np.ndarray, num_output_channels: int = 1) -> np.ndarr
 def adjust_brightness(inpt: np.ndarray, brightness_factor: float) -> np.ndarray:
     """Multiplies every level by ``brightness_factor`` (>= 0)."""
     check_image(inpt, rgb_or_gray=True)
-    f = float(_factor(brightness_factor, "brightness_factor"))
-    src = contiguous(inpt)
-    # One fused multiply-add pass (cv2.LUT is 2x slower here); see _TRUNCATE.
-    return like(cv2.addWeighted(src, f, src, 0.0, _TRUNCATE), inpt)
+    f = _factor(brightness_factor, "brightness_factor")
+    return _scale_levels(inpt, f, np.float32(0.0))
 
 
 def adjust_contrast(inpt: np.ndarray, contrast_factor: float) -> np.ndarray:
@@ -67,10 +82,7 @@ def adjust_contrast(inpt: np.ndarray, contrast_factor: float) -> np.ndarray:
     c = check_image(inpt, rgb_or_gray=True)
     f = _factor(contrast_factor, "contrast_factor")
     mean = np.float32(cv2.mean(_gray_floor(inpt) if c == 3 else contiguous(inpt))[0])
-    # A table in torchvision's float32 order: with factors like 0.1 many blends land on
-    # integers, where a differently rounded fused pass would be one level off.
-    table = _LEVELS * f + mean * np.float32(1.0 - float(f))
-    return apply_lut(inpt, np.clip(table, 0, 255).astype(np.uint8))
+    return _scale_levels(inpt, f, mean * np.float32(1.0 - float(f)))
 
 
 def adjust_saturation(inpt: np.ndarray, saturation_factor: float) -> np.ndarray:
@@ -134,8 +146,8 @@ def solarize(inpt: np.ndarray, threshold: float) -> np.ndarray:
         raise TypeError(f"threshold must be at most 255 for uint8 images, got {threshold!r}")
     src = contiguous(inpt)
     # 255 where level >= threshold (levels are ints: >= t is > ceil(t) - 1), then XOR:
-    # 255 ^ x == 255 - x.
-    _, mask = cv2.threshold(src, math.ceil(threshold) - 1, 255, cv2.THRESH_BINARY)
+    # 255 ^ x == 255 - x. torch compares with the threshold in float32: 170.000005 is 170.
+    _, mask = cv2.threshold(src, math.ceil(float(np.float32(threshold))) - 1, 255, cv2.THRESH_BINARY)
     return like(cv2.bitwise_xor(src, mask), inpt)
 
 
@@ -156,13 +168,16 @@ def autocontrast(inpt: np.ndarray) -> np.ndarray:
     c = check_image(inpt, rgb_or_gray=True)
     if inpt.size == 0:
         return inpt
-    src = contiguous(inpt).reshape(inpt.shape[0], inpt.shape[1], c)
+    src = contiguous(inpt)
+    ranges = [cv2.minMaxLoc(plane)[:2] for plane in (cv2.split(src) if c > 1 else [src.reshape(src.shape[:2])])]
+    if all(lo == 0 and hi == 255 for lo, hi in ranges) or all(lo == hi for lo, hi in ranges):
+        return inpt  # already spanning 0-255 (common in photos), or flat: unchanged
     tables = np.empty((256, c), np.uint8)
-    for i in range(c):
-        lo, hi = cv2.minMaxLoc(src[:, :, i] if c > 1 else src[:, :, 0])[:2]
+    for i, (lo, hi) in enumerate(ranges):
         if hi == lo:
             tables[:, i] = np.arange(256)
             continue
+        # torchvision's float32 order: (level - min) / ((max - min) / 255).
         inv_scale = np.float32(hi - lo) * np.float32(1.0 / 255)
         tables[:, i] = np.clip((_LEVELS - np.float32(lo)) / inv_scale, 0, 255).astype(np.uint8)
     return apply_lut(inpt, tables if c > 1 else tables[:, 0])
