@@ -375,3 +375,32 @@ def test_a_dino_training_loop(root):
                        and torch.isfinite(v).all() for v in views)
         got.append(batches)
     _same(got[0], got[1])  # jitter, grayscale, blur, solarize: drawn from (seed, epoch, index) too
+
+
+def test_webdataset_shards_make_views_too(tmp_path, monkeypatch):
+    pytest.importorskip("webdataset")
+    from wds_servers import write_shards
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    write_shards(tmp_path / "data", [5, 7], size=(60, 80))
+    ds = fl.WebDataset(str(tmp_path / "data" / "shard-{000000..000001}.tar"), multicrop(n_global=1, n_local=2))
+    by_sample = []
+    for workers in (1, 2):  # batches are per worker slot: compare the views sample by sample
+        with fl.Loader(ds, batch_size=4, device="cpu", seed=3, num_workers=workers) as loader:
+            batches = [([v.clone() for v in views], y.clone()) for views, y in loader]
+        assert [tuple(v.shape[1:]) for v in batches[0][0]] == [(3, 64, 64), (3, 32, 32), (3, 32, 32)]
+        by_sample.append({int(t): [v[j] for v in views] for views, y in batches for j, t in enumerate(y)})
+    assert sorted(by_sample[0]) == list(range(12)) and sorted(by_sample[1]) == list(range(12))
+    for n, views in by_sample[0].items():
+        assert all(torch.equal(a, b) for a, b in zip(views, by_sample[1][n])), n
+
+
+def test_views_are_resized_straight_into_their_batch_rows(root):
+    """Past the head of a pass (loaded beside its batch to learn the shapes), every view is
+    resized into its row and flipped there: no copy."""
+    mv = multicrop(n_global=2, n_local=3)
+    with fl.Loader(fl.ImageFolder(root, transform=mv), batch_size=8, num_workers=1, backend="thread",
+                   device="cpu") as loader:
+        n = sum(len(y) for _, y in loader)
+        copies = loader._source.copies
+    assert n == 20 and copies == 2 * mv.num_views, copies  # the head: the 2 samples that agree on the shapes
