@@ -52,6 +52,16 @@ def test_views_have_the_sizes_and_counts_asked():
     assert all(v.dtype == np.uint8 for v in views)
 
 
+def test_a_view_without_a_crop_planner_gets_the_whole_image():
+    img = make_image(6, 480, 640)
+    data = jpeg_bytes(img)
+    mv = T.MultiView([T.train(32), [T.RandomHorizontalFlip(1.0)]])
+    dec = get_decoder()
+    views = mv.decode(data, dec, sample_rng(0, 0, 1))
+    assert [v.shape for v in views] == [(32, 32, 3), (480, 640, 3)]
+    assert np.array_equal(views[1], dec.decode(data)[:, ::-1])  # a full-size decode, flipped
+
+
 def test_crops_lie_within_the_image_at_the_scales_asked():
     """Every crop inside the image; each kind of view's areas distributed as torchvision's
     RandomResizedCrop draws them for its scale range (quantiles within 0.03 of the image)."""

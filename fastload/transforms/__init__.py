@@ -18,6 +18,9 @@ Augmentations with torchvision v2's names, arguments and pixels: the operations 
 RandomSolarize, GaussianBlur (:mod:`.color`), RandomCrop, RandomVerticalFlip
 (:mod:`.geometry`), RandAugment, TrivialAugmentWide, AutoAugment, AugMix
 (:mod:`.auto_augment`).
+
+Several views of each image, out of one planned decode (self-supervised recipes):
+:class:`MultiView`, and DINO's multi-crop :func:`dino`.
 """
 
 from __future__ import annotations
