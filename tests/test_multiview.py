@@ -414,3 +414,9 @@ def test_views_are_resized_straight_into_their_batch_rows(root):
         n = sum(len(y) for _, y in loader)
         copies = loader._source.copies
     assert n == 20 and copies == 2 * mv.num_views, copies  # the head: the 2 samples that agree on the shapes
+
+
+def test_gpu_decode_refuses_views_naming_the_cpu_path(root, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")  # past the device check, to the transforms'
+    with pytest.raises(ValueError, match=r"decode='gpu' runs RandomResizedCrop.*MultiView"):
+        fl.Loader(fl.ImageFolder(root, transform=multicrop()), batch_size=4, device="cpu", decode="gpu")
