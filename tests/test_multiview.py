@@ -348,7 +348,6 @@ def test_single_view_batches_are_unchanged(root):
 
 
 def _dino(**kw):
-    pytest.importorskip("fastload.transforms.color", reason="fl.transforms.dino needs fastload.transforms.color")
     return T.dino(**kw)
 
 

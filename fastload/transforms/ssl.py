@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .color import ColorJitter, GaussianBlur, RandomGrayscale, RandomSolarize
 from .compose import Compose
 from .crops import RandomHorizontalFlip, RandomResizedCrop
 from .multiview import MultiView
@@ -13,15 +14,6 @@ from .random_apply import RandomApply
 #: DINO's blur: sigma drawn in (0.1, 2.0) (its PIL radius), kernel wide enough for 2.0 (±5.5 sigma).
 BLUR_KERNEL = 23
 BLUR_SIGMA = (0.1, 2.0)
-
-
-def _photometric() -> Any:
-    try:
-        from . import color
-    except ImportError as e:  # the ops are fastload.transforms.color's
-        raise ImportError("fl.transforms.dino needs fastload.transforms.color (ColorJitter, RandomGrayscale, "
-                          "GaussianBlur, RandomSolarize)") from e
-    return color
 
 
 def dino(global_size: int = 224, local_size: int = 96, n_local: int = 8,
@@ -56,16 +48,15 @@ def dino(global_size: int = 224, local_size: int = 96, n_local: int = 8,
     """
     if isinstance(n_local, bool) or not isinstance(n_local, int) or n_local < 0:
         raise ValueError(f"n_local must be an int >= 0, got {n_local!r}")
-    color = _photometric()
 
     def view(size: int, scale: Sequence[float], blur: float, solarize: float = 0.0) -> Compose:
         ts: list[Any] = [RandomResizedCrop(size, scale=scale, antialias=antialias), RandomHorizontalFlip(0.5),
-                         RandomApply([color.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
-                         color.RandomGrayscale(0.2)]
+                         RandomApply([ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+                         RandomGrayscale(0.2)]
         if blur > 0:
-            ts.append(RandomApply([color.GaussianBlur(BLUR_KERNEL, BLUR_SIGMA)], p=blur))
+            ts.append(RandomApply([GaussianBlur(BLUR_KERNEL, BLUR_SIGMA)], p=blur))
         if solarize > 0:
-            ts.append(color.RandomSolarize(128, p=solarize))
+            ts.append(RandomSolarize(128, p=solarize))
         return Compose(ts, reduced_decode)
 
     pipelines = [view(global_size, global_scale, 1.0), view(global_size, global_scale, 0.1, 0.2)]
