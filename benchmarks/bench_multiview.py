@@ -143,7 +143,7 @@ def main() -> None:
     for batches in pipelines.values():
         if hasattr(batches, "close"):
             batches.close()
-    report("multiview", args, {"recipe": args.recipe, "local": args.local, "batch_size": bs, "workers": workers,
+    report("bench_multiview", args, {"recipe": args.recipe, "local": args.local, "batch_size": bs, "workers": workers,
                                "photos": photo_set_record(root),
                                "images_per_s": {k: median(v) for k, v in rates.items()},
                                "images_per_cpu_s": {k: median(v) for k, v in per_cpu.items()}})
