@@ -52,6 +52,22 @@ def test_views_have_the_sizes_and_counts_asked():
     assert all(v.dtype == np.uint8 for v in views)
 
 
+@pytest.mark.parametrize("backend", ["opencv", "pillow"])
+def test_decoders_the_planner_does_not_cost_serve_every_view(backend):
+    """OpenCV and Pillow decode at a power-of-2 scale: the one that serves the largest
+    view's crop serves them all (the same pixels as cropping a full decode, to the
+    reduced decode's tolerance)."""
+    dec = get_decoder(backend)
+    mv = T.MultiView([T.train(192, scale=(0.4, 1)), T.train(24, scale=(0.05, 0.4))], counts=[1, 3])
+    diffs = []
+    for i, data in enumerate(photo_jpegs((600, 900), 1, seed=12)[:6]):
+        views = mv.decode(data, dec, sample_rng(0, 0, i))
+        assert [v.shape for v in views] == [(192, 192, 3)] + [(24, 24, 3)] * 3
+        want = mv(dec.decode(data), sample_rng(0, 0, i))
+        diffs += [np.abs(x.astype(np.int16) - y).mean() for x, y in zip(views, want)]
+    assert np.mean(diffs) <= 1.5 and np.max(diffs) <= 5, (np.mean(diffs), np.max(diffs))
+
+
 def test_a_view_without_a_crop_planner_gets_the_whole_image():
     img = make_image(6, 480, 640)
     data = jpeg_bytes(img)
