@@ -97,5 +97,7 @@ def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = N
     rows = images.numpy()
     for i, (img, _) in enumerate(samples):
         write_row(rows[i], img, f"fast_collate sample {i}")
-    labels = np.fromiter((label for _, label in samples), dtype=np.int64, count=len(samples))
-    return images, torch.from_numpy(labels)
+    # Pinned like the images: a pageable labels copy would wait for the device's stream.
+    labels = alloc_batch((len(samples),), torch.int64, pin=pin)
+    labels.numpy()[:] = np.fromiter((label for _, label in samples), dtype=np.int64, count=len(samples))
+    return images, labels

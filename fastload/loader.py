@@ -86,6 +86,8 @@ class Loader(DataLoaderAttributes):
         # Epochs asked for through loader.sampler / batch_sampler, or the DistributedSampler given.
         self._epoch_requests = EpochRequests(keywords.distributed)
         self.device = resolve_device(cfg.device)
+        # A GPU not named by index is this process's, re-read at each pass (see _follow_device).
+        self._device_follows = self.device.type == "cuda" and (cfg.device is None or torch.device(cfg.device).index is None)
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
         self.num_workers = int(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
@@ -173,6 +175,15 @@ class Loader(DataLoaderAttributes):
             self.rank, self.world_size = rank, world_size
             self._rebuild_source()
 
+    def _follow_device(self) -> None:
+        """An unindexed CUDA device follows the process's GPU: Lightning and torchrun scripts
+        may build the Loader before ``torch.cuda.set_device`` (issue 26, item 1)."""
+        if self._device_follows:
+            device = resolve_device(self.config.device)
+            if device != self.device:
+                self.device = device
+                self._prefetcher.set_device(device)
+
     def __len__(self) -> int:
         """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""
         if not self._closed:
@@ -184,6 +195,7 @@ class Loader(DataLoaderAttributes):
             raise RuntimeError("Loader is closed")
         self._end_pass()
         self._follow_rank()
+        self._follow_device()
         self._adopt_sampler_epoch()
         position, plan = self._progress.start_pass()
         self._skips.new_pass()

@@ -21,6 +21,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(cuda)
 
 
+@pytest.fixture
+def sim(monkeypatch, request):
+    """Simulated GPUs for this test: the CUDA stream simulator of tests/cudasim."""
+    from cudasim import simulated
+
+    yield from simulated(monkeypatch, request)
+
+
 def children() -> set[int]:
     """Live child processes of this one (earlier tests may leave some behind: compare sets)."""
     me, pids = str(os.getpid()), set()

@@ -1,13 +1,9 @@
 """The real Loader(device="cuda") on simulated GPUs (tests/cudasim): every scenario must
 run race-free and hand out the CPU path's batches, on the devices it says."""
 
-import gc
 
 import pytest
 import torch
-
-import fastload as fl
-from cudasim import sim  # noqa: F401  (the fixture)
 from cudasim.scenes import expected, loader, read_on_consumer
 
 BACKENDS = ["thread", "process"]
@@ -80,3 +76,22 @@ def test_several_gpus_in_one_process(sim):
             assert torch.equal(xa.cpu(), xb.cpu())
     with pytest.raises(RuntimeError, match="same device"):
         xa + xb  # the simulator refuses what CUDA refuses
+
+
+def test_a_copy_failing_mid_batch_keeps_its_buffer_until_the_queued_copy_ran(sim):
+    """Defect 2: the labels' copy fails after the images' copy was queued; the ring slot
+    must not be rewritten before that images copy has read it."""
+    copies = []
+
+    def labels_of_the_third_batch(src):
+        copies.append(src.dtype)
+        return src.dtype == torch.int64 and copies.count(torch.int64) == 3
+
+    sim.fail_copy = labels_of_the_third_batch
+    with loader("thread", device="cuda", n=64, prefetch_factor=1) as ld:
+        with pytest.raises(torch.cuda.OutOfMemoryError, match="injected"):
+            for x, y in ld:
+                read_on_consumer(x, y)
+        sim.fail_copy = None
+        for x, y in ld:  # the next pass rewrites the ring's slots
+            read_on_consumer(x, y)

@@ -80,7 +80,7 @@ class GpuDecodeStage:
         if on_skipped is not None:
             self._on_skipped = (weakref.WeakMethod(on_skipped) if hasattr(on_skipped, "__self__")
                                 else lambda: on_skipped)
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._stream: Any = None  # made at the first pass, on the device of that pass
         self._decoder: BatchDecoder | None = None
         self._held: deque[tuple[Any, list]] = deque()  # (ready, keep) of the batches queued
         self._closed = False
@@ -91,7 +91,9 @@ class GpuDecodeStage:
             raise RuntimeError("GpuDecodeStage is closed")
         if self._decoder is None:
             self._decoder = BatchDecoder(self.device)
-        outputs = self._cpu(iter(iterable)) if self._stream is None else self._cuda(iter(iterable))
+        if self.device.type == "cuda" and self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        outputs = self._cpu(iter(iterable)) if self.device.type != "cuda" else self._cuda(iter(iterable))
         asked = since = time.perf_counter()
         for out in outputs:
             # The wait: from the consumer's request (the end of its step) to the hand-over.
@@ -102,6 +104,15 @@ class GpuDecodeStage:
             since = now
             yield out
             asked = time.perf_counter()
+
+    def set_device(self, device: torch.device) -> None:
+        """Decodes the next passes on ``device`` (the Loader follows the process's GPU)."""
+        if device == self.device:
+            return
+        if self._stream is not None:
+            self._stream.synchronize()
+        self._held.clear()
+        self.device, self._stream, self._decoder = device, None, None
 
     def _cpu(self, source: Iterator[EncodedBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
         for batch in source:

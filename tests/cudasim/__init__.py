@@ -8,7 +8,7 @@ reuses freed blocks as PyTorch's does, ``record_stream`` included (:mod:`cudasim
 and a happens-before detector (:mod:`cudasim.clocks`) reports every pair of accesses that
 no wait orders, naming both. It proves ordering, never speed.
 
-Use the ``sim`` fixture (``from cudasim import sim``): the test fails at teardown if any
+Use the ``sim`` fixture (tests/conftest.py): the test fails at teardown if any
 race was reported, unless it took them with ``sim.take_races()``.
 """
 
@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import gc
 
-import pytest
-
 from .device import ACTIVE, Simulator
 from .patch import install
 from .tensor import SimTensor
 
-__all__ = ["SimTensor", "Simulator", "install", "sim", "take_races"]
+__all__ = ["SimTensor", "Simulator", "install", "simulated", "take_races"]
 
 
 def take_races(simulator: Simulator) -> list[str]:
@@ -36,9 +34,9 @@ def take_races(simulator: Simulator) -> list[str]:
 Simulator.take_races = take_races  # type: ignore[attr-defined]
 
 
-@pytest.fixture
-def sim(monkeypatch, request):
-    """A two-GPU simulator installed for this test (``@pytest.mark.sim(devices=..., seed=...)``)."""
+def simulated(monkeypatch, request):
+    """The ``sim`` fixture's body (tests/conftest.py): a simulator installed for one test,
+    two GPUs unless ``@pytest.mark.sim(devices=..., seed=...)`` says otherwise."""
     marker = request.node.get_closest_marker("sim")
     simulator = install(monkeypatch, **(marker.kwargs if marker else {}))
     try:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .clocks import HOST, Access, Clock, Location
+from .clocks import Access, Clock, Location
 from .memory import CachingAllocator, PinnedHost
 
 ACTIVE: list[Simulator] = []  # the installed simulator (events are made without one in hand)
@@ -127,6 +127,7 @@ class Simulator:
         self.pageable_copies: Counter = Counter()  # stream agent → copies that synchronized the host
         self.launches: Counter = Counter()  # host thread name → kernels and copies it enqueued
         self.touched: set[int] = set()  # devices on which anything was enqueued
+        self.fail_copy: Any = None  # fault injection: fail_copy(source) true → that copy raises an OOM
         self._tls = threading.local()
         ACTIVE.append(self)
         self.defaults = {i: SimStream(i, name="default") for i in range(devices)}

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .device import ACTIVE, SimEvent, SimStream, Simulator
-from .tensor import ORIGINAL, SimTensor, new_on, kernel, to_device
+from .tensor import ORIGINAL, SimTensor, kernel, new_on, to_device
 
 FACTORIES = ("empty", "zeros", "ones", "full", "tensor", "as_tensor", "arange", "randint", "rand", "randn")
 

@@ -158,6 +158,8 @@ def to_device(src: torch.Tensor, device: torch.device, non_blocking: bool, dtype
     if not isinstance(src, SimTensor):
         if device.type != "cuda":
             return ORIGINAL["to"](src, device, non_blocking=non_blocking, copy=copy, **kw)
+        if sim.fail_copy is not None and sim.fail_copy(src):
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated, injected) copying {describe(src)}")
         data = ORIGINAL["to"](src, copy=True, **kw)
         stream = sim.current_stream(device)
         out = new_on(data, device, stream, "host-to-device copy")

@@ -1,0 +1,69 @@
+"""The defects of issue 26, each shown on simulated GPUs (tests/cudasim) or on the CPU."""
+
+import numpy as np
+import torch
+from cudasim.scenes import loader, read_on_consumer
+
+from fastload.collate import fast_collate
+from fastload.config import resolve_device
+from fastload.prefetch import CudaPrefetcher
+
+
+def _device_batches(n=6):
+    """A user's iterable whose batches are made on the GPU, by kernels on the current stream."""
+    for i in range(n):
+        x = torch.randint(0, 256, (4, 12, 10, 3), dtype=torch.uint8, device="cuda")
+        yield x, torch.arange(4, device="cuda") + i
+
+
+def test_3_inputs_already_on_the_device_are_waited_for_and_kept(sim):
+    out = [read_on_consumer(x, y) for x, y in CudaPrefetcher(_device_batches(), device="cuda")]
+    assert len(out) == 6
+
+
+def test_4_pageable_labels_do_not_synchronize_their_copy(sim):
+    rng = np.random.default_rng(0)
+    samples = [[(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8), j) for j in range(4)] for _ in range(5)]
+    user = [(fast_collate(s)[0], torch.from_numpy(np.arange(4))) for s in samples]  # pinned images, pageable labels
+    prefetcher = CudaPrefetcher(user, device="cuda")
+    for x, y in prefetcher:
+        read_on_consumer(x, y)
+    assert prefetcher.stats.unpinned == 0
+    assert sum(sim.pageable_copies.values()) == 0, sim.pageable_copies
+
+
+def test_4_fast_collate_pins_its_labels_with_its_images(sim):
+    images, labels = fast_collate([(np.zeros((4, 4, 3), np.uint8), 3)] * 2, pin=True)
+    assert images.is_pinned() and labels.is_pinned() and labels.tolist() == [3, 3]
+
+
+def test_1_the_loader_of_a_ddp_rank_uses_its_local_gpu(sim, monkeypatch):
+    """LOCAL_RANK=1, the Loader built before set_device: current_device() still says 0."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert torch.cuda.current_device() == 0
+    with loader(device=None) as ld:
+        assert ld.device == torch.device("cuda", 1)
+        for x, y in ld:
+            assert x.device == y.device == torch.device("cuda", 1)
+            with torch.cuda.device(1):
+                read_on_consumer(x, y)
+    assert sim.touched == {1}  # nothing ran on GPU 0: no context, no stream there
+    assert resolve_device("cuda") == torch.device("cuda", 1)
+    assert resolve_device("cuda:0") == torch.device("cuda", 0)  # an index given is kept
+
+
+def test_1_an_unindexed_device_follows_set_device_at_each_pass(sim):
+    with loader(device="cuda") as ld:
+        assert ld.device == torch.device("cuda", 0)
+        torch.cuda.set_device(1)  # e.g. Lightning, after the user built the loader
+        try:
+            devices = {x.device for x, _ in ld}
+        finally:
+            torch.cuda.set_device(0)
+        assert devices == {torch.device("cuda", 1)} and ld.device == torch.device("cuda", 1)
+    with loader(device="cuda:0") as pinned_to_0:
+        torch.cuda.set_device(1)
+        try:
+            assert {x.device for x, _ in pinned_to_0} == {torch.device("cuda", 0)}
+        finally:
+            torch.cuda.set_device(0)
