@@ -67,3 +67,29 @@ def test_1_an_unindexed_device_follows_set_device_at_each_pass(sim):
             assert {x.device for x, _ in pinned_to_0} == {torch.device("cuda", 0)}
         finally:
             torch.cuda.set_device(0)
+
+
+class _Event:
+    """A copy's event that completes only when waited on; the waits are logged."""
+
+    def __init__(self, name, waits):
+        self.name, self.waits, self.done = name, waits, False
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.waits.append(self.name)
+        self.done = True
+
+
+def test_5_the_ring_waits_on_the_oldest_pending_copy():
+    from fastload.sources.ring import BufferRing
+
+    ring = BufferRing(3, (2, 2, 2, 3), pin=False)
+    assert [ring.acquire(None) for _ in range(3)] == [0, 1, 2]
+    waits = []
+    for slot in (1, 0, 2):  # slot 1's copy was queued first
+        ring.release(slot, _Event(f"copy of slot {slot}", waits))
+    assert ring.acquire(None) == 1
+    assert waits == ["copy of slot 1"]
