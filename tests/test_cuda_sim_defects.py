@@ -10,10 +10,15 @@ from fastload.prefetch import CudaPrefetcher
 
 
 def _device_batches(n=6):
-    """A user's iterable whose batches are made on the GPU, by kernels on the current stream."""
+    """A user's iterable whose batches are made on the GPU by kernels on its own stream, and
+    handed over ready on the current stream (PyTorch's convention)."""
+    producer = torch.cuda.Stream()
     for i in range(n):
-        x = torch.randint(0, 256, (4, 12, 10, 3), dtype=torch.uint8, device="cuda")
-        yield x, torch.arange(4, device="cuda") + i
+        with torch.cuda.stream(producer):
+            x = torch.randint(0, 256, (4, 12, 10, 3), dtype=torch.uint8, device="cuda")
+            y = torch.arange(4, device="cuda") + i
+        torch.cuda.current_stream().wait_stream(producer)
+        yield x, y  # dropped at the next one: its block goes back to the producer's stream
 
 
 def test_3_inputs_already_on_the_device_are_waited_for_and_kept(sim):

@@ -29,7 +29,7 @@ def test_consumer_drops_each_batch_at_once(sim, backend):
     with loader(backend, device="cuda", n=48) as ld:
         for _ in range(2):
             for x, y in ld:
-                x.mul(2)  # read by one kernel, then dropped: the block goes back at once
+                x.mul(2), y.add(1)  # read by one kernel each, then dropped: the blocks go back at once
                 del x, y
     assert sim.allocator.reused > 0  # blocks were reused, so the test could see a wrong reuse
 

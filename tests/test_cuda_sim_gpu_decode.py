@@ -1,0 +1,68 @@
+"""Loader(decode="gpu") on simulated GPUs, nvImageCodec replaced by tests/cudasim/decoder.py."""
+
+import os
+
+import pytest
+import torch
+
+import fastload as fl
+from conftest import jpeg_bytes, make_image
+from cudasim import decoder
+from cudasim.scenes import read_on_consumer
+from fastload.decode import roi
+
+pytestmark = pytest.mark.skipif(not roi.available(), reason="the stand-in decoder uses nvImageCodec's CPU backend")
+
+
+@pytest.fixture
+def photos(tmp_path, monkeypatch):
+    return make_photos(tmp_path, monkeypatch)
+
+
+def make_photos(tmp_path, monkeypatch):
+    """A small ImageFolder of JPEGs, and the stand-in decoder patched in."""
+    os.makedirs(tmp_path / "a")
+    for i in range(24):
+        (tmp_path / "a" / f"{i:02d}.jpg").write_bytes(jpeg_bytes(make_image(i, 60 + 3 * i, 80 + 2 * i)))
+    monkeypatch.setattr("fastload.gpudecode.stage.BatchDecoder", decoder.decoder)
+    return fl.ImageFolder(str(tmp_path), fl.transforms.train(32, reduced_decode=False))
+
+
+def gpu_loader(ds, **kw):
+    opts = dict(decode="gpu", batch_size=6, num_workers=2, shuffle=True, seed=0, stall_warning=0, device="cuda")
+    opts.update(kw)
+    return fl.Loader(ds, **opts)
+
+
+def test_gpu_decode_batches_are_read_safely_and_equal_the_cpu_stand_in(sim, photos, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    with gpu_loader(photos, device="cpu", normalize=False) as cpu:
+        want = [x.clone() for x, _ in cpu]
+    got = []
+    with gpu_loader(photos, normalize=False) as ld:
+        for x, y in ld:
+            assert x.device == torch.device("cuda", 0)
+            read_on_consumer(x, y)
+            got.append(x.cpu())
+    assert len(got) == len(want)
+    for g, w in zip(got, want):  # the CUDA path resizes in float32, rounded once: within a level
+        assert (g.float() - w.float()).abs().mean() <= 1.0
+
+
+def test_gpu_decode_consumer_drops_each_batch(sim, photos):
+    with gpu_loader(photos) as ld:
+        for _ in range(2):
+            for x, y in ld:
+                x.mul(2), y.add(1)
+                del x, y
+    assert sim.allocator.reused > 0
+
+
+def test_gpu_decode_of_a_ddp_rank_runs_on_its_gpu(sim, photos, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with gpu_loader(photos, device=None) as ld:
+        for x, y in ld:
+            assert x.device == torch.device("cuda", 1)
+            with torch.cuda.device(1):
+                read_on_consumer(x, y)
+    assert sim.touched == {1}
