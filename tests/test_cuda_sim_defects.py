@@ -1,6 +1,7 @@
 """The defects of issue 26, each shown on simulated GPUs (tests/cudasim) or on the CPU."""
 
 import numpy as np
+import pytest
 import torch
 from cudasim.scenes import loader, read_on_consumer
 
@@ -98,3 +99,44 @@ def test_5_the_ring_waits_on_the_oldest_pending_copy():
         ring.release(slot, _Event(f"copy of slot {slot}", waits))
     assert ring.acquire(None) == 1
     assert waits == ["copy of slot 1"]
+
+
+def test_6_the_tuner_takes_cudnn_and_cublas_allocation_failures_as_out_of_memory(sim, monkeypatch):
+    import gc
+
+    from fastload.tune.model import try_batch
+
+    order = []
+    monkeypatch.setattr(gc, "collect", lambda *a: order.append("gc.collect") or 0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: order.append("empty_cache"))
+    for message in ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+                    "`cublasCreate(handle)`"):
+        def step(bs, message=message):
+            raise RuntimeError(message)
+
+        assert try_batch(step, 8, lambda: order.append("release"), torch.device("cuda", 0)) is False
+    assert order == ["release", "gc.collect", "empty_cache"] * 2  # cycles freed before the cache is emptied
+
+    def broken(bs):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        try_batch(broken, 8, lambda: None, torch.device("cuda", 0))
+
+
+def test_6_the_largest_batch_leaves_room_for_what_the_loader_keeps_on_the_gpu(sim):
+    from fastload.tune.model import largest_batch, loader_device_bytes, try_batch
+
+    per_sample, size = 3 * 32 * 32 * 4 * 6, 32  # the step's activations, in bytes per sample
+    sim.allocator.capacity = 2000 * per_sample
+    device = torch.device("cuda", 0)
+
+    def step(bs):
+        torch.empty(bs * per_sample, dtype=torch.uint8, device=device)
+
+    def fits(bs):
+        return try_batch(step, bs, lambda: None, device, loader_device_bytes(bs, size))
+
+    best = largest_batch(fits, 8)
+    assert best > 0 and best * per_sample + loader_device_bytes(best, size) <= sim.allocator.capacity
+    assert largest_batch(lambda bs: try_batch(step, bs, lambda: None, device), 8) > best  # without the reserve
