@@ -66,3 +66,37 @@ def test_gpu_decode_of_a_ddp_rank_runs_on_its_gpu(sim, photos, monkeypatch):
             with torch.cuda.device(1):
                 read_on_consumer(x, y)
     assert sim.touched == {1}
+
+
+def test_7_the_training_thread_launches_no_decode_work(sim, photos):
+    """The decoder call and its per-row kernels run on the stage's own thread: the training
+    thread only waits for each batch's event (one launch per batch in the simulator's count)."""
+    with gpu_loader(photos) as ld:
+        batches = 0
+        sim.launches.clear()
+        for x, _ in ld:
+            batches += 1
+        training = sim.launches["MainThread"] / batches
+    print(f"launches per batch: training thread {training:.1f}, all {sum(sim.launches.values()) / batches:.1f}")
+    assert training <= 1.0, sim.launches
+
+
+def test_rows_the_decoder_refuses_are_loaded_on_the_cpu_and_copied_safely(sim, photos, monkeypatch):
+    monkeypatch.setattr(decoder.StandInDecoder, "refuse", frozenset({0, 3}))
+    with gpu_loader(photos) as ld:
+        for _ in range(2):
+            for x, y in ld:
+                read_on_consumer(x, y)
+        assert ld._prefetcher.fallbacks == 2 * 2 * 4  # two rows of each of 4 batches, twice
+
+
+def test_8_device_memory_counts_the_decoders_own_pool(sim, photos, monkeypatch):
+    """The flat-memory check of test_gpu_decode.py reads the driver's count (mem_get_info),
+    which holds nvImageCodec's buffers; memory_reserved() does not see a leak there."""
+    from conftest import device_memory_per_epoch
+
+    monkeypatch.setattr(decoder.StandInDecoder, "leak", 2**20)  # a decoder keeping 1 MiB per batch
+    with gpu_loader(photos, normalize=False) as ld:
+        memory = device_memory_per_epoch(ld, 3)
+    outside = [used - reserved for used, reserved in memory]  # what memory_reserved() cannot see
+    assert outside[2] - outside[1] == 4 * 2**20  # 4 batches an epoch

@@ -4,7 +4,8 @@ Decodes with nvImageCodec's CPU backend (the pixels the tests compare), then wri
 image on the stream the stage passed as ``cuda_stream``, as the GPU decoder's kernels
 would. Its own memory pool lives outside torch's allocator, as nvImageCodec's does: it is
 counted by ``torch.cuda.mem_get_info`` and not by ``memory_reserved``; ``leak`` grows it by
-that many bytes per batch (a decoder that keeps its buffers).
+that many bytes per batch (a decoder that keeps its buffers); ``refuse`` names rows it
+gives back as None (for the stage's CPU fall-back).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def decoder(device: torch.device, threads: int = 0) -> Any:
 
 class StandInDecoder:
     leak = 0  # bytes the pool grows per batch
+    refuse: frozenset = frozenset()  # encoded rows (by position in the batch) it cannot decode
 
     def __init__(self, device: torch.device, threads: int = 0) -> None:
         self.device, self.sim = ACTIVE[-1].device(device), ACTIVE[-1]
@@ -44,8 +46,8 @@ class StandInDecoder:
             raise RuntimeError(f"decoder of {self.device} handed a stream of {stream.device}")
         tensors, keep = self._cpu.decode(batch)
         out = []
-        for t in tensors:
-            if t is None:
+        for r, t in enumerate(tensors):
+            if t is None or r in self.refuse:
                 out.append(None)
                 continue
             image = new_on(t.clone(), self.device, stream, "decoded image")
