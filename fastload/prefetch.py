@@ -6,9 +6,14 @@ Each batch gets its own ``ready`` event: the consumer stream waits for that batc
 (not for everything queued on the side stream, which would make ``depth`` > 1 useless),
 and every handed-over tensor is ``record_stream``-ed on the consumer so the caching
 allocator never reuses its memory while the step still reads it. The host buffer is
-released with the event recorded right after its copy, so a reused buffer is rewritten
-only once the copy has read it. On the CPU the same numerics and layout are produced
-synchronously and the buffer is released before the batch is handed out.
+released with the event recorded right after its copy (also when a copy fails after
+another was queued), so a reused buffer is rewritten only once the copy has read it.
+Pageable labels are pinned first (their copy would otherwise wait for the side stream);
+inputs already on a GPU are read only after the side stream waited for the stream that
+made them. The stream is made at the first pass, on the device of that pass. On the CPU
+the same numerics and layout are produced synchronously and the buffer is released
+before the batch is handed out. ``tests/cudasim`` proves this ordering without a GPU
+(docs/guides/gpu.md).
 """
 
 from __future__ import annotations
