@@ -183,6 +183,7 @@ class Loader(DataLoaderAttributes):
             if device != self.device:
                 self.device = device
                 self._prefetcher.set_device(device)
+                self._rebuild_source()  # its host buffers are pinned for the device
 
     def __len__(self) -> int:
         """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""

@@ -185,10 +185,6 @@ class CudaPrefetcher:
         images, labels = batch.images, batch.labels
         if not images.is_cuda and not images.is_pinned():
             self._warn_unpinned()
-        if not labels.is_cuda and not labels.is_pinned():
-            # Pageable labels (fast_collate's) would make their copy wait for the side stream:
-            # a pinned copy of a few bytes keeps it asynchronous.
-            labels = labels.pin_memory()
         # Inputs already on a GPU were written by their producer's current stream: the side
         # stream waits for that work, and the allocator keeps them until the side stream read them.
         producers = {t.device: torch.cuda.current_stream(t.device) for t in (images, labels) if t.is_cuda}
@@ -196,7 +192,11 @@ class CudaPrefetcher:
         ready = torch.cuda.Event()
         recorded = False
         try:
-            with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream):  # (also the current device: pinning below uses its context)
+                if not labels.is_cuda and not labels.is_pinned():
+                    # Pageable labels (fast_collate's) would make their copy wait for the side
+                    # stream: a pinned copy of a few bytes keeps it asynchronous.
+                    labels = labels.pin_memory()
                 for producer in producers.values():
                     stream.wait_stream(producer)
                 for t in (images, labels):

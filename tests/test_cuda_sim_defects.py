@@ -43,23 +43,24 @@ def test_4_fast_collate_pins_its_labels_with_its_images(sim):
     assert images.is_pinned() and labels.is_pinned() and labels.tolist() == [3, 3]
 
 
-def test_1_the_loader_of_a_ddp_rank_uses_its_local_gpu(sim, monkeypatch):
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_1_the_loader_of_a_ddp_rank_uses_its_local_gpu(sim, monkeypatch, backend):
     """LOCAL_RANK=1, the Loader built before set_device: current_device() still says 0."""
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert torch.cuda.current_device() == 0
-    with loader(device=None) as ld:
+    with loader(backend, device=None) as ld:
         assert ld.device == torch.device("cuda", 1)
         for x, y in ld:
             assert x.device == y.device == torch.device("cuda", 1)
             with torch.cuda.device(1):
                 read_on_consumer(x, y)
-    assert sim.touched == {1}  # nothing ran on GPU 0: no context, no stream there
+    assert sim.contexts == {1}  # nothing ran or was pinned on GPU 0: no context there
     assert resolve_device("cuda") == torch.device("cuda", 1)
     assert resolve_device("cuda:0") == torch.device("cuda", 0)  # an index given is kept
 
 
 def test_1_an_unindexed_device_follows_set_device_at_each_pass(sim):
-    with loader(device="cuda") as ld:
+    with loader("process", device="cuda") as ld:
         assert ld.device == torch.device("cuda", 0)
         torch.cuda.set_device(1)  # e.g. Lightning, after the user built the loader
         try:
@@ -67,6 +68,7 @@ def test_1_an_unindexed_device_follows_set_device_at_each_pass(sim):
         finally:
             torch.cuda.set_device(0)
         assert devices == {torch.device("cuda", 1)} and ld.device == torch.device("cuda", 1)
+        assert sim.contexts == {1}  # the first pass's buffers were pinned for GPU 1 too
     with loader(device="cuda:0") as pinned_to_0:
         torch.cuda.set_device(1)
         try:

@@ -65,7 +65,7 @@ def test_gpu_decode_of_a_ddp_rank_runs_on_its_gpu(sim, photos, monkeypatch):
             assert x.device == torch.device("cuda", 1)
             with torch.cuda.device(1):
                 read_on_consumer(x, y)
-    assert sim.touched == {1}
+    assert sim.contexts == {1}
 
 
 def test_7_the_training_thread_launches_no_decode_work(sim, photos):

@@ -126,7 +126,9 @@ class Simulator:
         self.rng = random.Random(seed) if seed is not None else None
         self.pageable_copies: Counter = Counter()  # stream agent → copies that synchronized the host
         self.launches: Counter = Counter()  # host thread name → kernels and copies it enqueued
-        self.touched: set[int] = set()  # devices on which anything was enqueued
+        # Devices a CUDA context was made on: a launch there, or pinned memory allocated by a
+        # thread whose current device it is (CUDA pins host memory in the current context).
+        self.contexts: set[int] = set()
         self.fail_copy: Any = None  # fault injection: fail_copy(source) true → that copy raises an OOM
         self._tls = threading.local()
         ACTIVE.append(self)
@@ -169,7 +171,7 @@ class Simulator:
             tick = stream.clock.get(stream.agent, 0) + 1
             stream.clock[stream.agent] = tick
             self.launches[threading.current_thread().name] += 1
-            self.touched.add(stream.device.index)
+            self.contexts.add(stream.device.index)
             return tick
 
     def access(self, location: Location, kind: str, stream: SimStream, tick: int, op: str, tensor: str,

@@ -34,7 +34,7 @@ def _factory(name: str, original: Any) -> Any:
         pin = kwargs.pop("pin_memory", False)
         if device is None or torch.device(device).type != "cuda":
             out = original(*args, **kwargs)
-            return sim.pinned.copy_of(out) if pin else out
+            return _pinned(sim, out) if pin else out
         device = sim.device(device)
         data = original(*args, **{**kwargs, "device": "cpu"})
         stream = sim.current_stream(device)
@@ -68,7 +68,12 @@ def _cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
 def _pin_memory(self: torch.Tensor, *args: Any) -> torch.Tensor:
     if isinstance(self, SimTensor):
         raise RuntimeError(f"cannot pin '{self.device}' memory: only dense CPU tensors can be pinned")
-    return ACTIVE[-1].pinned.copy_of(self)
+    return _pinned(ACTIVE[-1], self)
+
+
+def _pinned(sim: Simulator, t: torch.Tensor) -> torch.Tensor:
+    sim.contexts.add(sim.current_device())
+    return sim.pinned.copy_of(t)
 
 
 def _record_stream(self: torch.Tensor, stream: SimStream) -> None:
