@@ -95,3 +95,16 @@ def test_a_copy_failing_mid_batch_keeps_its_buffer_until_the_queued_copy_ran(sim
         sim.fail_copy = None
         for x, y in ld:  # the next pass rewrites the ring's slots
             read_on_consumer(x, y)
+
+
+def test_process_worker_slots_are_reused_and_copied_to_the_gpu_only_from_pinned_copies(sim):
+    """The process backend frees a worker's slot once the pin-memory thread copied the batch
+    out: the host-to-device copies read those pinned copies, never a slot (which would be a
+    pageable, synchronizing copy of memory the worker rewrites)."""
+    with loader("process", device="cuda", n=64) as ld:
+        for _ in range(2):
+            for x, y in ld:
+                read_on_consumer(x, y)
+        reused, new = ld._source.fetcher.slots.counts
+    assert reused > 0
+    assert sum(sim.pageable_copies.values()) == 0 and ld.stats()["unpinned_batches"] == 0

@@ -8,6 +8,12 @@ reuses freed blocks as PyTorch's does, ``record_stream`` included (:mod:`cudasim
 and a happens-before detector (:mod:`cudasim.clocks`) reports every pair of accesses that
 no wait orders, naming both. It proves ordering, never speed.
 
+Why a tensor subclass and module patches rather than a TorchFunctionMode or
+TorchDispatchMode: modes are per thread, and the Loader touches device tensors and pinned
+memory from several (the GPU decode stage's thread, DataLoader's pin-memory thread); a
+subclass carries its device wherever it goes, and patches of ``torch.cuda`` and the
+factories hold in every thread.
+
 Use the ``sim`` fixture (tests/conftest.py): the test fails at teardown if any
 race was reported, unless it took them with ``sim.take_races()``.
 """
