@@ -200,7 +200,7 @@ class CudaPrefetcher:
                 for producer in producers.values():
                     stream.wait_stream(producer)
                 for t in (images, labels):
-                    if t.is_cuda:
+                    if t.is_cuda and t.device == self.device:  # (a copy from another GPU syncs itself)
                         t.record_stream(stream)
                 start.record(stream)
                 images = images.to(self.device, non_blocking=True)
