@@ -100,3 +100,20 @@ def test_8_device_memory_counts_the_decoders_own_pool(sim, photos, monkeypatch):
         memory = device_memory_per_epoch(ld, 3)
     outside = [used - reserved for used, reserved in memory]  # what memory_reserved() cannot see
     assert outside[2] - outside[1] == 4 * 2**20  # 4 batches an epoch
+
+
+def test_close_with_decode_work_in_flight_waits_for_it(sim, photos):
+    ld = gpu_loader(photos)
+    read_on_consumer(*next(iter(ld)))
+    stage = ld._prefetcher
+    ld.close()
+    assert sim.knows(stage._stream)
+
+
+def test_a_decoder_error_on_the_stage_thread_reaches_the_training_loop(sim, photos, monkeypatch):
+    def broken(self, batch, cuda_stream=0):
+        raise MemoryError("decoder pool exhausted")
+
+    monkeypatch.setattr(decoder.StandInDecoder, "decode", broken)
+    with gpu_loader(photos) as ld, pytest.raises(MemoryError, match="pool exhausted"):
+        next(iter(ld))

@@ -43,6 +43,11 @@ def gpu_reads(sim, request):
     gpu_decode.test_gpu_decode_consumer_drops_each_batch(sim, photos)
 
 
+def gpu_closing(sim, request):
+    photos = gpu_decode.make_photos(request.getfixturevalue("tmp_path"), request.getfixturevalue("monkeypatch"))
+    gpu_decode.test_close_with_decode_work_in_flight_waits_for_it(sim, photos)
+
+
 P, G = CudaPrefetcher, GpuDecodeStage
 MUTATIONS = {
     "prefetch: no consumer wait_event": (P, "_cuda", [("consumer.wait_event(item.ready)", "pass")], reads),
@@ -72,6 +77,7 @@ MUTATIONS = {
          "early = torch.cuda.Event(); early.record(self._stream); item = self._decode(batch, self._stream.cuda_stream)"),
         ("item.ready = torch.cuda.Event()", "item.ready = early"),
         ("item.ready.record(self._stream)", "pass")], gpu_reads),
+    "gpu decode: close() without synchronize": (G, "close", [("self._stream.synchronize()", "pass")], gpu_closing),
 }
 
 

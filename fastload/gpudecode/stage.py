@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +37,9 @@ from ..sources.fetch import BatchFetcher, describe, put
 from ..targets import fill
 from .encoded import EncodedBatch
 from .nvdecode import BatchDecoder
+
+
+CLOSE_WAIT_S = 2.0  # close() waits this long for the batch being decoded (a fall-back load may hang)
 
 
 @dataclass
@@ -86,6 +89,7 @@ class GpuDecodeStage:
         self._stream: Any = None  # made at the first pass, on the device of that pass
         self._decoder: BatchDecoder | None = None
         self._executor: ThreadPoolExecutor | None = None  # the thread that decodes and launches (CUDA)
+        self._last: Future | None = None  # the batch it was given last
         self._held: deque[tuple[Any, list]] = deque()  # (ready, keep) of the batches queued
         self._closed = False
 
@@ -135,7 +139,7 @@ class GpuDecodeStage:
                     batch = next(source, None)
                     if batch is None:
                         break
-                    queued.append(worker.submit(self._enqueue, batch))
+                    queued.append(self._submit(worker, batch))
                 if not queued:
                     return
                 item = queued.popleft().result()
@@ -146,7 +150,7 @@ class GpuDecodeStage:
                 if len(queued) < self.depth:
                     nxt = next(source, None)
                     if nxt is not None:
-                        queued.append(worker.submit(self._enqueue, nxt))
+                        queued.append(self._submit(worker, nxt))
                 self._drop_finished()
                 yield self._output(item)
         finally:
@@ -157,6 +161,10 @@ class GpuDecodeStage:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="fastload-gpu-decode")
         return self._executor
+
+    def _submit(self, worker: ThreadPoolExecutor, batch: EncodedBatch) -> Future:
+        self._last = worker.submit(self._enqueue, batch)
+        return self._last
 
     def _enqueue(self, batch: EncodedBatch) -> _Decoded:
         with torch.cuda.stream(self._stream):
@@ -247,7 +255,9 @@ class GpuDecodeStage:
         """Waits for the stream's pending work and drops what it held; idempotent."""
         executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)  # what it started is queued on the stream
+            executor.shutdown(wait=False, cancel_futures=True)
+            if self._last is not None:  # the batch it is on is queued on the stream before the wait below,
+                wait([self._last], timeout=CLOSE_WAIT_S)  # unless a fall-back load is stuck in a sample
         if not self._closed and self._stream is not None:
             self._stream.synchronize()
         self._closed = True
