@@ -87,7 +87,8 @@ class Loader(DataLoaderAttributes):
         self._epoch_requests = EpochRequests(keywords.distributed)
         self.device = resolve_device(cfg.device)
         # A GPU not named by index is this process's, re-read at each pass (see _follow_device).
-        self._device_follows = self.device.type == "cuda" and (cfg.device is None or torch.device(cfg.device).index is None)
+        unindexed = cfg.device is None or torch.device(cfg.device).index is None
+        self._device_follows = self.device.type == "cuda" and unindexed
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
         self.num_workers = int(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"

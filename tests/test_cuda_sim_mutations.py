@@ -74,7 +74,8 @@ MUTATIONS = {
     "gpu decode: no record_stream": (G, "_cuda", [("t.record_stream(consumer)", "pass")], gpu_reads),
     "gpu decode: ready recorded before decoding": (G, "_enqueue", [
         ("item = self._decode(batch, self._stream.cuda_stream)",
-         "early = torch.cuda.Event(); early.record(self._stream); item = self._decode(batch, self._stream.cuda_stream)"),
+         "early = torch.cuda.Event(); early.record(self._stream); "
+         "item = self._decode(batch, self._stream.cuda_stream)"),
         ("item.ready = torch.cuda.Event()", "item.ready = early"),
         ("item.ready.record(self._stream)", "pass")], gpu_reads),
     "gpu decode: close() without synchronize": (G, "close", [("self._stream.synchronize()", "pass")], gpu_closing),

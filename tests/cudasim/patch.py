@@ -123,7 +123,8 @@ def install(monkeypatch: Any, devices: int = 2, seed: int | None = None) -> Simu
     cuda = {
         "is_available": lambda: True, "device_count": lambda: devices, "current_device": sim.current_device,
         "set_device": sim.set_device, "device": _device, "Stream": SimStream, "Event": SimEvent,
-        "stream": _stream, "current_stream": sim.current_stream, "default_stream": lambda d=None: sim.defaults[index(d)],
+        "stream": _stream, "current_stream": sim.current_stream,
+        "default_stream": lambda d=None: sim.defaults[index(d)],
         "set_stream": sim.set_stream, "synchronize": sim.synchronize, "is_initialized": lambda: True,
         "memory_allocated": lambda d=None: alloc.allocated.get(index(d), 0),
         "memory_reserved": lambda d=None: alloc.reserved(index(d)),
