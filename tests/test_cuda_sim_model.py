@@ -102,3 +102,19 @@ def test_the_loader_is_race_free_when_work_completes_in_random_orders(sim, seed)
                 read_on_consumer(x, y)
     assert sim.rng is not None
 
+
+
+GPU_TESTS = ["test_cuda_numerics_match_cpu", "test_cuda_consumer_waits_for_each_batch",
+             "test_cuda_freed_outputs_are_not_reused_while_the_consumer_reads",
+             "test_cuda_reused_host_buffer_waits_for_its_copy",
+             "test_cuda_unpinned_batches_are_counted_and_errors_propagate",
+             "test_cuda_a_failing_normalizer_releases_the_buffer_with_its_copy_event"]
+
+
+@pytest.mark.parametrize("name", GPU_TESTS)
+def test_the_gpu_tests_of_the_prefetcher_pass_on_the_simulator(sim, name):
+    """The tests marked cuda in test_prefetch.py (run by gpu_suite.sh on a GPU), here (but
+    the 50-epoch memory one: 10 s in the simulator; the allocator model is shown above)."""
+    import test_prefetch
+
+    getattr(test_prefetch, name)()

@@ -133,6 +133,7 @@ def install(monkeypatch: Any, devices: int = 2, seed: int | None = None) -> Simu
         "empty_cache": alloc.empty_cache,
         "mem_get_info": lambda d=None: _mem_get_info(sim, index(d)),
         "get_device_name": lambda d=None: f"Simulated GPU {index(d)}",
+        "_sleep": lambda cycles: sim.launch(sim.current_stream(), "_sleep"),  # a long kernel: late anyway
     }
     for name, value in cuda.items():
         monkeypatch.setattr(torch.cuda, name, value)
