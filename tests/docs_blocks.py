@@ -35,6 +35,7 @@ def pages() -> list[str]:
 
 
 def blocks(page: str) -> list[Block]:
+    """The fenced blocks of ``page`` (relative to docs/, or "../README.md")."""
     with open(os.path.join(DOCS, page), encoding="utf-8") as f:
         lines = f.read().split("\n")
     found, i = [], 0

@@ -71,7 +71,8 @@ def test_every_block_is_run_or_marked():
                 raise AssertionError(f"{page}:{b.line}: diff-of goes on a ```diff block")
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if any(b.marker == "diff-of" for b in docs_blocks.blocks(p))])
+@pytest.mark.parametrize("page", [p for p in [*PAGES, "../README.md"]
+                                  if any(b.marker == "diff-of" for b in docs_blocks.blocks(p))])
 def test_diffs_show_the_files_as_they_are(page):
     for b in docs_blocks.blocks(page):
         if b.marker != "diff-of":
