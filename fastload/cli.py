@@ -103,7 +103,10 @@ def _measured() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fastload import __version__
+
     parser = argparse.ArgumentParser(prog="fastload", description="Fast image data loading for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"fastload {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="build a dataset of real photographs and measure the loader on it")
     demo.add_argument("--data", default="data/sample", help="where the sample dataset lives (default: %(default)s)")
