@@ -25,9 +25,13 @@ class Classifier(pl.LightningModule):
     def __init__(self, num_classes: int, lr: float = 0.1):
         super().__init__()
         self.save_hyperparameters()
-        self.net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=4), torch.nn.ReLU(),
-                                       torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                       torch.nn.Linear(16, num_classes))
+        self.net = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, stride=4),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(16, num_classes),
+        )
 
     def forward(self, images):
         return self.net(images)
@@ -63,15 +67,24 @@ def main(argv=None):
     val = fl.ImageFolder(os.path.join(args.data, "val"), transform=fl.transforms.eval(args.image_size))
     train_loader = fl.Loader(train, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, seed=0)
     val_loader = fl.Loader(val, batch_size=args.batch_size, num_workers=args.workers)
-    trainer = pl.Trainer(max_epochs=args.epochs, devices=args.devices, accelerator="auto",
-                         strategy="ddp" if args.devices > 1 else "auto", default_root_dir=args.out,
-                         logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_epochs=args.epochs,
+        devices=args.devices,
+        accelerator="auto",
+        strategy="ddp" if args.devices > 1 else "auto",
+        default_root_dir=args.out,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(Classifier(len(train.classes)), train_dataloaders=train_loader, val_dataloaders=val_loader)
     train_loader.close()
     val_loader.close()
     if trainer.global_rank == 0:
-        print(f"done: {trainer.current_epoch} epochs, val_acc {trainer.callback_metrics['val_acc']:.3f}, "
-              f"checkpoint {trainer.checkpoint_callback.best_model_path}")
+        print(
+            f"done: {trainer.current_epoch} epochs, val_acc {trainer.callback_metrics['val_acc']:.3f}, "
+            f"checkpoint {trainer.checkpoint_callback.best_model_path}"
+        )
 
 
 if __name__ == "__main__":

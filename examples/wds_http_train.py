@@ -51,8 +51,16 @@ def main(argv=None):
 
     out = args.out or tempfile.mkdtemp(prefix="fastload-wds-")
     shards = os.path.join(out, "shards")
-    made = convert(args.folder, shards, "wds", shard_samples=args.shard_samples, workers=args.workers,
-                   verify_output=True, overwrite=True, progress=False)
+    made = convert(
+        args.folder,
+        shards,
+        "wds",
+        shard_samples=args.shard_samples,
+        workers=args.workers,
+        verify_output=True,
+        overwrite=True,
+        progress=False,
+    )
     names = sorted(n for n in os.listdir(shards) if n.endswith(".tar"))
     print(f"converted {made['records']} images into {len(names)} shards at {shards}")
 
@@ -62,14 +70,18 @@ def main(argv=None):
     url = f"http://{host}:{port}/shard-{{000000..{last:06d}}}.tar"
     print(f"serving them at {url}")
     try:
-        dataset = fl.WebDataset(url, transform=fl.transforms.train(args.image_size),
-                                cache_dir=args.cache_dir or os.path.join(out, "cache"))
-        model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=4), torch.nn.ReLU(),
-                                    torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                    torch.nn.Linear(16, len(dataset.classes)))
+        dataset = fl.WebDataset(
+            url, transform=fl.transforms.train(args.image_size), cache_dir=args.cache_dir or os.path.join(out, "cache")
+        )
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, stride=4),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(16, len(dataset.classes)),
+        )
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        with fl.Loader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                       seed=0) as loader:
+        with fl.Loader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, seed=0) as loader:
             model.to(loader.device)
             for epoch in range(args.epochs):
                 seen = 0

@@ -71,10 +71,13 @@ def cmd_info(args: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"decoder {name}: unavailable ({e})")
             continue
-        detail = {"simplejpeg": lambda: f"simplejpeg {dec.version}, libjpeg-turbo bundled",
-                  "turbojpeg": lambda: f"system library {dec.library_file()}"}.get(name)
+        detail = ""
+        if name == "simplejpeg":
+            detail = f"simplejpeg {getattr(dec, 'version', '?')}, libjpeg-turbo bundled, "
+        elif name == "turbojpeg":
+            detail = f"system library {dec.library_file()}, "  # type: ignore[attr-defined]
         strict = "strict" if name in JPEG_BACKENDS else "JPEG not strict"
-        print(f"decoder {name}: ok ({detail() + ', ' if detail else ''}{strict})")
+        print(f"decoder {name}: ok ({detail}{strict})")
     print(f"default decoder: {default_backend()}{_measured()}")
     if roi.available():
         region = f"nvImageCodec {roi.version()} (CPU), for samples known to decode clean"

@@ -52,8 +52,16 @@ def blocks(page: str) -> list[Block]:
             raise ValueError(f"{page}:{start + 1}: unclosed code fence")
         prev = lines[start - 1] if start else ""
         mark = MARKER.match(prev.strip())
-        found.append(Block(page, start + 1, lang, "\n".join(lines[start + 1:j]) + "\n",
-                           mark.group(1) if mark else None, mark.group(2) if mark else None))
+        found.append(
+            Block(
+                page,
+                start + 1,
+                lang,
+                "\n".join(lines[start + 1 : j]) + "\n",
+                mark.group(1) if mark else None,
+                mark.group(2) if mark else None,
+            )
+        )
         i = j + 1
     return found
 
@@ -61,6 +69,9 @@ def blocks(page: str) -> list[Block]:
 def script(page: str) -> str | None:
     """The page's runnable python blocks as one script (one namespace, in page order), each
     block preceded by a comment naming its line; None when the page has none."""
-    parts = [f"# --- {b.page}:{b.line}\n{b.code}" for b in blocks(page) if b.lang in ("python", "py")
-             and b.marker != "notest"]
+    parts = [
+        f"# --- {b.page}:{b.line}\n{b.code}"
+        for b in blocks(page)
+        if b.lang in ("python", "py") and b.marker != "notest"
+    ]
     return "\n".join(parts) if parts else None

@@ -9,9 +9,8 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 import docs_blocks
+import pytest
 from conftest import write_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,9 +21,14 @@ RUNNABLE = [p for p in PAGES if docs_blocks.script(p)]
 
 def _mkdocs(site):
     pytest.importorskip("mkdocs", reason="the docs extra is not installed: make test installs it")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return site
 
@@ -43,8 +47,10 @@ def test_site_builds_strictly_with_every_page(site):
         assert (site / html).exists(), f"{page} was not built"
     assert (site / "benchmarks" / "RESULTS" / "index.html").exists()
     raw = site / "benchmarks" / "results" / "2026-11-24-handoff" / "bench_loader.txt"
-    assert raw.read_bytes() == open(os.path.join(ROOT, "benchmarks", "results", "2026-11-24-handoff",
-                                                 "bench_loader.txt"), "rb").read()
+    assert (
+        raw.read_bytes()
+        == open(os.path.join(ROOT, "benchmarks", "results", "2026-11-24-handoff", "bench_loader.txt"), "rb").read()
+    )
 
 
 def test_api_reference_covers_the_public_api(site):
@@ -71,8 +77,9 @@ def test_every_block_is_run_or_marked():
                 raise AssertionError(f"{page}:{b.line}: diff-of goes on a ```diff block")
 
 
-@pytest.mark.parametrize("page", [p for p in [*PAGES, "../README.md"]
-                                  if any(b.marker == "diff-of" for b in docs_blocks.blocks(p))])
+@pytest.mark.parametrize(
+    "page", [p for p in [*PAGES, "../README.md"] if any(b.marker == "diff-of" for b in docs_blocks.blocks(p))]
+)
 def test_diffs_show_the_files_as_they_are(page):
     for b in docs_blocks.blocks(page):
         if b.marker != "diff-of":
@@ -97,8 +104,11 @@ def workdir(tmp_path_factory):
         for c in range(2):
             for i in range(8):
                 f.write(f"c{c}/{i:03d}.jpg {c}\n")
-    for fmt, dst, extra in (("lmdb", "train.lmdb", {}), ("tfrecord", "train-tfr", {"shards": 2}),
-                            ("wds", "train-wds", {"shard_samples": 5})):
+    for fmt, dst, extra in (
+        ("lmdb", "train.lmdb", {}),
+        ("tfrecord", "train-tfr", {"shards": 2}),
+        ("wds", "train-wds", {"shard_samples": 5}),
+    ):
         convert(str(root / "data" / "train"), str(root / "data" / dst), fmt, workers=1, progress=False, **extra)
     return root
 
@@ -112,10 +122,13 @@ def test_python_blocks_run(page, workdir, tmp_path):
     shutil.copytree(workdir, work)
     script = work / "page.py"
     script.write_text(docs_blocks.script(page))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-           "CUDA_VISIBLE_DEVICES": "", "FASTLOAD_NO_CALIBRATION": "1"}
-    proc = subprocess.run([sys.executable, "page.py"], cwd=work, capture_output=True, text=True, timeout=300,
-                          env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+        "CUDA_VISIBLE_DEVICES": "",
+        "FASTLOAD_NO_CALIBRATION": "1",
+    }
+    proc = subprocess.run([sys.executable, "page.py"], cwd=work, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, f"{page}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 
@@ -125,8 +138,12 @@ def test_site_renders_in_chromium(site, tmp_path):
     if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
         pytest.skip("headless Chromium is not installed (apt-get install chromium; .ci/run installs it)")
     shot = tmp_path / "home.png"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "docs_check.py"), str(site),
-                           "--screenshot", str(shot)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "docs_check.py"), str(site), "--screenshot", str(shot)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"^3 pages ok", proc.stdout, re.M), proc.stdout
     assert shot.exists() and shot.stat().st_size > 10_000  # a rendered page, not a blank one

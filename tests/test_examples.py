@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import write_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,11 +36,19 @@ def _run(cwd, script, *args, ranks=1, timeout=300):
     """stdout + stderr of ``python examples/SCRIPT ARGS`` (under torchrun with ``ranks`` > 1)."""
     launch = [sys.executable]
     if ranks > 1:
-        launch += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}", "--master_addr=127.0.0.1",
-                   f"--master_port={_free_port()}"]
+        launch += [
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={ranks}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={_free_port()}",
+        ]
     cmd = [*launch, os.path.join(HERE, "run_example.py"), os.path.join(EXAMPLES, script), *map(str, args)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-           "FASTLOAD_NO_CALIBRATION": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+        "FASTLOAD_NO_CALIBRATION": "1",
+    }
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
@@ -59,32 +66,91 @@ def test_imagenet_example_ddp_and_resume(data, tmp_path):
     assert len(re.findall(r"Acc@1 [\d.]+ Loss [\d.]+ \(9 images\)", first)) == 4, first[-3000:]
     assert os.path.exists(tmp_path / "checkpoint.pth.tar")
 
-    resumed = _run(tmp_path, "imagenet/main.py", *common, "--epochs", "3", "--resume",
-                   tmp_path / "checkpoint.pth.tar", ranks=2)
+    resumed = _run(
+        tmp_path, "imagenet/main.py", *common, "--epochs", "3", "--resume", tmp_path / "checkpoint.pth.tar", ranks=2
+    )
     assert resumed.count("(epoch 2)") == 2 and "Epoch [1]" not in resumed, resumed[-3000:]
     assert resumed.count("Epoch [2][0/3]") == 2, resumed[-3000:]
 
 
 def test_imagenet_example_one_process_evaluate(data, tmp_path):
-    out = _run(tmp_path, "imagenet/main.py", data, "-a", "tiny", "-b", "4", "-j", "1", "--image-size", "32",
-               "--epochs", "1", "--checkpoint-dir", tmp_path)
+    out = _run(
+        tmp_path,
+        "imagenet/main.py",
+        data,
+        "-a",
+        "tiny",
+        "-b",
+        "4",
+        "-j",
+        "1",
+        "--image-size",
+        "32",
+        "--epochs",
+        "1",
+        "--checkpoint-dir",
+        tmp_path,
+    )
     assert "Epoch [0][0/5]" in out and "(9 images)" in out, out[-3000:]
-    out = _run(tmp_path, "imagenet/main.py", data, "-a", "tiny", "-b", "4", "-j", "1", "--image-size", "32",
-               "--resume", tmp_path / "checkpoint.pth.tar", "--evaluate")
+    out = _run(
+        tmp_path,
+        "imagenet/main.py",
+        data,
+        "-a",
+        "tiny",
+        "-b",
+        "4",
+        "-j",
+        "1",
+        "--image-size",
+        "32",
+        "--resume",
+        tmp_path / "checkpoint.pth.tar",
+        "--evaluate",
+    )
     assert "Epoch" not in out and "(9 images)" in out, out[-3000:]
 
 
 def test_lightning_example_ddp(data, tmp_path):
-    out = _run(tmp_path, "lightning_train.py", data, "--devices", "2", "-b", "4", "-j", "1", "--image-size", "32",
-               "--out", tmp_path / "logs", ranks=2)
+    out = _run(
+        tmp_path,
+        "lightning_train.py",
+        data,
+        "--devices",
+        "2",
+        "-b",
+        "4",
+        "-j",
+        "1",
+        "--image-size",
+        "32",
+        "--out",
+        tmp_path / "logs",
+        ranks=2,
+    )
     assert "Starting with 2 processes" in out, out[-3000:]
     # 18 samples, 2 ranks, batch 4: 3 steps per rank and epoch, 2 epochs: step 6 in the name.
     assert re.search(r"done: 2 epochs, val_acc [\d.]+, checkpoint .*epoch=1-step=6\.ckpt", out), out[-3000:]
 
 
 def test_wds_http_example(data, tmp_path):
-    out = _run(tmp_path, "wds_http_train.py", os.path.join(data, "train"), "--out", tmp_path, "--shard-samples", "5",
-               "-b", "4", "-j", "2", "--image-size", "32", "--epochs", "2")
+    out = _run(
+        tmp_path,
+        "wds_http_train.py",
+        os.path.join(data, "train"),
+        "--out",
+        tmp_path,
+        "--shard-samples",
+        "5",
+        "-b",
+        "4",
+        "-j",
+        "2",
+        "--image-size",
+        "32",
+        "--epochs",
+        "2",
+    )
     assert "converted 18 images into 4 shards" in out, out
     assert re.search(r"serving them at http://127\.0\.0\.1:\d+/shard-\{000000\.\.000003\}\.tar", out), out
     assert out.count("18 samples from HTTP") == 2, out

@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 pytestmark = pytest.mark.slow
 
-USER_SCRIPT = '''
+USER_SCRIPT = """
 import os, numpy as np
 from PIL import Image
 import fastload as fl
@@ -27,12 +27,18 @@ for c in range(2):
 with fl.Loader(fl.ImageFolder("folder", transform=fl.transforms.train(32)), batch_size=4, num_workers=2) as loader:
     shapes = [tuple(x.shape) for x, y in loader]
 print("loaded", fl.__file__, shapes)
-'''
+"""
 
 
 def _run(cmd, cwd, timeout=900):
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")})
+    proc = subprocess.run(
+        cmd,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+    )
     assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -43,8 +49,9 @@ def dist(tmp_path_factory):
     pytest.importorskip("build", reason="the build extra is not installed: make test installs it")
     src = tmp_path_factory.mktemp("src")
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    with subprocess.Popen(["tar", "-cf", "-", "--null", "-T", "-"], cwd=ROOT, stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE) as tar:
+    with subprocess.Popen(
+        ["tar", "-cf", "-", "--null", "-T", "-"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as tar:
         archive, _ = tar.communicate(files)
     subprocess.run(["tar", "-xf", "-"], cwd=src, input=archive, check=True)
     out = src / "dist"

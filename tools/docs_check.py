@@ -53,8 +53,17 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 def _browser(args: list[str], profile: str) -> str:
-    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--no-first-run", f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args]
+    cmd = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=5000",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise SystemExit(f"chromium failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -83,8 +92,15 @@ def main(argv: list[str] | None = None) -> int:
                     failed.append(page)
             if args.screenshot:
                 os.makedirs(os.path.dirname(os.path.abspath(args.screenshot)), exist_ok=True)
-                _browser([f"--screenshot={os.path.abspath(args.screenshot)}", "--window-size=1280,900",
-                          "--hide-scrollbars", base], profile)
+                _browser(
+                    [
+                        f"--screenshot={os.path.abspath(args.screenshot)}",
+                        "--window-size=1280,900",
+                        "--hide-scrollbars",
+                        base,
+                    ],
+                    profile,
+                )
                 print(f"screenshot: {args.screenshot}")
     finally:
         server.shutdown()

@@ -15,8 +15,11 @@ import re
 from mkdocs.structure.files import File, Files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COPIED = {"CHANGELOG.md": "changelog.md", "benchmarks/RESULTS.md": "benchmarks/RESULTS.md",
-          "benchmarks/GPU.md": "benchmarks/GPU.md"}
+COPIED = {
+    "CHANGELOG.md": "changelog.md",
+    "benchmarks/RESULTS.md": "benchmarks/RESULTS.md",
+    "benchmarks/GPU.md": "benchmarks/GPU.md",
+}
 
 
 def on_files(files: Files, config) -> Files:
@@ -33,11 +36,12 @@ def on_files(files: Files, config) -> Files:
             for name in sorted(found):
                 rel = os.path.relpath(os.path.join(base, name), path).replace(os.sep, "/")
                 names.append(rel)
-                files.append(File.generated(config, f"benchmarks/results/{folder}/{rel}",
-                                            abs_src_path=os.path.join(base, name)))
+                files.append(
+                    File.generated(config, f"benchmarks/results/{folder}/{rel}", abs_src_path=os.path.join(base, name))
+                )
         listing = "\n".join(f"- [`{n}`]({n})" for n in names)
-        files.append(File.generated(config, f"benchmarks/results/{folder}/index.md",
-                                    content=f"# Raw outputs: `{folder}`\n\nAs the benchmarks printed them:\n\n{listing}\n"))
+        page = f"# Raw outputs: `{folder}`\n\nAs the benchmarks printed them:\n\n{listing}\n"
+        files.append(File.generated(config, f"benchmarks/results/{folder}/index.md", content=page))
     return files
 
 

@@ -46,8 +46,9 @@ parser.add_argument("--print-freq", default=10, type=int)
 
 def build_model(arch: str, num_classes: int) -> nn.Module:
     if arch == "tiny":
-        return nn.Sequential(nn.Conv2d(3, 8, 3, stride=4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                             nn.Linear(8, num_classes))
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, stride=4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes)
+        )
     import torchvision  # only for the real architectures
 
     return torchvision.models.get_model(arch, num_classes=num_classes)
@@ -75,10 +76,22 @@ def main() -> None:
         val_sampler = DistributedSampler(val_dataset, shuffle=False, drop_last=True)
     else:
         train_sampler = val_sampler = None
-    train_loader = fl.Loader(train_dataset, batch_size=args.batch_size, shuffle=(train_sampler is None),
-                             num_workers=args.workers, pin_memory=True, sampler=train_sampler)
-    val_loader = fl.Loader(val_dataset, batch_size=args.batch_size, shuffle=False,
-                           num_workers=args.workers, pin_memory=True, sampler=val_sampler)
+    train_loader = fl.Loader(
+        train_dataset,
+        batch_size=args.batch_size,
+        shuffle=(train_sampler is None),
+        num_workers=args.workers,
+        pin_memory=True,
+        sampler=train_sampler,
+    )
+    val_loader = fl.Loader(
+        val_dataset,
+        batch_size=args.batch_size,
+        shuffle=False,
+        num_workers=args.workers,
+        pin_memory=True,
+        sampler=val_sampler,
+    )
 
     net = build_model(args.arch, len(train_dataset.classes)).to(device, memory_format=torch.channels_last)
     model = net  # checkpoints hold net's weights: they resume with or without DDP, on any world size
@@ -111,9 +124,18 @@ def main() -> None:
         is_best = acc1 > best_acc1
         best_acc1 = max(acc1, best_acc1)
         if rank == 0:
-            save_checkpoint({"epoch": epoch + 1, "arch": args.arch, "state_dict": net.state_dict(),
-                             "best_acc1": best_acc1, "optimizer": optimizer.state_dict(),
-                             "scheduler": scheduler.state_dict()}, is_best, args.checkpoint_dir)
+            save_checkpoint(
+                {
+                    "epoch": epoch + 1,
+                    "arch": args.arch,
+                    "state_dict": net.state_dict(),
+                    "best_acc1": best_acc1,
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                },
+                is_best,
+                args.checkpoint_dir,
+            )
     train_loader.close()
     val_loader.close()
     if distributed:
@@ -131,8 +153,10 @@ def train(loader, model, criterion, optimizer, epoch, device, args) -> None:
         loss.backward()
         optimizer.step()
         if i % args.print_freq == 0:
-            print(f"Epoch [{epoch}][{i}/{len(loader)}] loss {loss.item():.4f} data {data_time:.3f}s "
-                  f"batch {time.perf_counter() - end:.3f}s")
+            print(
+                f"Epoch [{epoch}][{i}/{len(loader)}] loss {loss.item():.4f} data {data_time:.3f}s "
+                f"batch {time.perf_counter() - end:.3f}s"
+            )
         end = time.perf_counter()
 
 
@@ -158,8 +182,14 @@ def validate(val_loader, val_dataset, model, criterion, device, args, distribute
             # after the all_reduce, so each rank adds the same counts. sampler=None written out:
             # "this process reads all of them", as in DataLoader (left out, fastload would shard).
             aux_val_dataset = Subset(val_dataset, range(covered, len(val_dataset)))
-            with fl.Loader(aux_val_dataset, batch_size=args.batch_size, shuffle=False,
-                           num_workers=args.workers, pin_memory=True, sampler=None) as aux_val_loader:
+            with fl.Loader(
+                aux_val_dataset,
+                batch_size=args.batch_size,
+                shuffle=False,
+                num_workers=args.workers,
+                pin_memory=True,
+                sampler=None,
+            ) as aux_val_loader:
                 run(aux_val_loader)
     acc1 = 100.0 * (totals[1] / totals[2]).item()
     print(f" * Acc@1 {acc1:.3f} Loss {(totals[0] / totals[2]).item():.4f} ({int(totals[2].item())} images)")
