@@ -40,7 +40,7 @@ lint: $(STAMP)
 
 # The documentation site into site/ (git-ignored), strict: a broken link or reference fails.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The built site in headless Chromium (Debian's `chromium`): home page, a guide and an API
 # page render with their navigation and search box; a screenshot goes to site-check/.
