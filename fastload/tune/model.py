@@ -127,7 +127,7 @@ def model_step(model: str | nn.Module, size: int, batch_sizes: Sequence[int], pi
     """
     device = torch.device(device)
     name = model if isinstance(model, str) else type(model).__name__
-    net = (create_model(model) if isinstance(model, str) else model).to(device).to(memory_format=torch.channels_last)
+    net = (create_model(model) if isinstance(model, str) else model).to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
 
