@@ -82,6 +82,7 @@ def test_ranks_draw_apart_and_seeds_are_stable():
     assert batch_seed(3, 1, 5, rank=0) != batch_seed(3, 1, 5, rank=1)
     assert batch_seed(3, 1, 5, slot=0) != batch_seed(3, 1, 5, slot=1)
     assert batch_seed(3, 1, 5) == batch_seed(3, 1, 5) < 2**63
+    assert len({batch_seed(s, e, b) for s in range(3) for e in range(3) for b in range(3)}) == 27
     a = torch.rand(4, generator=batch_generator(3, 1, 5))
     assert torch.equal(a, torch.rand(4, generator=batch_generator(3, 1, 5)))
     with fl.Loader(Tiles(24), batch_transform=_recipe(), rank=0, world_size=2, **OPTS) as r0, \
@@ -108,10 +109,11 @@ def test_users_own_callable_gets_a_seeded_generator():
 
     with fl.Loader(Tiles(12), batch_transform=jitter, num_workers=0, **OPTS) as loader:
         a = _epoch(loader)
+        _epoch(loader)
         loader.set_epoch(0)
         b = _epoch(loader)
     _same(a, b)
-    assert seen[:2] == [batch_seed(3, 0, 0), batch_seed(3, 0, 1)] and seen[:2] == seen[2:]
+    assert seen == [batch_seed(3, e, b) for e in (0, 1, 0) for b in (0, 1)]
 
 
 class Brighten(torch.nn.Module):
@@ -127,7 +129,8 @@ def test_images_only_callables_go_through_the_adapter():
     with pytest.raises(TypeError, match=r"batch_transform \(.*<lambda>\).*ImagesOnly"):
         fl.Loader(Tiles(12), batch_transform=lambda images: images, **OPTS)
     runs = []
-    for _ in range(2):
+    for program_seed in (1, 2):
+        torch.manual_seed(program_seed)
         state = torch.get_rng_state()
         with fl.Loader(Tiles(12), batch_transform=fl.augment.ImagesOnly(Brighten()), num_workers=0, **OPTS) as loader:
             runs.append(_epoch(loader))
