@@ -23,6 +23,15 @@ def _batch(n=32, dtype=torch.float32, value=5.0):
     return torch.full((n, 3, H, W), value, dtype=dtype).contiguous(memory_format=torch.channels_last)
 
 
+@pytest.fixture(params=["host", "device"])
+def path(request, monkeypatch):
+    """Both ways of painting: box slices (host memory) and whole-batch masks (a device's
+    way, forced here on the CPU)."""
+    if request.param == "device":
+        monkeypatch.setattr(fl.augment.erasing, "on_host", lambda t: False)
+    return request.param
+
+
 def _timm_boxes(batches, n=32, **kw):
     """timm's boxes, recorded where it fills them: per image, a list of (top, left, h, w)."""
     timm = refs.timm()
@@ -102,7 +111,7 @@ def test_area_aspect_and_placement_follow_timms_formulas():
         assert stats.kstest(rel, "uniform").pvalue > 1e-3
 
 
-def test_a_box_must_be_smaller_than_the_image():
+def test_a_box_must_be_smaller_than_the_image(path):
     # timm places a box only if h < H and w < W: one of the image's whole size never fits.
     whole = fl.augment.RandomErasing(1.0, min_area=1.0, max_area=1.0, min_aspect=1.0, max_aspect=1.0)
     x = torch.full((8, 3, 6, 6), 5.0)
@@ -118,7 +127,7 @@ def test_counts_are_uniform_between_min_and_max():
     assert stats.chisquare(counts[2:]).pvalue > 1e-3
 
 
-def test_probability_and_clean_split():
+def test_probability_and_clean_split(path):
     erasing = fl.augment.RandomErasing(probability=0.3, num_splits=4)
     images = _batch(400)
     out, targets = erasing(images.clone(), torch.arange(400), _gen())
@@ -128,7 +137,7 @@ def test_probability_and_clean_split():
     assert abs(touched[100:].double().mean() - 0.3) < 5 * (0.21 / 300) ** 0.5
 
 
-def test_const_fills_zero_rand_one_color_per_box_pixel_noise():
+def test_const_fills_zero_rand_one_color_per_box_pixel_noise(path):
     x = _batch(200)
     const = fl.augment.RandomErasing(1.0, mode="const")(x.clone(), generator=_gen())
     assert set((const[const != 5.0]).unique().tolist()) == {0.0}
@@ -152,7 +161,7 @@ def test_const_fills_zero_rand_one_color_per_box_pixel_noise():
     assert abs(float(values.mean())) < 0.02 and abs(float(values.std()) - 1) < 0.02
 
 
-def test_overlapping_boxes_paint_in_order():
+def test_overlapping_boxes_paint_in_order(path):
     erasing = fl.augment.RandomErasing(1.0, mode="rand", min_area=0.3, max_area=0.6, min_count=3, max_count=3)
     x = _batch(16)
     drawn = erasing.draw(16, H, W, _gen(4))
@@ -166,7 +175,7 @@ def test_overlapping_boxes_paint_in_order():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("mode", ["const", "rand", "pixel"])
-def test_dtype_layout_and_in_place(dtype, mode):
+def test_dtype_layout_and_in_place(dtype, mode, path):
     x = _batch(8, dtype)
     out, y = fl.augment.RandomErasing(1.0, mode=mode)(x, "targets", _gen())
     assert out is x and y == "targets"
@@ -175,7 +184,22 @@ def test_dtype_layout_and_in_place(dtype, mode):
     assert fl.augment.RandomErasing(1.0)(_batch(2)).shape == (2, 3, H, W)  # timm's images-only call
 
 
-def test_same_generator_same_boxes():
+def test_both_paths_erase_the_same_boxes():
+    x = torch.randn(32, 3, H, W)
+    for mode in ("const", "rand", "pixel"):
+        erasing = fl.augment.RandomErasing(0.8, mode=mode, max_count=3)
+        host = erasing(x.clone(), generator=_gen(5))
+        fl.augment.erasing.on_host, real = (lambda t: False), fl.augment.erasing.on_host
+        try:
+            device = erasing(x.clone(), generator=_gen(5))
+        finally:
+            fl.augment.erasing.on_host = real
+        assert torch.equal(host != x, device != x), mode
+        if mode != "pixel":  # pixel noise is drawn per box on the host, per batch on a device
+            assert torch.equal(host, device), mode
+
+
+def test_same_generator_same_boxes(path):
     erasing = fl.augment.RandomErasing(0.5, mode="pixel", max_count=2)
     a = erasing(_batch(), generator=_gen(3))
     b = erasing(_batch(), generator=_gen(3))
