@@ -61,10 +61,15 @@ def beta(alpha: float, size: tuple[int, ...], generator: torch.Generator) -> tor
 
 
 def normal_like(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """N(0, 1) noise with the shape, dtype and memory format of ``images``."""
-    noise = torch.empty_like(images, dtype=torch.float32, device=generator.device)
+    """N(0, 1) noise with the shape, dtype, device and memory format of ``images``; drawn
+    where the images are (from a generator seeded from ``generator`` if that is elsewhere:
+    a whole batch of noise is too much to draw on the host and copy)."""
+    if generator.device != images.device:
+        seed = torch.randint(0, 2**62, (), generator=generator, device=generator.device, dtype=torch.int64)
+        generator = on_device(images.device).manual_seed(int(seed))  # no device wait from a CPU generator
+    noise = torch.empty_like(images, dtype=torch.float32)
     noise.normal_(generator=generator)
-    return noise.to(images.device, images.dtype)
+    return noise.to(images.dtype)
 
 
 def fresh_generator(device: torch.device) -> torch.Generator:
