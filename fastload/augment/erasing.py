@@ -143,7 +143,7 @@ class RandomErasing:
         elif self.mode == "pixel":
             mask = covered.any(dim=1, keepdim=True)
             images.copy_(torch.where(mask, normal_like(images, generator), images))
-        else:
+        elif colors is not None:
             for slot in range(self.max_count):  # later boxes paint over earlier ones, as in timm
                 images.copy_(torch.where(covered[:, slot, None], colors[:, slot, :, None, None], images))
 
@@ -157,7 +157,7 @@ class RandomErasing:
                 region = images[i, :, y0:y1, x0:x1]
                 if self.mode == "const":
                     region.zero_()
-                elif self.mode == "rand":
+                elif colors is not None:  # "rand"
                     region.copy_(colors[i, slot].view(-1, 1, 1).expand_as(region))
                 else:
                     noise = torch.randn(region.shape, generator=generator, device=generator.device)

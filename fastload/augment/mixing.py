@@ -11,6 +11,7 @@ whatever mixes each of its samples.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +43,7 @@ class MixParams:
         half = self.lam.shape[0]
         pad = n - 2 * half
 
-        def spread(t: torch.Tensor, fill: float | bool | int) -> torch.Tensor:
+        def spread(t: torch.Tensor, fill: float) -> torch.Tensor:
             middle = torch.full((pad,) + t.shape[1:], fill, dtype=t.dtype, device=t.device)
             return torch.cat([t, middle, t.flip(0)])
 
@@ -91,7 +92,7 @@ def mix_images(images: torch.Tensor, params: MixParams, partner: str) -> tuple[t
     if on_host(images):
         # lerp_ is exact at weight 0: CutMix rows keep their pixels, then get the box pasted.
         images.lerp_(others, torch.where(cut, 0.0, towards.view(-1, 1, 1)).to(images.dtype).unsqueeze(1))
-        rows = range(images.shape[0]) if params.lam.shape[0] > 1 else [slice(None)]
+        rows: Sequence[int | slice] = range(images.shape[0]) if params.lam.shape[0] > 1 else [slice(None)]
         for row, pasted, (y0, y1, x0, x1) in zip(rows, params.cutmix.tolist(), params.box.tolist()):
             if pasted:
                 images[row, ..., y0:y1, x0:x1] = others[row, ..., y0:y1, x0:x1]
