@@ -26,10 +26,16 @@ def uniform(shape: tuple[int, ...], generator: torch.Generator, low: float = 0.0
 
 def integers(low: torch.Tensor | int, high: torch.Tensor | int, shape: tuple[int, ...],
              generator: torch.Generator) -> torch.Tensor:
-    """int64 draws in [low, high) (bounds may differ per element; high > low)."""
-    span = torch.as_tensor(high, device=generator.device) - torch.as_tensor(low, device=generator.device)
+    """int64 draws in [low, high) (bounds may differ per element; high > low).
+
+    Python bounds stay Python numbers: a tensor made from them on a GPU would be a copy
+    from pageable memory, which torch makes the host wait for.
+    """
+    span = high - low
     drawn = (uniform(shape, generator) * span).floor_().long()
-    return torch.minimum(drawn, span - 1) + low  # u*span rounds up to span only when u is 1 - 2**-53
+    # u · span rounds up to span only when u is 1 - 2**-53: keep the draw below it.
+    drawn = torch.minimum(drawn, span - 1) if isinstance(span, torch.Tensor) else drawn.clamp_(max=span - 1)
+    return drawn + low
 
 
 def _log_gamma(shape_param: float, size: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
