@@ -35,7 +35,8 @@ class MixParams:
     box: torch.Tensor
 
     def to(self, device: torch.device) -> MixParams:
-        return MixParams(self.lam.to(device), self.cutmix.to(device), self.box.to(device))
+        """On ``device`` (a no-op where they were drawn; non_blocking: the host never waits)."""
+        return MixParams(*(t.to(device, non_blocking=True) for t in (self.lam, self.cutmix, self.box)))
 
     def mirrored(self, n: int) -> MixParams:
         """Per-pair rows (``n // 2`` of them) as per-sample rows: sample ``n-1-i`` mixes as
