@@ -119,7 +119,11 @@ class RandomErasing:
 
         Called as a batch transform, ``(images, targets, generator)`` → ``(images, targets)``
         with ``targets`` untouched; called on images alone (as timm's), returns the images.
+        A single C×H×W image is erased as a batch of one.
         """
+        if isinstance(images, torch.Tensor) and images.dim() == 3:  # one C×H×W image, as timm takes too
+            self(images[None], None, generator)
+            return images if targets is None else (images, targets)
         images = check_images(images, "RandomErasing")
         generator = generator if generator is not None else fresh_generator(images.device)
         n, c, height, width = images.shape
