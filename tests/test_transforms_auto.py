@@ -316,6 +316,14 @@ def test_same_rng_same_output(photo):
     assert len(outs) > 4, "different generators, different augmentations"
 
 
+def test_transforms_pickle_for_spawned_workers(photo):
+    import pickle
+
+    for t in PIPELINE + [T.AugMix(all_ops=False), T.AutoAugment("svhn", fill=[1, 2, 3])]:
+        copy = pickle.loads(pickle.dumps(t))
+        np.testing.assert_array_equal(copy(photo, np.random.default_rng(3)), t(photo, np.random.default_rng(3)))
+
+
 def test_grayscale_images_go_through_every_transform(photo):
     gray = np.ascontiguousarray(photo[:, :, :1])
     for t in PIPELINE:
