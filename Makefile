@@ -5,11 +5,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test bench gpu-wheels gpu-suite clean
+.PHONY: demo test test-slow lint docs docs-check dist bench gpu-wheels gpu-suite clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,roi,remote]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs,lint,build,roi,remote]'
 	@# Real photographs for benchmarks, the demo and quality tests (data files only: no deps).
 	$(PY) -m pip install -q --no-deps -c constraints.txt scikit-image
 	@# The references the tests compare pixels and policies with (test-only, pure-Python parts:
@@ -22,6 +22,35 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The long runs CI makes after make test (marked slow, so make test leaves them out): the
+# docs site built strictly and opened in Chromium, the examples under torchrun, the wheel
+# installed in a clean venv. (Other slow tests, e.g. the benchmarks', are run by hand.)
+SLOW_CI_TESTS := tests/test_docs.py tests/test_examples.py tests/test_package.py
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n 0 -m slow $(SLOW_CI_TESTS)
+
+# Static checks on the package, the examples and the tools: ruff (lint, then format
+# check) and mypy, with the configuration in pyproject.toml.
+LINTED := fastload examples tools scripts
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+	$(VENV)/bin/mypy
+
+# The documentation site into site/ (git-ignored), strict: a broken link or reference fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The built site in headless Chromium (Debian's `chromium`): home page, a guide and an API
+# page render with their navigation and search box; a screenshot goes to site-check/.
+docs-check: docs
+	$(PY) tools/docs_check.py site --screenshot site-check/home.png
+
+# An sdist and a wheel into dist/.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist
 
 # The bench extra (pyproject.toml), pinned: py-spy, and NVIDIA DALI for its CPU-only
 # pipeline. DALI goes in without its declared CUDA codec extras (nvJPEG & co., not used
@@ -49,4 +78,4 @@ gpu-suite: $(STAMP)
 	PYTHON=$(PY) WHEELS=$(WHEELS) bash benchmarks/gpu_suite.sh all
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data .pytest_cache site site-check dist build

@@ -12,7 +12,7 @@ Training preset (RandomResizedCrop 224 + flip), float32 normalized output on the
 * "fl.ImageFolder": ``fl.ImageFolder(root, transform=fl.transforms.train(224))``.
 
 The fastload rows run with both backends. One epoch per pipeline per round after a
-warm-up epoch, rounds interleaved; median (range). README's "Bring your own dataset"
+warm-up epoch, rounds interleaved; median (range). docs/guides/datasets.md's "Your own Dataset"
 quotes this benchmark.
 """
 

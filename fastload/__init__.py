@@ -2,10 +2,10 @@
 
 Data flows one way: datasets (encoded bytes + label) → decode → uint8 transforms →
 fast_collate → Loader (torch DataLoader workers, DDP sharding) → prefetch (device copy,
-normalization and layout change).
+normalization and layout change) → batch augmentations on the device (:mod:`fastload.augment`).
 """
 
-from . import transforms
+from . import augment, transforms
 from .batch import HostBatch, SampleError, SkippedSample
 from .collate import fast_collate
 from .config import LoaderConfig
@@ -66,6 +66,7 @@ __all__ = [
     "WebDataset",
     "WorkerFailure",
     "WrappedDataset",
+    "augment",
     "decode_image",
     "fast_collate",
     "get_decoder",

@@ -71,10 +71,13 @@ def cmd_info(args: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"decoder {name}: unavailable ({e})")
             continue
-        detail = {"simplejpeg": lambda: f"simplejpeg {dec.version}, libjpeg-turbo bundled",
-                  "turbojpeg": lambda: f"system library {dec.library_file()}"}.get(name)
+        detail = ""
+        if name == "simplejpeg":
+            detail = f"simplejpeg {getattr(dec, 'version', '?')}, libjpeg-turbo bundled, "
+        elif name == "turbojpeg":
+            detail = f"system library {dec.library_file()}, "  # type: ignore[attr-defined]
         strict = "strict" if name in JPEG_BACKENDS else "JPEG not strict"
-        print(f"decoder {name}: ok ({detail() + ', ' if detail else ''}{strict})")
+        print(f"decoder {name}: ok ({detail}{strict})")
     print(f"default decoder: {default_backend()}{_measured()}")
     if roi.available():
         region = f"nvImageCodec {roi.version()} (CPU), for samples known to decode clean"
@@ -103,7 +106,10 @@ def _measured() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fastload import __version__
+
     parser = argparse.ArgumentParser(prog="fastload", description="Fast image data loading for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"fastload {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="build a dataset of real photographs and measure the loader on it")
     demo.add_argument("--data", default="data/sample", help="where the sample dataset lives (default: %(default)s)")

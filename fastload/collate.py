@@ -10,8 +10,10 @@ of the bytes a float32 batch would take.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +41,16 @@ def alloc_batch(shape: Sequence[int], dtype: torch.dtype = torch.uint8, pin: boo
     # numpy asks the kernel for huge pages on large arrays (madvise), which halves the
     # page-fault cost of first touching a fresh batch compared with torch.empty.
     return torch.from_numpy(np.empty(shape, dtype=torch.empty(0, dtype=dtype).numpy().dtype))
+
+
+def pinning_on(device: Any) -> Any:
+    """A context in which pinned memory is allocated for ``device`` (a CUDA torch.device, or
+    None: no change). CUDA pins host memory in the current device's context: pinned from a
+    thread whose current device is another GPU, it makes a context there (a DDP rank whose
+    loader is built before ``set_device`` would put one on GPU 0)."""
+    if device is None or getattr(device, "type", None) != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
 
 
 def check_image(img: np.ndarray | tuple[np.ndarray, ...], where: str) -> None:
@@ -120,5 +132,7 @@ def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = N
     rows = numpy_rows(images)
     for i, (img, _) in enumerate(samples):
         write_row(row(rows, i), img, f"fast_collate sample {i}")
-    labels = np.fromiter((label for _, label in samples), dtype=np.int64, count=len(samples))
-    return images, torch.from_numpy(labels)
+    # Pinned like the images: a pageable labels copy would wait for the device's stream.
+    labels = alloc_batch((len(samples),), torch.int64, pin=pin)
+    labels.numpy()[:] = np.fromiter((label for _, label in samples), dtype=np.int64, count=len(samples))
+    return images, labels

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -35,17 +36,31 @@ def dtype_name(dtype: Any) -> str:
 def resolve_device(device: Any) -> torch.device:
     """``device`` as a torch.device; None means cuda if available, else cpu.
 
+    A CUDA device without an index is this process's GPU (:func:`local_cuda_index`), so
+    ``loader.device`` always names the GPU its batches land on.
+
     Raises:
         ValueError: CUDA was asked for but is not available.
     """
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device} requested but CUDA is not available")
     if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+        device = torch.device("cuda", local_cuda_index())
     return device
+
+
+def local_cuda_index() -> int:
+    """This process's GPU: the current device once the program chose one (``set_device``),
+    else ``LOCAL_RANK``'s under torchrun or Lightning, which start a process per GPU and may
+    build the loaders before they call ``set_device`` (as timm and Lightning choose it)."""
+    current = torch.cuda.current_device()
+    local = os.environ.get("LOCAL_RANK", "").strip()
+    if current == 0 and local.isdigit() and int(local) < torch.cuda.device_count():
+        return int(local)
+    return current
 
 
 def _unit_values(name: str, values: Any) -> tuple[float, ...]:

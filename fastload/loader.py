@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from . import compat, resume
+from .augment.apply import BatchTransforms
 from .compat import DataLoaderAttributes
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig, resolve_device
@@ -51,6 +52,14 @@ class Loader(DataLoaderAttributes):
             stream (``TFRecordStream``), or a map-style dataset of your own (``__len__`` and
             ``__getitem__``), wrapped in :class:`~fastload.WrappedDataset`.
         config: A LoaderConfig to start from (the tuner writes these).
+        batch_transform: A callable ``f(images, targets, generator) -> (images, targets)``
+            or a list of them, applied in order to each normalized batch on ``device`` as
+            it is handed out (e.g. ``[fl.augment.RandomErasing(0.25, mode="pixel"),
+            fl.augment.Mixup(0.8, 1.0)]``); ``generator`` is a torch.Generator on the
+            batch's device seeded from (seed, epoch, rank, batch number, position in the
+            list), so the draws do not depend on workers, backend or resuming. Not a
+            LoaderConfig field (configs are saved by the tuner; code is not); see
+            :mod:`fastload.augment`.
         **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``, and
             DataLoader's keywords with DataLoader's meaning where fastload can honour them
             (``sampler=None`` or a ``DistributedSampler``, ``multiprocessing_context``,
@@ -61,16 +70,20 @@ class Loader(DataLoaderAttributes):
         normalized float (or uint8 with ``normalize=False``); targets int64 N for int
         labels, else float32 N or N×... (see :mod:`fastload.targets`). With
         ``return_index=True``: (images, targets, indices), indices int64 on the CPU.
+        With ``batch_transform``, images and targets as the last transform returns them
+        (``fl.augment.Mixup``: float32 N × num_classes soft targets).
 
     Raises:
         TypeError: Unknown option, or a dataset fastload cannot read (the message says why).
         ValueError: A bad option value (the message names it).
     """
 
-    def __init__(self, dataset: Any, config: LoaderConfig | None = None, /, **options: Any) -> None:
+    def __init__(self, dataset: Any, config: LoaderConfig | None = None, /, *, batch_transform: Any = None,
+                 **options: Any) -> None:
         if config is not None and not isinstance(config, LoaderConfig):
             raise TypeError(f"config must be a LoaderConfig, got {type(config).__name__}")
         self._closed = True  # until construction succeeds (for __del__)
+        self._batch_transforms = BatchTransforms.of(batch_transform)
         samples = dataset
         if not is_stream(dataset) and not (callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")):
             samples = SubsetDataset.of(dataset) or WrappedDataset(dataset)
@@ -86,6 +99,9 @@ class Loader(DataLoaderAttributes):
         # Epochs asked for through loader.sampler / batch_sampler, or the DistributedSampler given.
         self._epoch_requests = EpochRequests(keywords.distributed)
         self.device = resolve_device(cfg.device)
+        # A GPU not named by index is this process's, re-read at each pass (see _follow_device).
+        unindexed = cfg.device is None or torch.device(cfg.device).index is None
+        self._device_follows = self.device.type == "cuda" and unindexed
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
         self.num_workers = int(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
@@ -173,6 +189,16 @@ class Loader(DataLoaderAttributes):
             self.rank, self.world_size = rank, world_size
             self._rebuild_source()
 
+    def _follow_device(self) -> None:
+        """An unindexed CUDA device follows the process's GPU: Lightning and torchrun scripts
+        may build the Loader before ``torch.cuda.set_device`` (issue 26, item 1)."""
+        if self._device_follows:
+            device = resolve_device(self.config.device)
+            if device != self.device:
+                self.device = device
+                self._prefetcher.set_device(device)
+                self._rebuild_source()  # its host buffers are pinned for the device
+
     def __len__(self) -> int:
         """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""
         if not self._closed:
@@ -184,6 +210,7 @@ class Loader(DataLoaderAttributes):
             raise RuntimeError("Loader is closed")
         self._end_pass()
         self._follow_rank()
+        self._follow_device()
         self._adopt_sampler_epoch()
         position, plan = self._progress.start_pass()
         self._skips.new_pass()
@@ -199,6 +226,9 @@ class Loader(DataLoaderAttributes):
         outputs = self._prefetcher.run(self._observed(source.batches(position.epoch, plan)))
         try:
             for out in outputs:
+                if self._batch_transforms is not None:
+                    out = self._batch_transforms.apply(out, seed=self.config.seed, epoch=position.epoch, rank=self.rank,
+                                                       batch=position.batch_number(self.rank, self.world_size))
                 position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
                 yield out
             position.done = True

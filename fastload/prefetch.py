@@ -6,9 +6,14 @@ Each batch gets its own ``ready`` event: the consumer stream waits for that batc
 (not for everything queued on the side stream, which would make ``depth`` > 1 useless),
 and every handed-over tensor is ``record_stream``-ed on the consumer so the caching
 allocator never reuses its memory while the step still reads it. The host buffer is
-released with the event recorded right after its copy, so a reused buffer is rewritten
-only once the copy has read it. On the CPU the same numerics and layout are produced
-synchronously and the buffer is released before the batch is handed out.
+released with the event recorded right after its copy (also when a copy fails after
+another was queued), so a reused buffer is rewritten only once the copy has read it.
+Pageable labels are pinned first (their copy would otherwise wait for the side stream);
+inputs already on a GPU are read only after the side stream waited for the stream that
+made them. The stream is made at the first pass, on the device of that pass. On the CPU
+the same numerics and layout are produced synchronously and the buffer is released
+before the batch is handed out. ``tests/cudasim`` proves this ordering without a GPU
+(docs/guides/gpu.md).
 """
 
 from __future__ import annotations
@@ -113,9 +118,8 @@ class CudaPrefetcher:
         self.stats = Stats()
         if stream is not None and self.device.type != "cuda":
             raise ValueError(f"a CUDA stream was given for device {self.device}")
-        if self.device.type == "cuda" and stream is None:
-            stream = torch.cuda.Stream(self.device)
-        self._stream = stream
+        self._stream = stream  # made at the first pass, on the device of that pass
+        self._own_stream = stream is None
         self._timings: deque = deque()
         self._warned_unpinned = False
         self._closed = False
@@ -128,7 +132,9 @@ class CudaPrefetcher:
         if self._closed:
             raise RuntimeError("CudaPrefetcher is closed")
         source = (as_host_batch(item) for item in iterable)
-        outputs = self._cpu(source) if self._stream is None else self._cuda(source)
+        if self.device.type == "cuda" and self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        outputs = self._cpu(source) if self.device.type != "cuda" else self._cuda(source)
         first = None
         while True:
             asked = time.perf_counter()
@@ -158,28 +164,62 @@ class CudaPrefetcher:
                 batch.release()  # normalization copied the pixels: the buffer can be rewritten
             yield out + extras
 
+    def set_device(self, device: torch.device) -> None:
+        """Delivers the next passes to ``device`` (the Loader follows the process's GPU)."""
+        if device == self.device:
+            return
+        if not self._own_stream:
+            raise ValueError(f"this prefetcher's stream is on {self.device}, not {device}")
+        if self._stream is not None:
+            self._stream.synchronize()
+        self.device, self._stream = device, None
+
+    def _warn_unpinned(self) -> None:
+        self.stats.unpinned += 1
+        if not self._warned_unpinned:
+            self._warned_unpinned = True
+            warnings.warn("fastload: a batch arrived in unpinned memory, so its host-to-device "
+                          "copy cannot overlap compute; pin it (Loader(pin_memory=True))", RuntimeWarning,
+                          stacklevel=5)
+
     def _enqueue(self, batch: HostBatch, extras: tuple) -> _Queued:
-        if not all(t.is_pinned() for t in each(batch.images)):
-            self.stats.unpinned += 1
-            if not self._warned_unpinned:
-                self._warned_unpinned = True
-                warnings.warn("fastload: a batch arrived in unpinned memory, so its host-to-device "
-                              "copy cannot overlap compute; pin it (Loader(pin_memory=True))", RuntimeWarning,
-                              stacklevel=4)
+        stream = self._stream
+        images, labels = batch.images, batch.labels
+        tensors = (*each(images), labels)  # every view of a multi-view batch, and the labels
+        if not all(t.is_cuda or t.is_pinned() for t in each(images)):
+            self._warn_unpinned()
+        # Inputs already on a GPU were written by their producer's current stream: the side
+        # stream waits for that work, and the allocator keeps them until the side stream read them.
+        producers = {t.device: torch.cuda.current_stream(t.device) for t in tensors if t.is_cuda}
         start, copied = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         ready = torch.cuda.Event()
+        recorded = False
         try:
-            with torch.cuda.stream(self._stream):
-                start.record(self._stream)
-                images = to_device(batch.images, self.device, non_blocking=True)
-                labels = batch.labels.to(self.device, non_blocking=True)
-                copied.record(self._stream)
+            with torch.cuda.stream(stream):  # (also the current device: pinning below uses its context)
+                if not labels.is_cuda and not labels.is_pinned():
+                    # Pageable labels (fast_collate's) would make their copy wait for the side
+                    # stream: a pinned copy of a few bytes keeps it asynchronous.
+                    labels = labels.pin_memory()
+                for producer in producers.values():
+                    stream.wait_stream(producer)
+                for t in tensors:
+                    if t.is_cuda and t.device == self.device:  # (a copy from another GPU syncs itself)
+                        t.record_stream(stream)
+                start.record(stream)
+                images = to_device(images, self.device, non_blocking=True)
+                labels = labels.to(self.device, non_blocking=True)
+                copied.record(stream)
+                recorded = True
                 images = self.normalizer(images)
-                ready.record(self._stream)
+                ready.record(stream)
             indices = batch.indices.clone() if self.indices else None  # before the buffer goes back
         finally:
-            # Also when normalizing failed: the copy is queued, so the buffer waits for it.
-            batch.release(copied)  # a reused host buffer is rewritten only after this copy read it
+            # Also when a copy or the normalization failed: the event is recorded after whatever
+            # was queued (one never recorded counts as complete, and the buffer would be rewritten
+            # while a queued copy still reads it).
+            if not recorded:
+                copied.record(stream)
+            batch.release(copied)  # a reused host buffer is rewritten only after its copy read it
         self._timings.append((start, copied, nbytes(batch.images)))
         return _Queued(images, labels, indices, extras, ready)
 
@@ -200,8 +240,11 @@ class CudaPrefetcher:
             item = pending.popleft()
             consumer = torch.cuda.current_stream(self.device)
             consumer.wait_event(item.ready)
-            for view in each(item.images):
-                view.record_stream(consumer)
+            if isinstance(item.images, list):  # a multi-view batch: every view
+                for view in item.images:
+                    view.record_stream(consumer)
+            else:
+                item.images.record_stream(consumer)
             item.labels.record_stream(consumer)
             nxt = next(source, None)  # start the next copy before the consumer's step
             if nxt is not None:

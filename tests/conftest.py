@@ -21,6 +21,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(cuda)
 
 
+@pytest.fixture
+def sim(monkeypatch, request):
+    """Simulated GPUs for this test: the CUDA stream simulator of tests/cudasim."""
+    from cudasim import simulated
+
+    yield from simulated(monkeypatch, request)
+
+
+def device_memory_per_epoch(loader, epochs: int) -> list[tuple[int, int]]:
+    """(in use, reserved) device memory after each of ``epochs`` passes over ``loader``:
+    in use as the driver counts it (``mem_get_info``: torch's allocator and what libraries
+    such as nvImageCodec hold outside it), reserved as torch's allocator does."""
+    out = []
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for _ in loader:
+            pass
+        torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info()
+        out.append((total - free, torch.cuda.memory_reserved()))
+    return out
+
+
 def children() -> set[int]:
     """Live child processes of this one (earlier tests may leave some behind: compare sets)."""
     me, pids = str(os.getpid()), set()

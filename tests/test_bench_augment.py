@@ -30,4 +30,4 @@ def test_quick_mode_runs_and_reports(tmp_path):
     for row in record["rows"]:
         assert row["transform"] in proc.stdout and row["fastload_us"] > 0
         if row["torchvision_us"] is not None:  # torchvision is a test-only peer
-            assert row["ratio"] > 0 and f"{row['ratio']:.2f}x" in proc.stdout
+            assert row["ratio"] > 0 and row["wall_ratio"] > 0 and f"{row['ratio']:.2f}x" in proc.stdout

@@ -94,6 +94,21 @@ def test_pixels_match_torchvision_grayscale(images, name, kwargs):
         assert_same_pixels(name, img, **kwargs)
 
 
+@pytest.mark.parametrize("name,kwargs", [
+    ("pad", {"padding": [1, 2, 3, 4], "fill": 7.9}), ("pad", {"padding": 3, "fill": [200.7, 0, 1]}),
+    ("pad", {"padding": [5, 0], "padding_mode": "symmetric"}),
+    ("crop", {"top": -5, "left": 10, "height": 100, "width": 400}),
+    ("crop", {"top": 150, "left": -20, "height": 100, "width": 60}),
+    ("crop", {"top": -30, "left": 200, "height": 300, "width": 100}),
+    ("horizontal_flip", {}), ("vertical_flip", {}), ("invert", {}), ("posterize", {"bits": 3}),
+])
+def test_copies_and_exact_ops_are_bit_exact(images, name, kwargs):
+    # Padding, cropping and the bit operations involve no arithmetic: every pixel must match
+    # (the mean tolerance above would let a wrongly rounded fill on a thin border through).
+    for img in images["rgb"]:
+        np.testing.assert_array_equal(getattr(F, name)(img, **kwargs), reference(name, img, **kwargs), err_msg=name)
+
+
 def test_per_channel_fill(images):
     img = images["rgb"][0]
     assert_same_pixels("rotate", img, angle=40.0, fill=[255, 0, 30])

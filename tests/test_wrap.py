@@ -248,11 +248,12 @@ def test_fastload_dataset_in_a_plain_dataloader(folder):
     assert sum(len(b[1]) for b in batches) == len(ds)
 
 
-def test_readme_bring_your_own_dataset_example_runs(tmp_path, monkeypatch, capsys):
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    section = readme[readme.index("### Bring your own dataset"):]
+def test_docs_bring_your_own_dataset_example_runs(tmp_path, monkeypatch, capsys):
+    guide = os.path.join(os.path.dirname(__file__), "..", "docs", "guides", "datasets.md")
+    section = open(guide).read()
+    section = section[section.index("## Your own Dataset"):]
     code = section[section.index("```python") + len("```python"):section.index("```\n", section.index("```python") + 9)]
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+    exec(compile(code, "datasets.md", "exec"), {"__name__": "readme_example"})
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and "torch.Size([4, 3, 224, 224]) torch.Size([4, 5]) ['img" in lines[0]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Convert an image folder or list file (or an LMDB / TFRecord dataset) to TFRecord shards in TensorFlow's ImageNet layout, with .idx index files."""
+"""Convert an image folder or list file (or an LMDB / TFRecord dataset) to TFRecord shards in
+TensorFlow's ImageNet layout, with .idx index files."""
 
 import os
 import sys

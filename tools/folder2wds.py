@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Convert an image folder or list file (or an LMDB / TFRecord / WebDataset dataset) to WebDataset tar shards (key.jpg + key.cls), with a sidecar of class names."""
+"""Convert an image folder or list file (or an LMDB / TFRecord / WebDataset dataset) to WebDataset tar
+shards (key.jpg + key.cls), with a sidecar of class names."""
 
 import os
 import sys

@@ -1,4 +1,5 @@
-"""convert(): read any dataset fastload opens, optionally re-encode, write LMDB, TFRecord or WebDataset shards, verify."""
+"""convert(): read any dataset fastload opens, optionally re-encode, write LMDB, TFRecord or WebDataset
+shards, verify."""
 
 from __future__ import annotations
 

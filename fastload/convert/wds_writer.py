@@ -1,8 +1,8 @@
 """Writer of WebDataset tar shards (``<prefix>-000000.tar`` ...), staged then published.
 
 Each sample ``<key>.<ext>`` (the image's bytes as they came, ``ext`` from its signature)
-plus ``<key>.cls`` (the label as text); keys are the source index, zero-padded. Members carry no owner and mtime 0, so a rerun
-writes the same bytes. A sidecar ``<prefix>.fastload.json`` holds the class names and
+plus ``<key>.cls`` (the label as text); keys are the source index, zero-padded. Members carry no
+owner and mtime 0, so a rerun writes the same bytes. A sidecar ``<prefix>.fastload.json`` holds the class names and
 each shard's sample count.
 """
 

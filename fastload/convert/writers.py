@@ -89,7 +89,7 @@ def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Seq
     try:
         for i, data, label in records:
             while i >= bounds[shard + 1]:
-                if out is not None:
+                if out is not None and index is not None:
                     out.close()
                     index.close()
                 shard += 1
@@ -107,10 +107,13 @@ def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Seq
                 unsized.append(f"index {i} ({name}): {e}")
             example = make_example(data, label, name, class_name, size, b"JPEG" if is_jpeg(data) else b"PNG")
             record = frame(example)
+            assert out is not None and index is not None  # opened by the loop above (bounds[0] == 0)
             index.write(f"{out.tell()} {len(record)}\n")
             out.write(record)
-        out.close()
-        index.close()
+        if out is not None and index is not None:
+            out.close()
+            index.close()
+            out = index = None
         write_meta(tmp, prefix, classes, counts)
         publish(tmp, dst)
         published = True
@@ -118,7 +121,7 @@ def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Seq
             warnings.warn(f"fastload: {len(unsized)} image(s) have no readable size (image/height and "
                           f"image/width written as 0), first {unsized[0]}", RuntimeWarning, stacklevel=3)
     finally:
-        if out is not None:
+        if out is not None and index is not None:
             out.close()
             index.close()
         if not published:

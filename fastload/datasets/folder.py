@@ -37,8 +37,8 @@ class _FileDataset(ImageDataset):
     def __init__(self, root: str, paths: StringArray, labels: Any, transform: Any, decoder: str | None,
                  max_pixels: MaxPixels) -> None:
         super().__init__(labels, transform, decoder, max_pixels=max_pixels)
-        if len(paths) != len(self._labels):
-            raise ValueError(f"{len(paths)} paths but {len(self._labels)} labels")
+        if len(paths) != len(self.labels):
+            raise ValueError(f"{len(paths)} paths but {len(self.labels)} labels")
         self.root = os.fspath(root)
         self.paths = paths
 
@@ -50,7 +50,7 @@ class _FileDataset(ImageDataset):
 
     def read(self, index: int) -> tuple[bytes, int]:
         with open(self.path(index), "rb") as f:
-            return f.read(), int(self._labels.array[index])
+            return f.read(), int(self.labels[index])
 
 
 class ImageFolder(_FileDataset):

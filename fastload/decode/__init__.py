@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -62,8 +63,8 @@ JPEG_BACKENDS = ("simplejpeg", "turbojpeg")
 #: and per dataset, ``max_pixels=`` overrides it (``max_pixels=None``: no limit).
 MAX_IMAGE_PIXELS: int | None = 89_478_485
 
-_MAKERS = {"simplejpeg": SimpleJPEGDecoder, "turbojpeg": TurboJPEGDecoder, "opencv": OpenCVDecoder,
-           "pillow": PillowDecoder}
+_MAKERS: dict[str, Callable[[], Decoder]] = {"simplejpeg": SimpleJPEGDecoder, "turbojpeg": TurboJPEGDecoder,
+                                              "opencv": OpenCVDecoder, "pillow": PillowDecoder}
 _cache: dict[str, Decoder] = {}
 _lock = threading.Lock()
 _warned = False

@@ -55,7 +55,7 @@ def resolve_max_pixels(max_pixels: MaxPixels) -> int | None:
     Raises:
         TypeError, ValueError: ``max_pixels`` is not a positive int, None or ``MODULE_LIMIT``.
     """
-    if max_pixels is MODULE_LIMIT:
+    if isinstance(max_pixels, ModuleLimit):  # the one instance, MODULE_LIMIT
         return None
     if max_pixels is None:
         return NO_LIMIT

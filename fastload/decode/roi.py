@@ -66,11 +66,12 @@ def _interrupt(error: BaseException) -> BaseException | None:
     """The KeyboardInterrupt or SystemExit behind ``error``, if any: pybind11 turns one
     raised while its module initialises into an ImportError ("initialization failed")."""
     seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, (KeyboardInterrupt, SystemExit)):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (KeyboardInterrupt, SystemExit)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
     return None
 
 

@@ -4,9 +4,11 @@ Each batch is decoded in one nvImageCodec call (regions where the worker planned
 then every row is cut, resized (``interpolate(mode="bilinear", antialias=True)``) and
 written into one buffer; flips, the rows decoded on the CPU, rounding and normalization
 are batch-wide. On CUDA all of it is queued on the stage's own stream, ``depth`` batches
-ahead of the consumer, with no host synchronization: the consumer stream waits on each
-batch's event, its outputs are ``record_stream``-ed there, and what nvImageCodec and the
-workers own (decoded images, encoded bytes) is dropped only once that event has passed.
+ahead of the consumer, by the stage's own thread (the decoder call blocks its thread, and
+a batch takes a few kernel launches per row), with no host synchronization: the training
+thread only makes the consumer stream wait on each batch's event, its outputs are
+``record_stream``-ed there, and what nvImageCodec and the workers own (decoded images,
+encoded bytes) is dropped only once that event has passed.
 On the CPU (the stand-in the tests run) the resize runs on uint8, the CPU path's kernel.
 
 A row the decoder refuses is loaded by the CPU path in this process, as
@@ -19,6 +21,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +37,9 @@ from ..sources.fetch import BatchFetcher, describe, put
 from ..targets import fill
 from .encoded import EncodedBatch
 from .nvdecode import BatchDecoder
+
+
+CLOSE_WAIT_S = 2.0  # close() waits this long for the batch being decoded (a fall-back load may hang)
 
 
 @dataclass
@@ -80,8 +86,10 @@ class GpuDecodeStage:
         if on_skipped is not None:
             self._on_skipped = (weakref.WeakMethod(on_skipped) if hasattr(on_skipped, "__self__")
                                 else lambda: on_skipped)
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._stream: Any = None  # made at the first pass, on the device of that pass
         self._decoder: BatchDecoder | None = None
+        self._executor: ThreadPoolExecutor | None = None  # the thread that decodes and launches (CUDA)
+        self._last: Future | None = None  # the batch it was given last
         self._held: deque[tuple[Any, list]] = deque()  # (ready, keep) of the batches queued
         self._closed = False
 
@@ -91,7 +99,9 @@ class GpuDecodeStage:
             raise RuntimeError("GpuDecodeStage is closed")
         if self._decoder is None:
             self._decoder = BatchDecoder(self.device)
-        outputs = self._cpu(iter(iterable)) if self._stream is None else self._cuda(iter(iterable))
+        if self.device.type == "cuda" and self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        outputs = self._cpu(iter(iterable)) if self.device.type != "cuda" else self._cuda(iter(iterable))
         asked = since = time.perf_counter()
         for out in outputs:
             # The wait: from the consumer's request (the end of its step) to the hand-over.
@@ -103,33 +113,58 @@ class GpuDecodeStage:
             yield out
             asked = time.perf_counter()
 
+    def set_device(self, device: torch.device) -> None:
+        """Decodes the next passes on ``device`` (the Loader follows the process's GPU)."""
+        if device == self.device:
+            return
+        if self._stream is not None:
+            self._stream.synchronize()
+        self._held.clear()
+        self.device, self._stream, self._decoder = device, None, None
+
     def _cpu(self, source: Iterator[EncodedBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
         for batch in source:
             yield self._output(self._decode(batch))
 
     def _cuda(self, source: Iterator[EncodedBatch]) -> Iterator[tuple[torch.Tensor, ...]]:
-        queued: deque[_Decoded] = deque()
-        while True:
-            # ``depth`` batches queued on the stream before one is handed over, the next one
-            # queued before the consumer's step.
-            while len(queued) < self.depth:
-                batch = next(source, None)
-                if batch is None:
-                    break
-                queued.append(self._enqueue(batch))
-            if not queued:
-                return
-            item = queued.popleft()
-            consumer = torch.cuda.current_stream(self.device)
-            consumer.wait_event(item.ready)  # this batch only, not all the stream's work
-            for t in (item.images, item.labels):
-                t.record_stream(consumer)  # not reused while the consumer's step reads it
-            if len(queued) < self.depth:
-                nxt = next(source, None)
-                if nxt is not None:
-                    queued.append(self._enqueue(nxt))
-            self._drop_finished()
-            yield self._output(item)
+        # The decoder call (which blocks its thread) and the per-row kernels run on the stage's
+        # own thread, in order; the training thread only waits for each batch's event.
+        worker = self._worker()
+        queued: deque[Future] = deque()
+        try:
+            while True:
+                # ``depth`` batches queued on the stream before one is handed over, the next one
+                # queued before the consumer's step.
+                while len(queued) < self.depth:
+                    batch = next(source, None)
+                    if batch is None:
+                        break
+                    queued.append(self._submit(worker, batch))
+                if not queued:
+                    return
+                item = queued.popleft().result()
+                consumer = torch.cuda.current_stream(self.device)
+                consumer.wait_event(item.ready)  # this batch only, not all the stream's work
+                for t in (item.images, item.labels):
+                    t.record_stream(consumer)  # not reused while the consumer's step reads it
+                if len(queued) < self.depth:
+                    nxt = next(source, None)
+                    if nxt is not None:
+                        queued.append(self._submit(worker, nxt))
+                self._drop_finished()
+                yield self._output(item)
+        finally:
+            for f in queued:  # an abandoned pass: what has not started never will
+                f.cancel()
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="fastload-gpu-decode")
+        return self._executor
+
+    def _submit(self, worker: ThreadPoolExecutor, batch: EncodedBatch) -> Future:
+        self._last = worker.submit(self._enqueue, batch)
+        return self._last
 
     def _enqueue(self, batch: EncodedBatch) -> _Decoded:
         with torch.cuda.stream(self._stream):
@@ -218,6 +253,11 @@ class GpuDecodeStage:
 
     def close(self) -> None:
         """Waits for the stream's pending work and drops what it held; idempotent."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+            if self._last is not None:  # the batch it is on is queued on the stream before the wait below,
+                wait([self._last], timeout=CLOSE_WAIT_S)  # unless a fall-back load is stuck in a sample
         if not self._closed and self._stream is not None:
             self._stream.synchronize()
         self._closed = True

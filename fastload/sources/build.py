@@ -40,7 +40,8 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
     pin = bool(cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda") and torch.cuda.is_available()
     workers = int(cfg.num_workers)
     options = WorkerOptions(workers, cfg.prefetch_factor, cfg.persistent_workers,
-                            worker_start_method(cfg.start_method), cfg.timeout, pin, cfg.seed)
+                            worker_start_method(cfg.start_method), cfg.timeout, pin, cfg.seed,
+                            pin_device=device if pin else None)
     if is_stream(samples):
         if (cfg.shuffle and not getattr(samples, "shuffles", False)) or cfg.backend != "process":
             raise ValueError("a stream is read in file order by worker processes: use shuffle=False, "
@@ -66,5 +67,6 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
         # prefetch_factor means what it means for processes: batches ahead per worker.
         # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
         return ThreadSource(fetcher, sampler, workers, workers * cfg.prefetch_factor, pin=pin, timeout=cfg.timeout,
-                            reuse=device.type == "cuda" or cfg.normalize, device_ahead=DEVICE_AHEAD)
+                            reuse=device.type == "cuda" or cfg.normalize, device_ahead=DEVICE_AHEAD,
+                            pin_device=options.pin_device)
     return ProcessSource(fetcher, sampler, options)

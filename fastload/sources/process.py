@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch
+from ..collate import pinning_on
 from ..sampler import BatchRequest, ShardedBatchSampler
 from . import deaths
 from .inflight import InFlight
@@ -41,6 +42,7 @@ class WorkerOptions:
     timeout: float = 0.0
     pin: bool = False
     seed: int = 0
+    pin_device: Any = None  # the CUDA device batches are pinned for (its context, see pinning_on)
 
     @property
     def forks(self) -> bool:
@@ -138,11 +140,13 @@ def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
 
 
 def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
-    """``iter(loader)``, with OpenCV's pool parked while workers are forked."""
-    if not options.forks:
-        return iter(loader)
-    with opencv_parked():
-        return iter(loader)
+    """``iter(loader)``, with OpenCV's pool parked while workers are forked; its pin-memory
+    thread pins for the current device, made ``options.pin_device`` here."""
+    with pinning_on(options.pin_device if options.pin else None):
+        if not options.forks:
+            return iter(loader)
+        with opencv_parked():
+            return iter(loader)
 
 
 def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any,

@@ -38,6 +38,7 @@ class _Slot:
     writers: Any = None  # the job writing into it: has ``finished()``
     event: Any = None  # CUDA event recorded after its copy
     generation: int = field(default=0)
+    released: int = 0  # release order: copies run in order, so the oldest event completes first
 
 
 class RingLease:
@@ -77,6 +78,7 @@ class BufferRing:
         self._slots = [_Slot(SlotBuffers(images(), targets.alloc(n, place),
                                           alloc_batch((n,), torch.int64, pin=pin))) for _ in range(count)]
         self._cond = threading.Condition()
+        self._releases = 0
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -92,7 +94,7 @@ class BufferRing:
             RuntimeError: ``closed`` was set while waiting.
         """
         while True:
-            waiting_on: Any = None
+            oldest: _Slot | None = None
             if closed is not None and closed.is_set():
                 raise RuntimeError(CLOSED)
             with self._cond:
@@ -102,7 +104,10 @@ class BufferRing:
                     if s.event is None or s.event.query():
                         s.held, s.writers, s.event = True, writers, None
                         return i
-                    waiting_on = s.event
+                    if oldest is None or s.released < oldest.released:
+                        oldest = s
+                # The copy released first was queued first: the shortest wait.
+                waiting_on = oldest.event if oldest is not None else None
                 if waiting_on is None:
                     self._cond.wait(SAFETY_WAKE_S)
                     continue
@@ -110,8 +115,9 @@ class BufferRing:
 
     def release(self, slot: int, event: Any = None) -> None:
         with self._cond:
+            self._releases += 1
             s = self._slots[slot]
-            s.held, s.event = False, event
+            s.held, s.event, s.released = False, event, self._releases
             self._cond.notify_all()
 
     def writers_finished(self) -> None:

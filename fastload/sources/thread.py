@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..batch import HostBatch
-from ..collate import batch_buffer
+from ..collate import batch_buffer, pinning_on
 from ..sampler import BatchRequest, ShardedBatchSampler
 from ..targets import TargetSpec
 from ..views import SampleShape, batch_shape, from_numpy, map_images, numpy_rows, row, shape_of
@@ -145,7 +145,8 @@ class ThreadSource(IndexedSource):
     """
 
     def __init__(self, fetcher: BatchFetcher, sampler: ShardedBatchSampler, num_threads: int, prefetch: int, *,
-                 pin: bool, reuse: bool = True, timeout: float = 0.0, device_ahead: int = 2) -> None:
+                 pin: bool, reuse: bool = True, timeout: float = 0.0, device_ahead: int = 2,
+                 pin_device: Any = None) -> None:
         if num_threads < 1:
             raise ValueError(f"the thread backend needs num_workers >= 1, got {num_threads}")
         if len(fetcher.inflight) < num_threads + 1:
@@ -153,6 +154,7 @@ class ThreadSource(IndexedSource):
         self.fetcher, self.sampler, self.inflight = fetcher, sampler, fetcher.inflight
         self.prefetch, self.pin, self.reuse, self.timeout = prefetch, pin, reuse, timeout
         self.device_ahead = device_ahead
+        self.pin_device = pin_device  # the CUDA device buffers are pinned for (see pinning_on)
         self.ring: BufferRing | None = None
         self.copies = 0  # samples decoded beside their slot and copied in
         self._consumer = num_threads  # the in-flight row of the consumer thread
@@ -179,7 +181,8 @@ class ThreadSource(IndexedSource):
             target = TargetSpec.of(head[0].label)
             shape = batch_shape(self.sampler.batch_size, self._shape)
             if self.reuse and (self.ring is None or self.ring.shape != shape or self.ring.target != target):
-                self.ring = BufferRing(self._ring_slots(), shape, self.pin, target)
+                with pinning_on(self.pin_device if self.pin else None):
+                    self.ring = BufferRing(self._ring_slots(), shape, self.pin, target)
         job = _Job(request, self.ring if self.reuse else None)
         if self.ring is not None and self.reuse:
             slot = self.ring.acquire(job, self._closed)
@@ -187,7 +190,8 @@ class ThreadSource(IndexedSource):
             job.rows = numpy_rows(map_images(lambda t: t[:n], job.buffers.images))
             job.lease = RingLease(self.ring, slot)
         else:
-            job.rows = numpy_rows(batch_buffer(n, self._shape, pin=self.pin))
+            with pinning_on(self.pin_device if self.pin else None):
+                job.rows = numpy_rows(batch_buffer(n, self._shape, pin=self.pin))
         for j, item in enumerate(head):
             self.copies += put(row(job.rows, j), item, self.fetcher.dataset)
             job.loaded[j] = item

@@ -134,10 +134,10 @@ class Synthetic(ImageDataset):
 
 def decode_rate_per_core(dataset: ImageDataset, seconds: float) -> tuple[float, tuple[int, ...]]:
     """Samples/s of read + decode + transform in this process, and the output shape."""
-    n, start, shape = 0, time.perf_counter(), None
+    n, start, shape = 0, time.perf_counter(), ()
     while time.perf_counter() - start < seconds:
         img, _ = dataset.load(n % len(dataset), 0, 0)
-        shape = img.shape
+        shape = tuple(img.shape)
         n += 1
     return n / (time.perf_counter() - start), shape
 
@@ -145,13 +145,13 @@ def decode_rate_per_core(dataset: ImageDataset, seconds: float) -> tuple[float, 
 def bottleneck(dataset: ImageDataset, config: LoaderConfig, pipeline_rate: float, seconds: float) -> dict:
     """Stage rates at ``config`` and which stage bounds the pipeline."""
     per_core, shape = decode_rate_per_core(dataset, seconds)
-    workers = max(1, config.num_workers)
+    workers = max(1, int(config.num_workers))  # the tuner's configurations name their workers
     stages = {
         "storage": measure_loader(BytesOnly(dataset), config, seconds)["samples_per_s"],
         "decode+transform": per_core * workers,
         "collate+transfer": measure_loader(Synthetic(len(dataset), shape), config, seconds)["samples_per_s"],
     }
-    bound = min(stages, key=stages.get)
+    bound = min(stages, key=lambda stage: stages[stage])
     share = pipeline_rate / stages[bound] if stages[bound] else 0.0
     return {"stages_samples_per_s": stages, "decode_per_core": per_core, "bound_by": bound,
             "pipeline_share_of_bound": share}

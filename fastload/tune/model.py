@@ -2,12 +2,20 @@
 
 The largest batch is found by trial on the device: doubling from the smallest batch size
 asked for until a step runs out of memory, then bisecting between the last batch that
-fitted and the first that did not. A step that runs out of memory is caught, what it
-held is released (gradients dropped, the allocator's cache emptied) and the search goes on.
+fitted and the first that did not. A step that runs out of memory (torch's
+OutOfMemoryError, or cuDNN's or cuBLAS's allocation failures, which arrive as RuntimeErrors)
+is caught, what it held is released (gradients dropped, reference cycles collected, the
+allocator's cache emptied) and the search goes on.
+
+Each trial runs beside a block as large as what the Loader itself keeps on the GPU during
+training at that batch size (:func:`loader_device_bytes`), so the batch found leaves room
+for it. Not counted: memory outside torch's allocator, such as nvImageCodec's pool with
+``decode="gpu"`` (its size is only known on a GPU).
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Sequence
 
@@ -16,6 +24,23 @@ import torch.nn as nn
 
 LIMIT = 16384  # no search beyond this batch size
 GRAIN = 8  # batch sizes found by bisection are multiples of this (when at least this large)
+#: What cuDNN and cuBLAS say when an allocation fails (PyTorch raises these as RuntimeError).
+OUT_OF_MEMORY = ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says the device ran out of memory."""
+    return isinstance(error, torch.cuda.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and any(m in str(error) for m in OUT_OF_MEMORY))
+
+
+def loader_device_bytes(batch_size: int, size: int, out_bytes: int = 4, channels: int = 3) -> int:
+    """Device memory a Loader holds during training at ``batch_size``: the batch handed out
+    and the ones queued ahead (``DEVICE_AHEAD``), each as its uint8 copy and its normalized
+    output of ``out_bytes`` per value."""
+    from ..sources.build import DEVICE_AHEAD
+
+    return (DEVICE_AHEAD + 1) * batch_size * channels * size * size * (1 + out_bytes)
 
 
 def create_model(name: str) -> nn.Module:
@@ -39,19 +64,27 @@ def sync(device: torch.device) -> None:
 
 
 def try_batch(step: Callable[[int], None], batch_size: int, release: Callable[[], None],
-              device: torch.device) -> bool:
-    """Whether one ``step(batch_size)`` runs; on OutOfMemoryError, ``release()`` and the
-    allocator's cache is emptied before returning False."""
+              device: torch.device, reserve: int = 0) -> bool:
+    """Whether one ``step(batch_size)`` runs beside ``reserve`` bytes held on the device; when
+    it runs out of memory, ``release()``, reference cycles are collected and the allocator's
+    cache is emptied before returning False. Other errors propagate."""
+    held = None
     try:
+        if reserve:
+            held = torch.empty(reserve, dtype=torch.uint8, device=device)  # what the Loader keeps there
         step(batch_size)
         sync(device)
         return True
-    except torch.cuda.OutOfMemoryError:
-        pass
+    except Exception as e:  # noqa: BLE001 (re-raised unless it is an out-of-memory error)
+        if not is_out_of_memory(e):
+            raise
+    finally:
+        del held
     # Outside the except clause: its traceback, whose frames hold the step's tensors, is gone.
     release()
+    gc.collect()  # tensors kept by reference cycles (autograd graphs, frames) are freed before...
     if device.type == "cuda":
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # ...the allocator gives its cached blocks back
     return False
 
 
@@ -83,16 +116,18 @@ def largest_batch(fits: Callable[[int], bool], start: int, limit: int = LIMIT) -
 
 
 def model_step(model: str | nn.Module, size: int, batch_sizes: Sequence[int], pipeline_rate: float,
-               steps: int = 10, device: str | torch.device = "cuda", limit: int = LIMIT) -> dict:
+               steps: int = 10, device: str | torch.device = "cuda", limit: int = LIMIT,
+               reserve: Callable[[int], int] | None = None) -> dict:
     """Times a bf16 channels_last SGD step of ``model`` (a name, or a module) at the
-    largest of ``batch_sizes`` that fits, after finding the largest batch that fits at all.
+    largest of ``batch_sizes`` that fits, after finding the largest batch that fits at all
+    beside ``reserve(batch_size)`` bytes (default: :func:`loader_device_bytes`).
 
     Raises:
         ValueError: Not even the smallest of ``batch_sizes`` fits.
     """
     device = torch.device(device)
     name = model if isinstance(model, str) else type(model).__name__
-    net = (create_model(model) if isinstance(model, str) else model).to(device).to(memory_format=torch.channels_last)
+    net = (create_model(model) if isinstance(model, str) else model).to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -105,8 +140,10 @@ def model_step(model: str | nn.Module, size: int, batch_sizes: Sequence[int], pi
         loss.backward()
         opt.step()
 
+    held = reserve or (lambda bs: loader_device_bytes(bs, size))
+
     def fits(bs: int) -> bool:
-        return try_batch(step, bs, lambda: opt.zero_grad(set_to_none=True), device)
+        return try_batch(step, bs, lambda: opt.zero_grad(set_to_none=True), device, held(bs))
 
     largest = largest_batch(fits, min(batch_sizes), limit)
     if largest == 0:

@@ -1,8 +1,9 @@
 """Colour operations on uint8 images, with torchvision.transforms.v2.functional's names,
 parameters and pixels (its uint8-tensor kernels: float32 arithmetic, truncation to uint8).
 
-Point operations are 256-entry tables applied with cv2.LUT; the blends with a grayscale
-image go through OpenCV in one pass. Inputs are H×W×C (C = 3, or 1 for grayscale) or H×W.
+Point operations are one OpenCV pass: a fused multiply-add where it reproduces the exact
+256-entry table, else the table through cv2.LUT; the blends with a grayscale image are
+one cv2.addWeighted. Inputs are H×W×C (C = 3, or 1 for grayscale) or H×W.
 """
 
 from __future__ import annotations
@@ -62,12 +63,12 @@ def rgb_to_grayscale(inpt: np.ndarray, num_output_channels: int = 1) -> np.ndarr
     if num_output_channels not in (1, 3):
         raise ValueError(f"num_output_channels must be 1 or 3, got {num_output_channels!r}")
     if c == 1:
-        gray = inpt.reshape(inpt.shape[0], inpt.shape[1], 1)
+        gray = inpt.reshape(inpt.shape[:2]).copy()
     else:
-        gray = cv2.transform(contiguous(inpt).astype(np.float32), _GRAY_WEIGHTS).astype(np.uint8)[:, :, None]
+        gray = cv2.transform(contiguous(inpt).astype(np.float32), _GRAY_WEIGHTS).astype(np.uint8)
     if num_output_channels == 3:
-        return np.repeat(gray, 3, axis=2)
-    return gray.copy() if inpt.ndim == 3 else gray[:, :, 0].copy()
+        return cv2.cvtColor(gray, cv2.COLOR_GRAY2RGB)
+    return gray[:, :, None] if inpt.ndim == 3 else gray
 
 
 def adjust_brightness(inpt: np.ndarray, brightness_factor: float) -> np.ndarray:

@@ -1,0 +1,119 @@
+"""Loader(decode="gpu") on simulated GPUs, nvImageCodec replaced by tests/cudasim/decoder.py."""
+
+import os
+
+import pytest
+import torch
+
+import fastload as fl
+from conftest import jpeg_bytes, make_image
+from cudasim import decoder
+from cudasim.scenes import read_on_consumer
+from fastload.decode import roi
+
+pytestmark = pytest.mark.skipif(not roi.available(), reason="the stand-in decoder uses nvImageCodec's CPU backend")
+
+
+@pytest.fixture
+def photos(tmp_path, monkeypatch):
+    return make_photos(tmp_path, monkeypatch)
+
+
+def make_photos(tmp_path, monkeypatch):
+    """A small ImageFolder of JPEGs, and the stand-in decoder patched in."""
+    os.makedirs(tmp_path / "a")
+    for i in range(24):
+        (tmp_path / "a" / f"{i:02d}.jpg").write_bytes(jpeg_bytes(make_image(i, 60 + 3 * i, 80 + 2 * i)))
+    monkeypatch.setattr("fastload.gpudecode.stage.BatchDecoder", decoder.decoder)
+    return fl.ImageFolder(str(tmp_path), fl.transforms.train(32, reduced_decode=False))
+
+
+def gpu_loader(ds, **kw):
+    opts = dict(decode="gpu", batch_size=6, num_workers=2, shuffle=True, seed=0, stall_warning=0, device="cuda")
+    opts.update(kw)
+    return fl.Loader(ds, **opts)
+
+
+def test_gpu_decode_batches_are_read_safely_and_equal_the_cpu_stand_in(sim, photos, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    with gpu_loader(photos, device="cpu", normalize=False) as cpu:
+        want = [x.clone() for x, _ in cpu]
+    got = []
+    with gpu_loader(photos, normalize=False) as ld:
+        for x, y in ld:
+            assert x.device == torch.device("cuda", 0)
+            read_on_consumer(x, y)
+            got.append(x.cpu())
+    assert len(got) == len(want)
+    for g, w in zip(got, want):  # the CUDA path resizes in float32, rounded once: within a level
+        assert (g.float() - w.float()).abs().mean() <= 1.0
+
+
+def test_gpu_decode_consumer_drops_each_batch(sim, photos):
+    with gpu_loader(photos) as ld:
+        for _ in range(2):
+            for x, y in ld:
+                x.mul(2), y.add(1)
+                del x, y
+    assert sim.allocator.reused > 0
+
+
+def test_gpu_decode_of_a_ddp_rank_runs_on_its_gpu(sim, photos, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with gpu_loader(photos, device=None) as ld:
+        for x, y in ld:
+            assert x.device == torch.device("cuda", 1)
+            with torch.cuda.device(1):
+                read_on_consumer(x, y)
+    assert sim.contexts == {1}
+
+
+def test_7_the_training_thread_launches_no_decode_work(sim, photos):
+    """The decoder call and its per-row kernels run on the stage's own thread: the training
+    thread only waits for each batch's event (one launch per batch in the simulator's count)."""
+    with gpu_loader(photos) as ld:
+        batches = 0
+        sim.launches.clear()
+        for x, _ in ld:
+            batches += 1
+        training = sim.launches["MainThread"] / batches
+    print(f"launches per batch: training thread {training:.1f}, all {sum(sim.launches.values()) / batches:.1f}")
+    assert training <= 1.0, sim.launches
+
+
+def test_rows_the_decoder_refuses_are_loaded_on_the_cpu_and_copied_safely(sim, photos, monkeypatch):
+    monkeypatch.setattr(decoder.StandInDecoder, "refuse", frozenset({0, 3}))
+    with gpu_loader(photos) as ld:
+        for _ in range(2):
+            for x, y in ld:
+                read_on_consumer(x, y)
+        assert ld._prefetcher.fallbacks == 2 * 2 * 4  # two rows of each of 4 batches, twice
+
+
+def test_8_device_memory_counts_the_decoders_own_pool(sim, photos, monkeypatch):
+    """The flat-memory check of test_gpu_decode.py reads the driver's count (mem_get_info),
+    which holds nvImageCodec's buffers; memory_reserved() does not see a leak there."""
+    from conftest import device_memory_per_epoch
+
+    monkeypatch.setattr(decoder.StandInDecoder, "leak", 2**20)  # a decoder keeping 1 MiB per batch
+    with gpu_loader(photos, normalize=False) as ld:
+        memory = device_memory_per_epoch(ld, 3)
+    outside = [used - reserved for used, reserved in memory]  # what memory_reserved() cannot see
+    assert outside[2] - outside[1] == 4 * 2**20  # 4 batches an epoch
+
+
+def test_close_with_decode_work_in_flight_waits_for_it(sim, photos):
+    ld = gpu_loader(photos)
+    read_on_consumer(*next(iter(ld)))
+    stage = ld._prefetcher
+    ld.close()
+    assert sim.knows(stage._stream)
+
+
+def test_a_decoder_error_on_the_stage_thread_reaches_the_training_loop(sim, photos, monkeypatch):
+    def broken(self, batch, cuda_stream=0):
+        raise MemoryError("decoder pool exhausted")
+
+    monkeypatch.setattr(decoder.StandInDecoder, "decode", broken)
+    with gpu_loader(photos) as ld, pytest.raises(MemoryError, match="pool exhausted"):
+        next(iter(ld))
