@@ -5,7 +5,7 @@ fast_collate → Loader (torch DataLoader workers, DDP sharding) → prefetch (d
 normalization and layout change).
 """
 
-from . import transforms
+from . import augment, transforms
 from .batch import HostBatch, SampleError, SkippedSample
 from .collate import fast_collate
 from .config import LoaderConfig
@@ -66,6 +66,7 @@ __all__ = [
     "WebDataset",
     "WorkerFailure",
     "WrappedDataset",
+    "augment",
     "decode_image",
     "fast_collate",
     "get_decoder",

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from . import compat, resume
+from .augment.apply import BatchTransforms
 from .compat import DataLoaderAttributes
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig, resolve_device
@@ -51,6 +52,14 @@ class Loader(DataLoaderAttributes):
             stream (``TFRecordStream``), or a map-style dataset of your own (``__len__`` and
             ``__getitem__``), wrapped in :class:`~fastload.WrappedDataset`.
         config: A LoaderConfig to start from (the tuner writes these).
+        batch_transform: A callable ``f(images, targets, generator) -> (images, targets)``
+            or a list of them, applied in order to each normalized batch on ``device`` as
+            it is handed out (e.g. ``[fl.augment.RandomErasing(0.25, mode="pixel"),
+            fl.augment.Mixup(0.8, 1.0)]``); ``generator`` is a torch.Generator on the
+            batch's device seeded from (seed, epoch, rank, batch number, position in the
+            list), so the draws do not depend on workers, backend or resuming. Not a
+            LoaderConfig field (configs are saved by the tuner; code is not); see
+            :mod:`fastload.augment`.
         **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``, and
             DataLoader's keywords with DataLoader's meaning where fastload can honour them
             (``sampler=None`` or a ``DistributedSampler``, ``multiprocessing_context``,
@@ -67,10 +76,12 @@ class Loader(DataLoaderAttributes):
         ValueError: A bad option value (the message names it).
     """
 
-    def __init__(self, dataset: Any, config: LoaderConfig | None = None, /, **options: Any) -> None:
+    def __init__(self, dataset: Any, config: LoaderConfig | None = None, /, *, batch_transform: Any = None,
+                 **options: Any) -> None:
         if config is not None and not isinstance(config, LoaderConfig):
             raise TypeError(f"config must be a LoaderConfig, got {type(config).__name__}")
         self._closed = True  # until construction succeeds (for __del__)
+        self._batch_transforms = BatchTransforms.of(batch_transform)
         samples = dataset
         if not is_stream(dataset) and not (callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")):
             samples = SubsetDataset.of(dataset) or WrappedDataset(dataset)
@@ -199,6 +210,9 @@ class Loader(DataLoaderAttributes):
         outputs = self._prefetcher.run(self._observed(source.batches(position.epoch, plan)))
         try:
             for out in outputs:
+                if self._batch_transforms is not None:
+                    out = self._batch_transforms.apply(out, seed=self.config.seed, epoch=position.epoch, rank=self.rank,
+                                                       batch=position.batch_number(self.rank, self.world_size))
                 position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
                 yield out
             position.done = True

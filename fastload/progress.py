@@ -20,6 +20,13 @@ class Position:
     consumed: int = 0
     done: bool = False
 
+    def batch_number(self, rank: int, world_size: int) -> int:
+        """The number in its epoch of the batch this rank hands out next: ``consumed`` after
+        what this rank handed out in the earlier stages of a resumed epoch (of a stage on
+        another world size, whose batches were dealt anew: after the most any rank handed out)."""
+        before = sum(s.consumed[rank] if s.world_size == world_size else max(s.consumed) for s in self.history)
+        return before + self.consumed
+
 
 class Progress:
     """The epoch counter of a Loader.
