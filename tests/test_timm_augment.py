@@ -12,15 +12,26 @@ from collections import Counter
 import cv2
 import numpy as np
 import pytest
+import refs
 from PIL import Image
 from scipy import stats
 
-import refs
 from fastload.photos import source_photos
 from fastload.transforms import timm_ops as O
-from fastload.transforms.timm_config import AugMixConfig, AutoConfig, RandConfig, parse_auto_augment
+from fastload.transforms.timm_config import (
+    AugMixConfig,
+    AutoConfig,
+    RandConfig,
+    parse_auto_augment,
+)
 from fastload.transforms.timm_levels import OPS, Hparams, OpSpec
-from fastload.transforms.timm_policies import TimmAugMix, TimmAutoAugment, TimmOp, TimmRandAugment, timm_augment
+from fastload.transforms.timm_policies import (
+    TimmAugMix,
+    TimmAutoAugment,
+    TimmOp,
+    TimmRandAugment,
+    timm_augment,
+)
 
 STRINGS = ["rand-m9-mstd0.5-inc1", "rand-m9-n3-mstd0.5-mmax10-p0.5", "rand-m7-mstd101", "rand-tweights-m5",
            "rand-m6-t3aw-n3", "rand-t3a", "augmix-m5-w4-d2", "augmix-m3-b1-a0.5", "augmix-mstd0.5",

@@ -3,13 +3,16 @@
 import cv2
 import numpy as np
 import pytest
+import refs
+from conftest import make_image
 from PIL import Image
 
-import refs
 from fastload import transforms as T
-from fastload.transforms.timm_policies import TimmAugMix, TimmAutoAugment, TimmRandAugment
-
-from conftest import make_image
+from fastload.transforms.timm_policies import (
+    TimmAugMix,
+    TimmAutoAugment,
+    TimmRandAugment,
+)
 
 
 @pytest.fixture(scope="module")

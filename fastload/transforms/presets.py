@@ -18,7 +18,13 @@ import torch
 
 from ..resize import Crop
 from .compose import Compose
-from .crops import CropPlanner, RandomHorizontalFlip, RandomResizedCrop, ResizedCenterCrop, _pair
+from .crops import (
+    CropPlanner,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    ResizedCenterCrop,
+    _pair,
+)
 from .timm_policies import IMAGENET_MEAN, timm_augment
 
 INTERPOLATIONS = ("bilinear", "bicubic", "random")
@@ -33,7 +39,7 @@ def _check_interpolation(interpolation: str) -> None:
 
 
 def _jitter_steps(color_jitter: float | Sequence[float], color_jitter_prob: float | None) -> list:
-    from .color_jitter import ColorJitter, RandomApply  # noqa: PLC0415  (see _secondary)
+    from .color_jitter import ColorJitter, RandomApply
 
     factors = tuple(float(v) for v in color_jitter) if isinstance(color_jitter, (tuple, list)) \
         else (float(color_jitter),) * 3
@@ -98,7 +104,7 @@ def train(size: int | Sequence[int] = 224, scale: Sequence[float] = (0.08, 1.0),
     if hflip > 0:
         ts.append(RandomHorizontalFlip(hflip))
     if vflip > 0:
-        from .color_jitter import RandomVerticalFlip  # noqa: PLC0415
+        from .color_jitter import RandomVerticalFlip
 
         ts.append(RandomVerticalFlip(vflip))
     jitter = color_jitter is not None
@@ -108,11 +114,11 @@ def train(size: int | Sequence[int] = 224, scale: Sequence[float] = (0.08, 1.0),
     if jitter:
         ts += _jitter_steps(color_jitter, color_jitter_prob)
     if grayscale_prob:
-        from .color_jitter import RandomGrayscale  # noqa: PLC0415
+        from .color_jitter import RandomGrayscale
 
         ts.append(RandomGrayscale(grayscale_prob))
     if gaussian_blur_prob:
-        from .color_jitter import GaussianBlur, RandomApply  # noqa: PLC0415
+        from .color_jitter import GaussianBlur, RandomApply
 
         ts.append(RandomApply([GaussianBlur(23, (0.1, 2.0))], gaussian_blur_prob))
     return Compose(ts, reduced_decode)
@@ -171,7 +177,7 @@ class BicubicCenterCrop:
         return f"BicubicCenterCrop(size={self.size}, resize={self.resize})"
 
 
-def eval(size: int | Sequence[int] = 224, resize: int | None = None, reduced_decode: bool = True,  # noqa: A001
+def eval(size: int | Sequence[int] = 224, resize: int | None = None, reduced_decode: bool = True,
          antialias: bool = True, *, crop_pct: float | None = None, crop_mode: str | None = None,
          interpolation: str = "bilinear") -> Compose:
     """Resize then centre-crop ``size``: timm's ``transforms_imagenet_eval``.

@@ -1,11 +1,14 @@
 """The image operations of timm's auto-augment policies, with the pixels of the PIL calls timm makes.
 
 timm's policies call Pillow (``ImageEnhance``, ``ImageOps``, ``Image.transform``); these are
-the same operations on H×W×C uint8 arrays. Point operations are 256-entry lookup tables
-(OpenCV's LUT), blends are computed in float32 and truncated as Pillow's ``Image.blend``
-does, and the geometric ops are one ``cv2.warpAffine`` whose matrix is Pillow's affine
-coefficients moved to OpenCV's pixel-index convention. Where Pillow's arithmetic is
-reproducible (the point ops, the enhancements) the output is Pillow's to the level; the
+the same operations on H×W×C uint8 arrays. Where torchvision's functional op gives
+Pillow's pixels exactly (invert, solarize, posterize, equalize, brightness, sharpness) it
+is called (:mod:`fastload.transforms.functional`); the others differ from torchvision's
+by Pillow's integer arithmetic (contrast's rounded mean, Color's fixed-point grayscale,
+autocontrast's truncated table) or geometry (timm shears about the corner), and are
+here: 256-entry lookup tables, blends in float32 truncated as ``Image.blend`` does, and
+one ``cv2.warpAffine`` whose matrix is Pillow's affine coefficients moved to OpenCV's
+pixel-index convention. Point ops and enhancements give Pillow's pixels exactly; the
 geometric ops differ by interpolation kernels (tests/test_timm_augment.py measures how much).
 """
 
@@ -15,6 +18,8 @@ import math
 
 import cv2
 import numpy as np
+
+from . import functional as F
 
 _I = np.arange(256, dtype=np.float32)
 _IDENTITY = np.arange(256, dtype=np.uint8)
@@ -55,7 +60,7 @@ def _like(gray: np.ndarray, img: np.ndarray) -> np.ndarray:
 
 def brightness(img: np.ndarray, factor: float) -> np.ndarray:
     """``ImageEnhance.Brightness(img).enhance(factor)``."""
-    return _lut(img, _blend_table(0.0, factor))
+    return F.adjust_brightness(img, factor)
 
 
 def contrast(img: np.ndarray, factor: float) -> np.ndarray:
@@ -69,15 +74,9 @@ def color(img: np.ndarray, factor: float) -> np.ndarray:
     return _blend(_like(grayscale(img), img), img, factor)
 
 
-_SMOOTH = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float32) / 13
-
-
 def sharpness(img: np.ndarray, factor: float) -> np.ndarray:
     """``ImageEnhance.Sharpness``: a blend with Pillow's SMOOTH filter (the border left as is)."""
-    smooth = cv2.filter2D(img.astype(np.float32), -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE)
-    smooth = np.clip(smooth + 0.5, 0, 255).astype(np.uint8).reshape(img.shape)
-    smooth[0], smooth[-1], smooth[:, 0], smooth[:, -1] = img[0], img[-1], img[:, 0], img[:, -1]
-    return _blend(smooth, img, factor)
+    return F.adjust_sharpness(img, factor)
 
 
 def autocontrast(img: np.ndarray) -> np.ndarray:
@@ -94,28 +93,18 @@ def autocontrast(img: np.ndarray) -> np.ndarray:
 
 
 def equalize(img: np.ndarray) -> np.ndarray:
-    """``ImageOps.equalize(img)``: Pillow's per-channel histogram equalisation table."""
-    tables = []
-    for c in range(img.shape[2]):
-        h = np.bincount(img[..., c].ravel(), minlength=256).astype(np.int64)
-        nonzero = h[h > 0]
-        step = (int(nonzero.sum()) - int(nonzero[-1])) // 255 if len(nonzero) > 1 else 0
-        if not step:
-            tables.append(_IDENTITY)
-            continue
-        n = step // 2 + np.concatenate(([0], np.cumsum(h)[:-1]))
-        tables.append(np.clip(n // step, 0, 255))
-    return _lut(img, np.stack(tables))
+    """``ImageOps.equalize(img)``: Pillow's per-channel histogram equalisation."""
+    return F.equalize(img)
 
 
 def invert(img: np.ndarray) -> np.ndarray:
     """``ImageOps.invert``."""
-    return cv2.bitwise_not(img).reshape(img.shape)
+    return F.invert(img)
 
 
 def solarize(img: np.ndarray, threshold: int) -> np.ndarray:
-    """``ImageOps.solarize``: values >= ``threshold`` inverted (256: no change)."""
-    return _lut(img, np.where(_IDENTITY < threshold, _IDENTITY, 255 - _IDENTITY))
+    """``ImageOps.solarize``: values >= ``threshold`` inverted (256: no change, as in timm)."""
+    return img if threshold > 255 else F.solarize(img, threshold)
 
 
 def solarize_add(img: np.ndarray, add: int, threshold: int = 128) -> np.ndarray:
@@ -125,10 +114,11 @@ def solarize_add(img: np.ndarray, add: int, threshold: int = 128) -> np.ndarray:
 
 
 def posterize(img: np.ndarray, bits: int) -> np.ndarray:
-    """``ImageOps.posterize``: keeps the ``bits`` high bits (timm: 8 or more is no change)."""
+    """``ImageOps.posterize``: keeps the ``bits`` high bits (8 or more: no change, as timm;
+    0: black, what Pillow gave before it refused 0 and what timm's v0 policy expects)."""
     if bits >= 8:
         return img
-    return _lut(img, _IDENTITY & np.uint8(~(2 ** (8 - bits) - 1) & 0xFF))
+    return F.posterize(img, bits)
 
 
 def gaussian_blur(img: np.ndarray, radius: float) -> np.ndarray:

@@ -17,8 +17,17 @@ import numpy as np
 
 from .timm_augmix import TimmAugMix
 from .timm_config import AugMixConfig, AutoConfig, RandConfig, parse_auto_augment
-from .timm_levels import (AUGMIX_TRANSFORMS, LEVEL_DENOM, OPS, RAND_3A, RAND_INCREASING_TRANSFORMS, RAND_TRANSFORMS,
-                          RAND_WEIGHTED_0, RAND_WEIGHTED_3A, Hparams)
+from .timm_levels import (
+    AUGMIX_TRANSFORMS,
+    LEVEL_DENOM,
+    OPS,
+    RAND_3A,
+    RAND_INCREASING_TRANSFORMS,
+    RAND_TRANSFORMS,
+    RAND_WEIGHTED_0,
+    RAND_WEIGHTED_3A,
+    Hparams,
+)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 
