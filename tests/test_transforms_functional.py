@@ -51,7 +51,7 @@ COLOR_CASES = [
     *[("adjust_hue", {"hue_factor": f}) for f in (-0.5, -0.23, -0.01, 0.0, 0.07, 0.31, 0.5)],
     *[("adjust_sharpness", {"sharpness_factor": f}) for f in (0.0, 0.1, 0.6, 1.0, 1.37, 1.99)],
     *[("posterize", {"bits": b}) for b in (0, 1, 3, 4, 6, 7, 8)],
-    *[("solarize", {"threshold": t}) for t in (0, 1, 100.5, 128, 200.2, 255)],
+    *[("solarize", {"threshold": t}) for t in (0, 1, 100.5, 128, 200.2, 255, 255 * 0.6666666865348816)],
     ("autocontrast", {}), ("equalize", {}), ("invert", {}),
     ("rgb_to_grayscale", {"num_output_channels": 1}), ("rgb_to_grayscale", {"num_output_channels": 3}),
 ]

@@ -12,27 +12,49 @@ Randomness comes from the ``rng`` passed in, which the datasets derive from
 Your own transforms: ``f(img, rng) -> img`` (reproducible: draw only from ``rng``), or
 ``f(img) -> img`` (called as is; its randomness comes from global generators, seeded
 per worker, so it is not reproducible per sample). albumentations: :func:`albumentations`.
+
+Augmentations with torchvision v2's names, arguments and pixels: the operations in
+:mod:`fastload.transforms.functional`; the random transforms ColorJitter, RandomGrayscale,
+RandomSolarize, GaussianBlur (:mod:`.color`), RandomCrop, RandomVerticalFlip
+(:mod:`.geometry`), RandAugment, TrivialAugmentWide, AutoAugment, AugMix
+(:mod:`.auto_augment`).
 """
 
 from __future__ import annotations
 
 from ..resize import Crop, resize  # noqa: F401  (resize: re-exported)
+from . import functional
 from .adapters import Albumentations, albumentations
+from .auto_augment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
+from .color import ColorJitter, GaussianBlur, RandomGrayscale, RandomSolarize
 from .compose import Compose, DecodeSteps, as_compose, takes_rng
 from .crops import CenterCrop, CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizedCenterCrop
+from .geometry import RandomCrop, RandomVerticalFlip
 from .presets import eval, train  # noqa: A004
 
 __all__ = [
+    "AugMix",
+    "AutoAugment",
+    "AutoAugmentPolicy",
     "CenterCrop",
+    "ColorJitter",
     "Compose",
     "Crop",
     "DecodeSteps",
+    "GaussianBlur",
+    "RandAugment",
+    "RandomCrop",
+    "RandomGrayscale",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
+    "RandomSolarize",
+    "RandomVerticalFlip",
     "Resize",
     "ResizedCenterCrop",
+    "TrivialAugmentWide",
     "albumentations",
     "eval",
+    "functional",
     "takes_rng",
     "train",
 ]

@@ -13,6 +13,7 @@ from ..decode import Decoder, ImageHeader, check_pixels, read_header
 from ..decode.plan import DecodePlan, choose, execute
 from ..resize import Crop
 from .crops import CenterCrop, CropPlanner, Resize, ResizedCenterCrop
+from .foreign import foreign_error
 
 def takes_rng(transform: Any) -> bool:
     """Whether ``transform`` is called ``f(img, rng)`` (it takes two positional arguments)
@@ -28,6 +29,9 @@ def takes_rng(transform: Any) -> bool:
 def _check_transform(t: Any) -> None:
     if not callable(t):
         raise TypeError(f"transform {t!r} is not callable")
+    foreign = foreign_error(t)
+    if foreign is not None:
+        raise TypeError(foreign)
     if type(t).__module__.split(".")[0] == "albumentations":
         raise TypeError(f"{type(t).__name__} is an albumentations transform, called with keywords: wrap it as "
                         "fl.transforms.albumentations(aug)")

@@ -134,8 +134,8 @@ def solarize(inpt: np.ndarray, threshold: float) -> np.ndarray:
         raise TypeError(f"threshold must be at most 255 for uint8 images, got {threshold!r}")
     src = contiguous(inpt)
     # 255 where level >= threshold (levels are ints: >= t is > ceil(t) - 1), then XOR:
-    # 255 ^ x == 255 - x.
-    _, mask = cv2.threshold(src, math.ceil(threshold) - 1, 255, cv2.THRESH_BINARY)
+    # 255 ^ x == 255 - x. torch compares with the threshold in float32: 170.000005 is 170.
+    _, mask = cv2.threshold(src, math.ceil(float(np.float32(threshold))) - 1, 255, cv2.THRESH_BINARY)
     return like(cv2.bitwise_xor(src, mask), inpt)
 
 

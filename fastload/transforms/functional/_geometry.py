@@ -18,7 +18,7 @@ import numpy as np
 
 from ._utils import Fill, check_image, contiguous, cv2_interpolation, fill_values, like
 
-_BORDERS = {"constant": cv2.BORDER_CONSTANT, "edge": cv2.BORDER_REPLICATE, "reflect": cv2.BORDER_REFLECT_101,
+BORDERS = {"constant": cv2.BORDER_CONSTANT, "edge": cv2.BORDER_REPLICATE, "reflect": cv2.BORDER_REFLECT_101,
             "symmetric": cv2.BORDER_REFLECT}
 
 
@@ -38,7 +38,7 @@ hflip = horizontal_flip
 vflip = vertical_flip
 
 
-def _padding(padding: Any) -> tuple[int, int, int, int]:
+def parse_padding(padding: Any) -> tuple[int, int, int, int]:
     """torchvision's ``padding`` (int, [all], [left/right, top/bottom], [left, top, right, bottom])
     as (left, top, right, bottom)."""
     if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
@@ -71,13 +71,13 @@ def pad(inpt: np.ndarray, padding: int | Sequence[int], fill: Fill = None,
         padding_mode: 'constant', 'edge', 'reflect' (edge not repeated) or 'symmetric'.
     """
     c = check_image(inpt)
-    if padding_mode not in _BORDERS:
-        raise ValueError(f"padding_mode must be one of {sorted(_BORDERS)}, got {padding_mode!r}")
-    left, top, right, bottom = _padding(padding)
+    if padding_mode not in BORDERS:
+        raise ValueError(f"padding_mode must be one of {sorted(BORDERS)}, got {padding_mode!r}")
+    left, top, right, bottom = parse_padding(padding)
     if padding_mode != "constant" and fill is not None and not isinstance(fill, numbers.Number) and len(fill) > 1:
         raise ValueError(f"padding_mode {padding_mode!r} takes no per-channel fill, got {fill!r}")
     value = [float(int(min(max(v, 0), 255))) for v in fill_values(fill, c)]
-    out = cv2.copyMakeBorder(contiguous(inpt), top, bottom, left, right, _BORDERS[padding_mode], value=value)
+    out = cv2.copyMakeBorder(contiguous(inpt), top, bottom, left, right, BORDERS[padding_mode], value=value)
     return like(out, inpt)
 
 

@@ -77,3 +77,15 @@ def fill_values(fill: Fill, channels: int) -> list[float]:
             return [float(v) for v in fill]
         raise ValueError(f"fill {fill!r} has {len(fill)} values for an image of {channels} channels")
     raise TypeError(f"fill must be None, a number or a sequence of numbers, got {fill!r}")
+
+
+def check_fill(fill: Fill) -> float | list[float] | None:
+    """``fill`` checked once, at a transform's construction: None, a number, or numbers."""
+    if fill is None:
+        return None
+    if isinstance(fill, (int, float, np.integer, np.floating)) and not isinstance(fill, bool):
+        return float(fill)
+    if (isinstance(fill, (list, tuple)) and fill
+            and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in fill)):
+        return [float(v) for v in fill]
+    raise TypeError(f"fill must be None, a number or a sequence of numbers, got {fill!r}")
