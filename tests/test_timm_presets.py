@@ -36,7 +36,9 @@ def _kinds(steps) -> list[str]:
 
 CASES = [dict(), dict(auto_augment="rand-m9-mstd0.5-inc1", color_jitter=0.4), dict(auto_augment="augmix-m5-w4-d2"),
          dict(auto_augment="original", vflip=0.5, hflip=0.0), dict(auto_augment="3a", color_jitter=0.3),
-         dict(auto_augment="v0", color_jitter=0.4, force_color_jitter=True)]
+         dict(auto_augment="v0", color_jitter=0.4, force_color_jitter=True),
+         dict(color_jitter=(0.4, 0.3, 0.2, 0.1), color_jitter_prob=0.8, grayscale_prob=0.2, gaussian_blur_prob=0.5,
+              vflip=0.1)]
 
 
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "default")
@@ -44,9 +46,24 @@ def test_train_has_timms_steps_in_timms_order(factory, kw):
     timm_kw = {"color_jitter": None, **kw}
     ref = factory.transforms_imagenet_train(224, **timm_kw).transforms
     ours = T.train(224, **kw).transforms
-    if any(type(t).__name__ == "ColorJitter" for t in ref) and not hasattr(T, "ColorJitter"):
-        pytest.skip("ColorJitter comes from the aug-ops branch")
     assert _kinds(ours) == _kinds(ref)
+    pairs = list(zip([t for t in ours if type(t).__name__ in _KINDS], [t for t in ref if type(t).__name__ in _KINDS]))
+    for a, b in pairs:
+        if type(b).__name__ == "RandomApply":
+            assert a.p == b.p
+            a, b = a.transforms[0], b.transforms[0]
+        if type(b).__name__ == "ColorJitter":
+            for k in ("brightness", "contrast", "saturation", "hue"):
+                want = getattr(b, k)
+                assert (getattr(a, k) is None) == (want is None), k
+                if want is not None:
+                    assert np.allclose(getattr(a, k), want), k
+        if type(b).__name__ in ("RandomHorizontalFlip", "RandomVerticalFlip", "RandomGrayscale"):
+            assert a.p == b.p
+        if type(b).__name__ == "GaussianBlur":
+            assert tuple(a.kernel_size) == tuple(b.kernel_size) and np.allclose(a.sigma, b.sigma)
+        if type(b).__name__ == "RandomResizedCropAndInterpolation":
+            assert np.allclose(a.scale, b.scale) and np.allclose(a.ratio, b.ratio) and a.size == tuple(b.size)
 
 
 def test_auto_augment_gets_timms_fill_translation_and_interpolation():

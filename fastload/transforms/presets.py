@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from ..resize import Crop
-from .compose import Compose
+from .color import ColorJitter, GaussianBlur, RandomGrayscale
+from .compose import Compose, takes_rng
 from .crops import (
     CropPlanner,
     RandomHorizontalFlip,
@@ -25,6 +26,7 @@ from .crops import (
     ResizedCenterCrop,
     _pair,
 )
+from .geometry import RandomVerticalFlip
 from .timm_policies import IMAGENET_MEAN, timm_augment
 
 INTERPOLATIONS = ("bilinear", "bicubic", "random")
@@ -38,9 +40,32 @@ def _check_interpolation(interpolation: str) -> None:
         raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}")
 
 
-def _jitter_steps(color_jitter: float | Sequence[float], color_jitter_prob: float | None) -> list:
-    from .color_jitter import ColorJitter, RandomApply
+class RandomApply:
+    """torchvision's RandomApply: the transforms, in order, with probability ``p`` (one draw).
 
+    Args:
+        transforms: Each ``f(img, rng)`` or ``f(img)``.
+        p: Probability they are applied.
+    """
+
+    def __init__(self, transforms: Sequence, p: float = 0.5) -> None:
+        if not 0 <= p <= 1:
+            raise ValueError(f"p must be in [0, 1], got {p!r}")
+        self.transforms, self.p = list(transforms), float(p)
+        self._with_rng = [takes_rng(t) for t in self.transforms]
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if rng.random() >= self.p:
+            return img
+        for t, with_rng in zip(self.transforms, self._with_rng):
+            img = t(img, rng) if with_rng else t(img)
+        return img
+
+    def __repr__(self) -> str:
+        return f"RandomApply({self.transforms!r}, p={self.p})"
+
+
+def _jitter_steps(color_jitter: float | Sequence[float], color_jitter_prob: float | None) -> list:
     factors = tuple(float(v) for v in color_jitter) if isinstance(color_jitter, (tuple, list)) \
         else (float(color_jitter),) * 3
     if len(factors) not in (3, 4):
@@ -104,8 +129,6 @@ def train(size: int | Sequence[int] = 224, scale: Sequence[float] = (0.08, 1.0),
     if hflip > 0:
         ts.append(RandomHorizontalFlip(hflip))
     if vflip > 0:
-        from .color_jitter import RandomVerticalFlip
-
         ts.append(RandomVerticalFlip(vflip))
     jitter = color_jitter is not None
     if auto_augment:
@@ -114,12 +137,8 @@ def train(size: int | Sequence[int] = 224, scale: Sequence[float] = (0.08, 1.0),
     if jitter:
         ts += _jitter_steps(color_jitter, color_jitter_prob)
     if grayscale_prob:
-        from .color_jitter import RandomGrayscale
-
         ts.append(RandomGrayscale(grayscale_prob))
     if gaussian_blur_prob:
-        from .color_jitter import GaussianBlur, RandomApply
-
         ts.append(RandomApply([GaussianBlur(23, (0.1, 2.0))], gaussian_blur_prob))
     return Compose(ts, reduced_decode)
 
