@@ -163,7 +163,7 @@ def main(argv=None) -> None:
     if distributed:
         dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
         if args.device.startswith("cuda"):
-            args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+            args.device = f"cuda:{int(os.environ.get("LOCAL_RANK", "0"))}"
     device = torch.device(args.device)
     torch.manual_seed(args.seed)
     data_config = resolve_data_config(args)
@@ -185,7 +185,7 @@ def main(argv=None) -> None:
             loader_train.set_epoch(epoch)  # timm: _set_loader_epoch
             if args.mixup_off_epoch and epoch >= args.mixup_off_epoch and mixup_fn is not None:
                 mixup_fn.mixup_enabled = False
-            seen, steps, soft, losses = [], 0, 0, []
+            seen, steps, soft, mixed, losses = [], 0, 0, 0, []
             model.train()
             for batch in loader_train:
                 input, target = batch[0], batch[1]
@@ -199,10 +199,14 @@ def main(argv=None) -> None:
                 losses.append(loss.item())
                 if args.record:
                     seen += batch[2].tolist()
-                    soft += int(target.dim() == 2 and bool(((target > 0) & (target < 1)).all(1).any()))
+                    # Soft: probability rows (mixed and/or smoothed); mixed: some row between two classes.
+                    soft += int(target.dim() == 2 and target.is_floating_point()
+                                and bool(torch.allclose(target.sum(1), torch.ones(len(target)), atol=1e-4)))
+                    mixed += int(target.dim() == 2 and bool(((target > 0) & (target < 1)).any()))
                 if args.max_steps and steps >= args.max_steps:
                     break
-            record[epoch] = {"seen": seen, "steps": steps, "soft_batches": soft, "losses": losses,
+            record[epoch] = {"seen": seen, "steps": steps, "soft_batches": soft, "mixed_batches": mixed,
+                             "losses": losses,
                              "target_shape": list(target.shape), "batches": len(loader_train)}
             if loader_eval is not None:
                 model.eval()

@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import write_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,3 +76,5 @@ def test_recipe_trains_on_every_sample_once_per_epoch_with_soft_targets(tmp_path
             assert all(math.isfinite(v) for v in r[epoch]["losses"])
             assert r[epoch]["eval"]["total"] > 0
     assert ranks[0]["0"]["seen"] != ranks[0]["1"]["seen"], "set_epoch must reshuffle"
+    # A batch of 4 pairs samples 0-3 and 1-2: over 12 batches some pair mixes two classes.
+    assert sum(r[e]["mixed_batches"] for r in ranks for e in ("0", "1")) > 0
