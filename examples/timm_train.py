@@ -163,7 +163,7 @@ def main(argv=None) -> None:
     if distributed:
         dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
         if args.device.startswith("cuda"):
-            args.device = f"cuda:{int(os.environ.get("LOCAL_RANK", "0"))}"
+            args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     device = torch.device(args.device)
     torch.manual_seed(args.seed)
     data_config = resolve_data_config(args)

@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> None:
     if distributed:  # utils.init_distributed_mode
         dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
         if args.device.startswith("cuda"):
-            args.device = f"cuda:{int(os.environ.get("LOCAL_RANK", "0"))}"
+            args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     device = torch.device(args.device)
     dataset, dataset_test = load_data(os.path.join(args.data_path, "train"), os.path.join(args.data_path, "val"),
                                       args)
