@@ -18,6 +18,11 @@ Augmentations with torchvision v2's names, arguments and pixels: the operations 
 RandomSolarize, GaussianBlur (:mod:`.color`), RandomCrop, RandomVerticalFlip
 (:mod:`.geometry`), RandAugment, TrivialAugmentWide, AutoAugment, AugMix
 (:mod:`.auto_augment`).
+
+timm's recipes by name: ``train(224, auto_augment="rand-m9-mstd0.5-inc1", color_jitter=0.4)``
+and ``eval(224, crop_pct=0.9)`` take timm's ``transforms_imagenet_train``/``_eval`` arguments;
+:func:`timm_augment` builds timm's RandAugment / AutoAugment / AugMix from its strings
+(:mod:`.timm_policies`, parsed by :mod:`.timm_config`).
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from .color import ColorJitter, GaussianBlur, RandomGrayscale, RandomSolarize
 from .compose import Compose, DecodeSteps, as_compose, takes_rng
 from .crops import CenterCrop, CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizedCenterCrop
 from .geometry import RandomCrop, RandomVerticalFlip
-from .presets import eval, train  # noqa: A004
+from .presets import RandomApply, eval, train  # noqa: A004
+from .timm_config import parse_auto_augment
+from .timm_policies import TimmAugMix, TimmAutoAugment, TimmOp, TimmRandAugment, timm_augment
 
 __all__ = [
     "AugMix",
@@ -43,6 +50,7 @@ __all__ = [
     "DecodeSteps",
     "GaussianBlur",
     "RandAugment",
+    "RandomApply",
     "RandomCrop",
     "RandomGrayscale",
     "RandomHorizontalFlip",
@@ -51,10 +59,16 @@ __all__ = [
     "RandomVerticalFlip",
     "Resize",
     "ResizedCenterCrop",
+    "TimmAugMix",
+    "TimmAutoAugment",
+    "TimmOp",
+    "TimmRandAugment",
     "TrivialAugmentWide",
     "albumentations",
     "eval",
     "functional",
+    "parse_auto_augment",
     "takes_rng",
+    "timm_augment",
     "train",
 ]
