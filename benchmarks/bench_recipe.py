@@ -47,11 +47,15 @@ SETTLE = 0.5
 
 
 def _timm():
+    """timm.data with its posterize fixed for Pillow >= 10 (see above), or None without timm."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
     import refs  # noqa: PLC0415  (stubs torchvision's compiled ops so timm imports)
 
     refs.stub_meta_registrations()
-    import timm.data  # noqa: PLC0415
+    try:
+        import timm.data  # noqa: PLC0415
+    except ImportError:
+        return None
     from PIL import ImageOps  # noqa: PLC0415
     from timm.data import auto_augment  # noqa: PLC0415
 
@@ -123,9 +127,13 @@ def main() -> None:
         "fastload recipe": fastload_loader(root, bs, args.workers, True),
         "fastload crop+flip": fastload_loader(root, bs, args.workers, False),
         "fastload recipe, per-sample part only": fastload_loader(root, bs, args.workers, True, batch_stage=False),
-        "timm create_loader + Mixup (use_prefetcher=False)": TimmRecipe(data, root, bs, args.workers, False),
-        "timm create_loader + FastCollateMixup (use_prefetcher=True)": TimmRecipe(data, root, bs, args.workers, True),
     }
+    if data is None:
+        print("timm: not installed (a benchmark-only peer: `make test` installs it); fastload rows only")
+    else:
+        pipelines["timm create_loader + Mixup (use_prefetcher=False)"] = TimmRecipe(data, root, bs, args.workers, False)
+        pipelines["timm create_loader + FastCollateMixup (use_prefetcher=True)"] = TimmRecipe(
+            data, root, bs, args.workers, True)
     hard = (pipelines["fastload crop+flip"], pipelines["fastload recipe, per-sample part only"])
     for batches in pipelines.values():
         epoch_rate(batches, soft=batches not in hard)  # warm-up: workers started
@@ -143,8 +151,9 @@ def main() -> None:
         for name, rs in runs.items():
             vals = [v[k] for v in rs]
             print(f"  {name:62s} {med[name]:8.1f}  [{min(vals):.1f}, {max(vals):.1f}]")
-        timm_best = max((n for n in med if n.startswith("timm")), key=med.get)
-        ratio = med["fastload recipe"] / med[timm_best]
+        timm_rows = [n for n in med if n.startswith("timm")]
+        timm_best = max(timm_rows, key=med.get) if timm_rows else None
+        ratio = med["fastload recipe"] / med[timm_best] if timm_best else float("nan")
         cost = 1 - med["fastload recipe"] / med["fastload crop+flip"]
         sample_cost = 1 - med["fastload recipe, per-sample part only"] / med["fastload crop+flip"]
         print(f"  fastload recipe / {timm_best}: {ratio:.2f}x (target >= 2.5x)")
