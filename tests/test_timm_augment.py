@@ -216,7 +216,7 @@ def _same_distribution(a: Counter, b: Counter, what: str) -> None:
 
 
 @pytest.mark.parametrize("s", ["rand-m9-mstd0.5-inc1", "rand-m9-n3-mstd0.5-mmax10-p0.5", "rand-tweights-m5",
-                               "rand-m7-mstd101", "original", "v0r-mstd0.5"])
+                               "rand-m7-mstd101", "original", "v0r-mstd0.5", "augmix-m5-w4-d2", "augmix-m3-mstd0.5"])
 def test_op_choice_probability_and_arguments_follow_timms_distributions(A, s):
     theirs, mine = _draws(A, s, 6000)
     _same_distribution(Counter(n for n, _ in theirs), Counter(n for n, _ in mine), f"{s}: ops applied")
