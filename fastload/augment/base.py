@@ -63,7 +63,7 @@ class MixingTransform:
 
     def __call__(self, images: torch.Tensor, targets: torch.Tensor,
                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mixes ``images`` and ``targets`` (returns new tensors; the inputs are not modified).
+        """Mixes ``images`` in place (as timm's) and returns them with the mixed targets.
 
         Args:
             images: Floating N×C×H×W (any memory format; channels_last is kept).

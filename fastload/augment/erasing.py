@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .base import check_images, count, number
+from .mixing import on_host
 from .sampling import fresh_generator, integers, normal_like, uniform
 
 ERASE_MODES = ("const", "rand", "pixel")
@@ -123,18 +124,44 @@ class RandomErasing:
         generator = generator if generator is not None else fresh_generator(images.device)
         n, c, height, width = images.shape
         boxes = self.draw(n, height, width, generator)
-        covered = boxes.masks(height, width).to(images.device)  # N × K × H × W
+        colors = None
+        if self.mode == "rand":
+            colors = torch.randn((n, self.max_count, c), generator=generator, device=generator.device)
+            colors = colors.to(images.device, images.dtype)
+        if on_host(images):
+            self._paint_boxes(images, boxes, colors, generator)
+        else:
+            self._paint_masks(images, boxes, colors, generator)
+        return images if targets is None else (images, targets)
+
+    def _paint_masks(self, images: torch.Tensor, boxes: ErasingBoxes, colors: torch.Tensor | None,
+                     generator: torch.Generator) -> None:
+        """On a device: the boxes as masks over the whole batch, a few launches, no host read."""
+        covered = boxes.masks(*images.shape[-2:]).to(images.device)  # N × K × H × W
         if self.mode == "const":
             images.masked_fill_(covered.any(dim=1, keepdim=True), 0.0)
         elif self.mode == "pixel":
             mask = covered.any(dim=1, keepdim=True)
             images.copy_(torch.where(mask, normal_like(images, generator), images))
         else:
-            colors = torch.randn((n, self.max_count, c), generator=generator, device=generator.device)
-            colors = colors.to(images.device, images.dtype)
             for slot in range(self.max_count):  # later boxes paint over earlier ones, as in timm
                 images.copy_(torch.where(covered[:, slot, None], colors[:, slot, :, None, None], images))
-        return images if targets is None else (images, targets)
+
+    def _paint_boxes(self, images: torch.Tensor, boxes: ErasingBoxes, colors: torch.Tensor | None,
+                     generator: torch.Generator) -> None:
+        """In host memory: box by box, touching only the erased pixels (timm's order)."""
+        for i, (row_active, row_boxes) in enumerate(zip(boxes.active.tolist(), boxes.box.tolist())):
+            for slot, (active, (y0, y1, x0, x1)) in enumerate(zip(row_active, row_boxes)):
+                if not active:
+                    continue
+                region = images[i, :, y0:y1, x0:x1]
+                if self.mode == "const":
+                    region.zero_()
+                elif self.mode == "rand":
+                    region.copy_(colors[i, slot].view(-1, 1, 1).expand_as(region))
+                else:
+                    noise = torch.randn(region.shape, generator=generator, device=generator.device)
+                    region.copy_(noise)
 
     def __repr__(self) -> str:
         return (f"RandomErasing(probability={self.probability}, mode={self.mode!r}, "

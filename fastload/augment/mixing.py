@@ -68,24 +68,39 @@ def box_lam(box: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return 1.0 - area.to(torch.float64) / float(height * width)
 
 
-def mix_images(images: torch.Tensor, params: MixParams, partner: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The mixed batch, and the λ each sample's target must keep (float32, one per row).
+def on_host(t: torch.Tensor) -> bool:
+    """Whether ``t`` is in host memory, where reading a few parameters costs nothing and
+    per-box slices (touching only the pixels that change) beat full-batch masks. On a
+    device the masks run instead: reading parameters there would make the host wait."""
+    return t.device.type == "cpu"
 
-    The image weight is ``lam`` in the images' dtype; a MixUp row's target λ is that same
-    rounded value, so a float16/bfloat16 batch and its targets agree exactly. CutMix rows
-    copy pixels (weights 0 and 1 are exact in any dtype).
+
+def mix_images(images: torch.Tensor, params: MixParams, partner: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mixes ``images`` in place; returns them and the λ each sample's target keeps (float32 N).
+
+    A MixUp row moves towards its partner by ``1 - lam`` rounded to the images' dtype, and
+    its target keeps ``1 -`` that same rounded value, so a float16/bfloat16 batch and its
+    targets agree exactly. CutMix rows copy pixels (weights 0 and 1 are exact in any dtype).
     """
     if not images.is_floating_point():
         raise TypeError(f"mixing needs a floating-point batch (normalize=True), got {images.dtype}")
     height, width = images.shape[-2:]
-    lam_px = params.lam.to(images.dtype)
+    towards = (1.0 - params.lam).to(images.dtype)  # the partner's weight in a MixUp row
     cut = params.cutmix.view(-1, 1, 1)
-    keep = ~inside(params.box, height, width) & cut  # CutMix rows: 1 outside the box, 0 inside
-    weight = torch.where(cut, keep.to(images.dtype), lam_px.view(-1, 1, 1)).unsqueeze(1)
-    # lerp is exact at weights 0 and 1: unmixed pixels keep their value bit for bit.
-    mixed = torch.lerp(partner_of(images, partner), images, weight)
-    target_lam = torch.where(params.cutmix, params.lam, lam_px.to(torch.float64)).to(torch.float32)
-    return mixed, target_lam.expand(images.shape[0]) if target_lam.shape[0] == 1 else target_lam
+    others = partner_of(images, partner)  # a copy: images is rewritten below
+    if on_host(images):
+        # lerp_ is exact at weight 0: CutMix rows keep their pixels, then get the box pasted.
+        images.lerp_(others, torch.where(cut, 0.0, towards.view(-1, 1, 1)).to(images.dtype).unsqueeze(1))
+        rows = range(images.shape[0]) if params.lam.shape[0] > 1 else [slice(None)]
+        for row, pasted, (y0, y1, x0, x1) in zip(rows, params.cutmix.tolist(), params.box.tolist()):
+            if pasted:
+                images[row, ..., y0:y1, x0:x1] = others[row, ..., y0:y1, x0:x1]
+    else:
+        pasted = inside(params.box, height, width) & cut  # CutMix rows: 1 inside the box, 0 outside
+        # lerp_ is exact at weights 0 and 1: unmixed pixels keep their value bit for bit.
+        images.lerp_(others, torch.where(cut, pasted.to(images.dtype), towards.view(-1, 1, 1)).unsqueeze(1))
+    target_lam = torch.where(params.cutmix, params.lam, 1.0 - towards.to(torch.float64)).to(torch.float32)
+    return images, target_lam.expand(images.shape[0]) if target_lam.shape[0] == 1 else target_lam
 
 
 def one_hot(targets: torch.Tensor, num_classes: int, smoothing: float = 0.0) -> torch.Tensor:

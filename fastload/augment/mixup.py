@@ -67,7 +67,7 @@ class Mixup(MixingTransform):
     label-smoothed one-hot of each class index.
 
     Unlike timm's, every draw is made on the batch's device from the generator given (no
-    host sync, no per-sample Python loop), the inputs are not modified, and an odd batch
+    host sync, no per-sample Python loop on a device), and an odd batch
     is accepted (its middle sample is paired with itself, so it stays unchanged).
     ``mixup_enabled = False`` (what timm's training script sets at ``--mixup-off-epoch``)
     leaves images unmixed and only smooths the targets.
