@@ -103,6 +103,42 @@ class TimmRecipe:
             yield x, y
 
 
+def per_image_ms(root: str, data, rounds: int, quick: bool) -> dict:
+    """One core, CPU time per 224×224 image of the recipe's per-sample augmentation alone:
+    fastload's on arrays against timm's on PIL images (rounds interleaved; median)."""
+    import glob  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+    from PIL import Image  # noqa: PLC0415
+
+    paths = sorted(glob.glob(os.path.join(root, "*", "*.jpg")))[: 16 if quick else 200]
+    arrays = [np.asarray(Image.open(p).convert("RGB").resize((224, 224), Image.Resampling.BILINEAR)) for p in paths]
+    pils = [Image.fromarray(a) for a in arrays]
+    ours, rng = fl.transforms.timm_augment(AA, 224), np.random.default_rng(0)
+    runs: dict = {"fastload": []}
+    if data is not None:
+        theirs = data.auto_augment.rand_augment_transform(AA, {"translate_const": int(224 * 0.45),
+                                                               "img_mean": (124, 116, 104)})
+        runs["timm (Pillow)"] = []
+    for _ in range(rounds):
+        start = time.process_time()
+        for a in arrays:
+            ours(a, rng)
+        runs["fastload"].append((time.process_time() - start) / len(arrays) * 1e3)
+        if data is not None:
+            start = time.process_time()
+            for p in pils:
+                theirs(p)
+            runs["timm (Pillow)"].append((time.process_time() - start) / len(pils) * 1e3)
+    med = {k: median(v) for k, v in runs.items()}
+    print(f"\n{AA} alone, one core, CPU ms per 224x224 image (median of {rounds} rounds over {len(arrays)} photos)")
+    for k, v in runs.items():
+        print(f"  {k:20s} {med[k]:6.3f}  [{min(v):.3f}, {max(v):.3f}]")
+    if data is not None:
+        print(f"  timm / fastload: {med['timm (Pillow)'] / med['fastload']:.2f}x")
+    return med
+
+
 def epoch_rate(batches, soft: bool) -> tuple[float, float]:
     """(images/s, images per CPU-second of this process and its workers) of one pass."""
     time.sleep(SETTLE)
@@ -123,6 +159,7 @@ def main() -> None:
     rounds = 1 if args.quick else args.rounds
     bs = 16 if args.quick else args.batch_size
     data = _timm()
+    per_image = per_image_ms(root, data, rounds, args.quick)
     pipelines = {
         "fastload recipe": fastload_loader(root, bs, args.workers, True),
         "fastload crop+flip": fastload_loader(root, bs, args.workers, False),
@@ -166,7 +203,7 @@ def main() -> None:
     for batches in pipelines.values():
         if isinstance(batches, fl.Loader):
             batches.close()
-    report("bench_recipe", args, {"results": results, "rounds": runs})
+    report("bench_recipe", args, {"results": results, "rounds": runs, "per_image_ms": per_image})
 
 
 if __name__ == "__main__":
