@@ -14,7 +14,7 @@ from run_all import BENCHMARKS  # noqa: E402
 
 
 # tests/test_bench_<name>.py check their output (test_bench_wds.py: bench_wds and wds_shuffle)
-OWN_TESTS = ("bench_resize", "bench_decode_plan", "bench_wds", "wds_shuffle")
+OWN_TESTS = ("bench_resize", "bench_decode_plan", "bench_wds", "wds_shuffle", "bench_augment")
 SLOW = ("bench_spawn_start",)  # spawned workers: most of a minute even in --quick mode
 
 

@@ -65,6 +65,7 @@ GEOMETRY_CASES = [
     ("rotate", {"angle": 23.0, "interpolation": BILINEAR, "fill": 77.6}),
     ("affine", {"angle": 0.0, "translate": [12, -7], "scale": 1.0, "shear": [0.0, 0.0]}),
     ("affine", {"angle": 0.0, "translate": [-100, 300], "scale": 1.0, "shear": [0.0, 0.0], "fill": 9}),
+    ("affine", {"angle": 0.0, "translate": [2.5, -1.5], "scale": 1.0, "shear": [0.0, 0.0]}),  # half-pixel ties
     ("affine", {"angle": 0.0, "translate": [0, 0], "scale": 1.0, "shear": [16.7, 0.0], "center": [0, 0]}),
     ("affine", {"angle": 0.0, "translate": [0, 0], "scale": 1.0, "shear": [0.0, -44.7], "center": [0, 0]}),
     ("affine", {"angle": 20.0, "translate": [3, 4], "scale": 0.8, "shear": [5.0, 7.0], "fill": 100}),
@@ -91,6 +92,21 @@ def test_pixels_match_torchvision_rgb(images, name, kwargs):
 def test_pixels_match_torchvision_grayscale(images, name, kwargs):
     for img in images["gray"]:  # H×W×1 and H×W: the layout comes back as it went in
         assert_same_pixels(name, img, **kwargs)
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("pad", {"padding": [1, 2, 3, 4], "fill": 7.9}), ("pad", {"padding": 3, "fill": [200.7, 0, 1]}),
+    ("pad", {"padding": [5, 0], "padding_mode": "symmetric"}),
+    ("crop", {"top": -5, "left": 10, "height": 100, "width": 400}),
+    ("crop", {"top": 150, "left": -20, "height": 100, "width": 60}),
+    ("crop", {"top": -30, "left": 200, "height": 300, "width": 100}),
+    ("horizontal_flip", {}), ("vertical_flip", {}), ("invert", {}), ("posterize", {"bits": 3}),
+])
+def test_copies_and_exact_ops_are_bit_exact(images, name, kwargs):
+    # Padding, cropping and the bit operations involve no arithmetic: every pixel must match
+    # (the mean tolerance above would let a wrongly rounded fill on a thin border through).
+    for img in images["rgb"]:
+        np.testing.assert_array_equal(getattr(F, name)(img, **kwargs), reference(name, img, **kwargs), err_msg=name)
 
 
 def test_per_channel_fill(images):

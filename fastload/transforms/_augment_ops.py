@@ -9,6 +9,7 @@ a draw flips its sign with probability 1/2. The tables are float32, computed as
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -100,6 +101,12 @@ AUGMIX_ALL: Space = {**AUGMIX_PARTIAL, "Brightness": (_lin(0.9), True), "Color":
                      "Contrast": (_lin(0.9), True), "Sharpness": (_lin(0.9), True)}
 
 
+@functools.lru_cache(maxsize=1024)
+def _table(magnitudes_fn: Magnitudes, num_bins: int, h: int, w: int) -> np.ndarray | None:
+    # A few image sizes recur (the crop size): the tables are built once each.
+    return magnitudes_fn(num_bins, h, w)
+
+
 def has_magnitude(space: Space, op: str) -> bool:
     """Whether ``op`` takes a magnitude (the policies draw a bin only for those)."""
     return space[op][0] is not _none
@@ -110,7 +117,7 @@ def signed_magnitude(space: Space, op: str, num_bins: int, index: int, h: int, w
     """The magnitude of bin ``index`` for ``op`` (0.0 for operations without one), its sign
     flipped with probability 1/2 for signed operations (one draw from ``rng``, only then)."""
     magnitudes_fn, signed = space[op]
-    magnitudes = magnitudes_fn(num_bins, h, w)
+    magnitudes = _table(magnitudes_fn, num_bins, h, w)
     if magnitudes is None:
         return 0.0
     magnitude = float(magnitudes[index])

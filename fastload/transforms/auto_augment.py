@@ -184,7 +184,10 @@ class AugMix(_AutoAugmentBase):
             raise ValueError(f"alpha must be positive, got {alpha!r}")
         self.alpha = float(alpha)
         self.all_ops = bool(all_ops)
-        self.space = AUGMIX_ALL if self.all_ops else AUGMIX_PARTIAL
+
+    @property
+    def space(self) -> Space:  # type: ignore[override]  # chosen by all_ops; a property keeps instances picklable
+        return AUGMIX_ALL if self.all_ops else AUGMIX_PARTIAL
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         h, w = img.shape[:2]

@@ -1,8 +1,9 @@
 """Colour operations on uint8 images, with torchvision.transforms.v2.functional's names,
 parameters and pixels (its uint8-tensor kernels: float32 arithmetic, truncation to uint8).
 
-Point operations are 256-entry tables applied with cv2.LUT; the blends with a grayscale
-image go through OpenCV in one pass. Inputs are H×W×C (C = 3, or 1 for grayscale) or H×W.
+Point operations are one OpenCV pass: a fused multiply-add where it reproduces the exact
+256-entry table, else the table through cv2.LUT; the blends with a grayscale image are
+one cv2.addWeighted. Inputs are H×W×C (C = 3, or 1 for grayscale) or H×W.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from ._utils import apply_lut, check_image, contiguous, like
 
 _LEVELS = np.arange(256, dtype=np.float32)
+_RAMP = np.arange(256, dtype=np.uint8).reshape(1, 256)
 _GRAY_WEIGHTS = np.array([[0.2989, 0.587, 0.114]], dtype=np.float32)
 # cv2 rounds to nearest; torchvision truncates. Shifting by just under half a level before
 # OpenCV's rounding gives the truncation (but for values within 1e-3 below an integer).
@@ -25,6 +27,22 @@ def _factor(value: float, name: str) -> np.float32:
     if value < 0:
         raise ValueError(f"{name} must be non-negative, got {value!r}")
     return np.float32(value)
+
+
+def _scale_levels(img: np.ndarray, scale: np.float32, offset: np.float32) -> np.ndarray:
+    """trunc(clamp(level * scale + offset)) per pixel, in torchvision's float32 order.
+
+    The exact answer is a 256-entry table. One cv2.addWeighted pass is twice as fast as
+    cv2.LUT but rounds its own way, which differs where a value lands on an integer (with
+    scale 0.1, many do): so the fused pass is tried on the 256 levels first and used on
+    the image only if it gives the table.
+    """
+    table = np.clip(_LEVELS * scale + offset, 0, 255).astype(np.uint8)
+    fused = cv2.addWeighted(_RAMP, float(scale), _RAMP, 0.0, float(offset) + _TRUNCATE)
+    if np.array_equal(fused.ravel(), table):
+        src = contiguous(img)
+        return like(cv2.addWeighted(src, float(scale), src, 0.0, float(offset) + _TRUNCATE), img)
+    return apply_lut(img, table)
 
 
 def _gray_floor(img: np.ndarray) -> np.ndarray:
@@ -45,21 +63,19 @@ def rgb_to_grayscale(inpt: np.ndarray, num_output_channels: int = 1) -> np.ndarr
     if num_output_channels not in (1, 3):
         raise ValueError(f"num_output_channels must be 1 or 3, got {num_output_channels!r}")
     if c == 1:
-        gray = inpt.reshape(inpt.shape[0], inpt.shape[1], 1)
+        gray = inpt.reshape(inpt.shape[:2]).copy()
     else:
-        gray = cv2.transform(contiguous(inpt).astype(np.float32), _GRAY_WEIGHTS).astype(np.uint8)[:, :, None]
+        gray = cv2.transform(contiguous(inpt).astype(np.float32), _GRAY_WEIGHTS).astype(np.uint8)
     if num_output_channels == 3:
-        return np.repeat(gray, 3, axis=2)
-    return gray.copy() if inpt.ndim == 3 else gray[:, :, 0].copy()
+        return cv2.cvtColor(gray, cv2.COLOR_GRAY2RGB)
+    return gray[:, :, None] if inpt.ndim == 3 else gray
 
 
 def adjust_brightness(inpt: np.ndarray, brightness_factor: float) -> np.ndarray:
     """Multiplies every level by ``brightness_factor`` (>= 0)."""
     check_image(inpt, rgb_or_gray=True)
-    f = float(_factor(brightness_factor, "brightness_factor"))
-    src = contiguous(inpt)
-    # One fused multiply-add pass (cv2.LUT is 2x slower here); see _TRUNCATE.
-    return like(cv2.addWeighted(src, f, src, 0.0, _TRUNCATE), inpt)
+    f = _factor(brightness_factor, "brightness_factor")
+    return _scale_levels(inpt, f, np.float32(0.0))
 
 
 def adjust_contrast(inpt: np.ndarray, contrast_factor: float) -> np.ndarray:
@@ -67,10 +83,7 @@ def adjust_contrast(inpt: np.ndarray, contrast_factor: float) -> np.ndarray:
     c = check_image(inpt, rgb_or_gray=True)
     f = _factor(contrast_factor, "contrast_factor")
     mean = np.float32(cv2.mean(_gray_floor(inpt) if c == 3 else contiguous(inpt))[0])
-    # A table in torchvision's float32 order: with factors like 0.1 many blends land on
-    # integers, where a differently rounded fused pass would be one level off.
-    table = _LEVELS * f + mean * np.float32(1.0 - float(f))
-    return apply_lut(inpt, np.clip(table, 0, 255).astype(np.uint8))
+    return _scale_levels(inpt, f, mean * np.float32(1.0 - float(f)))
 
 
 def adjust_saturation(inpt: np.ndarray, saturation_factor: float) -> np.ndarray:
@@ -156,13 +169,16 @@ def autocontrast(inpt: np.ndarray) -> np.ndarray:
     c = check_image(inpt, rgb_or_gray=True)
     if inpt.size == 0:
         return inpt
-    src = contiguous(inpt).reshape(inpt.shape[0], inpt.shape[1], c)
+    src = contiguous(inpt)
+    ranges = [cv2.minMaxLoc(plane)[:2] for plane in (cv2.split(src) if c > 1 else [src.reshape(src.shape[:2])])]
+    if all(lo == 0 and hi == 255 for lo, hi in ranges) or all(lo == hi for lo, hi in ranges):
+        return inpt  # already spanning 0-255 (common in photos), or flat: unchanged
     tables = np.empty((256, c), np.uint8)
-    for i in range(c):
-        lo, hi = cv2.minMaxLoc(src[:, :, i] if c > 1 else src[:, :, 0])[:2]
+    for i, (lo, hi) in enumerate(ranges):
         if hi == lo:
             tables[:, i] = np.arange(256)
             continue
+        # torchvision's float32 order: (level - min) / ((max - min) / 255).
         inv_scale = np.float32(hi - lo) * np.float32(1.0 / 255)
         tables[:, i] = np.clip((_LEVELS - np.float32(lo)) / inv_scale, 0, 255).astype(np.uint8)
     return apply_lut(inpt, tables if c > 1 else tables[:, 0])

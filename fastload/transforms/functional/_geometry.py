@@ -125,8 +125,10 @@ def _warp(img: np.ndarray, m: list[float], out_w: int, out_h: int, interpolation
     inverse = np.array([[m[0], m[1], m[2] + ix - m[0] * ox - m[1] * oy],
                         [m[3], m[4], m[5] + iy - m[3] * ox - m[4] * oy]], dtype=np.float64)
     value = fill_values(fill, c)
-    if flag == cv2.INTER_NEAREST and _axis_aligned(inverse):
-        return _take_axis_aligned(img, m, out_w, out_h, value)
+    if flag == cv2.INTER_NEAREST and _axis_aligned(m):
+        taken = _take_on_ties(img, m, out_w, out_h, value)
+        if taken is not None:
+            return taken
     src, size, flags = contiguous(img), (out_w, out_h), flag | cv2.WARP_INVERSE_MAP
     if fill is None or flag == cv2.INTER_NEAREST:
         # torchvision rounds the (float) fill into the uint8 result, as OpenCV does.
@@ -145,10 +147,10 @@ def _warp(img: np.ndarray, m: list[float], out_w: int, out_h: int, interpolation
     return np.rint(out).clip(0, 255).astype(np.uint8).reshape((out_h, out_w) + img.shape[2:])
 
 
-def _axis_aligned(inverse: np.ndarray) -> bool:
+def _axis_aligned(m: list[float]) -> bool:
     """Whether the 2×2 part is a signed permutation (a multiple of 90 degrees, no scale or shear)."""
-    part = inverse[:, :2]
-    return bool(np.all(np.isin(np.round(part, 12), (-1.0, 0.0, 1.0))) and np.count_nonzero(np.round(part, 12)) == 2)
+    part = [round(v, 12) for v in (m[0], m[1], m[3], m[4])]
+    return all(v in (-1.0, 0.0, 1.0) for v in part) and sum(v != 0 for v in part) == 2
 
 
 def _torch_coords(n_out: int, n_in: int, scale: float, offset: float) -> np.ndarray:
@@ -161,11 +163,14 @@ def _torch_coords(n_out: int, n_in: int, scale: float, offset: float) -> np.ndar
     return ((grid + np.float32(1)) * np.float32(n_in) - np.float32(1)) / np.float32(2)
 
 
-def _take_axis_aligned(img: np.ndarray, m: list[float], out_w: int, out_h: int, value: list[float]) -> np.ndarray:
-    """Nearest sampling for a signed permutation, by index arrays. Its sample points often
-    fall exactly half-way between pixels (a 90-degree turn of a W×H image with W - H odd):
-    torchvision's pick there depends on its float32 rounding, so its arithmetic is redone
-    here per axis, then rounded half to even as grid_sample does."""
+def _take_on_ties(img: np.ndarray, m: list[float], out_w: int, out_h: int, value: list[float]) -> np.ndarray | None:
+    """Nearest sampling for a signed permutation whose sample points fall half-way between
+    pixels (a 90-degree turn of a W×H image with W - H odd, a half-pixel shift), else None.
+
+    There torchvision rounds half to even, after its float32 arithmetic: its coordinates
+    are redone here per axis and the pixels taken by index. Elsewhere (integer shifts,
+    square turns) OpenCV's warp gives the same pixels, faster.
+    """
     h, w = img.shape[:2]
     if round(m[0], 12) != 0:  # output x reads source x, output y source y
         src = img
@@ -175,9 +180,12 @@ def _take_axis_aligned(img: np.ndarray, m: list[float], out_w: int, out_h: int, 
         src = img.swapaxes(0, 1)
         rows = _torch_coords(out_h, w, round(m[1]), m[2])
         cols = _torch_coords(out_w, h, round(m[3]), m[5])
+    if not any(np.any(np.abs(v - np.floor(v) - 0.5) < 1e-3) for v in (rows, cols)):
+        return None
     rows, cols = np.rint(rows).astype(np.int64), np.rint(cols).astype(np.int64)
     ok_rows, ok_cols = (rows >= 0) & (rows < src.shape[0]), (cols >= 0) & (cols < src.shape[1])
-    out = np.ascontiguousarray(src[np.clip(rows, 0, src.shape[0] - 1)][:, np.clip(cols, 0, src.shape[1] - 1)])
+    out = np.take(np.take(src, np.clip(rows, 0, src.shape[0] - 1), axis=0), np.clip(cols, 0, src.shape[1] - 1), axis=1)
+    out = np.ascontiguousarray(out)
     inside = ok_rows[:, None] & ok_cols[None, :]
     if not inside.all():
         fill = np.array([min(max(int(np.rint(v)), 0), 255) for v in value], np.uint8)
