@@ -2,7 +2,7 @@
 
 Data flows one way: datasets (encoded bytes + label) → decode → uint8 transforms →
 fast_collate → Loader (torch DataLoader workers, DDP sharding) → prefetch (device copy,
-normalization and layout change).
+normalization and layout change) → batch augmentations on the device (:mod:`fastload.augment`).
 """
 
 from . import augment, transforms

@@ -70,6 +70,8 @@ class Loader(DataLoaderAttributes):
         normalized float (or uint8 with ``normalize=False``); targets int64 N for int
         labels, else float32 N or N×... (see :mod:`fastload.targets`). With
         ``return_index=True``: (images, targets, indices), indices int64 on the CPU.
+        With ``batch_transform``, images and targets as the last transform returns them
+        (``fl.augment.Mixup``: float32 N × num_classes soft targets).
 
     Raises:
         TypeError: Unknown option, or a dataset fastload cannot read (the message says why).

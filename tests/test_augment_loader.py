@@ -22,9 +22,10 @@ class Tiles(fl.ImageDataset):
         return sample_rng(seed, epoch, index).integers(0, 256, (12, 16, 3), dtype=np.uint8), int(index % 10)
 
 
-def _recipe():
-    return [fl.augment.RandomErasing(0.5, mode="pixel", max_count=2),
-            fl.augment.Mixup(0.8, 1.0, mode="elem", label_smoothing=0.1, num_classes=10)]
+def _recipe(mixup_first=False):
+    steps = [fl.augment.RandomErasing(0.5, mode="pixel", max_count=2),
+             fl.augment.Mixup(0.8, 1.0, mode="elem", label_smoothing=0.1, num_classes=10)]
+    return steps[::-1] if mixup_first else steps
 
 
 def _epoch(loader):
@@ -63,17 +64,19 @@ def test_indices_are_unchanged_and_images_are_transformed():
             assert torch.allclose(mass, torch.where(partner != y, 0.92, 0.91))
 
 
-def test_resume_gives_the_batches_of_the_uninterrupted_run():
-    with fl.Loader(Tiles(40), batch_transform=_recipe(), **OPTS) as loader:
+@pytest.mark.parametrize("mixup_first", [False, True])
+def test_resume_gives_the_batches_of_the_uninterrupted_run(mixup_first):
+    with fl.Loader(Tiles(40), batch_transform=_recipe(mixup_first), **OPTS) as loader:
         _epoch(loader)
         whole = _epoch(loader)  # epoch 1
-    with fl.Loader(Tiles(40), batch_transform=_recipe(), **OPTS) as loader:
+    with fl.Loader(Tiles(40), batch_transform=_recipe(mixup_first), **OPTS) as loader:
         _epoch(loader)
         it = iter(loader)
         head = [tuple(t.clone() for t in next(it)) for _ in range(3)]
         state = loader.state_dict()
     _same(head, whole[:3])
-    with fl.Loader(Tiles(40), batch_transform=_recipe(), num_workers=2, backend="thread", **OPTS) as resumed:
+    with fl.Loader(Tiles(40), batch_transform=_recipe(mixup_first), num_workers=2, backend="thread",
+                   **OPTS) as resumed:
         resumed.load_state_dict(state)
         _same(_epoch(resumed), whole[3:])
 

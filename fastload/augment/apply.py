@@ -67,7 +67,7 @@ class BatchTransforms:
     """
 
     def __init__(self, transforms: BatchTransform | Sequence[BatchTransform]) -> None:
-        items = list(transforms) if isinstance(transforms, (list, tuple)) else [transforms]
+        items: list[Any] = list(transforms) if isinstance(transforms, (list, tuple)) else [transforms]
         for i, fn in enumerate(items):
             where = f"batch_transform[{i}]" if isinstance(transforms, (list, tuple)) else "batch_transform"
             if not callable(fn):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -31,7 +32,7 @@ def number(name: str, value: Any, low: float, high: float | None = None, *, open
     v = float(value)
     too_low = v <= low if open_low else v < low
     too_high = high is not None and (v >= high if open_high else v > high)
-    if too_low or too_high or v != v:
+    if too_low or too_high or math.isnan(v):
         lo, hi = "(" if open_low else "[", ")" if open_high else "]"
         raise ValueError(f"{name} must be in {lo}{low}, {'inf' if high is None else high}{hi}, got {value!r}")
     return v

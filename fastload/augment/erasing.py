@@ -119,7 +119,11 @@ class RandomErasing:
 
         Called as a batch transform, ``(images, targets, generator)`` → ``(images, targets)``
         with ``targets`` untouched; called on images alone (as timm's), returns the images.
+        A single C×H×W image is erased as a batch of one.
         """
+        if isinstance(images, torch.Tensor) and images.dim() == 3:  # one C×H×W image, as timm takes too
+            self(images[None], None, generator)
+            return images if targets is None else (images, targets)
         images = check_images(images, "RandomErasing")
         generator = generator if generator is not None else fresh_generator(images.device)
         n, c, height, width = images.shape
@@ -143,7 +147,7 @@ class RandomErasing:
         elif self.mode == "pixel":
             mask = covered.any(dim=1, keepdim=True)
             images.copy_(torch.where(mask, normal_like(images, generator), images))
-        else:
+        elif colors is not None:
             for slot in range(self.max_count):  # later boxes paint over earlier ones, as in timm
                 images.copy_(torch.where(covered[:, slot, None], colors[:, slot, :, None, None], images))
 
@@ -157,7 +161,7 @@ class RandomErasing:
                 region = images[i, :, y0:y1, x0:x1]
                 if self.mode == "const":
                     region.zero_()
-                elif self.mode == "rand":
+                elif colors is not None:  # "rand"
                     region.copy_(colors[i, slot].view(-1, 1, 1).expand_as(region))
                 else:
                     noise = torch.randn(region.shape, generator=generator, device=generator.device)

@@ -11,6 +11,7 @@ whatever mixes each of its samples.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +35,8 @@ class MixParams:
     box: torch.Tensor
 
     def to(self, device: torch.device) -> MixParams:
-        return MixParams(self.lam.to(device), self.cutmix.to(device), self.box.to(device))
+        """On ``device`` (a no-op where they were drawn; non_blocking: the host never waits)."""
+        return MixParams(*(t.to(device, non_blocking=True) for t in (self.lam, self.cutmix, self.box)))
 
     def mirrored(self, n: int) -> MixParams:
         """Per-pair rows (``n // 2`` of them) as per-sample rows: sample ``n-1-i`` mixes as
@@ -42,7 +44,7 @@ class MixParams:
         half = self.lam.shape[0]
         pad = n - 2 * half
 
-        def spread(t: torch.Tensor, fill: float | bool | int) -> torch.Tensor:
+        def spread(t: torch.Tensor, fill: float) -> torch.Tensor:
             middle = torch.full((pad,) + t.shape[1:], fill, dtype=t.dtype, device=t.device)
             return torch.cat([t, middle, t.flip(0)])
 
@@ -91,7 +93,7 @@ def mix_images(images: torch.Tensor, params: MixParams, partner: str) -> tuple[t
     if on_host(images):
         # lerp_ is exact at weight 0: CutMix rows keep their pixels, then get the box pasted.
         images.lerp_(others, torch.where(cut, 0.0, towards.view(-1, 1, 1)).to(images.dtype).unsqueeze(1))
-        rows = range(images.shape[0]) if params.lam.shape[0] > 1 else [slice(None)]
+        rows: Sequence[int | slice] = range(images.shape[0]) if params.lam.shape[0] > 1 else [slice(None)]
         for row, pasted, (y0, y1, x0, x1) in zip(rows, params.cutmix.tolist(), params.box.tolist()):
             if pasted:
                 images[row, ..., y0:y1, x0:x1] = others[row, ..., y0:y1, x0:x1]

@@ -26,10 +26,16 @@ def uniform(shape: tuple[int, ...], generator: torch.Generator, low: float = 0.0
 
 def integers(low: torch.Tensor | int, high: torch.Tensor | int, shape: tuple[int, ...],
              generator: torch.Generator) -> torch.Tensor:
-    """int64 draws in [low, high) (bounds may differ per element; high > low)."""
-    span = torch.as_tensor(high, device=generator.device) - torch.as_tensor(low, device=generator.device)
+    """int64 draws in [low, high) (bounds may differ per element; high > low).
+
+    Python bounds stay Python numbers: a tensor made from them on a GPU would be a copy
+    from pageable memory, which torch makes the host wait for.
+    """
+    span = high - low
     drawn = (uniform(shape, generator) * span).floor_().long()
-    return torch.minimum(drawn, span - 1) + low  # u*span rounds up to span only when u is 1 - 2**-53
+    # u · span rounds up to span only when u is 1 - 2**-53: keep the draw below it.
+    drawn = torch.minimum(drawn, span - 1) if isinstance(span, torch.Tensor) else drawn.clamp_(max=span - 1)
+    return drawn + low
 
 
 def _log_gamma(shape_param: float, size: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -61,10 +67,15 @@ def beta(alpha: float, size: tuple[int, ...], generator: torch.Generator) -> tor
 
 
 def normal_like(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """N(0, 1) noise with the shape, dtype and memory format of ``images``."""
-    noise = torch.empty_like(images, dtype=torch.float32, device=generator.device)
+    """N(0, 1) noise with the shape, dtype, device and memory format of ``images``; drawn
+    where the images are (from a generator seeded from ``generator`` if that is elsewhere:
+    a whole batch of noise is too much to draw on the host and copy)."""
+    if generator.device != images.device:
+        seed = torch.randint(0, 2**62, (), generator=generator, device=generator.device, dtype=torch.int64)
+        generator = on_device(images.device).manual_seed(int(seed))  # no device wait from a CPU generator
+    noise = torch.empty_like(images, dtype=torch.float32)
     noise.normal_(generator=generator)
-    return noise.to(images.device, images.dtype)
+    return noise.to(images.dtype)
 
 
 def fresh_generator(device: torch.device) -> torch.Generator:

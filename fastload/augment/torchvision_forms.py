@@ -124,8 +124,11 @@ class RandomChoice(MixingTransform):
 
     def draw(self, batch_size: int, height: int, width: int, generator: torch.Generator) -> MixParams:
         drawn = [t.draw(batch_size, height, width, generator) for t in self.transforms]
-        edges = torch.tensor(self.p, dtype=torch.float64, device=generator.device).cumsum(0)[:-1]
-        pick = torch.searchsorted(edges, uniform((1,), generator), right=True)  # index of the chosen one
+        # The pick counts the cumulative probabilities at or below u (Python numbers, not a
+        # tensor copied to the device: the host would wait for that copy).
+        u = uniform((1,), generator)
+        edges = [sum(self.p[: i + 1]) for i in range(len(self.p) - 1)]
+        pick = sum(((u >= edge).long() for edge in edges), torch.zeros_like(u, dtype=torch.long))
         lam, cutmix, box = (torch.stack([getattr(d, f) for d in drawn]).index_select(0, pick).squeeze(0)
                             for f in ("lam", "cutmix", "box"))
         return MixParams(lam, cutmix, box)
