@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import refs
 from PIL import Image
-from scipy import stats
 
 from fastload.photos import source_photos
 from fastload.transforms import timm_ops as O
@@ -32,6 +31,10 @@ from fastload.transforms.timm_policies import (
     TimmRandAugment,
     timm_augment,
 )
+
+def _stats():
+    return pytest.importorskip("scipy.stats", reason="scipy (the dev extra) runs the statistical tests")
+
 
 STRINGS = ["rand-m9-mstd0.5-inc1", "rand-m9-n3-mstd0.5-mmax10-p0.5", "rand-m7-mstd101", "rand-tweights-m5",
            "rand-m6-t3aw-n3", "rand-t3a", "augmix-m5-w4-d2", "augmix-m3-b1-a0.5", "augmix-mstd0.5",
@@ -211,7 +214,7 @@ def _draws(A, s: str, n: int) -> tuple[list, list]:
 def _same_distribution(a: Counter, b: Counter, what: str) -> None:
     keys = sorted(set(a) | set(b))
     table = np.array([[a.get(k, 0) for k in keys], [b.get(k, 0) for k in keys]])
-    p = stats.chi2_contingency(table)[1] if len(keys) > 1 else 1.0
+    p = _stats().chi2_contingency(table)[1] if len(keys) > 1 else 1.0
     assert p > 1e-3, (what, p, dict(a), dict(b))
 
 
@@ -230,7 +233,7 @@ def test_op_choice_probability_and_arguments_follow_timms_distributions(A, s):
         if len(set(tv)) <= 12:  # discrete arguments (posterize bits, solarize thresholds)
             _same_distribution(Counter(tv.tolist()), Counter(mv.tolist()), f"{s}: {name} arguments")
         else:
-            assert stats.ks_2samp(tv, mv).pvalue > 1e-3, (s, name)
+            assert _stats().ks_2samp(tv, mv).pvalue > 1e-3, (s, name)
 
 
 def test_augmix_mix_and_blend_are_timms_for_given_weights(A, photos):
