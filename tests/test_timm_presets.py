@@ -105,12 +105,14 @@ def _photo(h: int, w: int) -> np.ndarray:
 
 @pytest.mark.parametrize("kw", [dict(crop_pct=0.875), dict(crop_pct=0.95), dict(crop_pct=0.9, crop_mode="squash"),
                                 dict(crop_pct=0.875, interpolation="bicubic"),
-                                dict(crop_pct=1.0, crop_mode="squash", interpolation="bicubic")],
+                                dict(crop_pct=1.0, crop_mode="squash", interpolation="bicubic"),
+                                dict(crop_pct=1.0, crop_mode="border"), dict(crop_pct=0.9, crop_mode="border"),
+                                dict(crop_pct=0.95, crop_mode="border", interpolation="bicubic")],
                          ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_eval_matches_timms_eval_transform_on_pillow(factory, kw):
     ref = factory.transforms_imagenet_eval(224, use_prefetcher=True, **kw)
     ours = T.eval(224, **kw)
-    for h, w in ((375, 500), (480, 360)):
+    for h, w in ((375, 500), (480, 360), (301, 400)):  # 301x400: an odd padding in "border"
         img = _photo(h, w)
         want = ref(Image.fromarray(img)).permute(1, 2, 0).numpy()
         got = ours(img, None)
@@ -125,6 +127,6 @@ def test_eval_arguments():
     with pytest.raises(ValueError, match="not both"):
         T.eval(224, resize=256, crop_pct=0.9)
     with pytest.raises(ValueError, match="crop_mode"):
-        T.eval(224, crop_mode="border")
+        T.eval(224, crop_mode="letterbox")
     with pytest.raises(ValueError, match="crop_pct"):
         T.eval(224, crop_pct=1.5)

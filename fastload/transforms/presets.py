@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..resize import Crop
+from ..resize import Crop, resize
 from .color import ColorJitter, GaussianBlur, RandomGrayscale
 from .compose import Compose, takes_rng
 from .crops import (
@@ -162,6 +162,49 @@ class SquashCenterCrop(CropPlanner):
         return f"SquashCenterCrop(size={self.size}, resize={self.resize}, antialias={self.antialias})"
 
 
+def _resize_whole(img: np.ndarray, rh: int, rw: int, interpolation: str) -> np.ndarray:
+    """The whole image resized, antialiased: bilinear (fastload's resize) or bicubic (Pillow's filter)."""
+    if interpolation == "bilinear":
+        return resize(np.ascontiguousarray(img), rh, rw)
+    t = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).unsqueeze(0)
+    return torch.ops.aten._upsample_bicubic2d_aa(t, [rh, rw], False, None, None)[0].permute(1, 2, 0).numpy()
+
+
+class BorderCenterCrop:
+    """timm's ``crop_mode="border"``: the longer side resized to fit ``resize`` (aspect
+    kept), padded with ``fill`` to at least ``size``, then the centre ``size`` cropped.
+
+    Args:
+        size: The output, (height, width).
+        resize: (height, width) the image is fitted into.
+        fill: The padding colour, one value per channel.
+        interpolation: ``"bilinear"`` or ``"bicubic"`` (antialiased).
+    """
+
+    def __init__(self, size: int | Sequence[int], resize: int | Sequence[int], fill: Sequence[int],
+                 interpolation: str = "bilinear") -> None:
+        self.size, self.resize = _pair(size, "size"), _pair(resize, "resize")
+        self.fill, self.interpolation = np.asarray(fill, np.uint8), interpolation
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        h, w = img.shape[:2]
+        ratio = max(h / self.resize[0], w / self.resize[1])  # timm's ResizeKeepRatio(longest=1)
+        rh, rw = max(1, round(h / ratio)), max(1, round(w / ratio))
+        img = _resize_whole(img, rh, rw, self.interpolation)
+        ch, cw = self.size
+        if ch > rh or cw > rw:  # padded centred, the odd pixel at the bottom / right
+            out = np.empty((max(ch, rh), max(cw, rw), img.shape[2]), np.uint8)
+            out[...] = self.fill[: img.shape[2]]
+            top, left = max(0, (ch - rh) // 2), max(0, (cw - rw) // 2)
+            out[top : top + rh, left : left + rw] = img
+            img = out
+        top, left = int(round((img.shape[0] - ch) / 2)), int(round((img.shape[1] - cw) / 2))
+        return img[top : top + ch, left : left + cw]
+
+    def __repr__(self) -> str:
+        return f"BorderCenterCrop(size={self.size}, resize={self.resize}, interpolation={self.interpolation!r})"
+
+
 class BicubicCenterCrop:
     """Resize (bicubic, antialiased: Pillow's filter, as torchvision v2) then centre crop.
 
@@ -184,8 +227,7 @@ class BicubicCenterCrop:
             rh, rw = (r, int(r * w / h)) if h <= w else (int(r * h / w), r)
         else:
             rh, rw = self.resize
-        t = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).unsqueeze(0)
-        out = torch.ops.aten._upsample_bicubic2d_aa(t, [rh, rw], False, None, None)[0].permute(1, 2, 0).numpy()
+        out = _resize_whole(img, rh, rw, "bicubic")
         ch, cw = self.size
         if ch > rh or cw > rw:
             raise ValueError(f"crop {self.size} is larger than the {rh}x{rw} resize")
@@ -198,7 +240,7 @@ class BicubicCenterCrop:
 
 def eval(size: int | Sequence[int] = 224, resize: int | None = None, reduced_decode: bool = True,
          antialias: bool = True, *, crop_pct: float | None = None, crop_mode: str | None = None,
-         interpolation: str = "bilinear") -> Compose:
+         interpolation: str = "bilinear", mean: Sequence[float] = IMAGENET_MEAN) -> Compose:
     """Resize then centre-crop ``size``: timm's ``transforms_imagenet_eval``.
 
     The resize is ``resize`` (the shorter side), else ``floor(size / crop_pct)`` with timm's
@@ -212,24 +254,29 @@ def eval(size: int | Sequence[int] = 224, resize: int | None = None, reduced_dec
         reduced_decode: Let the crop decode JPEGs at a reduced DCT scale.
         antialias: Antialiased bilinear resize.
         crop_pct: The fraction of the resized image the crop keeps (timm's).
-        crop_mode: ``"center"`` (default: aspect kept) or ``"squash"`` (both sides
-            resized to ``size / crop_pct``); timm's ``"border"`` is not implemented.
+        crop_mode: ``"center"`` (default: aspect kept), ``"squash"`` (both sides
+            resized to ``size / crop_pct``) or ``"border"`` (the whole image fitted into
+            ``size / crop_pct``, padded with the mean colour; not planned from the header).
         interpolation: ``"bilinear"`` (antialiased, planned from the header: the decode is
             reduced) or ``"bicubic"`` (antialiased, Pillow's filter, on the full decode:
             slower). ``antialias`` applies to bilinear only.
+        mean: The normalisation mean: ``"border"``'s padding is ``round(255 * mean)``, as timm's.
     """
     if interpolation not in ("bilinear", "bicubic"):
         raise ValueError(f"interpolation must be 'bilinear' or 'bicubic', got {interpolation!r}")
-    if crop_mode not in (None, "center", "squash"):
-        raise ValueError(f"crop_mode must be 'center' or 'squash', got {crop_mode!r}")
+    if crop_mode not in (None, "center", "squash", "border"):
+        raise ValueError(f"crop_mode must be 'center', 'squash' or 'border', got {crop_mode!r}")
     if resize is not None and crop_pct is not None:
         raise ValueError(f"give resize={resize!r} or crop_pct={crop_pct!r}, not both")
     if crop_pct is not None and not 0 < crop_pct <= 1:
         raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct!r}")
     size_hw = _pair(size, "size")
     pct = 0.875 if crop_pct is None else crop_pct
-    if crop_mode == "squash":
+    if crop_mode in ("squash", "border"):
         scale = (resize, resize) if resize is not None else tuple(math.floor(s / pct) for s in size_hw)
+        if crop_mode == "border":
+            fill = [round(255 * v) for v in mean]
+            return Compose([BorderCenterCrop(size_hw, scale, fill, interpolation)], reduced_decode)
         if interpolation == "bicubic":
             return Compose([BicubicCenterCrop(size_hw, scale)], reduced_decode)
         return Compose([SquashCenterCrop(size_hw, scale, antialias)], reduced_decode)
