@@ -66,8 +66,10 @@ class RandomApply:
 
 
 def _jitter_steps(color_jitter: float | Sequence[float], color_jitter_prob: float | None) -> list:
-    factors = tuple(float(v) for v in color_jitter) if isinstance(color_jitter, (tuple, list)) \
-        else (float(color_jitter),) * 3
+    if isinstance(color_jitter, (int, float)):
+        factors: tuple[float, ...] = (float(color_jitter),) * 3  # timm: a scalar jitters no hue
+    else:
+        factors = tuple(float(v) for v in color_jitter)
     if len(factors) not in (3, 4):
         raise ValueError(f"color_jitter must be a number or 3 or 4 factors (brightness, contrast, saturation"
                          f"[, hue]), got {color_jitter!r}")
@@ -134,7 +136,7 @@ def train(size: int | Sequence[int] = 224, scale: Sequence[float] = (0.08, 1.0),
     if auto_augment:
         ts.append(timm_augment(auto_augment, _pair(size, "size"), mean, interpolation))
         jitter = jitter and (force_color_jitter or "3a" in auto_augment)
-    if jitter:
+    if jitter and color_jitter is not None:
         ts += _jitter_steps(color_jitter, color_jitter_prob)
     if grayscale_prob:
         ts.append(RandomGrayscale(grayscale_prob))

@@ -64,7 +64,7 @@ class TimmAugMix:
         return np.array(out[::-1], dtype=np.float32)
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        weights = np.float32(rng.dirichlet([self.alpha] * self.width))
+        weights = rng.dirichlet([self.alpha] * self.width).astype(np.float32)
         m = np.float32(rng.beta(self.alpha, self.alpha))
         return self.mix(img, weights, float(m), rng)
 

@@ -184,7 +184,7 @@ class TimmAutoAugment:
 def _hparams(img_size: int | Sequence[int], mean: Sequence[float], interpolation: str,
              translate_pct: float = 0.45) -> Hparams:
     # As timm's transforms_imagenet_train builds its aa_params.
-    size = min(img_size) if isinstance(img_size, (tuple, list)) else img_size
+    size = img_size if isinstance(img_size, int) else min(img_size)
     fill = tuple(min(255, round(255 * x)) for x in mean)
     return Hparams(int(size * 0.45), translate_pct, fill, interpolation)
 
