@@ -21,6 +21,11 @@ RandomSolarize, GaussianBlur (:mod:`.color`), RandomCrop, RandomVerticalFlip
 
 Several views of each image, out of one planned decode (self-supervised recipes):
 :class:`MultiView`, and DINO's multi-crop :func:`dino`.
+
+timm's recipes by name: ``train(224, auto_augment="rand-m9-mstd0.5-inc1", color_jitter=0.4)``
+and ``eval(224, crop_pct=0.9)`` take timm's ``transforms_imagenet_train``/``_eval`` arguments;
+:func:`timm_augment` builds timm's RandAugment / AutoAugment / AugMix from its strings
+(:mod:`.timm_policies`, parsed by :mod:`.timm_config`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from .multiview import MultiView, ViewSteps
 from .presets import eval, train  # noqa: A004
 from .random_apply import RandomApply
 from .ssl import dino
+from .timm_config import parse_auto_augment
+from .timm_policies import TimmAugMix, TimmAutoAugment, TimmOp, TimmRandAugment, timm_augment
 
 __all__ = [
     "AugMix",
@@ -59,12 +66,18 @@ __all__ = [
     "RandomVerticalFlip",
     "Resize",
     "ResizedCenterCrop",
+    "TimmAugMix",
+    "TimmAutoAugment",
+    "TimmOp",
+    "TimmRandAugment",
     "TrivialAugmentWide",
     "ViewSteps",
     "albumentations",
     "dino",
     "eval",
     "functional",
+    "parse_auto_augment",
     "takes_rng",
+    "timm_augment",
     "train",
 ]
