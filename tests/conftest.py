@@ -40,6 +40,24 @@ def children() -> set[int]:
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("needs"):
         need_formats(*mark.args)
+    for mark in item.iter_markers("decoder"):
+        need_decoder(*mark.args)
+
+
+def need_decoder(name: str):
+    """The decoder backend ``name``, or a skip of the calling test that says why it cannot
+    load here (``@pytest.mark.decoder("turbojpeg")`` does the same for a whole test).
+
+    The system libturbojpeg is optional (a fresh machine and the GPU machines have none),
+    so tests of the ``turbojpeg`` backend itself skip without it; the skip reason carries
+    the loader's own message, which names the package to install.
+    """
+    from fastload.decode import get_decoder
+
+    try:
+        return get_decoder(name)
+    except ImportError as e:
+        pytest.skip(f"needs decoder backend {name!r}: {e}")
 
 
 def need_formats(*formats: str) -> None:
