@@ -229,7 +229,9 @@ class ProcessSource(IndexedSource):
             self._renew_slots()
             holder = [self._loader]
             self._loader = self._new_loader()
-            drop_in_background(holder)
+            # The failure is raised at once: a stuck worker's shutdown (DataLoader waits 5 s
+            # before terminating it) goes on in the background, not inside the timeout.
+            drop_in_background(holder, wait_s=0)
 
     def _renew_slots(self) -> None:
         old = self.fetcher.slots
