@@ -42,7 +42,8 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
         setup_note="carried wheels already installed in $site"
     fi
     [ -f "$site/.installed" ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    [ -d "$WHEELS/lib" ] && export LD_LIBRARY_PATH="$PWD/$WHEELS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # Resolved: WHEELS may be relative to the repository or absolute (the dry run's).
+    [ -d "$WHEELS/lib" ] && export LD_LIBRARY_PATH="$(cd "$WHEELS/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
     setup_note="no carried wheels in $WHEELS: tests of LMDB/TFRecord skip, PyTurboJPEG rows are left out"
 fi

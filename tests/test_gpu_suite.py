@@ -110,6 +110,25 @@ def test_pytest_steps_run_without_xdist(tmp_path):
     assert "unrecognized arguments" not in log and " SKIPPED" in log
 
 
+@pytest.mark.parametrize("relative", [False, True])
+def test_the_carried_library_folder_is_on_the_library_path(tmp_path, relative):
+    """WHEELS/lib (the carried libturbojpeg) reaches the suite's Python, whether WHEELS is
+    absolute (the dry run's) or relative to the repository (`make gpu-wheels`' .whl)."""
+    wheels = tmp_path / "whl"
+    (wheels / "lib").mkdir(parents=True)
+    (wheels / "not-a-wheel-1.0-py3-none-any.whl").write_text("")  # the carried-wheels branch runs; its install fails
+    seen = tmp_path / "seen"
+    (tmp_path / "python").write_text(f'#!/bin/sh\necho "$LD_LIBRARY_PATH" >> {seen}\nexec {sys.executable} "$@"\n')
+    (tmp_path / "python").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")}
+    env.update(OUT=str(tmp_path / "out"), PYTHON=str(tmp_path / "python"), TMPDIR=str(tmp_path),
+               WHEELS=os.path.relpath(wheels, ROOT) if relative else str(wheels))
+    subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_suite.sh"), "no-such-call"], env=env,
+                   capture_output=True, text=True, timeout=300)
+    paths = {os.path.realpath(p) for line in seen.read_text().splitlines()[1:] for p in line.split(":") if p}
+    assert os.path.realpath(wheels / "lib") in paths, paths
+
+
 @pytest.mark.slow
 def test_dry_run_in_a_venv_of_the_device_image_with_carried_wheels(tmp_path):
     """The device calls, end to end, on this machine: a fresh venv with only what the GPU
