@@ -67,7 +67,12 @@ for _ in range(3):  # a worker killed mid-pass: the next pass restarts them
         assert "worker" in str(e), e
     del it
 dl.close()
-held = memfds()  # the Loader object still exists: close() alone lets go of its slots
+# The Loader object still exists: close() alone lets go of its slots, once the workers' shutdown
+# (in the background) has dropped the batches DataLoader held back (out-of-order ones).
+deadline = time.monotonic() + 10
+while memfds() and time.monotonic() < deadline:
+    time.sleep(0.1)
+held = memfds()
 del dl
 gc.collect()
 time.sleep(1)
