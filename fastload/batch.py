@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .views import Images, batch_len, map_images
+from .views import Images, batch_len, map_images, shape_of
 
 
 class Lease(Protocol):
@@ -94,8 +94,44 @@ class HostBatch:
         return pinned
 
     def __reduce__(self):
-        # A worker's slot lease travels with its batch (fastload.sources.handoff); a lease
-        # of a buffer of this process cannot.
+        # A worker's slot lease travels with its batch (fastload.sources.handoff), and carries
+        # its images: the receiver maps the slot. A lease of a buffer of this process cannot.
         if self.lease is not None and not getattr(self.lease, "travels", False):
             raise TypeError("a HostBatch holding a reused buffer cannot leave its process")
-        return HostBatch, (self.images, self.labels, self.indices, self.epoch, self.skipped, self.lease)
+        in_slot = getattr(self.lease, "carries_images", False) and shape_of(self.images) == self.lease.shape
+        images = None if in_slot else map_images(travelling, self.images)
+        return _arrived, (images, travelling(self.labels), travelling(self.indices), self.epoch, self.skipped,
+                          self.lease)
+
+
+def travelling(tensor: torch.Tensor) -> Any:
+    """How ``tensor`` crosses to another process: in its shared memory when it has some, else by
+    value. (torch would copy it into a new named segment in /dev/shm, one that stays there when
+    the message is never received, e.g. from a worker that exits with batches in flight.)"""
+    if tensor.is_shared():
+        return tensor
+    flat = tensor.detach().contiguous().reshape(-1)
+    return _ByValue(tensor.dtype, tuple(tensor.shape), flat.view(torch.uint8).numpy().copy() if flat.numel() else None)
+
+
+@dataclass(frozen=True)
+class _ByValue:
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    data: Any  # uint8 numpy array of the bytes, or None when empty
+
+    def tensor(self) -> torch.Tensor:
+        if self.data is None:
+            return torch.empty(self.shape, dtype=self.dtype)
+        return torch.from_numpy(self.data).view(self.dtype).reshape(self.shape)
+
+
+def _arrived(images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple, lease: Any) -> HostBatch:
+    """A HostBatch unpickled: its images mapped from the slot its lease names, or rebuilt."""
+    def rebuilt(x: Any) -> Any:
+        return x.tensor() if isinstance(x, _ByValue) else x
+
+    arrived = [map_images(rebuilt, images), rebuilt(labels), rebuilt(indices)]
+    if images is None:
+        arrived[0] = lease.images()
+    return HostBatch(*arrived, epoch, skipped, lease)

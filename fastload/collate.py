@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,29 @@ from torch.utils.data import get_worker_info
 from .views import SampleShape, is_views, numpy_rows, row, shape_of
 
 
+SHM = "/dev/shm"
+
+
+class SharedMemoryFull(RuntimeError):
+    """/dev/shm cannot hold a batch that a worker process sends through it."""
+
+
+def shm_full_message(nbytes: int, workers: int) -> str:
+    """What a worker says when /dev/shm cannot hold its next batch of ``nbytes``: the size, the
+    need, and the fixes (torch's own error names only a file)."""
+    try:
+        st = os.statvfs(SHM)
+        size, free = st.f_blocks * st.f_frsize / 2**20, st.f_bavail * st.f_frsize / 2**20
+        where = f"{SHM} ({size:.0f} MB, {free:.0f} MB free)"
+    except OSError:
+        where = SHM
+    return (f"fastload: {where} cannot hold the next batch ({nbytes / 2**20:.1f} MB): this Loader's {workers} "
+            f"worker process(es) each keep up to prefetch_factor + 1 batches there, about "
+            f"{workers * 3 * nbytes / 2**20:.0f} MB with the default prefetch_factor=2. Fixes: give the container "
+            'more shared memory (docker run --shm-size=2g, or --ipc=host), use backend="thread" (no shared '
+            "memory), or a smaller batch_size or prefetch_factor.")
+
+
 def alloc_batch(shape: Sequence[int], dtype: torch.dtype = torch.uint8, pin: bool | None = None) -> torch.Tensor:
     """An uninitialised tensor placed where the batch goes next.
 
@@ -30,9 +54,15 @@ def alloc_batch(shape: Sequence[int], dtype: torch.dtype = torch.uint8, pin: boo
     available), so the host-to-device copy can be asynchronous.
     """
     shape = tuple(int(s) for s in shape)
-    if get_worker_info() is not None:
+    info = get_worker_info()
+    if info is not None:
         nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-        storage = torch.UntypedStorage._new_shared(nbytes)
+        try:
+            storage = torch.UntypedStorage._new_shared(nbytes)
+        except RuntimeError as e:
+            if "No space left on device" not in str(e):
+                raise
+            raise SharedMemoryFull(shm_full_message(nbytes, info.num_workers)) from None
         return torch.empty(0, dtype=dtype).set_(storage).view(shape)
     if pin is None:
         pin = torch.cuda.is_available()
