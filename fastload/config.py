@@ -10,7 +10,6 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from .sampler import check_rank
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -19,6 +18,12 @@ BACKENDS = ("process", "thread")
 DECODES = ("cpu", "gpu")
 START_METHODS = (None, "fork", "spawn", "forkserver")
 FLAGS = ("shuffle", "drop_last", "drop_uneven", "persistent_workers", "normalize", "return_index")
+
+def check_rank(rank: int, world_size: int) -> None:
+    """ValueError unless 0 <= rank < world_size."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} must be in [0, {world_size})")
+
 
 
 def dtype_name(dtype: Any) -> str:

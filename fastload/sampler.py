@@ -16,16 +16,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch.distributed as dist
 
+from .config import check_rank
+
 
 class BatchRequest(NamedTuple):
     epoch: int
     indices: np.ndarray  # int64
 
-
-def check_rank(rank: int, world_size: int) -> None:
-    """ValueError unless 0 <= rank < world_size."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} must be in [0, {world_size})")
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
