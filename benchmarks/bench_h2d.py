@@ -17,7 +17,7 @@ import torch
 from common import parser, report
 
 from fastload.config import IMAGENET_MEAN, IMAGENET_STD
-from fastload.prefetch import CudaPrefetcher, Normalizer
+from fastload.device.prefetch import CudaPrefetcher, Normalizer
 
 
 def batches(n: int, shape: tuple, pin: bool) -> list:

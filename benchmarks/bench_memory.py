@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from common import parser, report, smaps_rollup
 
-from fastload.storage import SharedArray, StringArray
+from fastload.datasets.storage import SharedArray, StringArray
 
 
 class ListIndex(torch.utils.data.Dataset):

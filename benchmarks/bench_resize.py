@@ -35,8 +35,8 @@ from PIL import Image  # noqa: E402
 
 from fastload import transforms as T  # noqa: E402
 from fastload.decode import get_decoder, read_header  # noqa: E402
-from fastload.photos import source_photos  # noqa: E402
-from fastload.resize import resize, resize_window  # noqa: E402
+from fastload.demo.photos import source_photos  # noqa: E402
+from fastload.decode.resize import resize, resize_window  # noqa: E402
 
 SIZE, RESIZE = 224, 256
 

@@ -30,7 +30,7 @@ from fastload.collate import fast_collate
 from fastload.datasets.base import sample_rng
 from fastload.decode import get_decoder, plan, read_header
 from fastload.decode.libjpeg import scaled_size, scratch
-from fastload.prefetch import Normalizer
+from fastload.device.prefetch import Normalizer
 from fastload.system import available_cpus
 
 # First match walking a stack from its innermost frame outwards names the stage.
@@ -41,13 +41,13 @@ STAGES = (
     ("decode", ("_decode_jpeg (fastload/decode", "decode (fastload/decode/roi.py", "imdecode", "decode_jpeg")),
     ("planning (rng, crop plan, decode plan)", ("sample_rng", "plan (fastload/transforms/crops.py", "default_rng",
                                                 "choose (fastload/decode/plan.py")),
-    ("resize", ("resize (fastload/resize.py", "resize_box (fastload", "resize_window (fastload",
-                "apply (fastload/resize.py")),
+    ("resize", ("resize (fastload/decode/resize.py", "resize_box (fastload", "resize_window (fastload",
+                "apply (fastload/decode/resize.py")),
     ("flip", ("apply_inplace", "RandomHorizontalFlip")),
     ("collate (thread backend: copy into the batch)", ("_finish (fastload/threaded.py",)),
     ("collate", ("fast_collate", "alloc_batch", "_new_shared")),
-    ("normalization / layout", ("_normalize_cpu", "Normalizer", "__call__ (fastload/prefetch.py")),
-    ("read", ("read (fastload/datasets", "read (fastload/storage")),
+    ("normalization / layout", ("_normalize_cpu", "Normalizer", "__call__ (fastload/device/prefetch.py")),
+    ("read", ("read (fastload/datasets", "read (fastload/datasets/storage")),
     ("IPC (pickle, shared memory, pipes)", ("multiprocessing/", "reductions.py", "rebuild_storage", "pickle",
                                             "_recv", "_send", "recv_bytes", "send_bytes")),
     ("worker loop / DataLoader", ("torch/utils/data",)),

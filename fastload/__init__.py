@@ -26,15 +26,15 @@ from .datasets import (
     open_dataset,
 )
 from .decode import DecodeError, decode_image, get_decoder, image_size
-from .gpudecode import EncodedBatch
+from .device.gpudecode import EncodedBatch
 from .loader import Loader
-from .normalize import Normalizer
-from .prefetch import CudaPrefetcher
-from .resume import merge_states
-from .sampleplan import SamplePlan
-from .sampler import ShardedBatchSampler
+from .device.normalize import Normalizer
+from .device.prefetch import CudaPrefetcher
+from .sources.resume import merge_states
+from .datasets.sampleplan import SamplePlan
+from .sources.sampler import ShardedBatchSampler
 from .sources.failures import WorkerFailure
-from .storage import SharedArray, StringArray
+from .datasets.storage import SharedArray, StringArray
 
 __version__ = "0.1.0"
 

@@ -136,7 +136,7 @@ class LoaderConfig:
             an int64 CPU tensor (to look up paths or other per-sample fields).
         decode: "cpu" (workers decode and resize) or "gpu" (workers read bytes and draw
             crops; the batch is decoded, resized, flipped and normalized on the CUDA
-            device, see :mod:`fastload.gpudecode`; the train/eval presets only).
+            device, see :mod:`fastload.device.gpudecode`; the train/eval presets only).
     """
 
     batch_size: int = 256

@@ -9,20 +9,21 @@ from typing import Any
 
 import torch
 
-from . import compat, resume
+from .loading import compat
+from .sources import resume
 from .augment.apply import BatchTransforms
-from .compat import DataLoaderAttributes
+from .loading.compat import DataLoaderAttributes
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig, resolve_device
 from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
-from .normalize import Normalizer
-from .passes import Pass, register
-from .skips import SkipLog
-from .prefetch import CudaPrefetcher
-from .profiles import resolve_auto
-from .progress import Position, Progress
-from .sampler import EpochRequests, RankSampler, resolve_rank
+from .device.normalize import Normalizer
+from .loading.passes import Pass, register
+from .loading.skips import SkipLog
+from .device.prefetch import CudaPrefetcher
+from .loading.profiles import resolve_auto
+from .loading.progress import Position, Progress
+from .sources.sampler import EpochRequests, RankSampler, resolve_rank
 from .sources import build_source, is_stream
 from .sources.build import DEVICE_AHEAD
 from .sources.failures import is_worker_failure, worker_failure
@@ -63,7 +64,7 @@ class Loader(DataLoaderAttributes):
         **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``, and
             DataLoader's keywords with DataLoader's meaning where fastload can honour them
             (``sampler=None`` or a ``DistributedSampler``, ``multiprocessing_context``,
-            ``generator``; see :mod:`fastload.compat`).
+            ``generator``; see :mod:`fastload.loading.compat`).
 
     Yields:
         (images, targets): images N×C×H×W in channels_last memory on ``loader.device``,
@@ -110,7 +111,7 @@ class Loader(DataLoaderAttributes):
         self._gpu = None  # the GPU decode pipeline (decode="gpu")
         normalizer = Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize)
         if cfg.decode == "gpu":
-            from .gpudecode import GpuDecodeStage, check_setup
+            from .device.gpudecode import GpuDecodeStage, check_setup
 
             self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
             self._prefetcher = GpuDecodeStage(self.device, DEVICE_AHEAD, normalizer, cfg.return_index, None,

@@ -94,8 +94,8 @@ def test_ranks_draw_apart_and_seeds_are_stable():
 
 
 def test_batch_numbers_go_on_in_a_resumed_epoch():
-    from fastload.progress import Position
-    from fastload.resume import Stage
+    from fastload.loading.progress import Position
+    from fastload.sources.resume import Stage
 
     assert Position(2, consumed=4).batch_number(0, 1) == 4
     resumed = Position(2, (Stage(2, (3, 5)),), consumed=1)

@@ -7,7 +7,7 @@ from cudasim.scenes import loader, read_on_consumer
 
 from fastload.collate import fast_collate
 from fastload.config import resolve_device
-from fastload.prefetch import CudaPrefetcher
+from fastload.device.prefetch import CudaPrefetcher
 
 
 def _device_batches(n=6):

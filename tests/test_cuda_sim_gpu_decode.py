@@ -24,7 +24,7 @@ def make_photos(tmp_path, monkeypatch):
     os.makedirs(tmp_path / "a")
     for i in range(24):
         (tmp_path / "a" / f"{i:02d}.jpg").write_bytes(jpeg_bytes(make_image(i, 60 + 3 * i, 80 + 2 * i)))
-    monkeypatch.setattr("fastload.gpudecode.stage.BatchDecoder", decoder.decoder)
+    monkeypatch.setattr("fastload.device.gpudecode.stage.BatchDecoder", decoder.decoder)
     return fl.ImageFolder(str(tmp_path), fl.transforms.train(32, reduced_decode=False))
 
 

@@ -9,8 +9,8 @@ import test_cuda_sim_defects as defects
 import test_cuda_sim_gpu_decode as gpu_decode
 import test_cuda_sim_loader as scenes
 from cudasim.mutate import mutate
-from fastload.gpudecode.stage import GpuDecodeStage
-from fastload.prefetch import CudaPrefetcher
+from fastload.device.gpudecode.stage import GpuDecodeStage
+from fastload.device.prefetch import CudaPrefetcher
 from fastload.sources.ring import BufferRing
 
 

@@ -11,7 +11,7 @@ from PIL import Image
 
 from fastload import decode as dec
 from fastload.decode import BACKENDS, DecodeError, decode_image, get_decoder, image_size
-from fastload.photos import source_photos
+from fastload.demo.photos import source_photos
 
 from conftest import flip_scan_bytes as _flip_scan_bytes
 from conftest import jpeg_bytes, make_image, need_formats, png_bytes
@@ -512,7 +512,7 @@ def test_decode_into_a_callers_buffer(photo, backend):
 def test_a_planned_decode_never_returns_the_threads_scratch_buffer():
     from fastload.decode import read_header
     from fastload.decode.plan import execute, plan_for_key
-    from fastload.resize import Crop
+    from fastload.decode.resize import Crop
 
     dec = get_decoder("simplejpeg")
     first, second = (jpeg_bytes(make_image(s, 64, 80)) for s in (1, 2))

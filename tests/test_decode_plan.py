@@ -15,7 +15,7 @@ from PIL import Image
 from fastload import transforms as T
 from fastload.datasets.base import sample_rng
 from fastload.decode import costs, get_decoder, plan, read_header, roi
-from fastload.resize import Crop, phase_error, resize_box
+from fastload.decode.resize import Crop, phase_error, resize_box
 
 from conftest import jpeg_bytes, make_image, need_decoder, photo_jpegs
 

@@ -12,7 +12,7 @@ from fastload.batch import HostBatch
 from fastload.collate import fast_collate
 from fastload.datasets.base import sample_rng
 from fastload.decode import costs, get_decoder, plan, read_header, roi
-from fastload.resize import PHASE_TOL, Crop, phase_error
+from fastload.decode.resize import PHASE_TOL, Crop, phase_error
 from fastload.sources import ring
 from fastload.sources.handoff import SlotTable
 

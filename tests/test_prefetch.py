@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fastload.config import IMAGENET_MEAN, IMAGENET_STD
-from fastload.prefetch import CudaPrefetcher, Normalizer
+from fastload.device.prefetch import CudaPrefetcher, Normalizer
 
 
 def _batches(n=3, size=(4, 6, 5, 3), seed=0, pin=False):

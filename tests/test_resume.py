@@ -16,8 +16,8 @@ import torch
 
 import fastload as fl
 from fastload.datasets import sample_rng
-from fastload.resume import Stage, compact, remaining, resumed_indices
-from fastload.sampler import ShardedBatchSampler, epoch_order
+from fastload.sources.resume import Stage, compact, remaining, resumed_indices
+from fastload.sources.sampler import ShardedBatchSampler, epoch_order
 
 import resume_worker
 from conftest import need_formats, write_folder
@@ -30,7 +30,7 @@ OPTS = dict(batch_size=5, shuffle=True, seed=5, normalize=False, device="cpu")  
 # ---- the plan, without a Loader
 
 def _consumed(n, world, consumed, batch_size, drop_last, seed=1, epoch=2):
-    """What ranks consumed of an epoch, read from the sampler itself (not from fastload.resume)."""
+    """What ranks consumed of an epoch, read from the sampler itself (not from fastload.sources.resume)."""
     return [i for rank, c in enumerate(consumed) for i in
             ShardedBatchSampler(n, batch_size, shuffle=True, seed=seed, rank=rank, world_size=world,
                                 drop_last=drop_last).rank_indices(epoch)[: c * batch_size].tolist()]

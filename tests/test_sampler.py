@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fastload.sampler import ShardedBatchSampler
+from fastload.sources.sampler import ShardedBatchSampler
 
 
 def _epoch(n, bs, world, **kw):

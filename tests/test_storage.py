@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch.multiprocessing as mp
 
-from fastload.storage import SharedArray, StringArray
+from fastload.datasets.storage import SharedArray, StringArray
 
 
 def test_string_array_round_trip():

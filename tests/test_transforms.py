@@ -10,7 +10,7 @@ from PIL import Image
 from fastload import transforms as T
 from fastload.datasets.base import sample_rng
 from fastload.decode import get_decoder, image_size
-from fastload.resize import resize, resize_window
+from fastload.decode.resize import resize, resize_window
 
 from conftest import jpeg_bytes, make_image, photo_jpegs
 

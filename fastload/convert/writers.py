@@ -12,7 +12,7 @@ import numpy as np
 from ..datasets.lmdb_dataset import META_KEY, pack_meta
 from ..datasets.tfrecord import INDEX_SUFFIX, frame, make_example, write_meta
 from ..decode import DecodeError, image_size, is_jpeg
-from ..storage import StringArray
+from ..datasets.storage import StringArray
 from .staging import discard, publish, stage
 
 COMMIT_EVERY = 2000

@@ -8,9 +8,9 @@ import numpy as np
 import torch
 
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
-from ..sampleplan import SamplePlan
+from .sampleplan import SamplePlan
 from ..decode.clean import CleanMarks
-from ..storage import SharedArray
+from .storage import SharedArray
 from ..transforms import Compose, MultiView, as_compose
 from ..views import contiguous
 
@@ -30,7 +30,7 @@ class ImageDataset(torch.utils.data.Dataset):
     """Base class: subclasses implement :meth:`read` and :meth:`describe`.
 
     Labels live in a shared int64 array (``self.labels``); per-sample metadata must be
-    held in :mod:`fastload.storage` arrays, never Python lists.
+    held in :mod:`fastload.datasets.storage` arrays, never Python lists.
 
     Args:
         labels: One int label per sample, or None when the subclass provides
@@ -108,7 +108,7 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def plan(self, index: int, epoch: int = 0, seed: int = 0) -> SamplePlan:
         """Reads sample ``index``, checks its header and draws its crop with the rng of
-        (seed, epoch, index): the first half of :meth:`load` (see :mod:`fastload.sampleplan`).
+        (seed, epoch, index): the first half of :meth:`load` (see :mod:`fastload.datasets.sampleplan`).
 
         Raises:
             DecodeError: The header is unreadable or over the pixel limit (names the sample).

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..decode import MODULE_LIMIT, MaxPixels
-from ..storage import StringArray, as_string_array
+from .storage import StringArray, as_string_array
 from .base import ImageDataset
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..decode import MODULE_LIMIT, MaxPixels
-from ..storage import StringArray
+from .storage import StringArray
 from .base import ImageDataset
 from .lmdb_size import DataFile, check_data_file, check_still_whole
 from .partial import check_complete

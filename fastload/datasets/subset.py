@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..sources.fetch import accepts_out
-from ..storage import SharedArray
+from .storage import SharedArray
 
 
 def _loadable(dataset: Any) -> bool:

@@ -35,7 +35,7 @@ class CleanMarks:
             raise ValueError(f"size must be >= 0, got {size}")
         tensor = torch.zeros(size, dtype=torch.uint8)
         if size:
-            tensor.share_memory_()  # before any numpy view exists (see fastload.storage)
+            tensor.share_memory_()  # before any numpy view exists (see fastload.datasets.storage)
         self._bind(tensor)
 
     def _bind(self, tensor: torch.Tensor) -> None:

@@ -5,7 +5,7 @@ decode, fast chroma upsampling, each DCT scale n/8, each into the thread's scrat
 buffer; a region decode when :mod:`fastload.decode.roi` is available) and each resize
 path after it (the crop of a full decode or region, the exact-phase box of a DCT-scaled
 decode, an eval window: into a batch slot), on photographs (scikit-image's bundled
-ones, cut as :func:`fastload.demo_data.photo_jpeg` cuts the photo set; synthetic photo-like
+ones, cut as :func:`fastload.demo.data.photo_jpeg` cuts the photo set; synthetic photo-like
 images where scikit-image is not installed) with RandomResizedCrop crops and eval
 windows. Every measurement of an image runs back to back, in several rounds, and keeps
 its fastest; each decode and each resize path is fitted as a linear model of the bytes
@@ -38,7 +38,7 @@ import numpy as np
 from . import roi
 
 if TYPE_CHECKING:
-    from ..resize import Crop
+    from .resize import Crop
     from .header import ImageHeader
 
 #: Part of the cache key: a new version recalibrates.
@@ -96,7 +96,7 @@ def resize_features(header: ImageHeader, crop: Crop, key: str) -> tuple[str, lis
     """The resize path plan ``key`` takes for ``crop`` and its (1, pixels resized,
     resized rows x output columns, output pixels).
 
-    Paths (:meth:`fastload.resize.Crop.apply`): "crop", the crop of a full-size decode
+    Paths (:meth:`fastload.decode.resize.Crop.apply`): "crop", the crop of a full-size decode
     (or a region) copied contiguous and resized into the slot; "box", the crop of a
     DCT-scaled decode at its exact phase (edge-padded copy, extra phase rows, a copy
     into the slot); "window", an eval window, resized with every row above and column
@@ -151,11 +151,11 @@ def _calibration_jpegs(count: int = 16) -> list[bytes]:
 
     from PIL import Image
 
-    from ..demo_data import photo_jpeg, photo_like
+    from ..demo.data import photo_jpeg, photo_like
     from .header import read_header
 
     try:
-        from ..photos import source_photos
+        from ..demo.photos import source_photos
 
         sources = [Image.fromarray(a) for a in source_photos(gray=False).values()]
     except ImportError:
@@ -219,7 +219,7 @@ def _calibration_crops(header: ImageHeader, rng: np.random.Generator) -> list[Cr
     """Crops of every resize path: RandomResizedCrop(224) crops ("crop"), the eval
     window (Resize 256, CenterCrop 224: "window"), and random crops resized to between
     1.25 and 2.5 times smaller than the crop at a DCT scale ("box", as planned)."""
-    from ..resize import Crop
+    from .resize import Crop
     from ..transforms import RandomResizedCrop, ResizedCenterCrop
 
     h, w = header.height, header.width

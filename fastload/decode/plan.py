@@ -12,7 +12,7 @@ that the calibration cannot tell apart from it):
   1.5), for random crops (not for eval windows);
 * a DCT-scaled decode at n/8 (libjpeg-turbo), when the crop is still at least
   :data:`MIN_RATIO` times its output size at that scale and the resize can start on
-  the crop's exact phase (:func:`fastload.resize.phase_error`);
+  the crop's exact phase (:func:`fastload.decode.resize.phase_error`);
 * a region decode (:mod:`fastload.decode.roi`, when installed): the crop's pixels
   exactly, only for samples already known to decode clean (``region_ok``): region
   decode cannot see libjpeg's warnings, so the first decode of a sample is a strict one
@@ -41,13 +41,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import roi
-from .costs import (DEFAULT_COSTS, SCALE_KEYS, calibration_disabled, decode_features, load_or_calibrate, region_box,
-                    resize_features)
+from .costs import (
+    DEFAULT_COSTS,
+    SCALE_KEYS,
+    calibration_disabled,
+    decode_features,
+    load_or_calibrate,
+    region_box,
+    resize_features,
+)
 from .header import ImageHeader, check_jpeg_complete
 from .libjpeg import scaled_size, scratch
 
 if TYPE_CHECKING:
-    from ..resize import Crop
+    from .resize import Crop
 
 #: A DCT-scaled decode is used only when the crop keeps at least this many decoded
 #: pixels per output pixel (on each side). Measured on real photos against Pillow's
@@ -215,7 +222,7 @@ class Planner:
         multi-view transform), as :meth:`choose` for one: each plan is priced as one decode
         plus every crop's resize; a DCT scale or fast upsampling must suit every crop; a
         region is the crops' union box."""
-        from ..resize import Crop
+        from .resize import Crop
 
         if len(crops) == 1:
             return self.choose(header, crops[0], scales, region_ok)
@@ -256,7 +263,7 @@ class Planner:
 
     @staticmethod
     def _phase_ok(crop: Crop, s: float) -> bool:
-        from ..resize import PHASE_TOL, phase_error
+        from .resize import PHASE_TOL, phase_error
 
         return (phase_error(crop.top * s, crop.height * s / crop.out_h) <= PHASE_TOL
                 and phase_error(crop.left * s, crop.width * s / crop.out_w) <= PHASE_TOL)

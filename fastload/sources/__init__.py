@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..batch import HostBatch
-from ..sampler import ShardedBatchSampler
+from .sampler import ShardedBatchSampler
 from .build import build_source, is_stream
 from .fetch import BatchFetcher
 from .inflight import Busy, InFlight
@@ -20,7 +20,7 @@ from .stream import StreamSource
 from .thread import ThreadSource
 
 if TYPE_CHECKING:
-    from ..resume import Plan
+    from .resume import Plan
 
 
 class BatchSource(Protocol):

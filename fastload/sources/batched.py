@@ -24,8 +24,8 @@ import numpy as np
 
 from ..decode import DecodeError, roi
 from ..decode.header import check_jpeg_complete
-from ..sampleplan import SamplePlan
-from ..sampler import BatchRequest
+from ..datasets.sampleplan import SamplePlan
+from .sampler import BatchRequest
 
 if TYPE_CHECKING:
     from .fetch import BatchFetcher

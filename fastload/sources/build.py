@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ..config import LoaderConfig
-from ..sampler import EpochRequests, ShardedBatchSampler
+from .sampler import EpochRequests, ShardedBatchSampler
 from .fetch import BatchFetcher
 from .handoff import SlotTable
 from .inflight import InFlight
@@ -55,7 +55,7 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
     # A row for this process too where it loads samples itself (threads; GPU decode's fall-backs).
     inflight = InFlight(workers + 1 if threads or gpu is not None else max(1, workers))
     if gpu is not None:
-        from ..gpudecode import EncodingFetcher
+        from ..device.gpudecode import EncodingFetcher
 
         fetcher: BatchFetcher = EncodingFetcher(samples, cfg.seed, cfg.on_error, inflight, gpu)
     else:

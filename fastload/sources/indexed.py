@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..sampler import BatchRequest, ShardedBatchSampler
+from .sampler import BatchRequest, ShardedBatchSampler
 from .fetch import BatchFetcher
 
 if TYPE_CHECKING:
-    from ..resume import Plan
+    from .resume import Plan
 
 
 class IndexedSource:
@@ -33,7 +33,7 @@ class IndexedSource:
         return None if plan is None else list(plan.requests)
 
     def resume_plan(self, state: dict) -> Plan | None:
-        from .. import resume
+        from . import resume
 
         return resume.plan(state, self.sampler.num_samples, self.sampler.rank, self.sampler.world_size)
 

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch
 from ..collate import pinning_on
-from ..sampler import BatchRequest, ShardedBatchSampler
+from .sampler import BatchRequest, ShardedBatchSampler
 from . import deaths
 from .inflight import InFlight
 from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
@@ -26,7 +26,7 @@ from .handoff import detached
 from .indexed import IndexedSource
 
 if TYPE_CHECKING:
-    from ..resume import Plan
+    from .resume import Plan
 
 CLOSE_WAIT_S = 3.0  # close() returns after this even if a worker is stuck in a sample
 

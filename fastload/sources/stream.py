@@ -27,7 +27,7 @@ from .process import WorkerOptions, dataloader_options, start_workers, worker_ba
 from .inflight import InFlight
 
 if TYPE_CHECKING:
-    from ..resume import Plan
+    from .resume import Plan
 
 
 def slot_batches_done(start: int, local: int, workers: int) -> int:
@@ -48,7 +48,7 @@ class StreamOrder:
         epoch, seed: Draw the pass's order.
         shuffle: Whether to shuffle at all.
         batch_size: Turns the batch counts of ``history`` into records.
-        history: The stages of this epoch run before (:class:`fastload.resume.Stage`, with
+        history: The stages of this epoch run before (:class:`fastload.sources.resume.Stage`, with
             ``num_workers``), when the pass resumes it; the pass reads what they left.
     """
 
@@ -167,7 +167,7 @@ class StreamSource:
 
     @property
     def num_samples(self) -> int:
-        from ..resume import dataset_size
+        from .resume import dataset_size
 
         return dataset_size(self.stream)
 
@@ -178,7 +178,7 @@ class StreamSource:
         return workers * per_worker
 
     def resume_plan(self, state: dict) -> Plan:
-        from .. import resume
+        from . import resume
 
         return resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self),
                                   elastic=getattr(self.stream, "elastic", False))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..batch import HostBatch
 from ..collate import batch_buffer, pinning_on
-from ..sampler import BatchRequest, ShardedBatchSampler
+from .sampler import BatchRequest, ShardedBatchSampler
 from ..targets import TargetSpec
 from ..views import SampleShape, batch_shape, from_numpy, map_images, numpy_rows, row, shape_of
 from .fetch import BatchFetcher, Loaded, collated, put
@@ -28,7 +28,7 @@ from .failures import CLOSED, worker_failure
 from .ring import BufferRing, RingLease
 
 if TYPE_CHECKING:
-    from ..resume import Plan
+    from .resume import Plan
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 WAIT_S = 0.1  # result waits wake this often so Ctrl-C and timeouts are prompt

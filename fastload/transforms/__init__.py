@@ -30,7 +30,7 @@ and ``eval(224, crop_pct=0.9)`` take timm's ``transforms_imagenet_train``/``_eva
 
 from __future__ import annotations
 
-from ..resize import Crop, resize  # noqa: F401  (resize: re-exported)
+from ..decode.resize import Crop, resize  # noqa: F401  (resize: re-exported)
 from . import functional
 from .adapters import Albumentations, albumentations
 from .auto_augment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..decode import Decoder, ImageHeader, check_pixels, read_header
 from ..decode.plan import DecodePlan, choose, execute
-from ..resize import Crop
+from ..decode.resize import Crop
 from .crops import CenterCrop, CropPlanner, Resize, ResizedCenterCrop
 from .foreign import foreign_error
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from ..resize import Crop
+from ..decode.resize import Crop
 
 def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
     pair = (size, size) if isinstance(size, int) else tuple(size) if isinstance(size, (tuple, list)) else ()
@@ -37,7 +37,7 @@ class RandomResizedCrop(CropPlanner):
         scale: Range of the crop's area as a fraction of the image's.
         ratio: Range of the crop's aspect ratio (width / height), sampled log-uniformly.
         antialias: Antialiased bilinear resize, as torchvision v2 (False: OpenCV's
-            bilinear, faster but aliased when shrinking; see :func:`fastload.resize.resize`).
+            bilinear, faster but aliased when shrinking; see :func:`fastload.decode.resize.resize`).
     """
 
     def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),

@@ -20,7 +20,7 @@ import numpy as np
 from ..decode import Decoder, ImageHeader, check_pixels, read_header
 from ..decode.libjpeg import scaled_size, scratch
 from ..decode.plan import DecodePlan, choose_shared
-from ..resize import Crop
+from ..decode.resize import Crop
 from .compose import Compose, as_compose
 
 

@@ -16,16 +16,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..resize import Crop, resize
+from ..decode.resize import Crop, resize
 from .color import ColorJitter, GaussianBlur, RandomGrayscale
 from .compose import Compose, takes_rng
-from .crops import (
-    CropPlanner,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    ResizedCenterCrop,
-    _pair,
-)
+from .crops import CropPlanner, RandomHorizontalFlip, RandomResizedCrop, ResizedCenterCrop, _pair
 from .geometry import RandomVerticalFlip
 from .random_apply import RandomApply
 from .timm_policies import IMAGENET_MEAN, timm_augment

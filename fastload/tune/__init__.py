@@ -200,7 +200,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
 
 def forget(args: argparse.Namespace) -> int:
     """``fastload tune DATASET --forget``: removes this machine's profile for DATASET."""
-    from ..profiles import forget as remove
+    from ..loading.profiles import forget as remove
 
     path = remove(open_tuned(args))
     print(f"removed profile {path}: Loader(num_workers='auto') on {args.dataset} uses the CPUs available again"
@@ -210,7 +210,7 @@ def forget(args: argparse.Namespace) -> int:
 
 def save_profile(args: argparse.Namespace, report: dict) -> None:
     """Saves the winner for ``num_workers='auto'`` unless noise could have chosen it."""
-    from ..profiles import forget_hint, save
+    from ..loading.profiles import forget_hint, save
 
     dataset = open_tuned(args)
     if not report["noise"]["saveable"]:

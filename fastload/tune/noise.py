@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..profiles import APPLIED
+from ..loading.profiles import APPLIED
 from .search import DIMENSIONS, Config
 
 #: Relative spread (max - min) / median under which a configuration's rate counts as steady.

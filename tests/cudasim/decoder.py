@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from fastload.gpudecode import nvdecode
+from fastload.device.gpudecode import nvdecode
 
 from .device import ACTIVE
 from .tensor import kernel, new_on
@@ -23,7 +23,7 @@ POOL = 64 * 2**20  # the decoder's pool, reserved when it is made
 
 
 def decoder(device: torch.device, threads: int = 0) -> Any:
-    """What replaces ``fastload.gpudecode.stage.BatchDecoder``: the stand-in on a simulated
+    """What replaces ``fastload.device.gpudecode.stage.BatchDecoder``: the stand-in on a simulated
     GPU, nvImageCodec's CPU decoder on the CPU."""
     if device.type != "cuda":
         return nvdecode.BatchDecoder(device, threads)

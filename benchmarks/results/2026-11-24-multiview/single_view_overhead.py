@@ -2,8 +2,8 @@ import time, sys, numpy as np
 import fastload as fl
 from fastload.sources.fetch import BatchFetcher
 from fastload.sources.inflight import InFlight
-from fastload.sampler import BatchRequest
-from fastload.prefetch import CudaPrefetcher
+from fastload.sources.sampler import BatchRequest
+from fastload.device.prefetch import CudaPrefetcher
 root = "/work/wt/multiview/data/sample/photos500"
 ds = fl.ImageFolder(root, transform=fl.transforms.train(224))
 f = BatchFetcher(ds, 0, "raise", InFlight(1))

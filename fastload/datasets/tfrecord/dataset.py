@@ -8,7 +8,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ...decode import MODULE_LIMIT, MaxPixels
-from ...storage import SharedArray, StringArray
+from ..storage import SharedArray, StringArray
 from ..base import ImageDataset
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
 from .fdpool import MAX_OPEN_FILES, FilePool

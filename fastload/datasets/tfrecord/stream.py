@@ -14,12 +14,21 @@ from tqdm import tqdm
 
 from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ...decode.clean import CleanMarks
-from ...storage import SharedArray, StringArray
+from ..storage import SharedArray, StringArray
 from ...transforms import as_compose
 from ..base import sample_rng
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
 from .files import expand_paths, read_meta
-from .framing import HEADER_BYTES, OVERHEAD, TFRecordError, _read, _skip, check_data, check_header, parse_record
+from .framing import (
+    HEADER_BYTES,
+    OVERHEAD,
+    TFRecordError,
+    _read,
+    _skip,
+    check_data,
+    check_header,
+    parse_record,
+)
 from .index import count_records, load_index
 from .slots import Segment, check_slot, plan_slots, shared_prefixes
 

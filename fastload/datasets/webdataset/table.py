@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...storage import SharedArray, StringArray
+from ..storage import SharedArray, StringArray
 from .index import ShardId, ShardIndex
 from .tar import ShardError
 

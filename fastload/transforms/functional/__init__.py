@@ -22,16 +22,7 @@ from ._color import (
     rgb_to_grayscale,
     solarize,
 )
-from ._geometry import (
-    affine,
-    crop,
-    hflip,
-    horizontal_flip,
-    pad,
-    rotate,
-    vertical_flip,
-    vflip,
-)
+from ._geometry import affine, crop, hflip, horizontal_flip, pad, rotate, vertical_flip, vflip
 from ._misc import gaussian_blur
 from ._utils import interpolation_name
 

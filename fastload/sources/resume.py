@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .sampler import BatchRequest, batched, deal, epoch_order, rank_count
-from .sources.fetch import describe
+from .fetch import describe
 
 VERSION = 1
 SETTINGS = ("seed", "shuffle_seed", "batch_size", "shuffle", "drop_last", "drop_uneven")
@@ -81,7 +81,7 @@ def remaining(order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_
     and that the epoch would still visit (``drop_last`` and ``drop_uneven`` leave a tail
     out), in epoch order.
 
-    Each stage lays out what the ones before it left as :func:`~fastload.sampler.deal`
+    Each stage lays out what the ones before it left as :func:`~fastload.sources.sampler.deal`
     does (padding from the epoch's head); a consumed padding repeat consumes its sample.
 
     Raises:

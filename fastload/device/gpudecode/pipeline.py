@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ..resize import Crop
-from ..transforms import RandomHorizontalFlip, RandomResizedCrop, ResizedCenterCrop
+from ...decode.resize import Crop
+from ...transforms import RandomHorizontalFlip, RandomResizedCrop, ResizedCenterCrop
 
 #: A RandomResizedCrop box covering less than this share of the image is decoded as a
 #: region (nvJPEG and libjpeg-turbo decode only the rows, and columns, it needs); larger
@@ -63,7 +63,7 @@ class GpuPipeline:
             TypeError: ``dataset`` is not a fastload dataset that plans its samples.
             ValueError: Its transforms are not ones the stage can run (the message says which).
         """
-        from ..sampleplan import plannable
+        from ...datasets.sampleplan import plannable
 
         if not plannable(dataset):
             raise TypeError(f"decode='gpu' needs a fastload dataset (ImageFolder, ImageList, LMDBDataset, "

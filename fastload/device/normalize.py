@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .config import DTYPES, IMAGENET_MEAN, IMAGENET_STD, dtype_name, mean_std
-from .views import is_views
+from ..config import DTYPES, IMAGENET_MEAN, IMAGENET_STD, dtype_name, mean_std
+from ..views import is_views
 
 
 class Normalizer:

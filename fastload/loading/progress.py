@@ -5,9 +5,9 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from . import resume
+from ..sources import resume
 from .passes import user_stacklevel
-from .sampler import check_epoch
+from ..sources.sampler import check_epoch
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Progress:
     """The epoch counter of a Loader.
 
     Each pass is a new epoch unless ``set_epoch`` said which; a loaded state makes the next
-    pass the rest of its epoch (a :class:`~fastload.resume.Plan`).
+    pass the rest of its epoch (a :class:`~fastload.sources.resume.Plan`).
     """
 
     def __init__(self) -> None:

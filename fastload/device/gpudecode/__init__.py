@@ -56,7 +56,7 @@ def check_setup(dataset: Any, device: torch.device, backend: str, streaming: boo
         raise ValueError(f"decode='gpu' runs with backend='process' (workers only read bytes and plan crops), "
                          f"got backend={backend!r}")
     pipeline = GpuPipeline.of(dataset)
-    from ..decode import roi
+    from ...decode import roi
     from .nvdecode import cuda_hint
 
     try:

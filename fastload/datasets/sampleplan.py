@@ -5,7 +5,7 @@ A dataset that plans (:class:`Plannable`, every :class:`~fastload.ImageDataset`)
 header and draws the crop, and :meth:`~Plannable.finish` decodes, resizes and applies the
 later transforms. Between the two a batch source may decode the regions of many samples
 in one call (:mod:`fastload.sources.batched`) or hand the bytes to the GPU
-(:mod:`fastload.gpudecode`). ``finish(plan(i, e, s))`` is ``load(i, e, s)`` pixel for
+(:mod:`fastload.device.gpudecode`). ``finish(plan(i, e, s))`` is ``load(i, e, s)`` pixel for
 pixel: the same draws from the same generator, in the same order.
 """
 
@@ -16,9 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .decode import ImageHeader
-from .resize import Crop
-from .transforms import DecodeSteps, ViewSteps
+from ..decode import ImageHeader
+from ..decode.resize import Crop
+from ..transforms import DecodeSteps, ViewSteps
 
 
 @dataclass
@@ -70,7 +70,7 @@ def plannable(dataset: Any) -> bool:
     """Whether loading ``dataset`` may go through plan and finish: a fastload dataset whose
     ``load`` and ``decode_sample`` are fastload's own (a subclass overriding either keeps
     the per-sample path, so its override runs)."""
-    from .datasets.base import ImageDataset
+    from .base import ImageDataset
 
     if not isinstance(dataset, ImageDataset):
         return False

@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from .batch import HostBatch
-from .config import resolve_device
+from ..batch import HostBatch
+from ..config import resolve_device
 from .normalize import Normalizer
-from .views import batch_len, each, nbytes, same_memory, to_device
+from ..views import batch_len, each, nbytes, same_memory, to_device
 
 __all__ = ["CudaPrefetcher", "Normalizer", "Stats"]
 

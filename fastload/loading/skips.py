@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 
-from .batch import SkippedSample
+from ..batch import SkippedSample
 from .passes import user_stacklevel
 
 WARN_EVERY = 100

@@ -30,11 +30,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..batch import SkippedSample
+from ...batch import SkippedSample
 from ..normalize import Normalizer
 from ..prefetch import Stats
-from ..sources.fetch import BatchFetcher, describe, put
-from ..targets import fill
+from ...sources.fetch import BatchFetcher, describe, put
+from ...targets import fill
 from .encoded import EncodedBatch
 from .nvdecode import BatchDecoder
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .system import available_cpus, cpu_model, cpus_per_rank, local_world_size
+from ..system import available_cpus, cpu_model, cpus_per_rank, local_world_size
 
 APPLIED = ("num_workers", "backend", "prefetch_factor")  # what num_workers="auto" takes from a profile
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch.distributed as dist
 
-from .config import check_rank
+from ..config import check_rank
 
 
 class BatchRequest(NamedTuple):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decode import roi
+from ...decode import roi
 from .encoded import EncodedBatch
 
 # nvJPEG upsamples chroma by replication unless asked for libjpeg's triangle filter,

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decode import ImageHeader
-from ..decode.header import check_jpeg_complete
-from ..sampler import BatchRequest
-from ..sources.fetch import BatchFetcher, describe, put
-from ..sources.inflight import InFlight
-from ..targets import Target, TargetSpec, as_target, fill
+from ...decode import ImageHeader
+from ...decode.header import check_jpeg_complete
+from ...sources.sampler import BatchRequest
+from ...sources.fetch import BatchFetcher, describe, put
+from ...sources.inflight import InFlight
+from ...targets import Target, TargetSpec, as_target, fill
 from .encoded import EncodedBatch, EncodedRow, pack
 from .pipeline import GpuPipeline
 

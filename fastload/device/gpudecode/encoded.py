@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..batch import SkippedSample
-from ..collate import alloc_batch
+from ...batch import SkippedSample
+from ...collate import alloc_batch
 from .pipeline import Geometry
 
 

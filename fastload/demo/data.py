@@ -2,7 +2,7 @@
 synthetic noise generator for unit tests.
 
 :func:`make_photo_dataset` cuts, rescales and recolours the real photographs that
-scikit-image ships (:mod:`fastload.photos`) into JPEGs with ImageNet-like encoding
+scikit-image ships (:mod:`fastload.demo.photos`) into JPEGs with ImageNet-like encoding
 statistics: mostly 4:2:0 chroma, quality 75–95, shorter side 256–512 px, a few
 progressive and grayscale files. :func:`jpeg_stats` measures what a folder holds.
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import DistributedSampler
 
-from .config import LoaderConfig
+from ..config import LoaderConfig
 
 # Keywords of DataLoader that LoaderConfig does not have; each is translated or refused here.
 KEYWORDS = ("sampler", "batch_sampler", "collate_fn", "worker_init_fn", "generator", "multiprocessing_context",
