@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from functools import partial
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -164,9 +165,14 @@ class Loader(DataLoaderAttributes):
     def _attach_source(self) -> None:
         """A source (and samplers) for the current rank, world size and seeds."""
         cfg = self.config
+        make_fetcher = None
+        if self._gpu is not None:  # workers read bytes and draw crops; the device stage decodes
+            from .device.gpudecode import EncodingFetcher
+
+            make_fetcher = partial(EncodingFetcher, self._samples, cfg.seed, cfg.on_error, pipeline=self._gpu)
         self._source = build_source(self._samples, cfg, self.rank, self.world_size, self.device,
                                     order_seed=compat.order_seed(cfg, self._seed_drawn, self.world_size),
-                                    epochs=self._epoch_requests, gpu=self._gpu)
+                                    epochs=self._epoch_requests, make_fetcher=make_fetcher)
         if self._gpu is not None:
             self._prefetcher.fetcher = self._source.fetcher  # decodes what the GPU decoder refuses
         # DataLoader's sampler: this rank's samples (len), set_epoch; None for a stream.

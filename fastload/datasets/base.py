@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -176,3 +177,12 @@ class ImageDataset(torch.utils.data.Dataset):
         """Short description for the CLI and the tuner's JSON."""
         return {"type": type(self).__name__, "samples": len(self),
                 "classes": int(self.labels.max()) + 1 if len(self) else 0}
+
+
+def accepts_out(load: Any) -> bool:
+    """Whether ``load`` takes ``out=`` (a batch row to write the image into)."""
+    try:
+        params = inspect.signature(load).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "out" or p.kind is p.VAR_KEYWORD for p in params)

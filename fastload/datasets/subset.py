@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..sources.fetch import accepts_out
+from .base import accepts_out
 from .storage import SharedArray
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from typing import Any
 
 import torch
@@ -25,7 +27,8 @@ def is_stream(dataset: Any) -> bool:
 
 
 def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, device: torch.device, *,
-                 order_seed: int | None = None, epochs: EpochRequests | None = None, gpu: Any = None) -> Any:
+                 order_seed: int | None = None, epochs: EpochRequests | None = None,
+                 make_fetcher: Callable[[InFlight], BatchFetcher] | None = None) -> Any:
     """The :class:`~fastload.sources.BatchSource` that runs ``samples`` under ``cfg``.
 
     Args:
@@ -35,7 +38,9 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
         device: Where batches go (pinning and buffer reuse depend on it).
         order_seed: Seed of the shuffle order (default: ``cfg.seed``).
         epochs: Where the sampler reports its ``set_epoch`` calls (the Loader's).
-        gpu: The GPU decode pipeline (``decode="gpu"``): workers then send encoded batches.
+        make_fetcher: Makes the workers' fetcher from the in-flight table instead of the
+            default one (``decode="gpu"``: the device stage's, whose workers send encoded
+            batches; the Loader passes it in, so this layer imports nothing above it).
     """
     pin = bool(cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda") and torch.cuda.is_available()
     workers = int(cfg.num_workers)
@@ -53,11 +58,9 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
                                   world_size=world_size, drop_uneven=cfg.drop_uneven, requests=epochs)
     threads = cfg.backend == "thread"
     # A row for this process too where it loads samples itself (threads; GPU decode's fall-backs).
-    inflight = InFlight(workers + 1 if threads or gpu is not None else max(1, workers))
-    if gpu is not None:
-        from ..device.gpudecode import EncodingFetcher
-
-        fetcher: BatchFetcher = EncodingFetcher(samples, cfg.seed, cfg.on_error, inflight, gpu)
+    inflight = InFlight(workers + 1 if threads or make_fetcher is not None else max(1, workers))
+    if make_fetcher is not None:
+        fetcher: BatchFetcher = make_fetcher(inflight)
     else:
         # A worker has at most prefetch_factor batches in flight, and one is being copied
         # out of its slot; one more slot spares a fresh buffer when a copy-out lags.

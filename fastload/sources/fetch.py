@@ -16,7 +16,7 @@ from torch.utils.data import get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image, write_row
-from ..datasets.base import sample_name, sample_rng
+from ..datasets.base import accepts_out, sample_name, sample_rng
 from ..datasets.sampleplan import plannable
 from .sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
@@ -47,15 +47,6 @@ def name_error(dataset: Any, index: int, error: Exception) -> Exception:
     named = SampleError(f"{sample_name(index, where)}: {type(error).__name__}: {error}", index, where)
     named.__cause__ = error
     return named
-
-
-def accepts_out(load: Any) -> bool:
-    """Whether ``load`` takes ``out=`` (a batch row to write the image into)."""
-    try:
-        params = inspect.signature(load).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "out" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 @dataclass

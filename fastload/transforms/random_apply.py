@@ -29,13 +29,14 @@ class RandomApply:
             raise TypeError(f"transforms must be a list of transforms, got {transforms!r}")
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
             raise ValueError(f"p must be in [0, 1], got {p!r}")
-        self.transforms = Compose(transforms, reduced_decode=False)
+        self.transforms = list(transforms)  # as torchvision's: the list given
         self.p = float(p)
+        self._pipeline = Compose(self.transforms, reduced_decode=False)
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if rng.random() >= self.p:
             return img
-        return self.transforms(img, rng)
+        return self._pipeline(img, rng)
 
     def __repr__(self) -> str:
-        return f"RandomApply({self.transforms.transforms!r}, p={self.p})"
+        return f"RandomApply({self.transforms!r}, p={self.p})"
