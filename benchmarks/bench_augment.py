@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from fastload import transforms as T  # noqa: E402
-from fastload.demo.photos import source_photos  # noqa: E402
+from fastload.photos.bundled import source_photos  # noqa: E402
 from fastload.system import cpu_model  # noqa: E402
 
 SIZE = 224

@@ -19,7 +19,7 @@ import torch
 from common import parser, report
 
 import fastload as fl
-from fastload.demo.photos import source_photos
+from fastload.photos.bundled import source_photos
 
 
 def photo_batch(n: int, size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

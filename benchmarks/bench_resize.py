@@ -35,7 +35,7 @@ from PIL import Image  # noqa: E402
 
 from fastload import transforms as T  # noqa: E402
 from fastload.decode import get_decoder, read_header  # noqa: E402
-from fastload.demo.photos import source_photos  # noqa: E402
+from fastload.photos.bundled import source_photos  # noqa: E402
 from fastload.decode.resize import resize, resize_window  # noqa: E402
 
 SIZE, RESIZE = 224, 256

@@ -1,7 +1,7 @@
 """WebDataset shards on the photo set: fastload from a local HTTP server against the same shards
 from local disk, and against the webdataset package's own pipeline, in one interleaved run.
 
-The photo set (fastload.demo.data) is written as WebDataset shards by fastload's converter;
+The photo set (fastload.photos.jpegs) is written as WebDataset shards by fastload's converter;
 an ``http.server`` process serves them on 127.0.0.1. Every pipeline runs train
 transforms (RandomResizedCrop 224 with an antialiased resize, horizontal flip) into uint8
 batches, with the same workers and batch size, shuffled:

@@ -15,7 +15,7 @@ sys.path.insert(0, ROOT)  # run from a checkout without installing
 
 import torch  # noqa: E402
 
-from fastload.demo.data import format_jpeg_stats, jpeg_stats, make_photo_dataset  # noqa: E402
+from fastload.photos.jpegs import format_jpeg_stats, jpeg_stats, make_photo_dataset  # noqa: E402
 from fastload.system import available_cpus, cpu_model  # noqa: E402
 from fastload.tune.measure import memory  # noqa: E402
 
@@ -39,7 +39,7 @@ def loader_parser(description: str, epochs: int = 3) -> argparse.ArgumentParser:
 
 
 def photo_folder(args, quiet: bool = False) -> str:
-    """The real-photo dataset (fastload.demo.data.make_photo_dataset): 48 photos with --quick.
+    """The real-photo dataset (fastload.photos.jpegs.make_photo_dataset): 48 photos with --quick.
 
     Prints its bits/pixel and size distribution unless ``quiet``.
     """

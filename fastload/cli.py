@@ -25,7 +25,7 @@ def _throughput(dataset, epochs: int = 2, **options) -> tuple[float, dict]:
 def cmd_demo(args: argparse.Namespace) -> int:
     import fastload as fl
     from fastload.decode import default_backend
-    from fastload.demo.data import format_jpeg_stats, jpeg_stats, make_photo_dataset
+    from fastload.photos.jpegs import format_jpeg_stats, jpeg_stats, make_photo_dataset
     from fastload.system import available_cpus
 
     # Real photographs (cut from scikit-image's bundled ones), not synthetic noise:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fastload.demo.data import photo_like
+from fastload.photos.jpegs import photo_like
 
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(_TESTS)
@@ -157,7 +157,7 @@ def photo_jpegs(short_sides: tuple[int, int], per_photo: int, seed: int, origina
     """Deterministic rescalings of the bundled real photos to shorter sides in
     ``short_sides`` (and the originals in that range, with ``originals``), as JPEG of
     quality 75-95, odd sizes included. Skips the test without scikit-image's photos."""
-    from fastload.demo.photos import source_photos
+    from fastload.photos.bundled import source_photos
 
     try:
         photos = source_photos()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fastload.demo.photos import photo_dir
+from fastload.photos.bundled import photo_dir
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_augment.py")
 

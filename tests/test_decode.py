@@ -11,7 +11,7 @@ from PIL import Image
 
 from fastload import decode as dec
 from fastload.decode import BACKENDS, DecodeError, decode_image, get_decoder, image_size
-from fastload.demo.photos import source_photos
+from fastload.photos.bundled import source_photos
 
 from conftest import flip_scan_bytes as _flip_scan_bytes
 from conftest import jpeg_bytes, make_image, need_formats, png_bytes

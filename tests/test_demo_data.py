@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from fastload.demo.data import jpeg_stats, make_photo_dataset
+from fastload.photos.jpegs import jpeg_stats, make_photo_dataset
 
 
 def read_all(root) -> dict:

@@ -15,7 +15,7 @@ import pytest
 import refs
 from PIL import Image
 
-from fastload.demo.photos import source_photos
+from fastload.photos.bundled import source_photos
 from fastload.transforms import timm_ops as O
 from fastload.transforms.timm_config import (
     AugMixConfig,

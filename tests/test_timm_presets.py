@@ -97,7 +97,7 @@ def test_train_rejects_what_belongs_elsewhere():
 
 
 def _photo(h: int, w: int) -> np.ndarray:
-    from fastload.demo.photos import source_photos
+    from fastload.photos.bundled import source_photos
 
     img = next(v for v in source_photos(gray=False).values() if v.ndim == 3)
     return cv2.resize(img, (w, h), interpolation=cv2.INTER_AREA)

@@ -24,7 +24,7 @@ import torchvision.transforms.v2 as V2
 
 @pytest.fixture(scope="module")
 def photo():
-    from fastload.demo.photos import source_photos
+    from fastload.photos.bundled import source_photos
 
     return np.ascontiguousarray(source_photos()["coffee.png"][80:304, 150:374])  # 224×224 real photo
 

@@ -6,7 +6,7 @@ import pytest
 import refs
 
 import fastload.transforms.functional as F
-from fastload.demo.photos import source_photos
+from fastload.photos.bundled import source_photos
 
 tv = refs.torchvision()
 import torch

@@ -5,7 +5,7 @@ decode, fast chroma upsampling, each DCT scale n/8, each into the thread's scrat
 buffer; a region decode when :mod:`fastload.decode.roi` is available) and each resize
 path after it (the crop of a full decode or region, the exact-phase box of a DCT-scaled
 decode, an eval window: into a batch slot), on photographs (scikit-image's bundled
-ones, cut as :func:`fastload.demo.data.photo_jpeg` cuts the photo set; synthetic photo-like
+ones, cut as :func:`fastload.photos.jpegs.photo_jpeg` cuts the photo set; synthetic photo-like
 images where scikit-image is not installed) with RandomResizedCrop crops and eval
 windows. Every measurement of an image runs back to back, in several rounds, and keeps
 its fastest; each decode and each resize path is fitted as a linear model of the bytes
@@ -151,11 +151,11 @@ def _calibration_jpegs(count: int = 16) -> list[bytes]:
 
     from PIL import Image
 
-    from ..demo.data import photo_jpeg, photo_like
+    from ..photos.jpegs import photo_jpeg, photo_like
     from .header import read_header
 
     try:
-        from ..demo.photos import source_photos
+        from ..photos.bundled import source_photos
 
         sources = [Image.fromarray(a) for a in source_photos(gray=False).values()]
     except ImportError:
@@ -219,14 +219,14 @@ def _calibration_crops(header: ImageHeader, rng: np.random.Generator) -> list[Cr
     """Crops of every resize path: RandomResizedCrop(224) crops ("crop"), the eval
     window (Resize 256, CenterCrop 224: "window"), and random crops resized to between
     1.25 and 2.5 times smaller than the crop at a DCT scale ("box", as planned)."""
-    from .resize import Crop
-    from ..transforms import RandomResizedCrop, ResizedCenterCrop
+    from .resize import Crop, random_resized_crop, resized_center_crop
 
     h, w = header.height, header.width
-    crops = [RandomResizedCrop(224).plan(h, w, rng) for _ in range(3)]
-    crops.append(ResizedCenterCrop(224, 256).plan(h, w, rng))
+    ratio = (3 / 4, 4 / 3)
+    crops = [random_resized_crop(h, w, (224, 224), (0.08, 1.0), ratio, rng) for _ in range(3)]
+    crops.append(resized_center_crop(h, w, (224, 224), 256))
     for _ in range(3):
-        c = RandomResizedCrop(224, scale=(0.25, 1.0)).plan(h, w, rng)
+        c = random_resized_crop(h, w, (224, 224), (0.25, 1.0), ratio, rng)
         s = int(rng.integers(2, 8)) / 8
         out = int(np.clip(min(c.height, c.width) * s / rng.uniform(1.25, 2.5), 16, 224))
         crops.append(Crop(c.top, c.left, c.height, c.width, out, out))

@@ -247,3 +247,54 @@ class Crop:
         y1 = max(min(int(round(top + self.height * ry)), img.shape[0]), y0 + 1)
         x1 = max(min(int(round(left + self.width * rx)), img.shape[1]), x0 + 1)
         return resize(img[y0:y1, x0:x1], self.out_h, self.out_w, dst, self.antialias)
+
+
+# The crop geometry of torchvision's RandomResizedCrop and Resize + CenterCrop, here beside
+# Crop: the transforms' crop planners draw with it, and so does the decoder's cost
+# calibration (fastload.decode.costs), which sits below the transforms.
+
+
+def shorter_side(h: int, w: int, size: int) -> tuple[int, int]:
+    """(height, width) after torchvision's ``Resize(size)``: the shorter side to ``size``, the
+    longer one truncated."""
+    if h <= w:
+        return size, max(1, int(size * w / h))
+    return max(1, int(size * h / w)), size
+
+
+def random_resized_crop(h: int, w: int, out: tuple[int, int], scale: tuple[float, float],
+                        ratio: tuple[float, float], rng: np.random.Generator, antialias: bool = True) -> Crop:
+    """torchvision's RandomResizedCrop box of an h×w image, resized to ``out``: 10 tries at a
+    random area (``scale``) and log-uniform aspect ratio (``ratio``), then a centre crop
+    clamped to ``ratio``."""
+    area = h * w
+    (s0, s1), (r0, r1) = scale, (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        # One draw of 4 uniforms per try (area, ratio, top, left): numpy's per-call
+        # overhead made 4 separate draws ~3x slower, a few % of a sample's time.
+        u_area, u_ratio, u_top, u_left = rng.random(4).tolist()
+        target = area * (s0 + (s1 - s0) * u_area)
+        aspect = math.exp(r0 + (r1 - r0) * u_ratio)
+        cw = int(round(math.sqrt(target * aspect)))
+        ch = int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            top = int(u_top * (h - ch + 1))
+            left = int(u_left * (w - cw + 1))
+            return Crop(top, left, ch, cw, *out, antialias)
+    in_ratio = w / h
+    if in_ratio < ratio[0]:
+        cw, ch = w, int(round(w / ratio[0]))
+    elif in_ratio > ratio[1]:
+        ch, cw = h, int(round(h * ratio[1]))
+    else:
+        ch, cw = h, w
+    return Crop((h - ch) // 2, (w - cw) // 2, ch, cw, *out, antialias)
+
+
+def resized_center_crop(h: int, w: int, size: tuple[int, int], resize: int, antialias: bool = True) -> Crop:
+    """``Resize(resize)`` then ``CenterCrop(size)`` of an h×w image as one window of it."""
+    rh, rw = shorter_side(h, w, resize)
+    sy, sx = h / rh, w / rw
+    ch, cw = size
+    top, left = int(round((rh - ch) / 2)), int(round((rw - cw) / 2))
+    return Crop(top * sy, left * sx, ch * sy, cw * sx, ch, cw, antialias, window=True)

@@ -6,7 +6,6 @@ in-flight tracking and the collate into a batch buffer are the same everywhere.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 

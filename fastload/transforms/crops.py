@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import cv2
 import numpy as np
 
-from ..decode.resize import Crop
+from ..decode.resize import Crop, random_resized_crop, resized_center_crop, shorter_side
 
 def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
     pair = (size, size) if isinstance(size, int) else tuple(size) if isinstance(size, (tuple, list)) else ()
@@ -49,32 +48,10 @@ class RandomResizedCrop(CropPlanner):
             raise ValueError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
-        self._log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
         self.antialias = bool(antialias)
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
-        area = h * w
-        (s0, s1), (r0, r1) = self.scale, self._log_ratio
-        for _ in range(10):
-            # One draw of 4 uniforms per try (area, ratio, top, left): numpy's per-call
-            # overhead made 4 separate draws ~3x slower, a few % of a sample's time.
-            u_area, u_ratio, u_top, u_left = rng.random(4).tolist()
-            target = area * (s0 + (s1 - s0) * u_area)
-            aspect = math.exp(r0 + (r1 - r0) * u_ratio)
-            cw = int(round(math.sqrt(target * aspect)))
-            ch = int(round(math.sqrt(target / aspect)))
-            if 0 < cw <= w and 0 < ch <= h:
-                top = int(u_top * (h - ch + 1))
-                left = int(u_left * (w - cw + 1))
-                return Crop(top, left, ch, cw, *self.size, self.antialias)
-        in_ratio = w / h
-        if in_ratio < self.ratio[0]:
-            cw, ch = w, int(round(w / self.ratio[0]))
-        elif in_ratio > self.ratio[1]:
-            ch, cw = h, int(round(h * self.ratio[1]))
-        else:
-            ch, cw = h, w
-        return Crop((h - ch) // 2, (w - cw) // 2, ch, cw, *self.size, self.antialias)
+        return random_resized_crop(h, w, self.size, self.scale, self.ratio, rng, self.antialias)
 
     def __repr__(self) -> str:
         return (f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
@@ -90,9 +67,7 @@ class Resize(CropPlanner):
         self.antialias = bool(antialias)
 
     def out_size(self, h: int, w: int) -> tuple[int, int]:
-        if h <= w:
-            return self.size, max(1, int(self.size * w / h))
-        return max(1, int(self.size * h / w)), self.size
+        return shorter_side(h, w, self.size)
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
         return Crop(0, 0, h, w, *self.out_size(h, w), self.antialias, window=True)
@@ -132,11 +107,7 @@ class ResizedCenterCrop(CropPlanner):
             raise ValueError(f"crop {self.size} is larger than the resize {resize}")
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
-        rh, rw = self.resize.out_size(h, w)
-        sy, sx = h / rh, w / rw
-        ch, cw = self.size
-        top, left = int(round((rh - ch) / 2)), int(round((rw - cw) / 2))
-        return Crop(top * sy, left * sx, ch * sy, cw * sx, ch, cw, self.antialias, window=True)
+        return resized_center_crop(h, w, self.size, self.resize.size, self.antialias)
 
     def __repr__(self) -> str:
         return f"ResizedCenterCrop(size={self.size}, resize={self.resize.size}, antialias={self.antialias})"

@@ -2,7 +2,7 @@
 synthetic noise generator for unit tests.
 
 :func:`make_photo_dataset` cuts, rescales and recolours the real photographs that
-scikit-image ships (:mod:`fastload.demo.photos`) into JPEGs with ImageNet-like encoding
+scikit-image ships (:mod:`fastload.photos.bundled`) into JPEGs with ImageNet-like encoding
 statistics: mostly 4:2:0 chroma, quality 75–95, shorter side 256–512 px, a few
 progressive and grayscale files. :func:`jpeg_stats` measures what a folder holds.
 
@@ -91,7 +91,7 @@ def _load_sources() -> list:
     if _sources is None:
         from PIL import Image
 
-        from .photos import source_photos
+        from .bundled import source_photos
 
         _sources = [Image.fromarray(a) for a in source_photos(gray=True).values()]
     return _sources
