@@ -21,7 +21,7 @@ from .decide import decide, key
 from .measure import bottleneck, measure_loader
 from .noise import dips, leaders
 from .report import figure, plot, print_table
-from .search import DIMENSIONS, Searcher, Space, adaptive_search, grid_search
+from .search import Searcher, Space, adaptive_search, grid_search
 
 __all__ = ["Space", "adaptive_search", "build_args", "command_line", "figure", "grid_search", "main", "plot",
            "print_table", "run", "worker_candidates"]

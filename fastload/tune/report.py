@@ -8,12 +8,23 @@ from .search import DIMENSIONS
 
 
 def _config(c: dict) -> str:
-    return (f"batch {c['batch_size']}, {c['num_workers']} workers, prefetch {c['prefetch_factor']}, "
-            f"{c['backend']} backend")
+    workers = f"{c['num_workers']} worker{'' if c['num_workers'] == 1 else 's'}"
+    return f"batch {c['batch_size']}, {workers}, prefetch {c['prefetch_factor']}, {c['backend']} backend"
 
 
 def _runs(n: int) -> str:
     return f"median of {n} run{'s' if n != 1 else ''}"
+
+
+def _cheaper(chosen: dict, other: dict) -> str:
+    """Why ``chosen`` costs training less than ``other`` (the order of :func:`.decide.cost`)."""
+    if other["num_workers"] == 0:
+        return "workers rather than loading in the training process"
+    if chosen["num_workers"] != other["num_workers"]:
+        return "fewer workers"
+    if chosen["prefetch_factor"] != other["prefetch_factor"]:
+        return "fewer batches prefetched"
+    return "threads rather than processes" if chosen["backend"] != other["backend"] else "a smaller batch"
 
 
 def decision_lines(report: dict) -> list[str]:
@@ -21,17 +32,18 @@ def decision_lines(report: dict) -> list[str]:
     d = report["decision"]
     if d["outcome"] == "single":
         return ["decision: only one configuration could be chosen (every other one would save the same profile)"]
-    chosen, other = d["chosen"], d["other"]
+    other = d["other"]
     span = f"99% interval {d['interval'][0]:.2f}-{d['interval'][1]:.2f}x" if d["interval"] else "too few runs"
     measured = (f"{len(d['pair_ratios'])} interleaved pairs in {d['rounds']} A B B A rounds, "
                 f"{d['elapsed_s']:.0f} s of a {d['budget_s']:.0f} s budget")
     versus = f"against {_config(other)}: {d['ratio']:.2f}x ({span}; {measured})"
     if d["outcome"] == "separated":
         return [f"decision: faster beyond the noise {versus}"]
+    cheaper = _cheaper(d["chosen"], other)
     if d["outcome"] == "equivalent":
-        return [f"decision: within 5% of each other {versus}; chose the cheaper (fewer workers)"]
+        return [f"decision: within 5% of each other {versus}; chose the cheaper ({cheaper})"]
     return [f"decision: statistically tied {versus}: this machine's noise hides any difference, so the cheaper "
-            "(fewer workers) was chosen",
+            f"({cheaper}) was chosen",
             f"  to tell them apart, give it more time (or re-run on a quieter machine): {d['rerun']}"]
 
 
