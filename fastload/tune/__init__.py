@@ -283,7 +283,8 @@ def save_profile(args: argparse.Namespace, report: dict) -> None:
            "separated": "faster than the other finalist beyond the noise",
            "equivalent": "the cheaper of two finalists within 5% of each other",
            "tied": "the cheaper of two finalists this machine's noise could not separate within --budget"}
-    print(f"saved profile {path}: Loader(num_workers='auto') now uses {report['best']['num_workers']} workers "
+    workers = report["best"]["num_workers"]
+    print(f"saved profile {path}: Loader(num_workers='auto') now uses {workers} worker{'' if workers == 1 else 's'} "
           f"({why[report['decision']['outcome']]}); {forget_hint(dataset)}")
 
 

@@ -36,13 +36,13 @@ def decision_lines(report: dict) -> list[str]:
     span = f"99% interval {d['interval'][0]:.2f}-{d['interval'][1]:.2f}x" if d["interval"] else "too few runs"
     measured = (f"{len(d['pair_ratios'])} interleaved pairs in {d['rounds']} A B B A rounds, "
                 f"{d['elapsed_s']:.0f} s of a {d['budget_s']:.0f} s budget")
-    versus = f"against {_config(other)}: {d['ratio']:.2f}x ({span}; {measured})"
+    versus = f"the chosen one runs at {d['ratio']:.2f}x {_config(other)} ({span}; {measured})"
     if d["outcome"] == "separated":
-        return [f"decision: faster beyond the noise {versus}"]
+        return [f"decision: separated beyond the noise: {versus}"]
     cheaper = _cheaper(d["chosen"], other)
     if d["outcome"] == "equivalent":
-        return [f"decision: within 5% of each other {versus}; chose the cheaper ({cheaper})"]
-    return [f"decision: statistically tied {versus}: this machine's noise hides any difference, so the cheaper "
+        return [f"decision: equivalent, within 5% of each other: {versus}; chose the cheaper ({cheaper})"]
+    return [f"decision: statistically tied: {versus}: this machine's noise hides any difference, so the cheaper "
             f"({cheaper}) was chosen",
             f"  to tell them apart, give it more time (or re-run on a quieter machine): {d['rerun']}"]
 
