@@ -213,8 +213,8 @@ def test_a_clear_winner_is_saved_with_how_to_forget_it(folder, tmp_path, monkeyp
     assert report["best"]["num_workers"] == 4 and d["outcome"] == "separated" and d["other"]["num_workers"] == 2
     assert d["rounds"] == 2 and measure.calls.count(4) == 1 + 4, "one search run, then two A B B A rounds"
     assert measure.calls.count(0) == 1 + 2, "the baseline: one search run and one in each first round"
-    assert "decision: separated beyond the noise: the chosen one runs at 1.50x batch 8, 2 workers" in text and "saved profile" in text
-    assert f"fastload tune {folder} --forget" in text
+    assert "decision: separated beyond the noise: the chosen one runs at 1.50x batch 8, 2 workers" in text
+    assert "saved profile" in text and f"fastload tune {folder} --forget" in text
     with fl.Loader(fl.ImageFolder(folder), device="cpu") as loader:
         assert loader.num_workers == 4 and loader.profile is not None
     path = loader.profile["path"]

@@ -107,7 +107,7 @@ def command_line(args: argparse.Namespace, **changes: Any) -> str:
     default), with ``changes`` (option dests to values) applied: a re-run to suggest."""
     values = {**vars(args), **changes}
     words = ["fastload", "tune"]
-    for action in _tune_parser()._actions:
+    for action in _tune_parser()._actions:  # argparse lists a parser's options nowhere public
         if not action.option_strings:  # the dataset
             words.append(values[action.dest])
             continue
