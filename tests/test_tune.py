@@ -147,6 +147,7 @@ def test_a_busy_machine_saves_the_cheaper_of_a_tie_and_says_how_to_rerun(folder,
     assert d["outcome"] == "tied" and d["elapsed_s"] <= 60 and d["rounds"] >= 2
     assert report["best"]["num_workers"] < d["other"]["num_workers"], "the cheaper one, not the leader, is chosen"
     assert "statistically tied" in text and "the cheaper (fewer workers) was chosen" in text
+    assert f"{d['elapsed_s']:.0f} s of a 60 s budget" in text
     assert "saved profile" in text and "noise could not separate" in text
     with fl.Loader(fl.ImageFolder(folder), num_workers="auto", device="cpu") as loader:
         assert loader.profile is not None and loader.num_workers == report["best"]["num_workers"]
