@@ -51,8 +51,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
               f"→ Loader: {rate:.0f} images/s")
     from fastload.tune import build_args, print_table, run
 
-    print("\nfastload tune (short: batch 32 and 64, 1 s per configuration):")
-    print_table(run(build_args([root, "--batch-sizes", "32,64", "--seconds", "1"])))
+    print("\nfastload tune (short: batch 32 and 64, 1 s per configuration, 20 s to decide between the finalists):")
+    print_table(run(build_args([root, "--batch-sizes", "32,64", "--seconds", "1", "--budget", "20"])))
     return 0
 
 

@@ -1,15 +1,19 @@
 import json
 import math
 import os
+import re
+import shlex
+import statistics
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 import fastload as fl
 from fastload.cli import main
-from fastload.tune import worker_candidates
+from fastload.tune import build_args, command_line, worker_candidates
 from fastload.tune.search import Searcher, Space, adaptive_search, grid_search
 
 SPACE = dict(batch_sizes=[64, 128, 256], workers=[0, 1, 2, 4, 6, 8, 12, 16], prefetch=[2, 4],
@@ -68,31 +72,39 @@ def test_worker_candidates_stop_at_available_cpus():
 def test_cli_small_grid_writes_json(folder, tmp_path, capsys):
     out = tmp_path / "tune.json"
     rc = main(["tune", folder, "--batch-sizes", "8", "--workers", "0,1", "--backends", "process",
-               "--seconds", "0.3", "--repeats", "2", "--size", "32", "--grid", "--json", str(out)])
+               "--seconds", "0.3", "--repeats", "2", "--budget", "3", "--size", "32", "--grid", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
-    assert "* best:" in text and "bottleneck:" in text and "runner-up" in text
+    assert "* chosen:" in text and "bottleneck:" in text and "decision:" in text
     report = json.loads(out.read_text())
     assert report["grid_size"] == 2 and {m["num_workers"] for m in report["measurements"]} == {0, 1}
     for m in report["measurements"]:
         assert m["samples_per_s"] > 0 and m["peak_pss"] > 0 and len(m["windows"]) == 3
+        assert len(m["runs"]) >= 3, "both are finalists: one search run and at least one A B B A round"
     assert report["dataset"]["samples"] == 24 and report["machine"]["cpus"] >= 1
     assert report["bottleneck"]["bound_by"] in ("storage", "decode+transform", "collate+transfer")
-    noise = report["noise"]
-    assert noise["repeats"] == 2 and len(noise["winner"]["rates"]) == len(noise["runner_up"]["rates"]) == 2
-    assert report["best_samples_per_s"] == noise["winner"]["median"]
-    assert {noise["winner"]["num_workers"], noise["runner_up"]["num_workers"]} == {0, 1}
+    d = report["decision"]
+    assert d["outcome"] in ("separated", "equivalent", "tied") and d["rounds"] >= 1
+    assert {d["chosen"]["num_workers"], d["other"]["num_workers"]} == {0, 1}
+    best = next(m for m in report["measurements"] if m["num_workers"] == report["best"]["num_workers"])
+    assert report["best_samples_per_s"] == statistics.median(best["runs"]) and report["best_runs"] == len(best["runs"])
 
 
 class FakeMeasure:
-    """An injected measure_loader: ``rate(config)`` times the next factor of ``noise`` (cycled)."""
+    """An injected measure_loader: ``rate(config)`` times a seeded log-normal noise factor of
+    spread ``sigma``; each call moves a fake clock (``now``) on by the seconds asked for."""
 
-    def __init__(self, rate, noise=(1.0,)):
-        self.rate, self.noise, self.calls = rate, noise, []
+    def __init__(self, rate, sigma=0.0, seed=0):
+        self.rate, self.sigma, self.calls, self.now = rate, sigma, [], 0.0
+        self.rng = np.random.default_rng(seed)
+
+    def clock(self):
+        return self.now
 
     def __call__(self, dataset, config, seconds, windows=3):
         self.calls.append(config.num_workers)
-        r = self.rate(config) * self.noise[(len(self.calls) - 1) % len(self.noise)]
+        self.now += seconds
+        r = self.rate(config) * math.exp(self.rng.normal(0, self.sigma))
         return {"samples_per_s": r, "windows": [r] * windows, "cpu_percent": 100.0, "peak_uss": 1, "peak_pss": 1}
 
 
@@ -101,71 +113,213 @@ def _fake_tuner(monkeypatch, tmp_path, measure):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(tune, "measure_loader", measure)
+    monkeypatch.setattr(tune, "clock", measure.clock)
     monkeypatch.setattr(tune, "bottleneck", lambda *a: {"stages_samples_per_s": {"storage": 1e9}, "bound_by": "storage",
                                                          "pipeline_share_of_bound": 0.0, "decode_per_core": 1.0})
 
 
-TUNE_FAKE = ["--batch-sizes", "8", "--workers", "0,1,2,4", "--backends", "process", "--grid", "--seconds", "0.1"]
+TUNE_FAKE = ["--batch-sizes", "8", "--workers", "0,1,2,4", "--backends", "process", "--grid", "--seconds", "3"]
 
 
-def test_a_busy_machine_saves_no_profile_and_says_how_to_rerun(folder, tmp_path, monkeypatch, capsys):
-    # Workers help (true rates 100, 150, 200, 250) but the runs swing by up to 2x: the
-    # single first runs put 0 workers on top, as on the busy machine of the issue.
-    swings = (3.0, 1.0, 0.9, 0.8, 0.5, 1.6, 1.2, 0.6, 1.3, 0.7, 1.5)
-    _fake_tuner(monkeypatch, tmp_path, FakeMeasure(lambda c: 100 + 50 * c.num_workers, swings))
+def _table(text):
+    """{(workers, mark): (samples/s, runs)} of the printed table, and the chosen line's figure and runs."""
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"^([*+ ]) +8 +(\d+) +2 +process +False +(\d+) +(\d+) ", line)
+        if m:
+            rows[int(m[2])] = (m[1], int(m[3]), int(m[4]))
+    chosen = re.search(r"^\* chosen: .*: (\d+) samples/s \(median of (\d+) runs?\)", text, re.M)
+    return rows, (int(chosen[1]), int(chosen[2]))
+
+
+def test_a_busy_machine_saves_the_cheaper_of_a_tie_and_says_how_to_rerun(folder, tmp_path, monkeypatch, capsys):
+    # Workers help a little (true rates 100..112) but the runs swing by a third: within the
+    # budget noise cannot separate the finalists, so the cheaper one is saved, and the
+    # re-run it suggests is the user's own command with a larger budget.
+    measure = FakeMeasure(lambda c: 100 + 3 * c.num_workers, sigma=0.3, seed=5)
+    _fake_tuner(monkeypatch, tmp_path, measure)
     out = tmp_path / "t.json"
-    assert main(["tune", folder, *TUNE_FAKE, "--json", str(out), "--save-profile"]) == 0
+    argv = [folder, *TUNE_FAKE, "--size", "32", "--budget", "60", "--json", str(out), "--save-profile"]
+    assert main(["tune", *argv]) == 0
     text = capsys.readouterr().out
-    noise = json.loads(out.read_text())["noise"]
-    assert noise["saveable"] is False and noise["separable"] is False and noise["tie"] is False
-    assert len(noise["winner"]["rates"]) == 3 and noise["winner"]["spread"] > 0.1
-    assert "noise cannot separate them" in text and f"fastload tune {folder} --seconds 10 --repeats 5" in text
-    assert "profile NOT saved" in text and "saved profile" not in text
+    report = json.loads(out.read_text())
+    d = report["decision"]
+    assert d["outcome"] == "tied" and d["elapsed_s"] <= 60 and d["rounds"] >= 2
+    assert report["best"]["num_workers"] < d["other"]["num_workers"], "the cheaper one, not the leader, is chosen"
+    assert "statistically tied" in text and "the cheaper (fewer workers) was chosen" in text
+    assert f"{d['elapsed_s']:.0f} s of a 60 s budget" in text
+    assert "saved profile" in text and "noise could not separate" in text
     with fl.Loader(fl.ImageFolder(folder), num_workers="auto", device="cpu") as loader:
-        assert loader.profile is None
+        assert loader.profile is not None and loader.num_workers == report["best"]["num_workers"]
+    rerun = d["rerun"]
+    assert rerun in text and rerun.startswith("fastload tune ")
+    again = build_args(shlex.split(rerun)[2:])
+    assert vars(again) == {**vars(build_args(argv)), "budget": 120.0}, "the re-run keeps every option given"
 
 
-def test_a_lucky_first_run_is_outvoted_but_not_trusted():
-    from fastload.tune.noise import confirm
+def test_the_rerun_command_round_trips_every_option(folder):
+    argv = [folder, "--root", "/r", "--batch-sizes", "16,32", "--workers", "0,2", "--prefetch", "2,4", "--no-pin",
+            "--backends", "thread", "--transform", "eval", "--size", "96", "--seconds", "1.5", "--repeats", "6",
+            "--budget", "45", "--device", "cpu", "--grid", "--json", "a b.json", "--plot", "p.png",
+            "--save-profile", "--model", "resnet18"]
+    args = build_args(argv)
+    assert vars(build_args(shlex.split(command_line(args))[2:])) == vars(args)
+    assert vars(build_args(shlex.split(command_line(args, budget=90.0))[2:])) == {**vars(args), "budget": 90.0}
+    assert command_line(build_args([folder])) == f"fastload tune {shlex.quote(folder)}"
 
-    def cfg(w):
-        return {"batch_size": 8, "num_workers": w, "prefetch_factor": 2, "backend": "process", "pin_memory": False}
 
-    again = iter([100.0, 300.0, 99.0, 301.0])  # the leaders by first run (0, then 4 workers), alternately
-    verdict = confirm([(cfg(0), 400.0), (cfg(2), 200.0), (cfg(4), 299.0)], lambda c: next(again), 3)
-    assert verdict.winner.config["num_workers"] == 4 and verdict.winner.rates == (299.0, 300.0, 301.0)
-    assert verdict.runner_up.rates == (400.0, 100.0, 99.0)
-    assert not verdict.saveable, "a run that flipped the ranking is noise the verdict must not ignore"
+def test_the_table_and_the_chosen_line_give_the_same_figure(folder, tmp_path, monkeypatch, capsys):
+    _fake_tuner(monkeypatch, tmp_path, FakeMeasure(lambda c: 100 + 20 * c.num_workers, sigma=0.15, seed=3))
+    out = tmp_path / "t.json"
+    assert main(["tune", folder, *TUNE_FAKE, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    rows, (figure, runs) = _table(text)
+    starred = [w for w, row in rows.items() if row[0] == "*"]
+    assert starred == [report["best"]["num_workers"]]
+    assert rows[starred[0]][1:] == (figure, runs), "the starred row and the chosen line disagree"
+    assert runs > 1 and "samples/s: the median of a configuration's runs" in text
+    for m in report["measurements"]:
+        assert m["samples_per_s"] == statistics.median(m["runs"])
+        assert rows[m["num_workers"]][1:] == (round(m["samples_per_s"]), len(m["runs"]))
+    assert report["best_samples_per_s"] == statistics.median(
+        next(m["runs"] for m in report["measurements"] if m["num_workers"] == report["best"]["num_workers"]))
+    b = report["baseline"]
+    assert report["speedup_over_baseline"] == pytest.approx(report["best_samples_per_s"] / b["samples_per_s"])
+    assert f"{report['speedup_over_baseline']:.2f}x PyTorch's default (num_workers=0, batch 8: " \
+           f"{b['samples_per_s']:.0f} samples/s, median of {b['runs']} runs)" in text
+
+
+def test_the_default_configuration_is_not_compared_with_itself(folder, tmp_path, monkeypatch, capsys):
+    # Workers only cost here (a tiny dataset, a busy machine): 0 workers, the baseline, wins.
+    _fake_tuner(monkeypatch, tmp_path, FakeMeasure(lambda c: 1000 / (1 + c.num_workers), sigma=0.05, seed=0))
+    out = tmp_path / "t.json"
+    assert main(["tune", folder, *TUNE_FAKE, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["best"]["num_workers"] == 0 and report["baseline"]["is_best"] is True
+    assert report["speedup_over_baseline"] is None
+    assert "this is PyTorch's default (num_workers=0) itself" in text and "x PyTorch's default" not in text
+    assert report["baseline"]["samples_per_s"] == report["best_samples_per_s"]
 
 
 def test_a_clear_winner_is_saved_with_how_to_forget_it(folder, tmp_path, monkeypatch, capsys):
-    measure = FakeMeasure(lambda c: 100 + 50 * c.num_workers, (1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99))
+    measure = FakeMeasure(lambda c: 100 + 50 * c.num_workers, sigma=0.01)
     _fake_tuner(monkeypatch, tmp_path, measure)
     out = tmp_path / "t.json"
     assert main(["tune", folder, *TUNE_FAKE, "--json", str(out), "--save-profile"]) == 0
     text = capsys.readouterr().out
     report = json.loads(out.read_text())
-    assert report["best"]["num_workers"] == 4 and report["noise"]["separable"] is True
-    assert report["noise"]["runner_up"]["num_workers"] == 2 and measure.calls.count(4) == 3
-    assert "the choice is not noise" in text and "saved profile" in text and f"fastload tune {folder} --forget" in text
+    d = report["decision"]
+    assert report["best"]["num_workers"] == 4 and d["outcome"] == "separated" and d["other"]["num_workers"] == 2
+    assert d["rounds"] == 2 and measure.calls.count(4) == 1 + 4, "one search run, then two A B B A rounds"
+    assert measure.calls.count(0) == 1 + 2, "the baseline: one search run and one in each first round"
+    assert "decision: separated beyond the noise: the chosen one runs at 1.50x batch 8, 2 workers" in text
+    assert "saved profile" in text and f"fastload tune {folder} --forget" in text
     with fl.Loader(fl.ImageFolder(folder), device="cpu") as loader:
         assert loader.num_workers == 4 and loader.profile is not None
     path = loader.profile["path"]
+    assert loader.profile["result"]["runs"] == 5 and loader.profile["result"]["figure"] == "median of runs"
     assert main(["tune", folder, "--forget"]) == 0
     assert f"removed profile {path}" in capsys.readouterr().out and not os.path.exists(path)
     assert main(["tune", folder, "--forget"]) == 0
     assert "no saved profile" in capsys.readouterr().out
 
 
-def test_steady_equals_are_a_tie_that_may_be_saved():
-    from fastload.tune.noise import confirm
+def _cfg(w, **kw):
+    return {"batch_size": 8, "num_workers": w, "prefetch_factor": 2, "backend": "process", "pin_memory": False, **kw}
 
-    c = {"batch_size": 8, "num_workers": 2, "prefetch_factor": 2, "backend": "process", "pin_memory": False}
-    other = {**c, "prefetch_factor": 4}
-    steady = iter([100.0, 101.0, 99.5, 100.5])
-    verdict = confirm([(c, 100.2), (other, 99.8)], lambda cfg: next(steady), 3)
-    assert not verdict.separable and verdict.tie and verdict.saveable
-    assert "either is as good" in verdict.advice("fastload tune x")
+
+class Machine:
+    """A fake machine for :func:`decide`: true rates by worker count, seeded log-normal noise,
+    an optional steady drift per run, and a clock moved on ``seconds`` per run."""
+
+    def __init__(self, rates, sigma=0.0, drift=1.0, seed=0, seconds=3.0):
+        self.rates, self.sigma, self.drift, self.seconds = rates, sigma, drift, seconds
+        self.rng, self.now, self.order = np.random.default_rng(seed), 0.0, []
+
+    def clock(self):
+        return self.now
+
+    def __call__(self, c):
+        self.now += self.seconds
+        self.order.append(c["num_workers"])
+        speed = self.drift ** (len(self.order) - 1)
+        return self.rates[c["num_workers"]] * speed * math.exp(self.rng.normal(0, self.sigma))
+
+
+def _decide(machine, finalists=(4, 2), **kw):
+    from fastload.tune.decide import decide
+
+    return decide([_cfg(w) for w in finalists], machine, clock=machine.clock, **kw)
+
+
+def test_a_real_difference_is_found_through_noise_by_running_more_rounds():
+    outcomes = []
+    for seed in range(20):
+        m = Machine({4: 115.0, 2: 100.0}, sigma=0.12, seed=seed)
+        d = _decide(m, min_rounds=2, budget_s=300)
+        assert d.elapsed_s <= 300
+        assert not (d.outcome == "separated" and d.chosen["num_workers"] == 2), f"seed {seed}: the slower one won"
+        outcomes.append((d.outcome, d.rounds))
+    separated = [r for o, r in outcomes if o == "separated"]
+    assert len(separated) >= 17, outcomes
+    assert max(separated) > 2, "some seeds needed more than the first rounds to decide"
+
+
+def test_equal_configurations_under_noise_are_rarely_separated_and_the_cheaper_is_chosen():
+    separated = 0
+    for seed in range(40):
+        d = _decide(Machine({4: 100.0, 2: 100.0}, sigma=0.25, seed=seed), budget_s=90)
+        assert d.elapsed_s <= 90
+        if d.outcome == "separated":
+            separated += 1
+        else:
+            assert d.outcome in ("equivalent", "tied") and d.chosen["num_workers"] == 2, d
+    assert separated <= 2, f"{separated} of 40 equal pairs were called different"
+
+
+def test_abba_order_cancels_a_machine_that_slows_down():
+    # No noise, equal configurations, but the machine loses 3% per run: in A B A B order the
+    # first one always looks faster; in A B B A order the pairs cancel.
+    m = Machine({4: 100.0, 2: 100.0}, drift=0.97)
+    d = _decide(m, budget_s=600)
+    assert m.order[:4] == [4, 2, 2, 4]
+    assert d.outcome == "equivalent" and d.chosen["num_workers"] == 2, d
+
+
+def test_the_budget_bounds_the_rounds_and_the_first_rounds_always_run():
+    hopeless = {4: 100.0, 2: 100.0}
+    d = _decide(Machine(hopeless, sigma=0.6, seed=5), min_rounds=2, budget_s=30)
+    assert d.rounds == 2 and d.elapsed_s == 24 and d.outcome == "tied", "a third round (12 s) would pass 30 s"
+    d = _decide(Machine(hopeless, sigma=0.6, seed=5), min_rounds=2, budget_s=100)
+    assert d.rounds == 8 and d.elapsed_s == 96 and d.outcome == "tied"
+    d = _decide(Machine(hopeless, sigma=0.6, seed=5), min_rounds=3, budget_s=0)
+    assert d.rounds == 3 and d.outcome == "tied"
+
+
+def test_the_baseline_runs_in_the_middle_of_the_first_rounds_only():
+    from fastload.tune.decide import decide
+
+    m = Machine({4: 120.0, 2: 100.0, 0: 50.0}, sigma=0.3, seed=2)
+    d = decide([_cfg(4), _cfg(2)], m, baseline=_cfg(0), min_rounds=2, budget_s=200, clock=m.clock)
+    assert m.order[:10] == [4, 2, 0, 2, 4] * 2 and 0 not in m.order[10:] and d.rounds > 2
+    assert len(d.runs[tuple(_cfg(0).values())]) == 2
+    m = Machine({4: 120.0, 0: 100.0})
+    decide([_cfg(4), _cfg(0)], m, baseline=_cfg(0), min_rounds=1, clock=m.clock)
+    assert m.order[:4] == [4, 0, 0, 4], "a baseline that is a finalist is not run a third time"
+    m = Machine({4: 120.0, 0: 100.0})
+    d = decide([_cfg(4)], m, baseline=_cfg(0), min_rounds=2, clock=m.clock)
+    assert d.outcome == "single" and m.order == [4, 0, 4] * 2 and d.comparison is None
+
+
+def test_cost_prefers_fewer_workers_then_less_prefetch_then_threads():
+    from fastload.tune.decide import cost
+
+    assert min([_cfg(4), _cfg(2, prefetch_factor=4)], key=cost)["num_workers"] == 2
+    assert min([_cfg(2, prefetch_factor=4), _cfg(2)], key=cost)["prefetch_factor"] == 2
+    assert min([_cfg(2), _cfg(2, backend="thread")], key=cost)["backend"] == "thread"
+    assert min([_cfg(0), _cfg(1)], key=cost)["num_workers"] == 1, "in-process loading slows the training step"
 
 
 def test_a_dip_then_a_rise_in_workers_is_a_warning():
@@ -182,6 +336,8 @@ def test_a_dip_then_a_rise_in_workers_is_a_warning():
 def test_one_repeat_is_refused(folder, capsys):
     assert main(["tune", folder, "--repeats", "1"]) == 2
     assert "--repeats must be >= 2" in capsys.readouterr().err
+    assert main(["tune", folder, "--budget", "-1"]) == 2
+    assert "--budget must be >= 0 seconds" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args,message", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from typing import Any
 
@@ -15,13 +16,18 @@ from .. import transforms
 from ..config import LoaderConfig
 from ..datasets.open import detect, open_dataset
 from ..system import cpu_model, cpus_per_rank
+from .decide import decide, key
 from .measure import bottleneck, measure_loader
-from .noise import confirm
+from .noise import dips, leaders
+from .options import add_arguments, command_line
 from .report import figure, plot, print_table
-from .search import DIMENSIONS, Searcher, Space, adaptive_search, grid_search
+from .search import Searcher, Space, adaptive_search, grid_search
 
-__all__ = ["Space", "adaptive_search", "build_args", "figure", "grid_search", "main", "plot", "print_table", "run",
-           "worker_candidates"]
+__all__ = ["Space", "adaptive_search", "build_args", "command_line", "figure", "grid_search", "main", "plot",
+           "print_table", "run", "worker_candidates"]
+
+#: The clock ``--budget`` is kept by (a fake one in tests).
+clock = time.perf_counter
 
 
 def worker_candidates(cpus: int | None = None) -> list[int]:
@@ -30,50 +36,10 @@ def worker_candidates(cpus: int | None = None) -> list[int]:
     return sorted({0, 1, cpus, *range(2, cpus + 1, 2)})
 
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"{what} is empty")
-    return values
-
-
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("tune", help="find the fastest loader settings for this machine and dataset",
                        description="Measure loader configurations on DATASET and report the fastest.")
-    p.add_argument("dataset", help="image folder, list file, LMDB, or TFRecord file(s)/glob")
-    p.add_argument("--root", default=None, metavar="DIR",
-                   help="folder the paths of a list file are relative to (default: the list file's folder)")
-    p.add_argument("--batch-sizes", type=lambda t: _ints(t, "--batch-sizes"), default=[64, 128, 256],
-                   metavar="N,N,...", help="batch sizes to try (default: 64,128,256)")
-    p.add_argument("--workers", type=lambda t: _ints(t, "--workers"), default=None, metavar="N,N,...",
-                   help="worker counts (default: 0,1,2,4,... up to the CPUs available)")
-    p.add_argument("--prefetch", type=lambda t: _ints(t, "--prefetch"), default=[2], metavar="N,N,...",
-                   help="prefetch factors to try: batches each worker keeps ready (default: 2)")
-    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
-                   help="pin host batches (default: when the device is CUDA)")
-    p.add_argument("--backends", default="process,thread", help="comma-separated: process, thread (default: both)")
-    p.add_argument("--transform", choices=["train", "eval"], default="train",
-                   help="the preset measured: train (random resized crop + flip) or eval (resize + centre "
-                        "crop) (default: train)")
-    p.add_argument("--size", type=int, default=224, help="output image size of the transform (default: 224)")
-    p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per configuration (default: 3)")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="runs of each of the two leading configurations, alternated, to tell the winner from "
-                        "noise (default: 3; at least 2)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="where batches are delivered (default: cuda if available, else cpu)")
-    p.add_argument("--grid", action="store_true", help="measure every combination (default: adaptive)")
-    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write every measurement as JSON")
-    p.add_argument("--plot", default=None, metavar="OUT.png", help="plot throughput against workers")
-    p.add_argument("--save-profile", action="store_true",
-                   help="let num_workers='auto' use the result (refused when noise cannot separate the winner "
-                        "from the runner-up)")
-    p.add_argument("--forget", action="store_true",
-                   help="remove the profile saved for this machine and DATASET, and measure nothing")
-    p.add_argument("--model", default=None, help="(CUDA) time a training step of this torchvision/timm model")
+    add_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -122,6 +88,8 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         raise ValueError(f"--seconds must be positive, got {args.seconds}")
     if args.repeats < 2:
         raise ValueError(f"--repeats must be >= 2 (one run cannot show its noise), got {args.repeats}")
+    if args.budget < 0:
+        raise ValueError(f"--budget must be >= 0 seconds, got {args.budget}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda requested but CUDA is not available")
@@ -139,16 +107,19 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     if not hasattr(dataset, "load"):
         raise ValueError(f"{args.dataset} is a stream; the tuner needs random access (uncompress it first)")
     grid = space.grid()
-    budget = len(grid)
-    bar = tqdm(total=budget, desc="tuning", unit="config", disable=None if progress else True)
+    bar = tqdm(total=len(grid), desc="tuning", unit="config", disable=None if progress else True)
 
     def to_config(c: dict) -> LoaderConfig:
         # One seed for all candidates: each reads the same samples in the same order.
         return LoaderConfig(device=device, shuffle=True, seed=0, **c)
 
+    details: dict = {}  # the first run's CPU use and memory, by configuration
+    runs: dict[tuple, list[float]] = {}  # every run's samples/s, by configuration
+
     def measure(c: dict) -> float:
         res = measure_loader(dataset, to_config(c), args.seconds)
-        details[tuple(c[d] for d in DIMENSIONS)] = res
+        details.setdefault(key(c), res)
+        runs.setdefault(key(c), []).append(res["samples_per_s"])
         return res["samples_per_s"]
 
     def tick(c: dict, rate: float) -> None:
@@ -156,38 +127,55 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         bar.set_postfix_str(f"bs={c['batch_size']} w={c['num_workers']} {c['backend']}: {rate:.0f}/s")
 
     def remeasure(c: dict) -> float:
-        rate = measure_loader(dataset, to_config(c), args.seconds)["samples_per_s"]
+        if bar.n >= bar.total:
+            bar.total += 1  # rounds go on while the budget allows: their number is not known ahead
+        rate = measure(c)
         tick(c, rate)
         return rate
 
-    details: dict = {}
     searcher = Searcher(measure, tick)
     start = time.perf_counter()
     best, _ = (grid_search if args.grid else adaptive_search)(space, searcher)
     # PyTorch's default: no workers, at the batch size the search chose.
     baseline = {**best, "num_workers": 0, "backend": "process"}
-    base_rate = searcher(baseline)
+    searcher(baseline)
     in_grid = [(c, r) for c, r in searcher.results if c in grid]  # the baseline may lie outside the grid
-    bar.total = budget + 2 * (args.repeats - 1)
-    noise = confirm(in_grid, remeasure, args.repeats)
+    decision = decide(leaders(in_grid), remeasure, baseline=baseline, min_rounds=(args.repeats + 1) // 2,
+                      budget_s=args.budget, clock=clock)
     bar.close()
-    best, best_rate = noise.winner.config, noise.winner.median
+
+    def rate_of(c: dict) -> float:  # the one figure each configuration gets: the median of its runs
+        return statistics.median(runs[key(c)])
+
+    best = decision.chosen
+    best_rate = rate_of(best)
     verdict = bottleneck(dataset, to_config(best), best_rate, max(1.0, args.seconds / 2))
     measured = [c for c, _ in in_grid]
+    is_default = key(baseline) == key(best)
+    outcome = decision.outcome
+    advice = None
+    if outcome == "tied":
+        advice = command_line(args, budget=max(2 * args.budget, 60.0))
     report = {
         "machine": {"cpu": cpu_model(), "cpus": cpus_per_rank(),
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         "dataset": dataset.summary() if hasattr(dataset, "summary") else {"path": args.dataset},
         "search": "grid" if args.grid else "adaptive", "seconds_per_config": args.seconds,
-        "measured": len(measured), "grid_size": budget, "baseline_in_grid": baseline in grid,
+        "measured": len(measured), "grid_size": len(grid), "baseline_in_grid": baseline in grid,
         "elapsed_s": time.perf_counter() - start,
-        "measurements": [{**c, **details[tuple(c[d] for d in DIMENSIONS)]} for c, _ in searcher.results],
+        "figure": "the median of a configuration's runs; each run is the median rate of 3 timed windows "
+                  f"({args.seconds:g} s in all) after warm-up",
+        "measurements": [{**c, **details[key(c)], "first_run": details[key(c)]["samples_per_s"],
+                          "samples_per_s": rate_of(c), "runs": list(runs[key(c)])} for c, _ in searcher.results],
         "best": dict(best),  # LoaderConfig fields: LoaderConfig(**report["best"])
-        "best_samples_per_s": best_rate,  # the median of its repeated runs
-        "noise": {"repeats": args.repeats, **noise.as_dict(),
-                  "advice": noise.advice(f"fastload tune {args.dataset}")},
-        "baseline": {**baseline, "samples_per_s": base_rate},
-        "speedup_over_baseline": best_rate / base_rate if base_rate else None,
+        "best_samples_per_s": best_rate,  # the median of its runs, as in "measurements"
+        "best_runs": len(runs[key(best)]),
+        "decision": {**decision.as_dict(), "rerun": advice},
+        "warnings": dips(in_grid),
+        "baseline": {**baseline, "samples_per_s": rate_of(baseline), "runs": len(runs[key(baseline)]),
+                     "is_best": is_default},
+        # Two medians of the same kind; None where the chosen configuration is the baseline itself.
+        "speedup_over_baseline": None if is_default else best_rate / rate_of(baseline),
         "bottleneck": verdict,
         "config": to_config(best).replace(seed=None).to_dict(),  # a Loader made from it draws its own seed
     }
@@ -209,17 +197,20 @@ def forget(args: argparse.Namespace) -> int:
 
 
 def save_profile(args: argparse.Namespace, report: dict) -> None:
-    """Saves the winner for ``num_workers='auto'`` unless noise could have chosen it."""
+    """Saves the chosen configuration for ``num_workers='auto'``, saying how it was chosen."""
     from ..loading.profiles import forget_hint, save
 
     dataset = open_tuned(args)
-    if not report["noise"]["saveable"]:
-        print(f"profile NOT saved: noise cannot separate the winner from the runner-up (above); a profile "
-              f"would make every Loader(num_workers='auto') on {args.dataset} use it. Nothing was changed.")
-        return
-    path = save(dataset, report["config"], {**report["best"], "samples_per_s": report["best_samples_per_s"]})
-    print(f"saved profile {path}: Loader(num_workers='auto') now uses {report['best']['num_workers']} workers; "
-          f"{forget_hint(dataset)}")
+    result = {**report["best"], "samples_per_s": report["best_samples_per_s"], "runs": report["best_runs"],
+              "figure": "median of runs", "decision": report["decision"]["outcome"]}
+    path = save(dataset, report["config"], result)
+    why = {"single": "the only configuration measured",
+           "separated": "faster than the other finalist beyond the noise",
+           "equivalent": "the cheaper of two finalists within 5% of each other",
+           "tied": "the cheaper of two finalists this machine's noise could not separate within --budget"}
+    workers = report["best"]["num_workers"]
+    print(f"saved profile {path}: Loader(num_workers='auto') now uses {workers} worker{'' if workers == 1 else 's'} "
+          f"({why[report['decision']['outcome']]}); {forget_hint(dataset)}")
 
 
 def main(args: argparse.Namespace) -> int:
