@@ -20,8 +20,8 @@ EQUIVALENTS = {
     "ConvertImageDtype": _ON_DEVICE + " (float, or uint8 with normalize=False)",
     "ToPILImage": "drop it: fastload transforms work on the decoded numpy array",
     "RandomErasing": "fl.augment.RandomErasing(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
-    "MixUp": "fl.augment.Mixup(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
-    "CutMix": "fl.augment.Mixup(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
+    "MixUp": "fl.augment.MixUp(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
+    "CutMix": "fl.augment.CutMix(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
     "RandomResizedCropAndInterpolation": "fl.transforms.RandomResizedCrop(size, scale, ratio)",
     "MaybeToTensor": _ON_DEVICE,
 }
