@@ -98,3 +98,16 @@ def test_compose_misuses_say_what_to_write():
     with pytest.raises(TypeError, match=r"got Image \(a PIL image: np\.asarray\(img\)\)"):
         pipeline(Image.fromarray(img), np.random.default_rng(0))
     assert pipeline(img, np.random.default_rng(0)).shape == (8, 8, 3)
+
+
+def test_python_m_fastload_is_the_command():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "fastload", "--version"], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"fastload {fl.__version__}")
