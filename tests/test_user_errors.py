@@ -111,3 +111,13 @@ def test_python_m_fastload_is_the_command():
                           env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"fastload {fl.__version__}")
+
+
+def test_torchvision_names_missing_from_fl_transforms_say_where_they_went():
+    with pytest.raises(AttributeError, match=r"'Normalize' \(torchvision's Normalize: .*fl\.Loader\(\.\.\., mean="):
+        T.Normalize  # noqa: B018
+    with pytest.raises(AttributeError, match=r"'ToTensor' \(torchvision's ToTensor: drop it"):
+        T.ToTensor  # noqa: B018
+    with pytest.raises(AttributeError, match=r"'MixUp' \(torchvision's MixUp: fl\.augment\.MixUp"):
+        T.MixUp  # noqa: B018
+    assert not hasattr(T, "NoSuchTransform")

@@ -22,6 +22,8 @@ RandomSolarize, GaussianBlur (:mod:`.color`), RandomCrop, RandomVerticalFlip
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..resize import Crop, resize  # noqa: F401  (resize: re-exported)
 from . import functional
 from .adapters import Albumentations, albumentations
@@ -29,6 +31,7 @@ from .auto_augment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, T
 from .color import ColorJitter, GaussianBlur, RandomGrayscale, RandomSolarize
 from .compose import Compose, DecodeSteps, as_compose, takes_rng
 from .crops import CenterCrop, CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizedCenterCrop
+from .foreign import equivalent as _equivalent
 from .geometry import RandomCrop, RandomVerticalFlip
 from .presets import eval, train  # noqa: A004
 
@@ -58,3 +61,12 @@ __all__ = [
     "takes_rng",
     "train",
 ]
+
+
+if not TYPE_CHECKING:  # hidden from mypy, which would otherwise accept any name here
+
+    def __getattr__(name: str) -> object:
+        # fl.transforms.Normalize / ToTensor / MixUp ... typed by torchvision habit: say where it went.
+        instead = _equivalent(name)
+        hint = f" (torchvision's {name}: {instead})" if instead is not None else ""
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}{hint}")

@@ -36,6 +36,14 @@ def _library(obj: Any) -> str | None:
     return root if root in ("torchvision", "timm") else None
 
 
+def equivalent(name: str) -> str | None:
+    """The fastload form of torchvision's transform ``name`` when it is not a same-named
+    fastload transform, else None (for ``fl.transforms.<name>`` looked up by habit)."""
+    if name == "Normalize":
+        return "drop it: the Loader normalizes on the device: fl.Loader(..., mean=..., std=...)"
+    return EQUIVALENTS.get(name)
+
+
 def _step(t: Any) -> str:
     name = type(t).__name__
     if name == "Normalize":
