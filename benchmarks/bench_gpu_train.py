@@ -154,13 +154,13 @@ def loaders(root: str, bs: int, workers: int, device: torch.device) -> dict[str,
     }
     try:
         import torchvision  # noqa: F401
-    except ImportError as e:
+    except (ImportError, RuntimeError) as e:  # RuntimeError: a torchvision without its compiled ops
         print(f"DataLoader + torchvision peer skipped: torchvision does not import here ({e})")
     else:
         made["DataLoader + torchvision"] = lambda: torchvision_loader(root, bs, workers, device)
     try:
         import timm  # noqa: F401
-    except ImportError as e:
+    except (ImportError, RuntimeError) as e:  # RuntimeError: a torchvision without its compiled ops
         print(f"timm create_loader peer skipped: timm does not import here ({e})")
     else:
         if device.type == "cuda":

@@ -119,8 +119,9 @@ def main() -> None:
     # 3. timm's PrefetchLoader at equal settings.
     try:
         from timm.data.loader import PrefetchLoader
-    except ImportError:
-        print("timm not installed: PrefetchLoader peer skipped")
+    except (ImportError, RuntimeError) as e:  # RuntimeError: a torchvision without its compiled ops
+        print(f"timm does not import here ({str(e).splitlines()[0] if str(e) else type(e).__name__}): "
+              "PrefetchLoader peer skipped")
     else:
         if cuda:
             nchw = [(x.permute(0, 3, 1, 2), y) for x, y in stream]

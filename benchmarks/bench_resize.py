@@ -157,8 +157,8 @@ def pipelines(dec) -> dict:
 
         tj = turbojpeg.TurboJPEG()
         rows["PyTurboJPEG decode (warnings unchecked)"] = lambda d: tj.decode(d, pixel_format=turbojpeg.TJPF_RGB)
-    except (ImportError, OSError):
-        pass
+    except (ImportError, OSError, RuntimeError) as e:  # PyTurboJPEG raises RuntimeError without libturbojpeg
+        print(f"(no PyTurboJPEG row: {str(e).splitlines()[0]})")
     rows["DCT-scale decode + INTER_AREA"] = area_after_dct(dec)
     rows.update({name: (lambda d, p=p: p.decode(d, dec, None)) for name, p in presets.items()})
     rng = np.random.default_rng(0)

@@ -42,11 +42,17 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
         setup_note="carried wheels already installed in $site"
     fi
     [ -f "$site/.installed" ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    [ -d "$WHEELS/lib" ] && export LD_LIBRARY_PATH="$PWD/$WHEELS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # Resolved: WHEELS may be relative to the repository or absolute (the dry run's).
+    [ -d "$WHEELS/lib" ] && export LD_LIBRARY_PATH="$(cd "$WHEELS/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
     setup_note="no carried wheels in $WHEELS: tests of LMDB/TFRecord skip, PyTurboJPEG rows are left out"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+# pyproject.toml's addopts run pytest in two processes (-n 2, pytest-xdist): where xdist is
+# missing, that is a usage error (exit 4) before any test, so its addopts are replaced then.
+PYTEST_OPTS=()
+"$PYTHON" -c 'import xdist' 2>/dev/null || PYTEST_OPTS=(-o "addopts=-m 'not slow'")
 
 if "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     QUICK=()
@@ -96,9 +102,9 @@ photo_folder(parser('').parse_args(['--images', '$n', *sys.argv[1:]]))" "${QUICK
 run_call() {
     case $CALL in
     tests)  # every CUDA test, named (skipped by name without a GPU)
-        step cuda-tests 420 "$PYTHON" -m pytest -m cuda -v -rs -p no:cacheprovider tests/ ;;
+        step cuda-tests 420 "$PYTHON" -m pytest "${PYTEST_OPTS[@]}" -m cuda -v -rs -p no:cacheprovider tests/ ;;
     suite)  # the whole default suite, where the device image meets fastload's tests
-        step suite 540 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/ ;;
+        step suite 540 "$PYTHON" -m pytest "${PYTEST_OPTS[@]}" -q -rs -p no:cacheprovider tests/ ;;
     transfer)
         step bench_h2d 240 "$PYTHON" benchmarks/bench_h2d.py "${QUICK[@]}" --json "$JSONL"
         step bench_collate 120 "$PYTHON" benchmarks/bench_collate.py "${QUICK[@]}" --json "$JSONL"

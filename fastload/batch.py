@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import torch
 
+from .views import Images, batch_len, map_images, shape_of
+
 
 class Lease(Protocol):
     """A reused host buffer lent to the consumer; ``release`` gives it back."""
@@ -53,7 +55,8 @@ class HostBatch:
     """One uint8 batch in host memory, as a batch source produced it.
 
     Attributes:
-        images: uint8 N×H×W×C.
+        images: uint8 N×H×W×C, or a tuple of them, one per view, for a multi-view transform
+            (:mod:`fastload.views`).
         labels: The targets: int64 N for int labels, else N×... of the targets' dtype
             (see :mod:`fastload.targets`).
         indices: int64 N, the dataset index each row holds (after replacements).
@@ -62,7 +65,7 @@ class HostBatch:
         lease: Set when ``images`` is a reused buffer: see :meth:`release`.
     """
 
-    images: torch.Tensor
+    images: Images
     labels: torch.Tensor
     indices: torch.Tensor
     epoch: int
@@ -70,7 +73,7 @@ class HostBatch:
     lease: Lease | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
-        return int(self.images.shape[0])
+        return batch_len(self.images)
 
     def release(self, event: Any = None) -> None:
         """Gives a reused buffer back: now, or once ``event`` (recorded after its copy) completes.
@@ -84,14 +87,51 @@ class HostBatch:
     def pin_memory(self) -> HostBatch:
         """A copy in pinned memory (torch DataLoader's pin-memory thread calls this); this
         batch's buffer is released, the copy owns its memory."""
-        pinned = dataclasses.replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory(),
+        pinned = dataclasses.replace(self, images=map_images(torch.Tensor.pin_memory, self.images),
+                                     labels=self.labels.pin_memory(),
                                      indices=self.indices.pin_memory(), lease=None)
         self.release()
         return pinned
 
     def __reduce__(self):
-        # A worker's slot lease travels with its batch (fastload.sources.handoff); a lease
-        # of a buffer of this process cannot.
+        # A worker's slot lease travels with its batch (fastload.sources.handoff), and carries
+        # its images: the receiver maps the slot. A lease of a buffer of this process cannot.
         if self.lease is not None and not getattr(self.lease, "travels", False):
             raise TypeError("a HostBatch holding a reused buffer cannot leave its process")
-        return HostBatch, (self.images, self.labels, self.indices, self.epoch, self.skipped, self.lease)
+        in_slot = getattr(self.lease, "carries_images", False) and shape_of(self.images) == self.lease.shape
+        images = None if in_slot else map_images(travelling, self.images)
+        return _arrived, (images, travelling(self.labels), travelling(self.indices), self.epoch, self.skipped,
+                          self.lease)
+
+
+def travelling(tensor: torch.Tensor) -> Any:
+    """How ``tensor`` crosses to another process: in its shared memory when it has some, else by
+    value. (torch would copy it into a new named segment in /dev/shm, one that stays there when
+    the message is never received, e.g. from a worker that exits with batches in flight.)"""
+    if tensor.is_shared():
+        return tensor
+    flat = tensor.detach().contiguous().reshape(-1)
+    return _ByValue(tensor.dtype, tuple(tensor.shape), flat.view(torch.uint8).numpy().copy() if flat.numel() else None)
+
+
+@dataclass(frozen=True)
+class _ByValue:
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    data: Any  # uint8 numpy array of the bytes, or None when empty
+
+    def tensor(self) -> torch.Tensor:
+        if self.data is None:
+            return torch.empty(self.shape, dtype=self.dtype)
+        return torch.from_numpy(self.data).view(self.dtype).reshape(self.shape)
+
+
+def _arrived(images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple, lease: Any) -> HostBatch:
+    """A HostBatch unpickled: its images mapped from the slot its lease names, or rebuilt."""
+    def rebuilt(x: Any) -> Any:
+        return x.tensor() if isinstance(x, _ByValue) else x
+
+    arrived = [map_images(rebuilt, images), rebuilt(labels), rebuilt(indices)]
+    if images is None:
+        arrived[0] = lease.images()
+    return HostBatch(*arrived, epoch, skipped, lease)

@@ -1,5 +1,8 @@
 """Samples → one uint8 N×H×W×C batch, allocated once where it will be consumed.
 
+A multi-view sample (a tuple of images) makes a tuple of batches, one per view
+(:mod:`fastload.views`).
+
 No float conversion and no transpose here: both happen where normalization happens
 (on the GPU, or fused in the CPU path of the prefetcher), so the CPU moves a quarter
 of the bytes a float32 batch would take.
@@ -9,12 +12,38 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+from .views import SampleShape, is_views, numpy_rows, row, shape_of
+
+
+SHM = "/dev/shm"
+
+
+class SharedMemoryFull(RuntimeError):
+    """/dev/shm cannot hold a batch that a worker process sends through it."""
+
+
+def shm_full_message(nbytes: int, workers: int) -> str:
+    """What a worker says when /dev/shm cannot hold its next batch of ``nbytes``: the size, the
+    need, and the fixes (torch's own error names only a file)."""
+    try:
+        st = os.statvfs(SHM)
+        size, free = st.f_blocks * st.f_frsize / 2**20, st.f_bavail * st.f_frsize / 2**20
+        where = f"{SHM} ({size:.0f} MB, {free:.0f} MB free)"
+    except OSError:
+        where = SHM
+    return (f"fastload: {where} cannot hold the next batch ({nbytes / 2**20:.1f} MB): this Loader's {workers} "
+            f"worker process(es) each keep up to prefetch_factor + 1 batches there, about "
+            f"{workers * 3 * nbytes / 2**20:.0f} MB with the default prefetch_factor=2. Fixes: give the container "
+            'more shared memory (docker run --shm-size=2g, or --ipc=host), use backend="thread" (no shared '
+            "memory), or a smaller batch_size or prefetch_factor.")
 
 
 def alloc_batch(shape: Sequence[int], dtype: torch.dtype = torch.uint8, pin: bool | None = None) -> torch.Tensor:
@@ -25,9 +54,15 @@ def alloc_batch(shape: Sequence[int], dtype: torch.dtype = torch.uint8, pin: boo
     available), so the host-to-device copy can be asynchronous.
     """
     shape = tuple(int(s) for s in shape)
-    if get_worker_info() is not None:
+    info = get_worker_info()
+    if info is not None:
         nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-        storage = torch.UntypedStorage._new_shared(nbytes)
+        try:
+            storage = torch.UntypedStorage._new_shared(nbytes)
+        except RuntimeError as e:
+            if "No space left on device" not in str(e):
+                raise
+            raise SharedMemoryFull(shm_full_message(nbytes, info.num_workers)) from None
         return torch.empty(0, dtype=dtype).set_(storage).view(shape)
     if pin is None:
         pin = torch.cuda.is_available()
@@ -48,15 +83,20 @@ def pinning_on(device: Any) -> Any:
     return torch.cuda.device(device)
 
 
-def check_image(img: np.ndarray, where: str) -> None:
+def check_image(img: np.ndarray | tuple[np.ndarray, ...], where: str) -> None:
+    """Raises TypeError unless ``img`` is a uint8 H×W×C array, or a non-empty tuple of them (views)."""
+    if is_views(img) and len(img):
+        for k, view in enumerate(img):
+            check_image(view, f"{where}, view {k}")
+        return
     if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.ndim != 3:
         desc = f"{type(img).__name__} {getattr(img, 'dtype', '')} {getattr(img, 'shape', '')}"
         raise TypeError(f"{where}: expected a uint8 H×W×C numpy array, got {desc}")
 
 
-def write_row(row: np.ndarray, img: np.ndarray, where: str) -> int:
+def write_row(row: np.ndarray | tuple[np.ndarray, ...], img: np.ndarray | tuple[np.ndarray, ...], where: str) -> int:
     """Copies ``img`` into its batch row unless it already is that row (a transform wrote
-    it in place); returns the number of copies made (0 or 1).
+    it in place); returns the number of copies made (0 or 1; per view for views).
 
     Raises:
         TypeError: ``img`` is not a uint8 H×W×C array.
@@ -64,22 +104,34 @@ def write_row(row: np.ndarray, img: np.ndarray, where: str) -> int:
     """
     if img is row:
         return 0
-    if img.shape != row.shape or img.dtype != np.uint8:
+    if is_views(row):
+        if not is_views(img) or len(img) != len(row):
+            check_image(img, where)
+            raise ValueError(f"{where} has shape {shape_of(img)} but the batch holds {shape_of(row)}; "
+                             "every sample must have the same views")
+        return sum(write_row(r, v, f"{where}, view {k}") for k, (r, v) in enumerate(zip(row, img)))
+    if is_views(img) or img.shape != row.shape or img.dtype != np.uint8:
         check_image(img, where)
-        raise ValueError(f"{where} has shape {img.shape} but the batch holds {row.shape}; "
+        raise ValueError(f"{where} has shape {shape_of(img)} but the batch holds {row.shape}; "
                          "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
     row[...] = img  # the one copy per sample; handles flipped (negative-stride) views
     return 1
 
 
-def batch_buffer(n: int, sample_shape: Sequence[int], out: torch.Tensor | None = None,
-                 pin: bool | None = None) -> torch.Tensor:
+def batch_buffer(n: int, sample_shape: SampleShape, out: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+                 pin: bool | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """The uint8 N×H×W×C tensor a batch of ``n`` samples of ``sample_shape`` is written into:
     the first ``n`` rows of ``out`` (a reused buffer), else a new one (see :func:`alloc_batch`).
+    A multi-view ``sample_shape`` (one shape per view) gives a tuple of them, one per view.
 
     Raises:
         ValueError: ``out`` cannot hold the batch.
     """
+    if sample_shape and isinstance(sample_shape[0], tuple):
+        outs = out if out is not None else (None,) * len(sample_shape)
+        if len(outs) != len(sample_shape):
+            raise ValueError(f"out holds {len(outs)} views, the batch {len(sample_shape)}")
+        return tuple(batch_buffer(n, s, o, pin) for s, o in zip(sample_shape, outs))
     shape = (n, *(int(s) for s in sample_shape))
     if out is None:
         return alloc_batch(shape, pin=pin)
@@ -89,11 +141,12 @@ def batch_buffer(n: int, sample_shape: Sequence[int], out: torch.Tensor | None =
 
 
 def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = None,
-                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stacks (HWC uint8 image, label) pairs into (N×H×W×C uint8, N int64).
+                 out: torch.Tensor | None = None) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
+    """Stacks (HWC uint8 image, label) pairs into (N×H×W×C uint8, N int64); samples of
+    several views (tuples of images) into (a tuple of N×H×W×C uint8, one per view, N int64).
 
     Args:
-        samples: (image, label) pairs, images all of one shape.
+        samples: (image, label) pairs, images (or views) all of one shape.
         pin: Pin a newly allocated batch (default: when CUDA is available).
         out: A reusable uint8 buffer of at least N×H×W×C; the batch is a view of it.
 
@@ -105,10 +158,10 @@ def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = N
         raise ValueError("fast_collate got an empty batch")
     first = samples[0][0]
     check_image(first, "fast_collate sample 0")
-    images = batch_buffer(len(samples), first.shape, out, pin)
-    rows = images.numpy()
+    images = batch_buffer(len(samples), shape_of(first), out, pin)
+    rows = numpy_rows(images)
     for i, (img, _) in enumerate(samples):
-        write_row(rows[i], img, f"fast_collate sample {i}")
+        write_row(row(rows, i), img, f"fast_collate sample {i}")
     # Pinned like the images: a pageable labels copy would wait for the device's stream.
     labels = alloc_batch((len(samples),), torch.int64, pin=pin)
     labels.numpy()[:] = np.fromiter((label for _, label in samples), dtype=np.int64, count=len(samples))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from .config import DTYPES, IMAGENET_MEAN, IMAGENET_STD, dtype_name, mean_std
+from .views import is_views
 
 
 class Normalizer:
@@ -38,7 +39,10 @@ class Normalizer:
             self._on[device] = (self._scale.to(device), self._shift.to(device))
         return self._on[device]
 
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+    def __call__(self, images: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor | list[torch.Tensor]:
+        """Normalizes a uint8 N×H×W×C batch, or each view of a multi-view batch (a list back)."""
+        if is_views(images):
+            return [self(view) for view in images]
         if images.dtype != torch.uint8 or images.dim() != 4:
             raise TypeError(f"expected a uint8 N×H×W×C batch, got {images.dtype} {tuple(images.shape)}")
         if not self.normalize:

@@ -30,6 +30,7 @@ import torch
 from .batch import HostBatch
 from .config import resolve_device
 from .normalize import Normalizer
+from .views import batch_len, each, nbytes, same_memory, to_device
 
 __all__ = ["CudaPrefetcher", "Normalizer", "Stats"]
 
@@ -65,7 +66,7 @@ class Stats:
 class _Queued:
     """A batch whose copy and normalization are queued on the side stream."""
 
-    images: torch.Tensor
+    images: torch.Tensor | list[torch.Tensor]  # a list: one per view
     labels: torch.Tensor
     indices: torch.Tensor | None  # a host copy, when asked for
     extras: tuple  # what a user's batch carried after (images, labels), passed through
@@ -83,7 +84,7 @@ def as_host_batch(item: Any) -> tuple[HostBatch, tuple]:
     if not isinstance(item, (tuple, list)) or len(item) < 2:
         raise TypeError(f"CudaPrefetcher takes HostBatch or (uint8 images, labels, ...) items, got {type(item).__name__}")
     images, labels = item[0], item[1]
-    n = int(images.shape[0])
+    n = batch_len(images)
     return HostBatch(images, torch.as_tensor(labels), torch.full((n,), -1, dtype=torch.int64), -1), tuple(item[2:])
 
 
@@ -91,7 +92,8 @@ class CudaPrefetcher:
     """Overlaps host-to-device copies and normalization with the consumer's work.
 
     Iterates over ``iterable`` of HostBatches, or of (uint8 N×H×W×C images, labels[, lease])
-    tuples, and yields (images, labels) on ``device`` — (images, labels, indices) with
+    tuples, and yields (images, labels) on ``device`` (images: a list of N×C×H×W tensors, one
+    per view, for multi-view batches) — (images, labels, indices) with
     ``indices``, the indices staying on the host. On a CPU device it normalizes synchronously.
 
     Args:
@@ -152,13 +154,13 @@ class CudaPrefetcher:
         for batch, extras in source:
             # Labels are copied: they may live in a reused buffer (tiny, so always).
             try:
-                out = self.normalizer(batch.images.to(self.device)), batch.labels.to(self.device, copy=True)
+                out = self.normalizer(to_device(batch.images, self.device)), batch.labels.to(self.device, copy=True)
             except BaseException:
                 batch.release()
                 raise
             if self.indices:
                 out += (batch.indices.clone(),)
-            if out[0].data_ptr() != batch.images.data_ptr():
+            if not same_memory(out[0], batch.images):
                 batch.release()  # normalization copied the pixels: the buffer can be rewritten
             yield out + extras
 
@@ -183,11 +185,12 @@ class CudaPrefetcher:
     def _enqueue(self, batch: HostBatch, extras: tuple) -> _Queued:
         stream = self._stream
         images, labels = batch.images, batch.labels
-        if not images.is_cuda and not images.is_pinned():
+        tensors = (*each(images), labels)  # every view of a multi-view batch, and the labels
+        if not all(t.is_cuda or t.is_pinned() for t in each(images)):
             self._warn_unpinned()
         # Inputs already on a GPU were written by their producer's current stream: the side
         # stream waits for that work, and the allocator keeps them until the side stream read them.
-        producers = {t.device: torch.cuda.current_stream(t.device) for t in (images, labels) if t.is_cuda}
+        producers = {t.device: torch.cuda.current_stream(t.device) for t in tensors if t.is_cuda}
         start, copied = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         ready = torch.cuda.Event()
         recorded = False
@@ -199,11 +202,11 @@ class CudaPrefetcher:
                     labels = labels.pin_memory()
                 for producer in producers.values():
                     stream.wait_stream(producer)
-                for t in (images, labels):
+                for t in tensors:
                     if t.is_cuda and t.device == self.device:  # (a copy from another GPU syncs itself)
                         t.record_stream(stream)
                 start.record(stream)
-                images = images.to(self.device, non_blocking=True)
+                images = to_device(images, self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
                 copied.record(stream)
                 recorded = True
@@ -217,7 +220,7 @@ class CudaPrefetcher:
             if not recorded:
                 copied.record(stream)
             batch.release(copied)  # a reused host buffer is rewritten only after its copy read it
-        self._timings.append((start, copied, batch.images.numel() * batch.images.element_size()))
+        self._timings.append((start, copied, nbytes(batch.images)))
         return _Queued(images, labels, indices, extras, ready)
 
     def _collect_timings(self) -> None:
@@ -237,7 +240,11 @@ class CudaPrefetcher:
             item = pending.popleft()
             consumer = torch.cuda.current_stream(self.device)
             consumer.wait_event(item.ready)
-            item.images.record_stream(consumer)
+            if isinstance(item.images, list):  # a multi-view batch: every view
+                for view in item.images:
+                    view.record_stream(consumer)
+            else:
+                item.images.record_stream(consumer)
             item.labels.record_stream(consumer)
             nxt = next(source, None)  # start the next copy before the consumer's step
             if nxt is not None:

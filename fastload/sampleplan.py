@@ -18,7 +18,7 @@ import numpy as np
 
 from .decode import ImageHeader
 from .resize import Crop
-from .transforms import DecodeSteps
+from .transforms import DecodeSteps, ViewSteps
 
 
 @dataclass
@@ -38,7 +38,7 @@ class SamplePlan:
     data: Any
     label: Any
     rng: np.random.Generator
-    steps: DecodeSteps
+    steps: DecodeSteps | ViewSteps
 
     @property
     def header(self) -> ImageHeader:

@@ -1,5 +1,8 @@
 import io
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -7,6 +10,9 @@ import torch
 from PIL import Image
 
 from fastload.demo_data import photo_like
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(_TESTS)
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -63,6 +69,24 @@ def children() -> set[int]:
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("needs"):
         need_formats(*mark.args)
+    for mark in item.iter_markers("decoder"):
+        need_decoder(*mark.args)
+
+
+def need_decoder(name: str):
+    """The decoder backend ``name``, or a skip of the calling test that says why it cannot
+    load here (``@pytest.mark.decoder("turbojpeg")`` does the same for a whole test).
+
+    The system libturbojpeg is optional (a fresh machine and the GPU machines have none),
+    so tests of the ``turbojpeg`` backend itself skip without it; the skip reason carries
+    the loader's own message, which names the package to install.
+    """
+    from fastload.decode import get_decoder
+
+    try:
+        return get_decoder(name)
+    except ImportError as e:
+        pytest.skip(f"needs decoder backend {name!r}: {e}")
 
 
 def need_formats(*formats: str) -> None:
@@ -150,3 +174,15 @@ def photo_jpegs(short_sides: tuple[int, int], per_photo: int, seed: int, origina
             variants.append(np.asarray(Image.fromarray(img).resize(size, Image.Resampling.LANCZOS)))
         out += [jpeg_bytes(v, quality=int(rng.integers(75, 96))) for v in variants]
     return out
+
+
+def run_with_private_shm(code: str, size: str = "1g", timeout: float = 300) -> subprocess.CompletedProcess:
+    """Runs Python ``code`` in a child process that has a /dev/shm of its own (a tmpfs of
+    ``size`` in a private mount namespace): what it finds there is only what fastload left,
+    other tests and programs cannot add to it, and its size is that of a container's
+    (Docker: 64m). Skips the calling test where a mount namespace cannot be made (needs root)."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("a private /dev/shm needs unshare -m (root, or a container that allows mount namespaces)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_REPO, _TESTS, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" -c "$1"',
+                           sys.executable, code], capture_output=True, text=True, timeout=timeout, env=env)

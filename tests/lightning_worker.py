@@ -8,7 +8,10 @@ running this script again.
 import json
 import sys
 
-import lightning.pytorch as pl
+from refs import stub_meta_registrations
+
+stub_meta_registrations()  # before Lightning, which imports torchvision through torchmetrics
+import lightning.pytorch as pl  # noqa: E402
 import numpy as np
 import torch
 

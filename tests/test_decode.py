@@ -164,9 +164,8 @@ def test_without_any_libjpeg_turbo_warns_once_with_the_install_commands(monkeypa
         get_decoder("simplejpeg")
 
 
+@pytest.mark.decoder("turbojpeg")
 def test_system_library_alone_is_used_without_a_warning(monkeypatch):
-    if not dec._available("turbojpeg"):
-        pytest.skip("needs the system libturbojpeg")
     _fresh_default(monkeypatch)
     _no_simplejpeg(monkeypatch)
     assert _warnings_of(dec.default_backend) == ("turbojpeg", [])
@@ -189,9 +188,8 @@ def test_too_old_library_is_not_called_missing(monkeypatch):
     assert "not installed" not in message and "--only-upgrade libturbojpeg0" in message
 
 
+@pytest.mark.decoder("turbojpeg")
 def test_the_system_library_is_the_default_only_where_measured_faster(monkeypatch):
-    if not dec._available("turbojpeg"):
-        pytest.skip("needs the system libturbojpeg")
     from fastload.decode import costs
 
     for measured, expected in (("turbojpeg", "turbojpeg"), ("simplejpeg", "simplejpeg")):
@@ -203,18 +201,17 @@ def test_the_system_library_is_the_default_only_where_measured_faster(monkeypatc
     assert dec.default_backend() == "simplejpeg"
 
 
+@pytest.mark.decoder("turbojpeg")
 def test_backend_choice_needs_the_margin(monkeypatch):
     from fastload.decode import costs
 
-    if not dec._available("turbojpeg"):
-        pytest.skip("needs the system libturbojpeg")
     blobs = [jpeg_bytes(make_image(i, 64, 80)) for i in range(2)]
     name, us = costs.choose_backend(blobs, rounds=1)
     assert set(us) == {"simplejpeg", "turbojpeg"} and all(v > 0 for v in us.values())
     assert name == ("turbojpeg" if us["turbojpeg"] <= costs.BACKEND_MARGIN * us["simplejpeg"] else "simplejpeg")
 
 
-@pytest.mark.skipif(not dec._available("turbojpeg"), reason="needs libjpeg-turbo")
+@pytest.mark.decoder("turbojpeg")
 def test_pyturbojpeg_2_beside_libjpeg_turbo_2_still_decodes(monkeypatch, photo):
     """pip resolving PyTurboJPEG 2.x (whose TurboJPEG() refuses libjpeg-turbo < 3) must not
     cost the fast decoder: fastload only takes PyTurboJPEG's list of library paths."""

@@ -17,7 +17,7 @@ from fastload.datasets.base import sample_rng
 from fastload.decode import costs, get_decoder, plan, read_header, roi
 from fastload.resize import Crop, phase_error, resize_box
 
-from conftest import jpeg_bytes, make_image, photo_jpegs
+from conftest import jpeg_bytes, make_image, need_decoder, photo_jpegs
 
 ROI = pytest.mark.skipif(not roi.available(), reason="region decode needs: pip install 'fastload[roi]'")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,12 +129,13 @@ def test_region_waits_for_a_clean_decode_and_never_changes_the_pixels(planner_re
 
 
 @ROI
+@pytest.mark.parametrize("backend", ["simplejpeg", "turbojpeg"])
 @pytest.mark.parametrize("mode", ["RGB", "L"])
-def test_region_decode_is_the_full_decode_cropped(mode):
+def test_region_decode_is_the_full_decode_cropped(mode, backend):
     blobs = [jpeg_bytes(make_image(4, 181, 243), quality=90, mode=mode)]
     if mode == "RGB":
         blobs += photo_jpegs((256, 512), 1, seed=4)[:6]
-    rd, dec = roi.get_region_decoder(), get_decoder("turbojpeg")
+    rd, dec = roi.get_region_decoder(), need_decoder(backend)
     rng = np.random.default_rng(0)
     for data in blobs:
         full = dec.decode(data)
@@ -143,7 +144,7 @@ def test_region_decode_is_the_full_decode_cropped(mode):
             y0, x0 = int(rng.integers(0, h - 8)), int(rng.integers(0, w - 8))
             y1, x1 = int(rng.integers(y0 + 1, h + 1)), int(rng.integers(x0 + 1, w + 1))
             region = rd.decode(data, y0, x0, y1, x1)
-            # Measured: identical (same IDCT and fancy upsampling as TurboJPEG's defaults).
+            # Measured: identical to both (same IDCT and fancy upsampling as their defaults).
             assert region.shape == (y1 - y0, x1 - x0, 3)
             assert np.abs(region.astype(np.int16) - full[y0:y1, x0:x1]).max() <= 1
 
@@ -344,6 +345,7 @@ def test_import_drops_nvimgcodecs_missing_gpu_library_lines():
 # --- per-sample overhead ------------------------------------------------------------------
 
 
+@pytest.mark.decoder("turbojpeg")
 def test_turbojpeg_keeps_one_handle_per_thread():
     dec = get_decoder("turbojpeg")
     mine = dec._handle()

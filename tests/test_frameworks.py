@@ -11,6 +11,8 @@ import torch
 
 import fastload as fl
 
+import refs
+
 HERE = os.path.dirname(__file__)
 
 
@@ -104,6 +106,7 @@ def test_rank_read_when_distributed_starts_after_construction(monkeypatch):
     assert seen == want.tolist()
 
 
+refs.stub_meta_registrations()  # Lightning imports torchmetrics, which imports torchvision (test-only, no ops)
 pl = pytest.importorskip("lightning.pytorch", reason="the Lightning tests need lightning (the dev extra)")
 
 

@@ -2,6 +2,7 @@
 
 import faulthandler
 import os
+import re
 import signal
 import threading
 import time
@@ -102,3 +103,72 @@ def test_a_worker_killed_during_the_step_is_raised_by_next_naming_its_sample():
         assert f"(pid {victim})" in str(failure) and "killed by signal" in str(failure)
         assert "was loading sample" in str(failure) and ".jpg)" in str(failure)
         assert sum(len(y) for _, y in loader) == 120, "the very next pass must work"
+
+
+class _Stuck(_Slow):
+    """Sample ``stuck`` never finishes loading (a transform stuck in a lock, a hung read)."""
+
+    def __init__(self, stuck, **kw):
+        super().__init__(**kw)
+        self.stuck = stuck
+
+    release = threading.Event()  # set after the test: a thread of the thread backend cannot be killed
+
+    def load(self, index, epoch=0, seed=0):
+        if index == self.stuck:
+            self.release.wait(60)
+        return super().load(index, epoch, seed)
+
+
+def test_a_worker_killed_between_samples_is_said_to_have_held_none():
+    earlier = children()
+    with fl.Loader(_Slow(), batch_size=4, num_workers=2, device="cpu", stall_warning=0) as loader:
+        it = iter(loader)
+        next(it)
+        time.sleep(1.0)  # both workers have filled their prefetch queue and idle
+        victim = new_worker(earlier)
+        os.kill(victim, signal.SIGKILL)
+        with pytest.raises(fl.WorkerFailure) as failure:
+            for _ in it:
+                time.sleep(0.05)
+    message = str(failure.value)
+    assert f"(pid {victim}) was loading no sample: no batch was in progress there" in message, message
+    assert "its batch is lost" not in message and ". ;" not in message, message
+
+
+def test_a_stopped_worker_in_a_sample_times_out_saying_stopped():
+    earlier = children()
+    with fl.Loader(_Slow(n=40, seconds=0.3), batch_size=4, num_workers=2, device="cpu", timeout=2,
+                   stall_warning=0) as loader:
+        it = iter(loader)
+        next(it)
+        stopped = new_worker(earlier)
+        os.kill(stopped, signal.SIGSTOP)  # in the middle of a sample: each takes 0.3 s
+        try:
+            with pytest.raises(fl.WorkerFailure) as failure:
+                for _ in it:
+                    pass
+        finally:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert re.search(rf"worker \d \(pid {stopped}\), stopped, was loading sample \d+ \(img-\d+\.jpg\)",
+                     str(failure.value)), str(failure.value)
+
+
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_a_stuck_sample_times_out_after_the_timeout(backend):
+    _Stuck.release.clear()
+    try:
+        with fl.Loader(_Stuck(9, n=40), batch_size=4, num_workers=2, device="cpu", timeout=2, stall_warning=0,
+                       backend=backend) as loader:
+            start = time.monotonic()
+            with pytest.raises(fl.WorkerFailure, match=r"timed out.*was loading sample 9 \(img-9\.jpg\)"):
+                for _ in loader:
+                    pass
+            waited = time.monotonic() - start
+    finally:
+        _Stuck.release.set()
+    # The timeout, not the timeout plus the stuck worker's shutdown (3 s more, before).
+    assert waited < 3.5, f"the error came {waited:.1f} s after the pass started, timeout=2"

@@ -11,7 +11,8 @@ from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_
 from ..sampleplan import SamplePlan
 from ..decode.clean import CleanMarks
 from ..storage import SharedArray
-from ..transforms import Compose, as_compose
+from ..transforms import Compose, MultiView, as_compose
+from ..views import contiguous
 
 
 def sample_name(index: int, where: str | None) -> str:
@@ -34,7 +35,8 @@ class ImageDataset(torch.utils.data.Dataset):
     Args:
         labels: One int label per sample, or None when the subclass provides
             ``__len__`` and ``labels`` itself (labels stored inside the records).
-        transform: A Compose, a list of transforms, one transform, or None (full decode).
+        transform: A Compose, a list of transforms, one transform, a MultiView (a tuple of
+            views per sample), or None (full decode).
         decoder: A backend name from ``fastload.decode.BACKENDS``; None picks the best.
         max_pixels: Samples whose header claims more pixels fail with DecodeError before
             decoding; None: no limit. By default ``fastload.decode.MAX_IMAGE_PIXELS``
@@ -51,7 +53,7 @@ class ImageDataset(torch.utils.data.Dataset):
             bad = int(np.argmin(labels.array))
             raise ValueError(f"labels must be >= 0; sample {bad} has {labels.array[bad]}")
         self._labels: SharedArray | None = labels
-        self.transform: Compose = as_compose(transform)
+        self.transform: Compose | MultiView = as_compose(transform)
         if decoder is not None:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder = decoder
@@ -159,11 +161,12 @@ class ImageDataset(torch.utils.data.Dataset):
         data, label = self.read(index)
         return self.decode_sample(index, data, epoch, seed, out), label
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
-        """(H×W×C uint8, label) for a plain ``torch.utils.data.DataLoader``: contiguous, so
-        its default collate can stack it (a flip is a negative-stride view until then)."""
+    def __getitem__(self, index: int) -> tuple[np.ndarray | tuple[np.ndarray, ...], int]:
+        """(H×W×C uint8, label) for a plain ``torch.utils.data.DataLoader`` (a tuple of them per
+        view for a MultiView): contiguous, so its default collate can stack it (a flip is a
+        negative-stride view until then)."""
         img, label = self.load(int(index), self.epoch, self.seed)
-        return np.ascontiguousarray(img), label
+        return contiguous(img), label
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch used by ``__getitem__`` (the Loader passes epochs explicitly instead)."""

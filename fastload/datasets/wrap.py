@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 
 from ..transforms import as_compose
+from ..views import contiguous
 from .base import sample_name, sample_rng
 
 ACCEPTED = ("a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 "
@@ -172,7 +173,7 @@ class WrappedDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, Any]:
         image, target = self.load(int(index))
-        return np.ascontiguousarray(image), target
+        return contiguous(image), target
 
     def summary(self) -> dict:
         return {"type": f"WrappedDataset({type(self.dataset).__name__})", "samples": len(self)}

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -208,6 +209,51 @@ class Planner:
             return DecodePlan(_ONE, None, full)
         return plan_for_key(best_key, header, crop, best_cost)
 
+    def choose_shared(self, header: ImageHeader, crops: Sequence[Crop], scales: bool = True,
+                      region_ok: bool = True) -> DecodePlan:
+        """The cheapest single decode serving every crop of ``crops`` (the views of a
+        multi-view transform), as :meth:`choose` for one: each plan is priced as one decode
+        plus every crop's resize; a DCT scale or fast upsampling must suit every crop; a
+        region is the crops' union box."""
+        from ..resize import Crop
+
+        if len(crops) == 1:
+            return self.choose(header, crops[0], scales, region_ok)
+        top, left = min(c.top for c in crops), min(c.left for c in crops)
+        union = Crop(top, left, max(c.top + c.height for c in crops) - top,
+                     max(c.left + c.width for c in crops) - left, 1, 1)
+
+        def price(key: str) -> float:
+            resizes = (resize_features(header, c, key) for c in crops)
+            return _lin(self._decode[key], decode_features(header, union, key)) + sum(
+                _lin(self._resize[path], x) for path, x in resizes)
+
+        full = price("full")
+        best_cost, best_key = full, "full"
+        windows = any(c.window and c.antialias for c in crops)
+        if scales and "fast" in self._decode and all(c.antialias and not c.window for c in crops):
+            cost = price("fast")
+            if cost < best_cost:
+                best_cost, best_key = cost, "fast"
+        if scales and min(header.height, header.width) >= 8:
+            for f, key in self._scales:  # descending: stop at the first scale too small for a crop
+                if not all(min(c.height / c.out_h, c.width / c.out_w) * f >= (MIN_RATIO if c.antialias else 1.0)
+                           for c in crops):
+                    break
+                cost = price(key)
+                if cost < best_cost and all((c.window and c.antialias) or not c.antialias or self._phase_ok(c, f)
+                                            for c in crops):
+                    best_cost, best_key = cost, key
+        if self._region and not windows and header.components == 3 and not header.progressive:
+            cost = price("region")
+            if cost < best_cost:
+                best_cost, best_key = cost, "region"
+        if best_key != "full" and best_cost > (1 - self.margin) * full:
+            return DecodePlan(_ONE, None, full)
+        if best_key == "region" and not region_ok:
+            return DecodePlan(_ONE, None, full)
+        return plan_for_key(best_key, header, union, best_cost)
+
     @staticmethod
     def _phase_ok(crop: Crop, s: float) -> bool:
         from ..resize import PHASE_TOL, phase_error
@@ -252,3 +298,9 @@ def recalibrate() -> Planner:
 def choose(header: ImageHeader, crop: Crop, scales: bool = True, region_ok: bool = True) -> DecodePlan:
     """The process planner's plan for ``crop`` of the image with ``header``."""
     return get_planner().choose(header, crop, scales, region_ok)
+
+
+def choose_shared(header: ImageHeader, crops: Sequence[Crop], scales: bool = True,
+                  region_ok: bool = True) -> DecodePlan:
+    """The process planner's single decode serving every crop of ``crops``."""
+    return get_planner().choose_shared(header, crops, scales, region_ok)

@@ -61,7 +61,8 @@ def build_source(samples: Any, cfg: LoaderConfig, rank: int, world_size: int, de
     else:
         # A worker has at most prefetch_factor batches in flight, and one is being copied
         # out of its slot; one more slot spares a fresh buffer when a copy-out lags.
-        slots = SlotTable(workers, cfg.prefetch_factor + 2) if workers > 0 and not threads else None
+        slots = (SlotTable(workers, cfg.prefetch_factor + 2) if workers > 0 and not threads and SlotTable.supported
+                 else None)
         fetcher = BatchFetcher(samples, cfg.seed, cfg.on_error, inflight, slots)
     if threads:
         # prefetch_factor means what it means for processes: batches ahead per worker.

@@ -20,6 +20,7 @@ from ..datasets.base import sample_name, sample_rng
 from ..sampleplan import plannable
 from ..sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
+from ..views import SampleShape, batch_shape, map_images, numpy_rows, row, shape_of
 from .batched import Prepared, prepare
 from .handoff import SlotTable
 from .inflight import InFlight
@@ -61,7 +62,7 @@ def accepts_out(load: Any) -> bool:
 class Loaded:
     """One sample as loaded into (or beside) its batch slot."""
 
-    image: np.ndarray
+    image: np.ndarray | tuple[np.ndarray, ...]  # a tuple: one array per view (a multi-view transform)
     label: Target  # int (the fast path), float or numeric array: see fastload.targets
     index: int  # the sample actually loaded (differs from the request after a replacement)
     skipped: list[SkippedSample]
@@ -88,7 +89,7 @@ class BatchFetcher(torch.utils.data.Dataset):
         self.dataset, self.seed, self.on_error, self.inflight = dataset, seed, on_error, inflight
         self.slots = slots
         self._writes_in_place = accepts_out(dataset.load)
-        self._shape: tuple[int, ...] | None = None  # of one sample, learnt by head()
+        self._shape: SampleShape | None = None  # of one sample, learnt by head()
         self._shape_epoch: int | None = None
         # A dataset that plans has each batch planned first, its regions decoded in one
         # call; _load_one then finishes those samples (fastload/sources/batched.py).
@@ -98,8 +99,8 @@ class BatchFetcher(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | None,
-                  shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, Target]:
+    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | tuple | None,
+                  shape: SampleShape | None = None) -> tuple[np.ndarray | tuple, Target]:
         self.inflight.begin(worker, index, epoch)
         try:
             prepared = self._prepared.pop((index, epoch), None)
@@ -113,14 +114,14 @@ class BatchFetcher(torch.utils.data.Dataset):
             self.inflight.end(worker)
         # A bad image is an error of its sample, so the error policy applies to it too.
         check_image(image, "the image")
-        shape = out.shape if out is not None else shape
-        if shape is not None and image.shape != shape:
-            raise ValueError(f"image has shape {image.shape} but the batch holds {tuple(shape)}; use a transform "
+        shape = shape_of(out) if out is not None else shape
+        if shape is not None and shape_of(image) != shape:
+            raise ValueError(f"image has shape {shape_of(image)} but the batch holds {tuple(shape)}; use a transform "
                              "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
         return image, as_target(target)  # a TypeError here is named as the sample's error
 
-    def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | None = None,
-             shape: tuple[int, ...] | None = None) -> Loaded:
+    def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | tuple | None = None,
+             shape: SampleShape | None = None) -> Loaded:
         """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow;
         an image not of ``out``'s shape (or ``shape``) is an error of its sample."""
         try:
@@ -175,18 +176,18 @@ class BatchFetcher(torch.utils.data.Dataset):
         loaded: list[Loaded] = []
         for index in indices[:3]:
             loaded.append(self.load(int(index), epoch, worker))
-            shapes = [item.image.shape for item in loaded]
+            shapes = [shape_of(item.image) for item in loaded]
             common = max(set(shapes), key=shapes.count)
             if shapes.count(common) >= 2:
                 break
         else:
             if len(loaded) == 3:
-                named = ", ".join(f"sample {i.index} ({describe(self.dataset, i.index)}) {i.image.shape}" for i in loaded)
+                named = ", ".join(f"sample {i.index} ({describe(self.dataset, i.index)}) {shape_of(i.image)}" for i in loaded)
                 raise ValueError(f"the first samples of a batch differ in shape: {named}; use a transform with a "
                                  "fixed output size (e.g. RandomResizedCrop or CenterCrop)")
-            common = loaded[0].image.shape
+            common = shape_of(loaded[0].image)
         self._shape, self._shape_epoch = common, epoch
-        return [item if item.image.shape == common else self.load(item.index, epoch, worker, shape=common)
+        return [item if shape_of(item.image) == common else self.load(item.index, epoch, worker, shape=common)
                 for item in loaded]
 
     def fetch(self, request: BatchRequest, worker: int = 0, pin: bool | None = None) -> HostBatch:
@@ -196,10 +197,10 @@ class BatchFetcher(torch.utils.data.Dataset):
         if self._plans:
             self._prepared = prepare(self, request, worker)
         loaded = self.head(request, worker)
-        shape = (len(indices), *loaded[0].image.shape)
+        sample = shape_of(loaded[0].image)
         if self.slots is None or get_worker_info() is None:
-            return self._fill(request, loaded, batch_buffer(shape[0], shape[1:], pin=pin), worker)
-        images, lease = self.slots.buffer(worker, shape)
+            return self._fill(request, loaded, batch_buffer(len(indices), sample, pin=pin), worker)
+        images, lease = self.slots.buffer(worker, batch_shape(len(indices), sample))
         try:
             batch = self._fill(request, loaded, images, worker)
         except BaseException:
@@ -209,14 +210,14 @@ class BatchFetcher(torch.utils.data.Dataset):
         batch.lease = lease
         return batch
 
-    def _fill(self, request: BatchRequest, loaded: list[Loaded], images: torch.Tensor, worker: int) -> HostBatch:
+    def _fill(self, request: BatchRequest, loaded: list[Loaded], images: torch.Tensor | tuple, worker: int) -> HostBatch:
         """The batch of ``request`` in ``images``: the ``loaded`` head copied in, the rest loaded
         straight into their rows."""
-        indices, rows = request.indices, images.numpy()
+        indices, rows = request.indices, numpy_rows(images)
         for j, item in enumerate(loaded):
-            put(rows[j], item, self.dataset)
+            put(row(rows, j), item, self.dataset)
         for j in range(len(loaded), len(indices)):
-            slot = rows[j]
+            slot = row(rows, j)
             item = self.load(int(indices[j]), request.epoch, worker, slot)
             put(slot, item, self.dataset)
             loaded.append(item)
@@ -226,19 +227,19 @@ class BatchFetcher(torch.utils.data.Dataset):
         info = get_worker_info()
         return self.fetch(request, info.id if info is not None else 0)
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, Target]:
+    def __getitem__(self, index: int) -> tuple[np.ndarray | tuple, Target]:
         item = self.load(int(index), 0)
         return item.image, item.label
 
 
-def put(slot: np.ndarray, item: Loaded, dataset: Any) -> int:
+def put(slot: np.ndarray | tuple, item: Loaded, dataset: Any) -> int:
     """Writes ``item`` into its batch row (see :func:`fastload.collate.write_row`)."""
     if item.image is slot:
         return 0
     return write_row(slot, item.image, sample_name(item.index, describe(dataset, item.index)))
 
 
-def collated(images: torch.Tensor, loaded: list[Loaded], epoch: int, labels: torch.Tensor | None = None,
+def collated(images: torch.Tensor | tuple, loaded: list[Loaded], epoch: int, labels: torch.Tensor | None = None,
              indices: torch.Tensor | None = None, dataset: Any = None) -> HostBatch:
     """The HostBatch of ``loaded`` samples whose pixels are already in ``images``; targets
     go into ``labels`` (else a new tensor shaped by the first sample's target)."""
@@ -249,4 +250,4 @@ def collated(images: torch.Tensor, loaded: list[Loaded], epoch: int, labels: tor
          lambda j: sample_name(loaded[j].index, describe(dataset, loaded[j].index)))
     indices.numpy()[:] = [item.index for item in loaded]
     skipped = tuple(s for item in loaded for s in item.skipped)
-    return HostBatch(images[:n], labels, indices, epoch, skipped)
+    return HostBatch(map_images(lambda t: t[:n], images), labels, indices, epoch, skipped)

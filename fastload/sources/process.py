@@ -172,6 +172,8 @@ def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dat
             except StopIteration:
                 return
             except Exception as e:
+                if closed is not None and closed.is_set():  # e.g. a batch arriving in a slot close() let go of
+                    raise RuntimeError(CLOSED) from None
                 if options.num_workers == 0:
                     raise  # loaded in this process: keep the whole traceback
                 # A worker that dies while its batch is in transit leaves the receiving end
@@ -231,11 +233,15 @@ class ProcessSource(IndexedSource):
             self._renew_slots()
             holder = [self._loader]
             self._loader = self._new_loader()
-            drop_in_background(holder)
+            # The failure is raised at once: a stuck worker's shutdown (DataLoader waits 5 s
+            # before terminating it) goes on in the background, not inside the timeout.
+            drop_in_background(holder, wait_s=0)
 
     def _renew_slots(self) -> None:
-        if self.fetcher.slots is not None:
-            self.fetcher.slots = self.fetcher.slots.renewed()
+        old = self.fetcher.slots
+        if old is not None:
+            self.fetcher.slots = old.renewed()
+            old.close()  # its memory goes with the old workers (forked ones inherited descriptors of their own)
 
     def close(self) -> None:
         """Shuts the workers down; returns within a few seconds even if one is stuck."""
@@ -246,3 +252,5 @@ class ProcessSource(IndexedSource):
         holder: list = [self._loader]
         self._loader = None
         drop_in_background(holder)
+        if self.fetcher.slots is not None:
+            self.fetcher.slots.close()

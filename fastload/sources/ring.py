@@ -16,6 +16,7 @@ import torch
 
 from ..collate import alloc_batch
 from ..targets import INT_LABELS, TargetSpec
+from ..views import Images, SampleShape, shapes
 from .failures import CLOSED
 
 SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed when all is well)
@@ -25,7 +26,7 @@ SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed wh
 class SlotBuffers:
     """The pinned (with CUDA) host memory of one batch."""
 
-    images: torch.Tensor
+    images: Images  # a tuple of them for a multi-view batch
     labels: torch.Tensor  # the targets: N, or N×shape of the targets' spec
     indices: torch.Tensor
 
@@ -55,21 +56,26 @@ class BufferRing:
 
     Args:
         count: Number of buffers.
-        shape: uint8 batch shape N×H×W×C (N = the batch size).
+        shape: uint8 batch shape N×H×W×C (N = the batch size), or a tuple of them (one per view).
         pin: Pin the buffers (for asynchronous copies to CUDA).
         targets: dtype and per-sample shape of the targets (from the first sample).
     """
 
-    def __init__(self, count: int, shape: tuple[int, ...], pin: bool, targets: TargetSpec = INT_LABELS) -> None:
+    def __init__(self, count: int, shape: SampleShape, pin: bool, targets: TargetSpec = INT_LABELS) -> None:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        n = shape[0]
+        per_view = shapes(shape)
+        n = per_view[0][0]
         self.shape, self.target = tuple(shape), targets
 
         def place(s: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
             return alloc_batch(s, dtype, pin=pin)
 
-        self._slots = [_Slot(SlotBuffers(alloc_batch(shape, pin=pin), targets.alloc(n, place),
+        def images() -> Images:
+            views = tuple(alloc_batch(v, pin=pin) for v in per_view)
+            return views if isinstance(shape[0], tuple) else views[0]
+
+        self._slots = [_Slot(SlotBuffers(images(), targets.alloc(n, place),
                                           alloc_batch((n,), torch.int64, pin=pin))) for _ in range(count)]
         self._cond = threading.Condition()
         self._releases = 0

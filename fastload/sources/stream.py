@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image
+from ..views import numpy_rows, row, shape_of
 from .failures import CLOSED
 from .fetch import Loaded, collated, put
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
@@ -134,10 +135,10 @@ class _SlotBatches(torch.utils.data.IterableDataset):
 
     def _collate(self, items: list[Loaded]) -> HostBatch:
         check_image(items[0].image, f"record {items[0].index}")
-        images = batch_buffer(len(items), items[0].image.shape)
-        rows = images.numpy()
+        images = batch_buffer(len(items), shape_of(items[0].image))
+        rows = numpy_rows(images)
         for j, item in enumerate(items):
-            put(rows[j], item, None)
+            put(row(rows, j), item, None)
         return collated(images, items, self.epoch)
 
 

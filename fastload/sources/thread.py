@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ..batch import HostBatch
 from ..collate import batch_buffer, pinning_on
 from ..sampler import BatchRequest, ShardedBatchSampler
 from ..targets import TargetSpec
+from ..views import SampleShape, batch_shape, from_numpy, map_images, numpy_rows, row, shape_of
 from .fetch import BatchFetcher, Loaded, collated, put
 from .indexed import IndexedSource
 from .failures import CLOSED, worker_failure
@@ -42,7 +42,7 @@ class _Job:
 
     def __init__(self, request: BatchRequest, ring: BufferRing | None) -> None:
         self.request, self.ring = request, ring
-        self.rows = np.empty(0, np.uint8)
+        self.rows: Any = np.empty(0, np.uint8)  # the batch's numpy rows (a tuple of them per view)
         self.buffers: Any = None  # the ring slot's SlotBuffers, or None for a one-off buffer
         self.lease: RingLease | None = None
         self.loaded: list[Loaded | None] = [None] * len(request.indices)
@@ -60,7 +60,7 @@ class _Job:
         copies = 0
         try:
             if not self.cancelled and self.error is None and self.loaded[j] is None:
-                slot = self.rows[j]
+                slot = row(self.rows, j)
                 item = fetcher.load(int(self.request.indices[j]), self.request.epoch, worker, slot)
                 copies = put(slot, item, fetcher.dataset)
                 self.loaded[j] = item
@@ -160,7 +160,7 @@ class ThreadSource(IndexedSource):
         self._consumer = num_threads  # the in-flight row of the consumer thread
         self._pool: _Pool | None = _Pool(fetcher, num_threads)
         self._pending: deque[_Job] = deque()  # the current pass's jobs, in order
-        self._shape: tuple[int, ...] | None = None  # of one sample, learnt at each pass's start
+        self._shape: SampleShape | None = None  # of one sample, learnt at each pass's start
         self._closed = threading.Event()
 
     def _ring_slots(self) -> int:
@@ -177,22 +177,23 @@ class ThreadSource(IndexedSource):
             # The head of a pass fixes the shape (a transform may have changed between passes):
             # load it here, then write the rest in place.
             head = self.fetcher.head(request, self._consumer)
-            self._shape = head[0].image.shape
+            self._shape = shape_of(head[0].image)
             target = TargetSpec.of(head[0].label)
-            if self.reuse and (self.ring is None or self.ring.shape[1:] != self._shape or self.ring.target != target):
+            shape = batch_shape(self.sampler.batch_size, self._shape)
+            if self.reuse and (self.ring is None or self.ring.shape != shape or self.ring.target != target):
                 with pinning_on(self.pin_device if self.pin else None):
-                    self.ring = BufferRing(self._ring_slots(), (self.sampler.batch_size, *self._shape), self.pin,
-                                           target)
+                    self.ring = BufferRing(self._ring_slots(), shape, self.pin, target)
         job = _Job(request, self.ring if self.reuse else None)
         if self.ring is not None and self.reuse:
             slot = self.ring.acquire(job, self._closed)
             job.buffers = self.ring.buffers(slot)
-            job.rows, job.lease = job.buffers.images[:n].numpy(), RingLease(self.ring, slot)
+            job.rows = numpy_rows(map_images(lambda t: t[:n], job.buffers.images))
+            job.lease = RingLease(self.ring, slot)
         else:
             with pinning_on(self.pin_device if self.pin else None):
-                job.rows = batch_buffer(n, self._shape, pin=self.pin).numpy()
+                job.rows = numpy_rows(batch_buffer(n, self._shape, pin=self.pin))
         for j, item in enumerate(head):
-            self.copies += put(job.rows[j], item, self.fetcher.dataset)
+            self.copies += put(row(job.rows, j), item, self.fetcher.dataset)
             job.loaded[j] = item
             job.run(j, self.fetcher, self._consumer)  # counts the task done (already loaded)
         self._pool.submit(job, len(head))
@@ -206,7 +207,7 @@ class ThreadSource(IndexedSource):
         job.wait(self.timeout, timed_out, self._closed)
         self.copies += job.copies
         loaded = [item for item in job.loaded if item is not None]
-        images = torch.from_numpy(job.rows) if job.buffers is None else job.buffers.images
+        images = from_numpy(job.rows) if job.buffers is None else job.buffers.images
         labels = indices = None
         if job.buffers is not None:
             labels, indices = job.buffers.labels, job.buffers.indices

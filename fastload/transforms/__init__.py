@@ -18,6 +18,14 @@ Augmentations with torchvision v2's names, arguments and pixels: the operations 
 RandomSolarize, GaussianBlur (:mod:`.color`), RandomCrop, RandomVerticalFlip
 (:mod:`.geometry`), RandAugment, TrivialAugmentWide, AutoAugment, AugMix
 (:mod:`.auto_augment`).
+
+Several views of each image, out of one planned decode (self-supervised recipes):
+:class:`MultiView`, and DINO's multi-crop :func:`dino`.
+
+timm's recipes by name: ``train(224, auto_augment="rand-m9-mstd0.5-inc1", color_jitter=0.4)``
+and ``eval(224, crop_pct=0.9)`` take timm's ``transforms_imagenet_train``/``_eval`` arguments;
+:func:`timm_augment` builds timm's RandAugment / AutoAugment / AugMix from its strings
+(:mod:`.timm_policies`, parsed by :mod:`.timm_config`).
 """
 
 from __future__ import annotations
@@ -33,7 +41,12 @@ from .compose import Compose, DecodeSteps, as_compose, takes_rng
 from .crops import CenterCrop, CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizedCenterCrop
 from .foreign import equivalent as _equivalent
 from .geometry import RandomCrop, RandomVerticalFlip
+from .multiview import MultiView, ViewSteps
 from .presets import eval, train  # noqa: A004
+from .random_apply import RandomApply
+from .ssl import dino
+from .timm_config import parse_auto_augment
+from .timm_policies import TimmAugMix, TimmAutoAugment, TimmOp, TimmRandAugment, timm_augment
 
 __all__ = [
     "AugMix",
@@ -45,7 +58,9 @@ __all__ = [
     "Crop",
     "DecodeSteps",
     "GaussianBlur",
+    "MultiView",
     "RandAugment",
+    "RandomApply",
     "RandomCrop",
     "RandomGrayscale",
     "RandomHorizontalFlip",
@@ -54,11 +69,19 @@ __all__ = [
     "RandomVerticalFlip",
     "Resize",
     "ResizedCenterCrop",
+    "TimmAugMix",
+    "TimmAutoAugment",
+    "TimmOp",
+    "TimmRandAugment",
     "TrivialAugmentWide",
+    "ViewSteps",
     "albumentations",
+    "dino",
     "eval",
     "functional",
+    "parse_auto_augment",
     "takes_rng",
+    "timm_augment",
     "train",
 ]
 

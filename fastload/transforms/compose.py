@@ -152,7 +152,13 @@ class Compose:
                                      max_pixels=max_pixels)
                 direct = direct and img.shape[2] == 3
                 img = crop.apply(img, h, w, out if direct else None)
-        first = 1 if crop is not None else 0
+        return self.after_crop(img, rng, out, crop is not None)
+
+    def after_crop(self, img: np.ndarray, rng: np.random.Generator, out: np.ndarray | None = None,
+                   cropped: bool = True) -> np.ndarray:
+        """The transforms after the leading crop planner (all of them unless ``cropped``) on
+        ``img``; in-place ones keep ``out`` there when ``img`` is ``out``."""
+        first = 1 if cropped else 0
         for t, with_rng in zip(self.transforms[first:], self._with_rng[first:]):
             inplace = getattr(t, "apply_inplace", None)
             img = inplace(img, rng) if inplace is not None and img is out else self._apply(t, with_rng, img, rng)
@@ -181,10 +187,12 @@ class Compose:
 
 
 def as_compose(transform) -> Compose:
-    """Wraps a transform (or None) so datasets always hold a Compose."""
+    """Wraps a transform (or None) so datasets always hold a Compose, or a pipeline that plans
+    its decode as a Compose does (a :class:`~fastload.transforms.MultiView`)."""
     if transform is None:
         return Compose([])
-    if isinstance(transform, Compose):
+    if isinstance(transform, Compose) or (callable(getattr(transform, "plan_decode", None))
+                                          and callable(getattr(transform, "finish_decode", None))):
         return transform
     if isinstance(transform, (list, tuple)):
         return Compose(transform)
