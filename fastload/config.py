@@ -212,7 +212,13 @@ class LoaderConfig:
         names = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - names)
         if unknown:
-            raise TypeError(f"unknown Loader option(s) {unknown}; valid: {sorted(names)}")
+            hint = ""
+            if set(unknown) & {"transform", "transforms", "target_transform"}:
+                # A torchvision habit (Compose in the loader); fastload's transforms run where
+                # the image is decoded, so they belong to the dataset.
+                hint = ("; transforms belong to the dataset: fl.ImageFolder(root, transform=[...]), or "
+                        "fl.WrappedDataset(your_dataset, transform=[...]) for a Dataset of your own")
+            raise TypeError(f"unknown Loader option(s) {unknown}; valid: {sorted(names)}{hint}")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:

@@ -38,6 +38,32 @@ def batch_generator(seed: int, epoch: int, batch: int, *, rank: int = 0, slot: i
     return on_device(torch.device(device)).manual_seed(batch_seed(seed, epoch, batch, rank, slot))
 
 
+# torchvision's and timm's batch augmentations -> their fastload forms (same arguments).
+_EQUIVALENTS = {
+    ("torchvision", "MixUp"): "fl.augment.MixUp(alpha=..., num_classes=...)",
+    ("torchvision", "CutMix"): "fl.augment.CutMix(alpha=..., num_classes=...)",
+    ("torchvision", "RandomChoice"): "fl.augment.RandomChoice([...], p=...)",
+    ("torchvision", "RandomErasing"): "fl.augment.RandomErasing(probability, mode=...) (timm's arguments)",
+    ("timm", "Mixup"): "fl.augment.Mixup(...)",
+    ("timm", "FastCollateMixup"): "fl.augment.Mixup(...)",
+    ("timm", "RandomErasing"): "fl.augment.RandomErasing(...)",
+}
+
+
+def _foreign_error(fn: Any, where: str) -> str | None:
+    """The TypeError message for a torchvision or timm batch augmentation given as a batch
+    transform (they neither take the Loader's generator nor return (images, targets))."""
+    library = type(fn).__module__.split(".")[0]
+    if library not in ("torchvision", "timm"):
+        return None
+    name = type(fn).__name__
+    use = _EQUIVALENTS.get((library, name))
+    instead = (f"use {use}" if use is not None else
+               "wrap it as fl.augment.ImagesOnly(f) (images only) or fl.augment.ImagesOnly(f, targets=True)")
+    return (f"{where} is {library}'s {name}: {instead}, which draws from the Loader's per-batch generator "
+            "(reproducible and resumable)")
+
+
 def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
@@ -73,6 +99,9 @@ class BatchTransforms:
             if not callable(fn):
                 raise TypeError(f"{where} must be a callable f(images, targets, generator) -> (images, targets), "
                                 f"got {type(fn).__name__}")
+            foreign = _foreign_error(fn, where)
+            if foreign is not None:
+                raise TypeError(foreign)
             if _takes_three(fn) is False:
                 raise TypeError(f"{where} ({_name(fn)}) cannot be called as f(images, targets, generator): wrap "
                                 "an images-only callable (e.g. a kornia pipeline) as fl.augment.ImagesOnly(f), "

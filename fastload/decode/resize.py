@@ -27,6 +27,10 @@ REDUCE_GAP = 2.0
 
 def _nchw(img: np.ndarray) -> torch.Tensor:
     # A channels-last view: the layout the uint8 kernel works in, so nothing is copied.
+    # Except for a read-only array (np.asarray of a PIL image, in a user's Dataset): torch
+    # warns that its tensor could write to it, so the kernel reads a copy.
+    if not img.flags.writeable:
+        img = img.copy()
     return torch.from_numpy(img).permute(2, 0, 1).unsqueeze(0)
 
 

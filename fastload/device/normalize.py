@@ -48,7 +48,10 @@ class Normalizer:
         if not self.normalize:
             return images.permute(0, 3, 1, 2)
         if images.shape[-1] != len(self._scale):
-            raise ValueError(f"batch has {images.shape[-1]} channels but mean/std have {len(self._scale)}")
+            channels = images.shape[-1]
+            raise ValueError(f"batch has {channels} channels but mean/std have {len(self._scale)}: give "
+                             f"fl.Loader mean= and std= with {channels} values each, or {len(self._scale)}-channel "
+                             "images (PIL images are converted to RGB; uint8 H×W arrays stay one channel)")
         if images.device.type == "cpu" and images.is_contiguous() and images.shape[-1] <= 4:
             out = self._normalize_cpu(images)
         else:

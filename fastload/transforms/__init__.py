@@ -30,6 +30,8 @@ and ``eval(224, crop_pct=0.9)`` take timm's ``transforms_imagenet_train``/``_eva
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..decode.resize import Crop, resize  # noqa: F401  (resize: re-exported)
 from . import functional
 from .adapters import Albumentations, albumentations
@@ -37,6 +39,7 @@ from .auto_augment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, T
 from .color import ColorJitter, GaussianBlur, RandomGrayscale, RandomSolarize
 from .compose import Compose, DecodeSteps, as_compose, takes_rng
 from .crops import CenterCrop, CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizedCenterCrop
+from .foreign import equivalent as _equivalent
 from .geometry import RandomCrop, RandomVerticalFlip
 from .multiview import MultiView, ViewSteps
 from .presets import eval, train  # noqa: A004
@@ -81,3 +84,12 @@ __all__ = [
     "timm_augment",
     "train",
 ]
+
+
+if not TYPE_CHECKING:  # hidden from mypy, which would otherwise accept any name here
+
+    def __getattr__(name: str) -> object:
+        # fl.transforms.Normalize / ToTensor / MixUp ... typed by torchvision habit: say where it went.
+        instead = _equivalent(name)
+        hint = f" (torchvision's {name}: {instead})" if instead is not None else ""
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}{hint}")

@@ -58,6 +58,9 @@ class DecodeSteps:
         return self.plan.region if self.plan is not None else None
 
 
+_REQUIRED: Any = object()  # Compose.__call__'s rng when the caller gave none
+
+
 class Compose:
     """Applies transforms in order; each is ``f(img, rng) -> img`` or ``f(img) -> img``.
 
@@ -71,6 +74,8 @@ class Compose:
     """
 
     def __init__(self, transforms: Sequence, reduced_decode: bool = True) -> None:
+        if callable(transforms) and not isinstance(transforms, (list, tuple)):
+            raise TypeError(f"Compose takes a list of transforms, got {transforms!r}: write Compose([t])")
         ts = list(transforms)
         for t in ts:
             _check_transform(t)
@@ -84,7 +89,17 @@ class Compose:
     def _apply(t: Any, with_rng: bool, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return t(img, rng) if with_rng else t(img)
 
-    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def __call__(self, img: np.ndarray, rng: Any = _REQUIRED) -> np.ndarray:
+        # rng is required (None is fine for a pipeline that draws nothing); the default only
+        # lets a missing one say what to do: t(img) is a torchvision habit, often in a
+        # Dataset's __getitem__, where fastload cannot hand over the sample's rng.
+        if rng is _REQUIRED:
+            raise TypeError("Compose is called as t(img, rng), rng a numpy Generator (e.g. np.random.default_rng(0)); "
+                            "in a Dataset of your own, give the transforms to fl.WrappedDataset(dataset, "
+                            "transform=[...]), which calls them with each sample's rng")
+        if not isinstance(img, np.ndarray):
+            raise TypeError(f"Compose takes the image as a uint8 H×W×C numpy array, got {type(img).__name__} "
+                            "(a PIL image: np.asarray(img))")
         for t, with_rng in zip(self.transforms, self._with_rng):
             img = self._apply(t, with_rng, img, rng)
         return img

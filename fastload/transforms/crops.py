@@ -24,6 +24,8 @@ class CropPlanner:
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         h, w = img.shape[:2]
+        if img.ndim == 2:  # grayscale H×W, as the other transforms take it: resized as H×W×1
+            return self.plan(h, w, rng).apply(img[..., None], h, w)[..., 0]
         return self.plan(h, w, rng).apply(img, h, w)
 
 

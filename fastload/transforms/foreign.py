@@ -20,8 +20,8 @@ EQUIVALENTS = {
     "ConvertImageDtype": _ON_DEVICE + " (float, or uint8 with normalize=False)",
     "ToPILImage": "drop it: fastload transforms work on the decoded numpy array",
     "RandomErasing": "fl.augment.RandomErasing(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
-    "MixUp": "fl.augment.Mixup(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
-    "CutMix": "fl.augment.Mixup(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
+    "MixUp": "fl.augment.MixUp(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
+    "CutMix": "fl.augment.CutMix(...) as fl.Loader(..., batch_transform=...) (on the device, per batch)",
     "RandomResizedCropAndInterpolation": "fl.transforms.RandomResizedCrop(size, scale, ratio)",
     "MaybeToTensor": _ON_DEVICE,
 }
@@ -34,6 +34,14 @@ SAME_NAME = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip"
 def _library(obj: Any) -> str | None:
     root = type(obj).__module__.split(".")[0]
     return root if root in ("torchvision", "timm") else None
+
+
+def equivalent(name: str) -> str | None:
+    """The fastload form of torchvision's transform ``name`` when it is not a same-named
+    fastload transform, else None (for ``fl.transforms.<name>`` looked up by habit)."""
+    if name == "Normalize":
+        return "drop it: the Loader normalizes on the device: fl.Loader(..., mean=..., std=...)"
+    return EQUIVALENTS.get(name)
 
 
 def _step(t: Any) -> str:
