@@ -146,7 +146,7 @@ def test_skip_lists_what_it_skipped(tmp_path, backend):
 
 
 def test_auto_workers_divide_a_profile_among_local_ranks(folder, monkeypatch, tmp_path):
-    from fastload import profiles
+    from fastload.loading import profiles
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     ds = fl.ImageFolder(folder)
