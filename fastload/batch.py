@@ -134,4 +134,4 @@ def _arrived(images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple,
     arrived = [map_images(rebuilt, images), rebuilt(labels), rebuilt(indices)]
     if images is None:
         arrived[0] = lease.images()
-    return HostBatch(*arrived, epoch, skipped, lease)
+    return HostBatch(arrived[0], arrived[1], arrived[2], epoch, skipped, lease)

@@ -14,7 +14,7 @@ import contextlib
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -110,11 +110,12 @@ def write_row(row: np.ndarray | tuple[np.ndarray, ...], img: np.ndarray | tuple[
             raise ValueError(f"{where} has shape {shape_of(img)} but the batch holds {shape_of(row)}; "
                              "every sample must have the same views")
         return sum(write_row(r, v, f"{where}, view {k}") for k, (r, v) in enumerate(zip(row, img)))
-    if is_views(img) or img.shape != row.shape or img.dtype != np.uint8:
+    dst = cast(np.ndarray, row)  # a single view from here on
+    if is_views(img) or cast(np.ndarray, img).shape != dst.shape or cast(np.ndarray, img).dtype != np.uint8:
         check_image(img, where)
-        raise ValueError(f"{where} has shape {shape_of(img)} but the batch holds {row.shape}; "
+        raise ValueError(f"{where} has shape {shape_of(img)} but the batch holds {dst.shape}; "
                          "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
-    row[...] = img  # the one copy per sample; handles flipped (negative-stride) views
+    dst[...] = img  # the one copy per sample; handles flipped (negative-stride) views
     return 1
 
 
@@ -131,10 +132,11 @@ def batch_buffer(n: int, sample_shape: SampleShape, out: torch.Tensor | tuple[to
         outs = out if out is not None else (None,) * len(sample_shape)
         if len(outs) != len(sample_shape):
             raise ValueError(f"out holds {len(outs)} views, the batch {len(sample_shape)}")
-        return tuple(batch_buffer(n, s, o, pin) for s, o in zip(sample_shape, outs))
-    shape = (n, *(int(s) for s in sample_shape))
+        return tuple(cast(torch.Tensor, batch_buffer(n, s, o, pin)) for s, o in zip(sample_shape, outs))
+    shape = (n, *(int(s) for s in cast(tuple[int, ...], sample_shape)))
     if out is None:
         return alloc_batch(shape, pin=pin)
+    out = cast(torch.Tensor, out)  # a single view from here on
     if out.dtype != torch.uint8 or tuple(out.shape[1:]) != shape[1:] or out.shape[0] < n:
         raise ValueError(f"out buffer {tuple(out.shape)} {out.dtype} cannot hold a {shape} uint8 batch")
     return out[:n]

@@ -12,7 +12,7 @@ list of views).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import numpy as np
 import torch
@@ -65,7 +65,9 @@ def nbytes(images: Images) -> int:
 
 def shapes(shape: SampleShape) -> tuple[tuple[int, ...], ...]:
     """The per-view shapes of a (sample or batch) shape: a tuple of one when single."""
-    return tuple(shape) if shape and isinstance(shape[0], tuple) else (tuple(shape),)
+    if shape and isinstance(shape[0], tuple):
+        return cast(tuple[tuple[int, ...], ...], tuple(shape))
+    return (cast(tuple[int, ...], tuple(shape)),)
 
 
 def numpy_rows(images: Images) -> Any:

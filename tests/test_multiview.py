@@ -376,7 +376,7 @@ def test_dino_follows_dinos_recipe():
     names = [[type(t).__name__ for t in ts] for ts in (g1, g2, local)]
     assert names[0][1:4] == ["RandomHorizontalFlip", "RandomApply", "RandomGrayscale"] == names[2][1:4]
     assert names[1] == names[0] + ["RandomSolarize"] and g2[-1].threshold == 128 and g2[-1].p == 0.2
-    jitter = g1[2].transforms.transforms[0]
+    jitter = g1[2].transforms[0]
     assert g1[2].p == 0.8 and type(jitter).__name__ == "ColorJitter" and jitter.hue == (-0.1, 0.1)
     assert g1[3].p == 0.2
     assert [ts[4].p for ts in (g1, g2, local)] == [1.0, 0.1, 0.5]  # the blur's probability per kind of view

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -148,7 +148,7 @@ class MultiView:
         planned = None
         if (all(c is not None for c in crops) and getattr(decoder, "scales", None) and header.format == "jpeg"
                 and header.components != 4):
-            planned = choose_shared(header, crops, self.reduced_decode, region_ok)
+            planned = choose_shared(header, cast(tuple[Crop, ...], crops), self.reduced_decode, region_ok)
         return ViewSteps(header, crops, planned)
 
     def finish_decode(self, data: Any, decoder: Decoder, steps: ViewSteps, rng: np.random.Generator,

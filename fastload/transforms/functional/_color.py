@@ -105,7 +105,7 @@ def adjust_hue(inpt: np.ndarray, hue_factor: float) -> np.ndarray:
         return inpt
     hsv = cv2.cvtColor(contiguous(inpt).astype(np.float32) * np.float32(1 / 255), cv2.COLOR_RGB2HSV)
     hue = hsv[:, :, 0]
-    hue += np.float32(hue_factor * 360.0)
+    np.add(hue, np.float32(hue_factor * 360.0), out=hue)
     np.mod(hue, np.float32(360.0), out=hue)
     rgb = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
     # torchvision's float -> uint8: multiply by 256 - 1e-3, truncate.

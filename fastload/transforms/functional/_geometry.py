@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import cv2
 import numpy as np
@@ -74,7 +74,7 @@ def pad(inpt: np.ndarray, padding: int | Sequence[int], fill: Fill = None,
     if padding_mode not in BORDERS:
         raise ValueError(f"padding_mode must be one of {sorted(BORDERS)}, got {padding_mode!r}")
     left, top, right, bottom = parse_padding(padding)
-    if padding_mode != "constant" and fill is not None and not isinstance(fill, numbers.Number) and len(fill) > 1:
+    if padding_mode != "constant" and fill is not None and not isinstance(fill, numbers.Number) and len(cast(Sequence[float], fill)) > 1:
         raise ValueError(f"padding_mode {padding_mode!r} takes no per-channel fill, got {fill!r}")
     value = [float(int(min(max(v, 0), 255))) for v in fill_values(fill, c)]
     out = cv2.copyMakeBorder(contiguous(inpt), top, bottom, left, right, BORDERS[padding_mode], value=value)
