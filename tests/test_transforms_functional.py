@@ -109,6 +109,50 @@ def test_copies_and_exact_ops_are_bit_exact(images, name, kwargs):
         np.testing.assert_array_equal(getattr(F, name)(img, **kwargs), reference(name, img, **kwargs), err_msg=name)
 
 
+@pytest.mark.parametrize("name", ["adjust_brightness", "adjust_contrast"])
+def test_brightness_and_contrast_are_bit_exact_over_random_factors(images, name):
+    # Both are a 256-entry table (contrast's offset from the mean of the floored grayscale);
+    # the fast paths (a fused OpenCV pass checked against the table on the 256 levels, the
+    # float32 grayscale in a scratch buffer) must give torchvision's every pixel, as must
+    # an image too big for the scratch buffer. Random factors reach the cv2.LUT fallback too.
+    big = np.ascontiguousarray(np.tile(images["rgb"][0], (3, 3, 1))[:600, :650])  # > 2^20 values
+    rng = np.random.default_rng(25)
+    for img in [*images["rgb"], *images["gray"], big]:
+        for f in rng.uniform(0.0, 2.0, 12):
+            np.testing.assert_array_equal(getattr(F, name)(img, f), reference(name, img, **{name[7:] + "_factor": f}),
+                                          err_msg=f"{name} {f} {img.shape}")
+
+
+def test_grayscale_matches_torchvision_on_every_colour():
+    # All 256^3 colours, 256 images of 256×256 (each through the per-thread scratch buffer)
+    # and one of 4096×4096 (too big for it): torch's float32 sum, floored, differs from
+    # OpenCV's float32 transform for 20 colours (summation order), by one level. A rounded
+    # or integer grayscale with other weights (cvtColor's 0.299) differs for millions.
+    levels = np.arange(256, dtype=np.uint8)
+    r, g, b = np.meshgrid(levels, levels, levels, indexing="ij")
+    every = np.stack([r, g, b], -1).reshape(256, 256, 256, 3)
+    theirs = TF.rgb_to_grayscale(torch.from_numpy(every.reshape(4096, 4096, 3)).permute(2, 0, 1))[0].numpy()
+    ours = np.concatenate([F.rgb_to_grayscale(plane) for plane in every]).reshape(4096, 4096)
+    diff = ours.astype(np.int16) - theirs
+    assert np.abs(diff).max() <= 1 and np.count_nonzero(diff) <= 20, np.count_nonzero(diff)
+    np.testing.assert_array_equal(F.rgb_to_grayscale(every.reshape(4096, 4096, 3))[:, :, 0], ours)
+
+
+def test_grayscale_blends_are_thread_safe(images):
+    # The float32 grayscale goes through a per-thread scratch buffer; OpenCV releases the
+    # GIL, so threads sharing one would read each other's images.
+    import concurrent.futures
+    work = [(img, op, f) for img in images["rgb"] for op in (F.adjust_contrast, F.adjust_saturation,
+                                                            F.rgb_to_grayscale) for f in (0.3, 1.6)]
+    want = [op(img, f) if op is not F.rgb_to_grayscale else op(img) for img, op, f in work]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            got = list(pool.map(lambda w: w[1](w[0], w[2]) if w[1] is not F.rgb_to_grayscale else w[1](w[0]),
+                                work * 8))
+            for i, out in enumerate(got):
+                np.testing.assert_array_equal(out, want[i % len(work)])
+
+
 def test_per_channel_fill(images):
     img = images["rgb"][0]
     assert_same_pixels("rotate", img, angle=40.0, fill=[255, 0, 30])
