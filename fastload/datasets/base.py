@@ -186,3 +186,14 @@ def accepts_out(load: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "out" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def plannable(dataset: Any) -> bool:
+    """Whether loading ``dataset`` may go through plan and finish: a fastload dataset whose
+    ``load`` and ``decode_sample`` are fastload's own (a subclass overriding either keeps
+    the per-sample path, so its override runs)."""
+    if not isinstance(dataset, ImageDataset):
+        return False
+    cls = type(dataset)
+    return (cls.decode_sample is ImageDataset.decode_sample
+            and getattr(cls.load, "__module__", "").startswith("fastload."))

@@ -64,16 +64,3 @@ class Plannable(Protocol):
                out: np.ndarray | None = None) -> np.ndarray: ...
 
     def describe(self, index: int) -> str: ...
-
-
-def plannable(dataset: Any) -> bool:
-    """Whether loading ``dataset`` may go through plan and finish: a fastload dataset whose
-    ``load`` and ``decode_sample`` are fastload's own (a subclass overriding either keeps
-    the per-sample path, so its override runs)."""
-    from .base import ImageDataset
-
-    if not isinstance(dataset, ImageDataset):
-        return False
-    cls = type(dataset)
-    return (cls.decode_sample is ImageDataset.decode_sample
-            and getattr(cls.load, "__module__", "").startswith("fastload."))

@@ -15,8 +15,7 @@ from torch.utils.data import get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image, write_row
-from ..datasets.base import accepts_out, sample_name, sample_rng
-from ..datasets.sampleplan import plannable
+from ..datasets.base import accepts_out, plannable, sample_name, sample_rng
 from .sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
 from ..views import SampleShape, batch_shape, map_images, numpy_rows, row, shape_of

@@ -63,7 +63,7 @@ class GpuPipeline:
             TypeError: ``dataset`` is not a fastload dataset that plans its samples.
             ValueError: Its transforms are not ones the stage can run (the message says which).
         """
-        from ...datasets.sampleplan import plannable
+        from ...datasets.base import plannable
 
         if not plannable(dataset):
             raise TypeError(f"decode='gpu' needs a fastload dataset (ImageFolder, ImageList, LMDBDataset, "
