@@ -82,7 +82,8 @@ def as_host_batch(item: Any) -> tuple[HostBatch, tuple]:
     if isinstance(item, HostBatch):
         return item, ()
     if not isinstance(item, (tuple, list)) or len(item) < 2:
-        raise TypeError(f"CudaPrefetcher takes HostBatch or (uint8 images, labels, ...) items, got {type(item).__name__}")
+        raise TypeError("CudaPrefetcher takes HostBatch or (uint8 images, labels, ...) items, "
+                        f"got {type(item).__name__}")
     images, labels = item[0], item[1]
     n = batch_len(images)
     return HostBatch(images, torch.as_tensor(labels), torch.full((n,), -1, dtype=torch.int64), -1), tuple(item[2:])

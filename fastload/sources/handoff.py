@@ -169,7 +169,8 @@ class SlotLease:
         """
         table = _TABLES.get(self.table_id)
         if table is None:
-            raise RuntimeError(f"a batch arrived in a slot of table {self.table_id}, which this process no longer holds")
+            raise RuntimeError(f"a batch arrived in a slot of table {self.table_id}, "
+                               "which this process no longer holds")
         return table.images(self.worker, self.slot, self.shape)
 
     def release(self, event: Any = None) -> None:

@@ -20,7 +20,11 @@ from .functional._utils import Fill, check_fill
 
 
 def _size(size: int | Sequence[int]) -> tuple[int, int]:
-    pair = (size, size) if isinstance(size, (int, np.integer)) else tuple(size) if isinstance(size, (list, tuple)) else ()
+    pair: tuple = ()
+    if isinstance(size, (int, np.integer)):
+        pair = (size, size)
+    elif isinstance(size, (list, tuple)):
+        pair = tuple(size)
     if len(pair) == 1:
         pair = (pair[0], pair[0])
     if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0 for v in pair):

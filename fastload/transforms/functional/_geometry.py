@@ -74,7 +74,8 @@ def pad(inpt: np.ndarray, padding: int | Sequence[int], fill: Fill = None,
     if padding_mode not in BORDERS:
         raise ValueError(f"padding_mode must be one of {sorted(BORDERS)}, got {padding_mode!r}")
     left, top, right, bottom = parse_padding(padding)
-    if padding_mode != "constant" and fill is not None and not isinstance(fill, numbers.Number) and len(cast(Sequence[float], fill)) > 1:
+    per_channel = fill is not None and not isinstance(fill, numbers.Number) and len(cast(Sequence[float], fill)) > 1
+    if padding_mode != "constant" and per_channel:
         raise ValueError(f"padding_mode {padding_mode!r} takes no per-channel fill, got {fill!r}")
     value = [float(int(min(max(v, 0), 255))) for v in fill_values(fill, c)]
     out = cv2.copyMakeBorder(contiguous(inpt), top, bottom, left, right, BORDERS[padding_mode], value=value)
