@@ -1,6 +1,7 @@
 """What a torchvision/timm user writes first, and what fastload answers: the misuses found
 by a newcomer's trial, each an error that says what to write instead (or now just works)."""
 
+import os
 import warnings
 
 import numpy as np
@@ -121,3 +122,15 @@ def test_torchvision_names_missing_from_fl_transforms_say_where_they_went():
     with pytest.raises(AttributeError, match=r"'MixUp' \(torchvision's MixUp: fl\.augment\.MixUp"):
         T.MixUp  # noqa: B018
     assert not hasattr(T, "NoSuchTransform")
+
+
+def test_image_folder_has_torchvisions_targets_and_samples(tmp_path):
+    from collections import Counter
+
+    from fastload.photos.jpegs import make_photo_dataset
+
+    root = make_photo_dataset(str(tmp_path / "photos"), 12, num_classes=3, seed=0)
+    ds = fl.ImageFolder(root)
+    assert ds.targets == ds.labels.tolist() and sorted(Counter(ds.targets)) == [0, 1, 2]
+    assert ds.samples[0] == (ds.path(0), ds.targets[0]) and len(ds.samples) == len(ds)
+    assert all(os.path.basename(os.path.dirname(p)) == ds.classes[y] for p, y in ds.samples)

@@ -45,6 +45,17 @@ class _FileDataset(ImageDataset):
     def path(self, index: int) -> str:
         return os.path.join(self.root, self.paths[index])
 
+    @property
+    def targets(self) -> list[int]:
+        """The label of every sample, a list (torchvision's ``ImageFolder.targets``); the
+        shared array itself is ``labels``."""
+        return self.labels.tolist()
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """(path, label) of every sample (torchvision's ``ImageFolder.samples``)."""
+        return [(self.path(i), int(label)) for i, label in enumerate(self.labels)]
+
     def describe(self, index: int) -> str:
         return self.path(index)
 
