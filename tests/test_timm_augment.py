@@ -95,7 +95,8 @@ def test_parser_defaults_and_values():
     assert parse_auto_augment("rand-mstd200").magnitude_std == math.inf  # timm: > 100 means uniform
     assert parse_auto_augment("augmix-m5-w4-d2") == AugMixConfig(5, 4, 2, 1.0, False, math.inf)
     assert parse_auto_augment("original-mstd0.5") == AutoConfig("original", 0.5)
-    assert parse_auto_augment("rand-foo-m3").magnitude == 3  # no digit: ignored, as timm does
+    with pytest.raises(ValueError, match="'foo'"):  # timm ignores a section without a number: a typo here
+        parse_auto_augment("rand-foo-m3")
 
 
 @pytest.mark.parametrize("bad,match", [("rand-x9", "unknown RandAugment section 'x9'"),

@@ -134,3 +134,11 @@ def test_image_folder_has_torchvisions_targets_and_samples(tmp_path):
     assert ds.targets == ds.labels.tolist() and sorted(Counter(ds.targets)) == [0, 1, 2]
     assert ds.samples[0] == (ds.path(0), ds.targets[0]) and len(ds.samples) == len(ds)
     assert all(os.path.basename(os.path.dirname(p)) == ds.classes[y] for p, y in ds.samples)
+
+
+def test_a_timm_string_with_a_section_without_a_number_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="'foo'"):
+        fl.transforms.train(64, auto_augment="rand-m9-foo")
+    with pytest.raises(ValueError, match="'bar'"):
+        fl.transforms.parse_auto_augment("augmix-m5-bar")
+    assert fl.transforms.parse_auto_augment("rand-m9-tweights-mstd0.5").magnitude == 9

@@ -82,13 +82,18 @@ AugmentConfig = RandConfig | AugMixConfig | AutoConfig
 
 
 def _sections(config_str: str) -> tuple[str, list[tuple[str, str, str]]]:
-    """The head and, for each later section, (section, key, value); sections without a digit dropped."""
+    """The head and, for each later section, (section, key, value). timm drops a section
+    without a number silently; here it is an error naming it (RandAugment's op-set
+    sections, ``t…``, are read by their parser)."""
     head, *rest = config_str.split("-")
     out = []
     for section in rest:
         parts = re.split(r"(\d.*)", section)
         if len(parts) >= 2:
             out.append((section, parts[0], parts[1]))
+        elif not (head == "rand" and section.startswith("t")):
+            raise ValueError(f"auto-augment section {section!r} of {config_str!r} has no number: expected e.g. "
+                             "'m9', 'n2', 'mstd0.5' (timm's grammar)")
     return head, out
 
 
