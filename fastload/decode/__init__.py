@@ -25,8 +25,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._base import (MODULE_LIMIT, NO_LIMIT, Buffer, DecodeError, Decoder, MaxPixels, check_pixels, reduced_scale,
-                    resolve_max_pixels)
+from ._base import (
+    MODULE_LIMIT,
+    NO_LIMIT,
+    Buffer,
+    DecodeError,
+    Decoder,
+    MaxPixels,
+    check_pixels,
+    reduced_scale,
+    resolve_max_pixels,
+)
 from .fallback import OpenCVDecoder, PillowDecoder
 from .header import ImageHeader, image_size, is_jpeg, read_header
 from .simple import SimpleJPEGDecoder

@@ -41,8 +41,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import roi
-from .costs import (DEFAULT_COSTS, SCALE_KEYS, calibration_disabled, decode_features, load_or_calibrate, region_box,
-                    resize_features)
+from .costs import (
+    DEFAULT_COSTS,
+    SCALE_KEYS,
+    calibration_disabled,
+    decode_features,
+    load_or_calibrate,
+    region_box,
+    resize_features,
+)
 from .header import ImageHeader, check_jpeg_complete
 from .libjpeg import scaled_size, scratch
 
