@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ import numpy as np
 from ..decode import MODULE_LIMIT, MaxPixels
 from ..storage import StringArray
 from .base import ImageDataset
+from .lmdb_foreign import DEFAULT_EXCLUDED, as_key_set, listed_keys, pickled_sample, scan
 from .lmdb_size import DataFile, check_data_file, check_still_whole
 from .partial import check_complete
 
@@ -108,31 +108,16 @@ def unpack_meta(value: bytes, path: str) -> tuple[StringArray, np.ndarray, list[
     return keys, labels, classes
 
 
-def pickled_sample(value: Any) -> tuple[bytes, int]:
-    """Parses pickled (image bytes, label) pairs or {"image"/"img": ..., "label": ...} dicts.
-
-    Only used with ``allow_pickle=True``: unpickling runs code from the file.
-    """
-    obj = pickle.loads(bytes(value))
-    if isinstance(obj, dict):
-        image = next((obj[k] for k in ("image", "img", "jpeg", "data") if k in obj), None)
-        label = next((obj[k] for k in ("label", "target", "class") if k in obj), None)
-    elif isinstance(obj, (tuple, list)) and len(obj) == 2:
-        image, label = obj
-    else:
-        raise ValueError(f"unpickled a {type(obj).__name__}; pass parse= to read this layout")
-    if image is None or label is None:
-        raise ValueError(f"pickled dict has keys {sorted(obj)}; pass parse= to read this layout")
-    return bytes(image), int(label)
-
-
 class LMDBDataset(ImageDataset):
     """Images stored in an LMDB.
 
     fastload's layout (written by ``tools/folder2lmdb.py``) holds each image's encoded
     bytes as they were on disk, and keys, labels and class names in a metadata record.
     Other tools' LMDBs are read by enumerating their keys once and turning each value
-    into (image bytes, label) with ``parse``.
+    into (image bytes, label) with ``parse``. The common "folder2lmdb" layout (pickled
+    ``(bytes, label)`` under ``b'0'``, ``b'1'``, ... plus ``b'__keys__'`` and
+    ``b'__len__'``) reads with ``allow_pickle=True``: its ``__keys__`` record says which
+    keys are samples.
 
     Args:
         path: The LMDB directory (or file, for ``subdir=False`` databases).
@@ -142,7 +127,12 @@ class LMDBDataset(ImageDataset):
             The value is a memoryview valid only during the call. It travels to the
             workers, so under spawn it must be picklable (a module-level function).
         allow_pickle: Unpickle values of foreign LMDBs (pickled (bytes, label) tuples or
-            dicts). Off by default: unpickling runs arbitrary code from the file.
+            dicts, and a folder2lmdb ``__keys__`` list). Off by default: unpickling runs
+            arbitrary code from the file.
+        exclude_keys: Keys of a foreign LMDB that are not samples (bytes, or str as
+            UTF-8). By default (None) folder2lmdb's ``b'__keys__'`` and ``b'__len__'``,
+            and with ``allow_pickle`` the ``__keys__`` list says which keys are samples.
+            Given, every key but these is a sample (``()``: every key), in key order.
         buffers: Zero-copy reads; the image is decoded before the transaction ends.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
@@ -157,11 +147,13 @@ class LMDBDataset(ImageDataset):
 
     def __init__(self, path: str | os.PathLike, transform: Any = None, *, decoder: str | None = None,
                  parse: Callable[[Any], tuple[Any, int]] | None = None, allow_pickle: bool = False,
+                 exclude_keys: Iterable[bytes | str] | None = None,
                  buffers: bool = True, max_pixels: MaxPixels = MODULE_LIMIT, **env_options: Any) -> None:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"LMDB {path!r} does not exist")
         check_complete(path)
+        excluded = as_key_set(DEFAULT_EXCLUDED if exclude_keys is None else exclude_keys)
         self.path = path
         self.env_options = {"readonly": True, "lock": False, "readahead": False, "meminit": False, **env_options}
         self.buffers = buffers
@@ -180,29 +172,13 @@ class LMDBDataset(ImageDataset):
                         "parse=lambda value: (image_bytes, label), or allow_pickle=True if its values "
                         "are pickled and you trust the file")
                 self._parse = parse or pickled_sample
-                keys, labels = self._scan(txn)
+                listed = listed_keys(txn, path, allow_pickle and exclude_keys is None)
+                keys, labels = scan(txn, path, self._parse, listed, excluded)
         close_env(path)  # workers open their own; nothing open travels through fork or pickle
         if len(keys) == 0:
             raise ValueError(f"LMDB {path!r} holds no samples")
         super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         self.keys = keys
-
-    def _scan(self, txn) -> tuple[StringArray, np.ndarray]:
-        from tqdm import tqdm
-
-        keys: list[bytes] = []
-        labels: list[int] = []
-        total = txn.stat()["entries"]
-        with txn.cursor() as cur:
-            for key, value in tqdm(cur, total=total, desc=f"indexing {self.path}", unit="rec",
-                                   disable=total < 100_000):
-                try:
-                    _, label = self._parse(value)
-                except Exception as e:
-                    raise ValueError(f"{self.path}: parse failed on key {key!r}: {e}") from e
-                keys.append(bytes(key))
-                labels.append(int(label))
-        return StringArray(keys), np.asarray(labels, dtype=np.int64)
 
     def describe(self, index: int) -> str:
         return f"{self.path} key {self.keys.get_bytes(index)!r}"
