@@ -4,10 +4,9 @@ import pickle
 
 import numpy as np
 import pytest
+from conftest import jpeg_bytes, make_image
 
 import fastload as fl
-
-from conftest import jpeg_bytes, make_image
 
 pytestmark = pytest.mark.needs("lmdb")
 N = 12  # past 10, so key order (b'0', b'1', b'10', b'11', b'2', ...) differs from the listed order
