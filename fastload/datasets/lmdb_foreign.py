@@ -60,14 +60,14 @@ def as_key_set(keys: Iterable[bytes | str] | None, name: str = "exclude_keys") -
     return frozenset(out)
 
 
-def listed_keys(txn: Any, path: str, allow_pickle: bool) -> list[bytes] | None:
+def listed_keys(get: Callable[[bytes], Any], path: str, allow_pickle: bool) -> list[bytes] | None:
     """The sample keys a folder2lmdb ``__keys__`` record lists (None without one, or
     without ``allow_pickle``: that record is pickled too, so it is then only skipped).
 
     Raises:
         ValueError: The record is not a list of keys, or ``__len__`` disagrees with it.
     """
-    raw = txn.get(KEYS_RECORD)
+    raw = get(KEYS_RECORD)
     if raw is None or not allow_pickle:
         return None
     keys = pickle.loads(bytes(raw))
@@ -75,7 +75,7 @@ def listed_keys(txn: Any, path: str, allow_pickle: bool) -> list[bytes] | None:
         raise ValueError(f"{path}: {KEYS_RECORD!r} is not a list of keys ({type(keys).__name__}); pass "
                          f"exclude_keys=[{KEYS_RECORD!r}, ...] to read every other key as a sample")
     keys = [k.encode() if isinstance(k, str) else k for k in keys]
-    raw_len = txn.get(LEN_RECORD)
+    raw_len = get(LEN_RECORD)
     if raw_len is not None:
         count = pickle.loads(bytes(raw_len))
         if isinstance(count, int) and count != len(keys):
@@ -83,9 +83,11 @@ def listed_keys(txn: Any, path: str, allow_pickle: bool) -> list[bytes] | None:
     return keys
 
 
-def scan(txn: Any, path: str, parse: Callable[[Any], tuple[Any, int]], keys: list[bytes] | None,
+def scan(get: Callable[[bytes], Any], items: Callable[[], Iterable[tuple[Any, Any]]], total: int, path: str,
+         parse: Callable[[Any], tuple[Any, int]], keys: list[bytes] | None,
          excluded: frozenset[bytes]) -> tuple[StringArray, np.ndarray]:
-    """(keys, labels) of the samples: those listed in ``keys`` (in that order, less the
+    """(keys, labels) of the samples (values read by ``get(key)``, or all by ``items()``,
+    ``total`` of them when known, else 0): those listed in ``keys`` (in that order, less the
     ``excluded``), else every key but the ``excluded`` ones (in key order), each value run
     through ``parse``.
 
@@ -110,15 +112,14 @@ def scan(txn: Any, path: str, parse: Callable[[Any], tuple[Any, int]], keys: lis
         for key in tqdm(keys, desc=f"indexing {path}", unit="rec", disable=len(keys) < 100_000):
             if key in excluded:
                 continue
-            value = txn.get(key)
+            value = get(key)
             if value is None:
                 raise ValueError(f"{path}: key {key!r} listed in {KEYS_RECORD!r} is missing")
             add(key, value)
     else:
-        total = txn.stat()["entries"]
-        with txn.cursor() as cur:
-            for key, value in tqdm(cur, total=total, desc=f"indexing {path}", unit="rec", disable=total < 100_000):
-                key = bytes(key)
-                if key not in excluded:
-                    add(key, value)
+        for key, value in tqdm(items(), total=total or None, desc=f"indexing {path}", unit="rec",
+                               disable=total < 100_000):
+            key = bytes(key)
+            if key not in excluded:
+                add(key, value)
     return StringArray(out), np.asarray(labels, dtype=np.int64)
