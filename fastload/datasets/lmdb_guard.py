@@ -13,6 +13,7 @@ dies instead, and the read raises :class:`LMDBReadError`.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -54,6 +55,8 @@ class Guard:
 
     def _start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None or self.pid != os.getpid():
+            if self.proc is not None and self.pid == os.getpid():
+                self._drop(self.proc)  # ended between reads (killed from outside): start another
             self.pid = os.getpid()
             self.proc = subprocess.Popen([sys.executable, "-I", _SERVER, self.path, json.dumps(self.options)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
@@ -81,7 +84,7 @@ class Guard:
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
-        self.proc = None  # the next read starts a new one
+        self._drop(proc)  # the next read starts a new one
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
         what = f"reading key {key!r}" if key is not None else "scanning its keys"
         cause = "its data file is damaged (a B-tree page that does not hold together)"
@@ -143,7 +146,14 @@ class Guard:
                 if not finished:
                     proc.kill()
                     proc.wait()
-                    self.proc = None
+                    self._drop(proc)
+
+    def _drop(self, proc: subprocess.Popen) -> None:
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+        if self.proc is proc:
+            self.proc = None
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -181,4 +191,14 @@ def close_guard(path: str) -> None:
     with _guards_lock:
         guard = _guards.pop((os.path.realpath(path), os.getpid()), None)
     if guard is not None:
+        guard.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Ends this process's guards at exit (each would end on EOF anyway; this waits for them)."""
+    with _guards_lock:
+        mine = [g for (_, pid), g in _guards.items() if pid == os.getpid()]
+        _guards.clear()
+    for guard in mine:
         guard.close()
