@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 
 from .run import convert
+from .staging import NO_SPACE_EXIT, NoSpaceError
 from .verify import VerifyError
+
+EXIT_CODES = (f"exit status: 0 converted; 1 written, but --verify found bad records; 2 bad input or arguments; "
+              f"{NO_SPACE_EXIT} no space left on DST's filesystem (the partial output is removed and the "
+              "message says about how much more is needed)")
 
 
 def byte_size(text: str) -> int:
@@ -23,8 +28,9 @@ def byte_size(text: str) -> int:
 
 
 def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
-    """Parses ``argv`` and converts; exits 2 on bad input, 1 when ``--verify`` finds bad records."""
-    p = argparse.ArgumentParser(description=description)
+    """Parses ``argv`` and converts; exits 2 on bad input, 1 when ``--verify`` finds bad records,
+    3 (``NO_SPACE_EXIT``) when DST's filesystem fills up."""
+    p = argparse.ArgumentParser(description=description, epilog=EXIT_CODES)
     p.add_argument("src", help="image folder, list file, LMDB or TFRecord file(s)/glob")
     p.add_argument("dst", help="output LMDB directory" if fmt == "lmdb" else "output folder for the shards")
     if fmt == "tfrecord":
@@ -52,6 +58,8 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
         stats = convert(args.src, args.dst, fmt, shards=getattr(args, "shards", 1), workers=args.workers,
                         resize_shorter=args.resize_shorter, quality=args.quality, verify_output=args.verify,
                         overwrite=args.overwrite, **kwargs)
+    except NoSpaceError as e:
+        p.exit(NO_SPACE_EXIT, f"{p.prog}: error: {e}\n")
     except VerifyError as e:
         p.exit(1, f"{p.prog}: wrote {args.dst}, but {len(e.failures)} of {e.total} records failed "
                   f"verification:\n  " + "\n  ".join(e.failures) + "\n")

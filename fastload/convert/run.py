@@ -91,6 +91,8 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
 
     Raises:
         VerifyError: ``verify_output`` found records that do not read back (all listed).
+        NoSpaceError: ``dst``'s filesystem filled up; the partial output is removed and the
+            error says about how many more MB the whole output needs.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")

@@ -7,6 +7,7 @@ destination removes those of processes that are gone, and refuses while one stil
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -15,6 +16,62 @@ import time
 import warnings
 
 from ..datasets.partial import MARKER, is_alive, leftovers, marker_info, partial_path
+
+NO_SPACE_EXIT = 3  # the converters' exit status when DST's filesystem fills up (1: --verify, 2: bad input)
+_NEARLY_FULL = 1 << 20  # an EIO from a write with less than this free is a full disk
+
+
+class NoSpaceError(OSError):
+    """DST's filesystem filled up during a conversion; the partial output is already removed.
+
+    Attributes:
+        dst: The destination asked for.
+        needed: About how many more bytes its filesystem needs for the whole output.
+    """
+
+    def __init__(self, dst: str, needed: int) -> None:
+        self.dst, self.needed = dst, needed
+        super().__init__(errno.ENOSPC, f"no space left on {dst} (needs about {max(1, round(needed / 1e6))} MB "
+                                       "more; the partial output was removed)")
+
+    def __str__(self) -> str:
+        return self.strerror or ""
+
+
+def _free(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def no_space(error: BaseException, tmp: str, dst: str, fed_bytes: int, fed: int, total: int) -> NoSpaceError | None:
+    """The NoSpaceError ``error`` stands for, after removing ``tmp``; None when it is no full disk.
+
+    ENOSPC and EDQUOT say so directly. LMDB reports a failed page write as a bare
+    ``Input/output error`` (its own EIO), so an EIO or ``lmdb.Error`` counts as a full
+    disk when ``tmp``'s filesystem has less than 1 MiB free. What is missing is estimated
+    from the ``fed_bytes`` of the ``fed`` records handed to the writer so far, scaled to
+    all ``total``, less what is free once ``tmp`` is gone. Call with every file in ``tmp``
+    closed, or its space is not given back.
+    """
+    code = getattr(error, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        full = True
+    elif code == errno.EIO or type(error).__module__.split(".")[0] == "lmdb":
+        try:
+            full = _free(tmp) < _NEARLY_FULL
+        except OSError:
+            return None
+    else:
+        return None
+    if not full:
+        return None
+    discard(tmp)
+    try:
+        free = _free(os.path.dirname(os.path.abspath(tmp)))
+    except OSError:
+        free = 0
+    estimate = fed_bytes * total / max(fed, 1)
+    return NoSpaceError(dst, max(int(estimate - free), _NEARLY_FULL))
 
 
 def clean_leftovers(dst: str) -> None:
@@ -48,10 +105,17 @@ def stage(dst: str, overwrite: bool) -> str:
         raise FileExistsError(f"{dst} exists; pass --overwrite to replace it")
     clean_leftovers(dst)
     tmp = partial_path(dst, os.getpid())
-    os.makedirs(tmp)
-    with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as f:
-        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "dst": os.path.abspath(dst),
-                   "started": time.time()}, f)
+    try:
+        os.makedirs(tmp)
+        with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "host": socket.gethostname(), "dst": os.path.abspath(dst),
+                       "started": time.time()}, f)
+    except OSError as e:
+        full = no_space(e, tmp, dst, 0, 0, 0)
+        discard(tmp)
+        if full is not None:
+            raise full from e
+        raise
     return tmp
 
 
@@ -65,3 +129,13 @@ def publish(tmp: str, dst: str) -> None:
 
 def discard(tmp: str) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def close_quietly(*files: object) -> None:
+    """Closes each of ``files`` (None skipped), ignoring the error a full disk gives the flush on close."""
+    for f in files:
+        if f is not None:
+            try:
+                f.close()  # type: ignore[attr-defined]
+            except OSError:
+                pass

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..datasets.webdataset.sidecar import write_sidecar
 from ..datasets.webdataset.tar import BLOCK
-from .staging import discard, publish, stage
+from .staging import close_quietly, discard, no_space, publish, stage
 
 Records = Iterator[tuple[int, bytes, int]]  # (index, encoded bytes, label) in index order
 SIGNATURES = ((b"\xff\xd8", "jpg"), (b"\x89PNG", "png"), (b"BM", "bmp"), (b"II*\0", "tif"), (b"MM\0*", "tif"),
@@ -63,10 +63,11 @@ def write_wds(records: Records, dst: str, n: int, classes: Sequence[str] | None,
     width = max(6, len(str(n)))
     counts: dict[str, int] = {}
     out: tarfile.TarFile | None = None
-    size = count = written = 0
+    size = count = written = fed_bytes = 0
     published = False
     try:
         for i, data, label in records:
+            fed_bytes += len(data)
             need = _member_bytes(len(data)) + _member_bytes(len(str(label)))
             if out is None or (shard_samples and count >= shard_samples) or (
                     shard_bytes and count and size + need > shard_bytes):
@@ -89,9 +90,15 @@ def write_wds(records: Records, dst: str, n: int, classes: Sequence[str] | None,
         write_sidecar(tmp, prefix, classes, counts)
         publish(tmp, dst)
         published = True
+    except OSError as e:
+        close_quietly(out)  # tarfile writes its end blocks on close: on a full disk that fails too
+        out = None
+        full = no_space(e, tmp, dst, fed_bytes, written + 1, n)
+        if full is not None:
+            raise full from e
+        raise
     finally:
-        if out is not None:
-            out.close()
+        close_quietly(out)
         if not published:
             discard(tmp)
     return crcs

@@ -13,7 +13,7 @@ from ..datasets.lmdb_dataset import META_KEY, pack_meta
 from ..datasets.tfrecord import INDEX_SUFFIX, frame, make_example, write_meta
 from ..decode import DecodeError, image_size, is_jpeg
 from ..datasets.storage import StringArray
-from .staging import discard, publish, stage
+from .staging import close_quietly, discard, no_space, publish, stage
 
 COMMIT_EVERY = 2000
 
@@ -26,7 +26,7 @@ def write_lmdb(records: Records, dst: str, n: int, classes: Sequence[str] | None
     import lmdb
 
     tmp = stage(dst, overwrite)
-    env = lmdb.open(tmp, map_size=map_size, subdir=True, meminit=False, map_async=True)
+    env = None
     crcs = np.zeros(n, np.uint32)
     labels = np.zeros(n, np.int64)
     keys = [b"%09d" % i for i in range(n)]
@@ -34,6 +34,7 @@ def write_lmdb(records: Records, dst: str, n: int, classes: Sequence[str] | None
 
     def commit() -> None:
         nonlocal map_size
+        assert env is not None
         while True:
             try:
                 with env.begin(write=True) as txn:
@@ -46,12 +47,13 @@ def write_lmdb(records: Records, dst: str, n: int, classes: Sequence[str] | None
         pending.clear()
 
     published = False
+    count = fed_bytes = 0
     try:
-        count = 0
+        env = lmdb.open(tmp, map_size=map_size, subdir=True, meminit=False, map_async=True)
         for i, data, label in records:
             crcs[i], labels[i] = zlib.crc32(data), label
             pending.append((keys[i], data))
-            count += 1
+            count, fed_bytes = count + 1, fed_bytes + len(data)
             if len(pending) >= COMMIT_EVERY:
                 commit()
         if count != n:
@@ -62,8 +64,16 @@ def write_lmdb(records: Records, dst: str, n: int, classes: Sequence[str] | None
         env.close()
         publish(tmp, dst)
         published = True
+    except (OSError, lmdb.Error) as e:
+        if env is not None:
+            env.close()  # its file stays allocated while open
+        full = no_space(e, tmp, dst, fed_bytes, count, n)
+        if full is not None:
+            raise full from e
+        raise
     finally:
-        env.close()
+        if env is not None:
+            env.close()
         if not published:
             discard(tmp)
     return crcs
@@ -86,8 +96,10 @@ def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Seq
     unsized: list[str] = []
     shard, out, index = -1, None, None
     published = False
+    fed = fed_bytes = 0
     try:
         for i, data, label in records:
+            fed, fed_bytes = fed + 1, fed_bytes + len(data)
             while i >= bounds[shard + 1]:
                 if out is not None and index is not None:
                     out.close()
@@ -120,10 +132,16 @@ def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Seq
         if unsized:
             warnings.warn(f"fastload: {len(unsized)} image(s) have no readable size (image/height and "
                           f"image/width written as 0), first {unsized[0]}", RuntimeWarning, stacklevel=3)
+    except OSError as e:
+        close_quietly(out, index)  # a buffered write fails again on close; the space returns only then
+        out = index = None
+        full = no_space(e, tmp, dst, fed_bytes, fed, n)
+        if full is not None:
+            raise full from e
+        raise
     finally:
-        if out is not None and index is not None:
-            out.close()
-            index.close()
+        close_quietly(out, index)
         if not published:
             discard(tmp)
     return crcs
+

@@ -4,6 +4,7 @@ dataset through WrappedDataset."""
 from .base import ImageDataset, sample_rng
 from .folder import IMG_EXTENSIONS, ImageFolder, ImageList
 from .lmdb_dataset import LMDBDataset
+from .lmdb_guard import LMDBReadError
 from .open import open_dataset
 from .tfrecord import StreamRecord, TFRecordDataset, TFRecordError, TFRecordStream
 from .webdataset import DownloadError, ShardError, ShardRecord, WebDataset
@@ -16,6 +17,7 @@ __all__ = [
     "ImageFolder",
     "ImageList",
     "LMDBDataset",
+    "LMDBReadError",
     "ShardError",
     "ShardRecord",
     "StreamRecord",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,8 @@ import numpy as np
 from ..decode import MODULE_LIMIT, MaxPixels
 from .storage import StringArray
 from .base import ImageDataset
+from .lmdb_foreign import DEFAULT_EXCLUDED, as_key_set, listed_keys, pickled_sample, scan
+from .lmdb_guard import guard_for
 from .lmdb_size import DataFile, check_data_file, check_still_whole
 from .partial import check_complete
 
@@ -108,31 +109,16 @@ def unpack_meta(value: bytes, path: str) -> tuple[StringArray, np.ndarray, list[
     return keys, labels, classes
 
 
-def pickled_sample(value: Any) -> tuple[bytes, int]:
-    """Parses pickled (image bytes, label) pairs or {"image"/"img": ..., "label": ...} dicts.
-
-    Only used with ``allow_pickle=True``: unpickling runs code from the file.
-    """
-    obj = pickle.loads(bytes(value))
-    if isinstance(obj, dict):
-        image = next((obj[k] for k in ("image", "img", "jpeg", "data") if k in obj), None)
-        label = next((obj[k] for k in ("label", "target", "class") if k in obj), None)
-    elif isinstance(obj, (tuple, list)) and len(obj) == 2:
-        image, label = obj
-    else:
-        raise ValueError(f"unpickled a {type(obj).__name__}; pass parse= to read this layout")
-    if image is None or label is None:
-        raise ValueError(f"pickled dict has keys {sorted(obj)}; pass parse= to read this layout")
-    return bytes(image), int(label)
-
-
 class LMDBDataset(ImageDataset):
     """Images stored in an LMDB.
 
     fastload's layout (written by ``tools/folder2lmdb.py``) holds each image's encoded
     bytes as they were on disk, and keys, labels and class names in a metadata record.
     Other tools' LMDBs are read by enumerating their keys once and turning each value
-    into (image bytes, label) with ``parse``.
+    into (image bytes, label) with ``parse``. The common "folder2lmdb" layout (pickled
+    ``(bytes, label)`` under ``b'0'``, ``b'1'``, ... plus ``b'__keys__'`` and
+    ``b'__len__'``) reads with ``allow_pickle=True``: its ``__keys__`` record says which
+    keys are samples.
 
     Args:
         path: The LMDB directory (or file, for ``subdir=False`` databases).
@@ -142,7 +128,20 @@ class LMDBDataset(ImageDataset):
             The value is a memoryview valid only during the call. It travels to the
             workers, so under spawn it must be picklable (a module-level function).
         allow_pickle: Unpickle values of foreign LMDBs (pickled (bytes, label) tuples or
-            dicts). Off by default: unpickling runs arbitrary code from the file.
+            dicts, and a folder2lmdb ``__keys__`` list). Off by default: unpickling runs
+            arbitrary code from the file.
+        exclude_keys: Keys of a foreign LMDB that are not samples (bytes, or str as
+            UTF-8). By default (None) folder2lmdb's ``b'__keys__'`` and ``b'__len__'``,
+            and with ``allow_pickle`` the ``__keys__`` list says which keys are samples.
+            Given, every key but these is a sample (``()``: every key), in key order.
+        guard: Read through a guard process (:mod:`fastload.datasets.lmdb_guard`), so a
+            data file cut short in use (SIGBUS) or a damaged B-tree page (SIGSEGV) is an
+            :class:`~fastload.datasets.lmdb_guard.LMDBReadError` instead of killing the
+            training process. None (default): everywhere except in the process backend's
+            workers, whose crash is already a named WorkerFailure (so: with the thread
+            backend, without workers, and in this constructor). False: read the map
+            directly everywhere (files you trust; saves a copy and a pipe round trip per
+            read).
         buffers: Zero-copy reads; the image is decoded before the transaction ends.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
@@ -151,58 +150,73 @@ class LMDBDataset(ImageDataset):
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: The LMDB is empty, foreign without ``parse``/``allow_pickle``, or its
-            data file is shorter than its header says (truncated; also raised by a read
-            after the file shrank, where lmdb would die with SIGBUS).
+            data file is empty or shorter than its header says (truncated; also raised
+            by a read after the file shrank). LMDBReadError (a ValueError) when a read
+            killed the guard process.
     """
 
     def __init__(self, path: str | os.PathLike, transform: Any = None, *, decoder: str | None = None,
                  parse: Callable[[Any], tuple[Any, int]] | None = None, allow_pickle: bool = False,
+                 exclude_keys: Iterable[bytes | str] | None = None, guard: bool | None = None,
                  buffers: bool = True, max_pixels: MaxPixels = MODULE_LIMIT, **env_options: Any) -> None:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"LMDB {path!r} does not exist")
         check_complete(path)
+        excluded = as_key_set(DEFAULT_EXCLUDED if exclude_keys is None else exclude_keys)
         self.path = path
         self.env_options = {"readonly": True, "lock": False, "readahead": False, "meminit": False, **env_options}
         self.buffers = buffers
+        if guard not in (None, True, False):
+            raise TypeError(f"guard must be None, True or False, got {guard!r}")
+        self.guard = guard
         self.classes: list[str] | None = None
-        env = open_env(path, **self.env_options)
-        with env.begin() as txn:
-            meta = txn.get(META_KEY)
-            if meta is not None:
-                keys, labels, classes = unpack_meta(meta, path)
-                self.classes = classes
-                self._parse = None
-            else:
-                if parse is None and not allow_pickle:
-                    raise ValueError(
-                        f"{path} was not written by fastload (no {META_KEY.decode()} record); pass "
-                        "parse=lambda value: (image_bytes, label), or allow_pickle=True if its values "
-                        "are pickled and you trust the file")
-                self._parse = parse or pickled_sample
-                keys, labels = self._scan(txn)
-        close_env(path)  # workers open their own; nothing open travels through fork or pickle
+        if self._guarded():
+            reader = guard_for(path, self.env_options)
+            keys, labels = self._index(reader.get, reader.items, 0, parse, allow_pickle, exclude_keys, excluded)
+        else:
+            env = open_env(path, **self.env_options)
+            with env.begin() as txn:
+                keys, labels = self._index(txn.get, txn.cursor, txn.stat()["entries"], parse, allow_pickle,
+                                           exclude_keys, excluded)
+            close_env(path)  # workers open their own; nothing open travels through fork or pickle
         if len(keys) == 0:
             raise ValueError(f"LMDB {path!r} holds no samples")
         super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         self.keys = keys
 
-    def _scan(self, txn) -> tuple[StringArray, np.ndarray]:
-        from tqdm import tqdm
+    def _index(self, get: Callable[[bytes], Any], items: Callable[[], Iterable[Any]], total: int,
+               parse: Callable[[Any], tuple[Any, int]] | None, allow_pickle: bool,
+               exclude_keys: Iterable[bytes | str] | None,
+               excluded: frozenset[bytes]) -> tuple[StringArray, np.ndarray]:
+        meta = get(META_KEY)
+        if meta is not None:
+            keys, labels, self.classes = unpack_meta(meta, self.path)
+            self._parse = None
+            return keys, labels
+        if parse is None and not allow_pickle:
+            raise ValueError(
+                f"{self.path} was not written by fastload (no {META_KEY.decode()} record); pass "
+                "parse=lambda value: (image_bytes, label), or allow_pickle=True if its values "
+                "are pickled and you trust the file")
+        self._parse = parse or pickled_sample
+        listed = listed_keys(get, self.path, allow_pickle and exclude_keys is None)
+        return scan(get, items, total, self.path, self._parse, listed, excluded)
 
-        keys: list[bytes] = []
-        labels: list[int] = []
-        total = txn.stat()["entries"]
-        with txn.cursor() as cur:
-            for key, value in tqdm(cur, total=total, desc=f"indexing {self.path}", unit="rec",
-                                   disable=total < 100_000):
-                try:
-                    _, label = self._parse(value)
-                except Exception as e:
-                    raise ValueError(f"{self.path}: parse failed on key {key!r}: {e}") from e
-                keys.append(bytes(key))
-                labels.append(int(label))
-        return StringArray(keys), np.asarray(labels, dtype=np.int64)
+    def _guarded(self) -> bool:
+        """Whether reads here go through the guard process (see ``guard``)."""
+        if self.guard is not None:
+            return self.guard
+        from torch.utils.data import get_worker_info
+
+        return get_worker_info() is None
+
+    def _guarded_value(self, index: int) -> bytes:
+        key = self.keys.get_bytes(index)
+        value = guard_for(self.path, self.env_options).get(key)
+        if value is None:
+            raise KeyError(f"{self.path}: key {key!r} (sample {index}) is missing")
+        return value
 
     def describe(self, index: int) -> str:
         return f"{self.path} key {self.keys.get_bytes(index)!r}"
@@ -222,12 +236,18 @@ class LMDBDataset(ImageDataset):
 
     def read(self, index: int) -> tuple[bytes, int]:
         self.check_index(index)
+        if self._guarded():
+            data, label = self._split(self._guarded_value(index), index)
+            return bytes(data), label
         with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
             data, label = self._split(self._value(txn, index), index)
             return bytes(data), label
 
     def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         self.check_index(index)
+        if self._guarded():
+            data, label = self._split(self._guarded_value(index), index)
+            return self.decode_sample(index, data, epoch, seed, out), label
         with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
             data, label = self._split(self._value(txn, index), index)
             img = self.decode_sample(index, data, epoch, seed, out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 
 from ._base import Buffer, DecodeError
@@ -12,6 +13,9 @@ _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 # SOF markers carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) do not.
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+# What ends entropy-coded data: 0xFF then a marker byte. Not FF00 (a stuffed FF), RST0-7
+# (restart markers inside a scan) or FFFF (fill bytes before a marker).
+_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # PNG colour type -> channels: grey, RGB, palette, grey + alpha, RGBA.
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 
@@ -111,9 +115,67 @@ def _pillow_header(head: memoryview) -> ImageHeader:
         raise DecodeError(f"unrecognised image header: {e}") from e
 
 
+def jpeg_end(data: Buffer) -> int:
+    """The offset just past the JPEG's end-of-image marker (what follows it, a camera's
+    trailer or appended metadata, is not part of the image).
+
+    Walks the marker segments by their lengths (an EXIF thumbnail's own end-of-image
+    marker lies inside one) and each scan's entropy-coded data to the marker that ends
+    it (0xFF is always stuffed there, so it holds no marker). Stray bytes between
+    segments are skipped, as libjpeg does.
+
+    Raises:
+        DecodeError: The data ends before the end-of-image marker (a cut-short file), or
+            a segment length is corrupt.
+    """
+    view = memoryview(data).cast("B")
+    i, n = 2, len(view)
+    scanned = False  # past the first scan: a marker that does not check out is damage, not structure
+    while i + 2 <= n:
+        if view[i] != 0xFF:  # extraneous bytes before a marker
+            m = _SCAN_END.search(view, i)
+            if m is None:
+                break
+            i = m.start()
+            continue
+        marker = view[i + 1]
+        if marker == 0xD9:
+            return i + 2
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x00, 0x01) or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+            continue
+        length = (view[i + 2] << 8) | view[i + 3] if i + 4 <= n else 0
+        end = i + 2 + length
+        # A real segment is followed by a marker (or, after a scan header, by entropy-coded
+        # data). In the scans, a byte flipped to 0xFF makes a bogus marker whose "length"
+        # rarely checks out: skip it the way libjpeg resynchronises, and let the decoder
+        # report the damage, instead of jumping over the real end.
+        if not scanned:  # the headers: trusted as they are (stray bytes after one are skipped above)
+            if i + 4 > n or end > n:
+                break
+            if length < 2:
+                raise DecodeError(f"corrupt JPEG: segment 0xFF{marker:02X} at byte {i} has length {length}")
+        elif not (length >= 2 and end <= n and (marker == 0xDA or end == n or view[end] == 0xFF)):
+            m = _SCAN_END.search(view, i + 2)
+            if m is None:
+                break
+            i = m.start()
+            continue
+        if marker == 0xDA:  # start of scan: its entropy-coded data runs to the next marker
+            scanned = True
+            m = _SCAN_END.search(view, end)
+            if m is None:
+                break
+            i = m.start()
+            continue
+        i = end
+    raise DecodeError(f"truncated JPEG: no end-of-image marker ({n:,} bytes, cut short at byte {min(i, n):,})")
+
+
 def check_jpeg_complete(data: Buffer) -> None:
-    # FFD9 cannot occur inside entropy-coded data (FF is always stuffed), so a JPEG
-    # without EOI near its end was cut short; decoders would fill the rest with grey.
-    tail = bytes(memoryview(data)[-4096:])
-    if tail.rfind(b"\xff\xd9") < 0:
-        raise DecodeError("truncated JPEG: no end-of-image marker")
+    """Raises DecodeError when the JPEG was cut short before its end-of-image marker
+    (decoders would fill the missing rows with grey); bytes after the marker are fine."""
+    jpeg_end(data)
