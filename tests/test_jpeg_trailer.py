@@ -16,7 +16,7 @@ TRAILERS = (0, 1, 100, 4_095, 4_097, 20_000, 300_000)
 @pytest.fixture(scope="module")
 def photo() -> bytes:
     """A real photograph as a baseline JPEG with an EXIF block, and its end offset."""
-    from fastload.photos import source_photos
+    from fastload.photos.bundled import source_photos
 
     try:
         img = source_photos(gray=False)["chelsea.png"]

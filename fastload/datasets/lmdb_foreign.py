@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..storage import StringArray
+from .storage import StringArray
 
 KEYS_RECORD = b"__keys__"
 LEN_RECORD = b"__len__"
