@@ -2,7 +2,9 @@
 
 Slot ``rank * num_workers + worker`` of ``world_size * num_workers`` reads its own
 records (each record is read once per epoch over all ranks and workers), and every slot
-yields the same number of records, so every rank yields the same number of batches.
+yields the same number of records, so every rank yields the same number of batches. On
+one rank, a stream with ``batch_slots = True`` is asked for whole batches instead
+(``records_for(..., batch_size=...)``): every record once, as DataLoader batches them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image
 from ..views import numpy_rows, row, shape_of
+from ..datasets.stream_slots import batch_count
 from .failures import CLOSED
 from .fetch import Loaded, collated, put
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
@@ -34,9 +37,16 @@ def slot_batches_done(start: int, local: int, workers: int) -> int:
     """Batches of the rank's slot ``local`` among the first ``start`` batches of the rank.
 
     DataLoader takes batches from its workers in turn, so batch j of the rank is batch
-    j // workers of slot j % workers (every slot has as many batches).
+    j // workers of slot j % workers (every slot has as many batches, or on one rank
+    lower-numbered slots at most one more).
     """
     return max(0, (start - local + workers - 1) // workers)
+
+
+def whole_batches(stream: Any, world_size: int) -> bool:
+    """Whether the stream's slots are runs of whole batches, unpadded: on one rank, where no
+    other rank's batch count must be matched, when the stream can (``batch_slots = True``)."""
+    return world_size == 1 and getattr(stream, "batch_slots", False)
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ class _SlotBatches(torch.utils.data.IterableDataset):
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         self.drop_last, self.on_error, self.inflight = drop_last, on_error, inflight
         self.start, self.order = start, order
+        self.layout = {"batch_size": batch_size} if whole_batches(stream, world_size) else {}
 
     def _load(self, record: Any, worker: int) -> Loaded:
         self.inflight.begin(worker, record.number, self.epoch)
@@ -97,7 +108,7 @@ class _SlotBatches(torch.utils.data.IterableDataset):
         last: Loaded | None = None
         owed: list[SkippedSample] = []
         ordered = {} if self.order is None else {"order": self.order}
-        records = self.stream.records_for(slot, slots, drop_last=self.drop_last, **ordered)
+        records = self.stream.records_for(slot, slots, drop_last=self.drop_last, **ordered, **self.layout)
         for record in itertools.islice(records, skip, None):
             try:
                 item = self._load(record, worker)
@@ -172,6 +183,8 @@ class StreamSource:
         return dataset_size(self.stream)
 
     def __len__(self) -> int:
+        if whole_batches(self.stream, self.world_size):
+            return batch_count(self.num_samples, self.batch_size, self.drop_last)
         workers = max(1, self.options.num_workers)
         per_slot = self.stream.slot_length(self.world_size * workers, drop_last=self.drop_last)
         per_worker = per_slot // self.batch_size if self.drop_last else math.ceil(per_slot / self.batch_size)
