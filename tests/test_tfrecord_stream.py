@@ -236,6 +236,12 @@ def test_slot_arguments_are_checked(tmp_path):
         stream.slot_length(2.0)
     with pytest.raises(ValueError, match="3 records cannot fill 4 slots"):
         stream.slot_length(4)
+    with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
+        stream.records_for(0, 2, batch_size=0)
+    with pytest.raises(TypeError, match="batch_size must be an int, got 2.0"):
+        stream.records_for(0, 2, batch_size=2.0)
+    # one rank pads nothing: 3 records, batch 2, 4 workers: batches [0, 1] and [2], two workers idle
+    assert [[r.number for r in stream.records_for(s, 4, batch_size=2)] for s in range(4)] == [[0, 1], [2], [], []]
     assert not hasattr(stream, "shard") and not hasattr(stream, "set_epoch") and not hasattr(stream, "seed")
 
 
