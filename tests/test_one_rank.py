@@ -112,7 +112,9 @@ def test_a_stream_resumed_on_or_from_one_rank_finishes_the_epoch_once(tmp_path, 
     for rank in range(new[0]):
         with fl.Loader(ds, num_workers=new[1], rank=rank, world_size=new[0], **opts) as loader:
             loader.load_state_dict(states)
+            length = len(loader)
             batches = _labels(loader)
+        assert length == len(batches), "len(loader) of a resumed pass is the batches that come"
         counts.add(len(batches))
         rest += sum(batches, [])
     assert len(counts) == 1

@@ -159,7 +159,9 @@ class StreamSource:
     Args:
         stream: Has ``slot_length``, ``records_for`` and ``decode`` (see TFRecordStream);
             with ``shuffles = True`` it can shuffle, with ``elastic = True`` resume on other
-            ranks and workers (both take a :class:`StreamOrder`).
+            ranks and workers (both take a :class:`StreamOrder`; ``resumed_sizes`` then
+            gives ``len`` of such a pass), with ``batch_slots = True`` split whole batches
+            on one rank (``records_for(..., batch_size=...)``).
         batch_size, drop_last, on_error, seed, shuffle: As in LoaderConfig.
         rank, world_size: This rank among all.
         options: Worker count and settings (workers are started each epoch).
@@ -193,8 +195,18 @@ class StreamSource:
     def resume_plan(self, state: dict) -> Plan:
         from .. import resume
 
-        return resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self),
+        plan = resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self),
                                   elastic=getattr(self.stream, "elastic", False))
+        if not plan.history or not hasattr(self.stream, "resumed_sizes"):
+            return plan
+        # What the earlier stages left is re-dealt: this rank's batches are those of its slots.
+        workers = max(1, self.options.num_workers)
+        order = StreamOrder(plan.epoch, self.seed, self.shuffle, self.batch_size, tuple(plan.history))
+        layout = {"batch_size": self.batch_size} if whole_batches(self.stream, self.world_size) else {}
+        sizes = self.stream.resumed_sizes(self.world_size * workers, drop_last=self.drop_last, order=order, **layout)
+        mine = sizes[self.rank * workers:(self.rank + 1) * workers]
+        return dataclasses.replace(plan, length=sum(batch_count(n, self.batch_size, self.drop_last)
+                                                    for n in mine) - plan.start)
 
     def state_fields(self) -> dict:
         return {"num_workers": self.options.num_workers}

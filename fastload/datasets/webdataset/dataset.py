@@ -170,6 +170,13 @@ class WebDataset:
             raise ValueError(f"{len(self)} samples cannot fill {num_slots} slots (ranks × workers); use fewer workers")
         return slot_sizes(len(self), num_slots, drop_last)
 
+    def resumed_sizes(self, num_slots: int, *, drop_last: bool, order: Any,
+                      batch_size: int | None = None) -> list[int]:
+        """Samples of each slot in the resumed pass ``order`` (arguments as for :meth:`records_for`)."""
+        slots = resumed_pass(self.table.counts.array, num_slots, order.history, order.epoch, order.seed,
+                             order.shuffle, order.batch_size, drop_last, self.window, batch_size is not None)
+        return [len(numbers) for numbers in slots]
+
     def records_for(self, slot: int, num_slots: int, *, drop_last: bool = False, order: Any = None,
                     batch_size: int | None = None) -> Iterator[ShardRecord]:
         """The samples of ``slot`` (``rank * num_workers + worker`` of ``world_size * num_workers``).
