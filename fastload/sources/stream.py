@@ -10,7 +10,6 @@ one rank, a stream with ``batch_slots = True`` is asked for whole batches instea
 from __future__ import annotations
 
 import dataclasses
-
 import itertools
 import math
 from collections.abc import Iterator
@@ -22,12 +21,12 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image
-from ..views import numpy_rows, row, shape_of
 from ..datasets.stream_slots import batch_count
+from ..views import numpy_rows, row, shape_of
 from .failures import CLOSED
 from .fetch import Loaded, collated, put
-from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 from .inflight import InFlight
+from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 
 if TYPE_CHECKING:
     from ..resume import Plan
