@@ -65,7 +65,6 @@ def _labels(loader, k=None):
     return out
 
 
-@pytest.mark.filterwarnings("ignore:.*GZIP file.*split between:RuntimeWarning")
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("kind", ["webdataset", "tfrecord", "tfrecord.gz"])

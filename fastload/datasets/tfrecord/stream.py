@@ -69,7 +69,8 @@ class TFRecordStream:
       DistributedSampler pads); with ``drop_last`` long slots stop at the shortest length.
     - On one rank (``records_for(..., batch_size=...)``) nothing is padded: the records, in
       file order, are cut into contiguous runs of whole batches, one per worker (see
-      :mod:`fastload.datasets.stream_slots`), so every record comes once.
+      :mod:`fastload.datasets.stream_slots`), so every record comes once. A worker whose
+      run starts inside a GZIP file decompresses that file's records before it.
 
     Record counts come from the indexes of plain files and from one counting pass over
     each GZIP file, cached under ``~/.cache/fastload`` by path, size and mtime.
@@ -148,18 +149,21 @@ class TFRecordStream:
 
     def _plan(self, num_slots: int, batch_size: int | None = None, drop_last: bool = False) -> list[list[Segment]]:
         seekable = (~self._gz.array).tolist()
+        counts = self._counts.array.tolist()
         if batch_size is None:
-            plan = plan_slots(self._counts.array.tolist(), seekable, num_slots)
-            why = ("fewer non-empty files than ranks × workers): slots decompress the part of a file before "
-                   "theirs. Write at least as many shards as slots to read every byte once.")
+            plan = plan_slots(counts, seekable, num_slots)
         else:
-            plan = plan_batches(self._counts.array.tolist(), num_slots, batch_size, drop_last)
-            why = ("one rank's workers split the records at whole batches): a worker decompresses the part of a "
-                   "file before its records.")
-        shared = shared_prefixes(plan, seekable)
+            plan = plan_batches(counts, num_slots, batch_size, drop_last)
+        # One rank's runs of whole batches split a GZIP file at each run's end, but with at least as
+        # many files as workers that costs a worker at most one file's prefix: worth a warning only
+        # where more shards would help.
+        few = sum(1 for n in counts if n > 0) < num_slots
+        shared = shared_prefixes(plan, seekable) if batch_size is None or few else 0
         if shared and not self._warned:
             self._warned = True
-            warnings.warn(f"fastload: {shared} GZIP file(s) are split between {num_slots} slots ({why}",
+            warnings.warn(f"fastload: {shared} GZIP file(s) are split between {num_slots} slots (fewer non-empty "
+                          "files than ranks × workers): slots decompress the part of a file before theirs. "
+                          "Write at least as many shards as slots to read every byte once.",
                           RuntimeWarning, stacklevel=3)
         return plan
 

@@ -13,10 +13,10 @@ rank (``world_size == 1``) lays out its slots that way.
 A resumed pass (after ``history``, the stages of the epoch run before on other ranks or
 workers): what no stage consumed, in the order the last stage laid it out, is cut into
 contiguous ranges again, one per slot of the new pass, padded (or cut at whole batches
-on one rank) in the same way. The
-samples a stage consumed follow from its per-rank batch counts: DataLoader takes a
-rank's batches from its workers in turn, so batch ``j`` of a rank is a batch of the
-rank's slot ``j % workers`` (see :func:`fastload.sources.stream.slot_batches_done`).
+on one rank) in the same way. The samples a stage consumed follow from its per-rank
+batch counts: DataLoader takes a rank's batches from its workers in turn, so batch ``j``
+of a rank is a batch of the rank's slot ``j % workers`` (see
+:func:`fastload.sources.stream.slot_batches_done`).
 """
 
 from __future__ import annotations
