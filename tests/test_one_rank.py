@@ -1,6 +1,8 @@
 """One rank (no DDP): every sample of an epoch exactly once, and len(loader) the number of
 batches that come, as DataLoader does: for any worker count, backend and drop_last, and a
-dataset size that no batch size or worker count divides (209)."""
+dataset size that no batch size or worker count divides (209). Streams (WebDataset,
+TFRecordStream) too: their workers read runs of whole batches, unpadded, and resume exactly,
+also from or onto other ranks (issue 28 item 9)."""
 
 import collections
 import math
