@@ -3,6 +3,7 @@
 import gzip
 import io
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -236,6 +237,12 @@ def test_slot_arguments_are_checked(tmp_path):
         stream.slot_length(2.0)
     with pytest.raises(ValueError, match="3 records cannot fill 4 slots"):
         stream.slot_length(4)
+    with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
+        stream.records_for(0, 2, batch_size=0)
+    with pytest.raises(TypeError, match="batch_size must be an int, got 2.0"):
+        stream.records_for(0, 2, batch_size=2.0)
+    # one rank pads nothing: 3 records, batch 2, 4 workers: batches [0, 1] and [2], two workers idle
+    assert [[r.number for r in stream.records_for(s, 4, batch_size=2)] for s in range(4)] == [[0, 1], [2], [], []]
     assert not hasattr(stream, "shard") and not hasattr(stream, "set_epoch") and not hasattr(stream, "seed")
 
 
@@ -278,3 +285,14 @@ def test_slots_read_in_worker_processes_after_pickling(tmp_path):
                                              multiprocessing_context="fork")
         seen.extend(number for number, _ in loader)
     assert sorted(set(seen)) == list(range(24)) and len(seen) == 4 * stream.slot_length(4)  # 7: padded
+
+
+def test_one_rank_splits_whole_batches_and_warns_of_split_gzip_only_where_more_shards_help(tmp_path):
+    stream = fl.TFRecordStream(write_shards(tmp_path / "three", [5, 5, 5], gz=True) + "/part-*")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # three files for three workers: a prefix each at most, no warning
+        runs = [[r.number for r in stream.records_for(s, 3, batch_size=4)] for s in range(3)]
+    assert runs == [list(range(0, 7)), list(range(7, 11)), list(range(11, 15))]  # batches 0 and 3 (short), 1, 2
+    one = fl.TFRecordStream(write_shards(tmp_path / "one", [15], gz=True) + "/part-*")
+    with pytest.warns(RuntimeWarning, match="1 GZIP file.*split between 2 slots"):
+        assert [r.number for r in one.records_for(1, 2, batch_size=4)] == list(range(8, 15))

@@ -63,6 +63,8 @@ class Progress:
         plan = self.plan
         if plan is None:
             return full
+        if plan.length is not None:
+            return plan.length
         return len(plan.requests) if plan.history else max(0, full - plan.start)
 
     def where(self) -> Position:

@@ -73,6 +73,7 @@ class Plan:
     history: tuple[Stage, ...] = ()  # map-style: the stages that consumed part of the epoch
     requests: tuple[BatchRequest, ...] = ()  # map-style: this rank's batches of the resumed pass
     start: int = 0  # streams: this rank's batches already handed out
+    length: int | None = None  # streams resumed after other stages: this rank's batches of the pass
 
 
 def remaining(order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_last: bool,

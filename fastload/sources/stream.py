@@ -2,13 +2,14 @@
 
 Slot ``rank * num_workers + worker`` of ``world_size * num_workers`` reads its own
 records (each record is read once per epoch over all ranks and workers), and every slot
-yields the same number of records, so every rank yields the same number of batches.
+yields the same number of records, so every rank yields the same number of batches. On
+one rank, a stream with ``batch_slots = True`` is asked for whole batches instead
+(``records_for(..., batch_size=...)``): every record once, as DataLoader batches them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
 import itertools
 import math
 from collections.abc import Iterator
@@ -20,11 +21,12 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image
+from ..datasets.stream_slots import batch_count
 from ..views import numpy_rows, row, shape_of
 from .failures import CLOSED
 from .fetch import Loaded, collated, put
-from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 from .inflight import InFlight
+from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 
 if TYPE_CHECKING:
     from .resume import Plan
@@ -34,9 +36,16 @@ def slot_batches_done(start: int, local: int, workers: int) -> int:
     """Batches of the rank's slot ``local`` among the first ``start`` batches of the rank.
 
     DataLoader takes batches from its workers in turn, so batch j of the rank is batch
-    j // workers of slot j % workers (every slot has as many batches).
+    j // workers of slot j % workers (every slot has as many batches, or on one rank
+    lower-numbered slots at most one more).
     """
     return max(0, (start - local + workers - 1) // workers)
+
+
+def whole_batches(stream: Any, world_size: int) -> bool:
+    """Whether the stream's slots are runs of whole batches, unpadded: on one rank, where no
+    other rank's batch count must be matched, when the stream can (``batch_slots = True``)."""
+    return world_size == 1 and getattr(stream, "batch_slots", False)
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class _SlotBatches(torch.utils.data.IterableDataset):
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         self.drop_last, self.on_error, self.inflight = drop_last, on_error, inflight
         self.start, self.order = start, order
+        self.layout = {"batch_size": batch_size} if whole_batches(stream, world_size) else {}
 
     def _load(self, record: Any, worker: int) -> Loaded:
         self.inflight.begin(worker, record.number, self.epoch)
@@ -97,7 +107,7 @@ class _SlotBatches(torch.utils.data.IterableDataset):
         last: Loaded | None = None
         owed: list[SkippedSample] = []
         ordered = {} if self.order is None else {"order": self.order}
-        records = self.stream.records_for(slot, slots, drop_last=self.drop_last, **ordered)
+        records = self.stream.records_for(slot, slots, drop_last=self.drop_last, **ordered, **self.layout)
         for record in itertools.islice(records, skip, None):
             try:
                 item = self._load(record, worker)
@@ -148,7 +158,9 @@ class StreamSource:
     Args:
         stream: Has ``slot_length``, ``records_for`` and ``decode`` (see TFRecordStream);
             with ``shuffles = True`` it can shuffle, with ``elastic = True`` resume on other
-            ranks and workers (both take a :class:`StreamOrder`).
+            ranks and workers (both take a :class:`StreamOrder`; ``resumed_sizes`` then
+            gives ``len`` of such a pass), with ``batch_slots = True`` split whole batches
+            on one rank (``records_for(..., batch_size=...)``).
         batch_size, drop_last, on_error, seed, shuffle: As in LoaderConfig.
         rank, world_size: This rank among all.
         options: Worker count and settings (workers are started each epoch).
@@ -172,6 +184,8 @@ class StreamSource:
         return dataset_size(self.stream)
 
     def __len__(self) -> int:
+        if whole_batches(self.stream, self.world_size):
+            return batch_count(self.num_samples, self.batch_size, self.drop_last)
         workers = max(1, self.options.num_workers)
         per_slot = self.stream.slot_length(self.world_size * workers, drop_last=self.drop_last)
         per_worker = per_slot // self.batch_size if self.drop_last else math.ceil(per_slot / self.batch_size)
@@ -180,8 +194,18 @@ class StreamSource:
     def resume_plan(self, state: dict) -> Plan:
         from . import resume
 
-        return resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self),
+        plan = resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self),
                                   elastic=getattr(self.stream, "elastic", False))
+        if not plan.history or not hasattr(self.stream, "resumed_sizes"):
+            return plan
+        # What the earlier stages left is re-dealt: this rank's batches are those of its slots.
+        workers = max(1, self.options.num_workers)
+        order = StreamOrder(plan.epoch, self.seed, self.shuffle, self.batch_size, tuple(plan.history))
+        layout = {"batch_size": self.batch_size} if whole_batches(self.stream, self.world_size) else {}
+        sizes = self.stream.resumed_sizes(self.world_size * workers, drop_last=self.drop_last, order=order, **layout)
+        mine = sizes[self.rank * workers:(self.rank + 1) * workers]
+        return dataclasses.replace(plan, length=sum(batch_count(n, self.batch_size, self.drop_last)
+                                                    for n in mine) - plan.start)
 
     def state_fields(self) -> dict:
         return {"num_workers": self.options.num_workers}

@@ -8,6 +8,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..stream_slots import batch_ranges
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -42,6 +44,13 @@ def plan_slots(counts: Sequence[int], seekable: Sequence[bool], num_slots: int) 
     return _ranges(counts, num_slots)
 
 
+def plan_batches(counts: Sequence[int], num_slots: int, batch_size: int, drop_last: bool) -> list[list[Segment]]:
+    """One rank's slots: the records, in file order, cut into contiguous runs of whole batches
+    (see :func:`fastload.datasets.stream_slots.batch_ranges`), unpadded; GZIP files too, so a
+    slot may decompress the part of a file before its run."""
+    return _cut(counts, batch_ranges(sum(counts), num_slots, batch_size, drop_last))
+
+
 def _whole_files(counts: Sequence[int], nonempty: list[int], num_slots: int) -> list[list[Segment]]:
     # Largest first onto the least loaded slot (ties: lowest slot), so loads stay close.
     loads = [(0, slot) for slot in range(num_slots)]
@@ -54,11 +63,15 @@ def _whole_files(counts: Sequence[int], nonempty: list[int], num_slots: int) -> 
 
 
 def _ranges(counts: Sequence[int], num_slots: int) -> list[list[Segment]]:
+    total = sum(counts)
+    return _cut(counts, [(s * total // num_slots, (s + 1) * total // num_slots) for s in range(num_slots)])
+
+
+def _cut(counts: Sequence[int], bounds: list[tuple[int, int]]) -> list[list[Segment]]:
+    """The segments of each record range ``[lo, hi)`` (record numbers in file order)."""
     starts = list(itertools.accumulate(counts, initial=0))  # record number of each file's first record
-    total = starts[-1]
     plan: list[list[Segment]] = []
-    for slot in range(num_slots):
-        lo, hi = slot * total // num_slots, (slot + 1) * total // num_slots
+    for lo, hi in bounds:
         segments = []
         file_id = bisect.bisect_right(starts, lo) - 1
         while lo < hi:

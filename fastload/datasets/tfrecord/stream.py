@@ -17,6 +17,7 @@ from ...decode.clean import CleanMarks
 from ..storage import SharedArray, StringArray
 from ...transforms import as_compose
 from ..base import sample_rng
+from ..stream_slots import check_batch_size
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
 from .files import expand_paths, read_meta
 from .framing import (
@@ -30,7 +31,7 @@ from .framing import (
     parse_record,
 )
 from .index import count_records, load_index
-from .slots import Segment, check_slot, plan_slots, shared_prefixes
+from .slots import Segment, check_slot, plan_batches, plan_slots, shared_prefixes
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,10 @@ class TFRecordStream:
       CRC-checking) the records before its range: a warning suggests more shards.
     - Without ``drop_last`` a short slot repeats its own first records (as
       DistributedSampler pads); with ``drop_last`` long slots stop at the shortest length.
+    - On one rank (``records_for(..., batch_size=...)``) nothing is padded: the records, in
+      file order, are cut into contiguous runs of whole batches, one per worker (see
+      :mod:`fastload.datasets.stream_slots`), so every record comes once. A worker whose
+      run starts inside a GZIP file decompresses that file's records before it.
 
     Record counts come from the indexes of plain files and from one counting pass over
     each GZIP file, cached under ``~/.cache/fastload`` by path, size and mtime.
@@ -95,6 +100,8 @@ class TFRecordStream:
     Attributes:
         classes: Class names from the metadata sidecar fastload's converter writes, else None.
     """
+
+    batch_slots = True  # on one rank, records_for(..., batch_size=) splits whole batches, unpadded
 
     def __init__(self, paths_or_glob: Any, transform: Any = None, *, image_key: str = IMAGE_KEY,
                  label_key: str = LABEL_KEY, label_offset: int = 0, check_crc: bool = True,
@@ -149,10 +156,18 @@ class TFRecordStream:
         """All records, one count for every epoch (error records included)."""
         return int(self._counts.array.sum())
 
-    def _plan(self, num_slots: int) -> list[list[Segment]]:
+    def _plan(self, num_slots: int, batch_size: int | None = None, drop_last: bool = False) -> list[list[Segment]]:
         seekable = (~self._gz.array).tolist()
-        plan = plan_slots(self._counts.array.tolist(), seekable, num_slots)
-        shared = shared_prefixes(plan, seekable)
+        counts = self._counts.array.tolist()
+        if batch_size is None:
+            plan = plan_slots(counts, seekable, num_slots)
+        else:
+            plan = plan_batches(counts, num_slots, batch_size, drop_last)
+        # One rank's runs of whole batches split a GZIP file at each run's end, but with at least as
+        # many files as workers that costs a worker at most one file's prefix: worth a warning only
+        # where more shards would help.
+        few = sum(1 for n in counts if n > 0) < num_slots
+        shared = shared_prefixes(plan, seekable) if batch_size is None or few else 0
         if shared and not self._warned:
             self._warned = True
             warnings.warn(f"fastload: {shared} GZIP file(s) are split between {num_slots} slots (fewer non-empty "
@@ -174,16 +189,22 @@ class TFRecordStream:
                              "use fewer workers")
         return min(sizes) if drop_last else max(sizes)
 
-    def records_for(self, slot: int, num_slots: int, *, drop_last: bool = False) -> Iterator[StreamRecord]:
+    def records_for(self, slot: int, num_slots: int, *, drop_last: bool = False,
+                    batch_size: int | None = None) -> Iterator[StreamRecord]:
         """The records of ``slot`` (``rank * num_workers + worker`` of ``world_size * num_workers``).
 
         Yields exactly ``slot_length(num_slots, drop_last=drop_last)`` records in file order;
-        a short slot then repeats its own first records as padding.
+        a short slot then repeats its own first records as padding. With ``batch_size`` (one
+        rank: the slots are its workers) the slot's run of whole batches instead, unpadded.
 
         Raises:
-            TypeError, ValueError: A bad ``slot`` or ``num_slots`` (raised here, not when iterating).
+            TypeError, ValueError: A bad ``slot``, ``num_slots`` or ``batch_size`` (raised here,
+                not when iterating).
         """
         check_slot(slot, num_slots)
+        if batch_size is not None:
+            check_batch_size(batch_size)
+            return self._read(self._plan(num_slots, batch_size, drop_last)[slot])
         length = self.slot_length(num_slots, drop_last=drop_last)
         return self._padded(self._plan(num_slots)[slot], length)
 

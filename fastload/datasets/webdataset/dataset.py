@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ...transforms import as_compose
 from ..base import sample_rng
+from ..stream_slots import batch_ranges, check_batch_size
 from ..tfrecord.index import cache_folder
 from ..tfrecord.slots import check_slot
 from .cache import ShardCache
@@ -106,6 +107,7 @@ class WebDataset:
 
     shuffles = True  # the Loader's shuffle=True orders it (shards and windows)
     elastic = True  # resumes on any number of ranks and workers
+    batch_slots = True  # on one rank, records_for(..., batch_size=) splits whole batches, unpadded
 
     def __init__(self, urls: Any, transform: Any = None, *, decoder: str | None = None,
                  max_pixels: MaxPixels = MODULE_LIMIT,
@@ -168,8 +170,15 @@ class WebDataset:
             raise ValueError(f"{len(self)} samples cannot fill {num_slots} slots (ranks × workers); use fewer workers")
         return slot_sizes(len(self), num_slots, drop_last)
 
-    def records_for(self, slot: int, num_slots: int, *, drop_last: bool = False,
-                    order: Any = None) -> Iterator[ShardRecord]:
+    def resumed_sizes(self, num_slots: int, *, drop_last: bool, order: Any,
+                      batch_size: int | None = None) -> list[int]:
+        """Samples of each slot in the resumed pass ``order`` (arguments as for :meth:`records_for`)."""
+        slots = resumed_pass(self.table.counts.array, num_slots, order.history, order.epoch, order.seed,
+                             order.shuffle, order.batch_size, drop_last, self.window, batch_size is not None)
+        return [len(numbers) for numbers in slots]
+
+    def records_for(self, slot: int, num_slots: int, *, drop_last: bool = False, order: Any = None,
+                    batch_size: int | None = None) -> Iterator[ShardRecord]:
         """The samples of ``slot`` (``rank * num_workers + worker`` of ``world_size * num_workers``).
 
         Args:
@@ -178,21 +187,28 @@ class WebDataset:
             order: The pass (a :class:`fastload.sources.stream.StreamOrder`: epoch, seed,
                 shuffle, batch size, and the stages of the epoch run before, if resumed);
                 None: the first pass of an unshuffled epoch.
+            batch_size: Given on one rank (the slots are its workers): the slot's run of whole
+                batches, unpadded (see :mod:`fastload.datasets.stream_slots`).
 
         Raises:
             TypeError, ValueError: A bad slot, or a history that does not fit this dataset.
         """
         check_slot(slot, num_slots)
-        length = self.slot_length(num_slots, drop_last=drop_last)
+        if batch_size is not None:
+            check_batch_size(batch_size)
         counts = self.table.counts.array
         if order is not None and order.history:
             slots = resumed_pass(counts, num_slots, order.history, order.epoch, order.seed, order.shuffle,
-                                 order.batch_size, drop_last, self.window)
+                                 order.batch_size, drop_last, self.window, batch_size is not None)
             chunks = by_shards(slots[slot], self.table.shard.array, self.window)
         else:
             epoch, seed, shuffle = (order.epoch, order.seed, order.shuffle) if order is not None else (0, 0, False)
-            chunks = fit(first_pass(counts, slot, num_slots, epoch, seed, shuffle, self.window), length,
-                         np.zeros(0, np.int64))
+            if batch_size is not None:
+                bounds = batch_ranges(len(self), num_slots, batch_size, drop_last)[slot]
+                chunks = first_pass(counts, slot, num_slots, epoch, seed, shuffle, self.window, bounds)
+            else:
+                chunks = fit(first_pass(counts, slot, num_slots, epoch, seed, shuffle, self.window),
+                             self.slot_length(num_slots, drop_last=drop_last), np.zeros(0, np.int64))
         return self._records(chunks)
 
     def _records(self, chunks: list[np.ndarray]) -> Iterator[ShardRecord]:
