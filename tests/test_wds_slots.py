@@ -9,7 +9,7 @@ import pytest
 
 from fastload.datasets.stream_slots import batch_ranges
 from fastload.datasets.webdataset.slots import by_shards, first_pass, fit, resumed_pass, slot_sizes
-from fastload.sources.stream import slot_batches_done
+from fastload.datasets.stream_slots import slot_batches_done
 
 
 def _slots(counts, num_slots, epoch=0, seed=0, shuffle=True, window=2, drop_last=False, batch_size=None):

@@ -9,7 +9,7 @@ batches (``total // batch_size`` with ``drop_last``), only the epoch's last one 
 DataLoader takes batches from its workers in turn and passes over a worker that has
 ended, so batch ``j`` of the rank is a batch of slot ``j % num_slots`` as long as
 lower-numbered slots hold at most one batch more than higher ones. Resuming by batch
-count (:func:`fastload.sources.stream.slot_batches_done`) relies on that.
+count (:func:`slot_batches_done`) relies on that.
 """
 
 from __future__ import annotations
@@ -51,3 +51,13 @@ def batch_ranges(total: int, num_slots: int, batch_size: int, drop_last: bool) -
         ranges.append((lo, lo + size))
         lo += size
     return ranges
+
+
+def slot_batches_done(start: int, local: int, workers: int) -> int:
+    """Batches of the rank's slot ``local`` among the first ``start`` batches of the rank.
+
+    DataLoader takes batches from its workers in turn, so batch j of the rank is batch
+    j // workers of slot j % workers (every slot has as many batches, or on one rank
+    lower-numbered slots at most one more).
+    """
+    return max(0, (start - local + workers - 1) // workers)

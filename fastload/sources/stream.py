@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image
-from ..datasets.stream_slots import batch_count
+from ..datasets.stream_slots import batch_count, slot_batches_done
 from ..views import numpy_rows, row, shape_of
 from .failures import CLOSED
 from .fetch import Loaded, collated, put
@@ -30,16 +30,6 @@ from .process import WorkerOptions, dataloader_options, start_workers, worker_ba
 
 if TYPE_CHECKING:
     from .resume import Plan
-
-
-def slot_batches_done(start: int, local: int, workers: int) -> int:
-    """Batches of the rank's slot ``local`` among the first ``start`` batches of the rank.
-
-    DataLoader takes batches from its workers in turn, so batch j of the rank is batch
-    j // workers of slot j % workers (every slot has as many batches, or on one rank
-    lower-numbered slots at most one more).
-    """
-    return max(0, (start - local + workers - 1) // workers)
 
 
 def whole_batches(stream: Any, world_size: int) -> bool:

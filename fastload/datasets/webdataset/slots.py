@@ -16,7 +16,7 @@ contiguous ranges again, one per slot of the new pass, padded (or cut at whole b
 on one rank) in the same way. The samples a stage consumed follow from its per-rank
 batch counts: DataLoader takes a rank's batches from its workers in turn, so batch ``j``
 of a rank is a batch of the rank's slot ``j % workers`` (see
-:func:`fastload.sources.stream.slot_batches_done`).
+:func:`fastload.datasets.stream_slots.slot_batches_done`).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def stage_leftover(slots: Sequence[np.ndarray], stage: Any, batch_size: int, dro
     Raises:
         ValueError: A rank consumed more batches than the pass had.
     """
-    from ...sources.stream import slot_batches_done
+    from ..stream_slots import slot_batches_done
 
     num_slots, workers = slots_of(stage)
     if len(slots) != num_slots or len(stage.consumed) != stage.world_size:
