@@ -379,3 +379,18 @@ def test_warnings_free_planning(planner_reset):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         T.train(64).decode(jpeg_bytes(make_image(9, 200, 260)), get_decoder(), sample_rng(0, 0, 1))
+
+
+def test_the_planner_follows_the_cache_the_environment_names(monkeypatch, tmp_path):
+    """A process whose environment names another cache (a test's XDG_CACHE_HOME, a user's
+    FASTLOAD_CACHE_DIR) plans from that one, as a process started with it would."""
+    from fastload.decode import plan
+
+    monkeypatch.setenv("FASTLOAD_NO_CALIBRATION", "1")
+    monkeypatch.setenv("FASTLOAD_CACHE_DIR", str(tmp_path / "a"))
+    first = plan.get_planner()
+    assert plan.get_planner() is first  # built once while nothing changes
+    monkeypatch.setenv("FASTLOAD_CACHE_DIR", str(tmp_path / "b"))
+    assert plan.get_planner() is not first
+    monkeypatch.delenv("FASTLOAD_CACHE_DIR")
+    plan.set_planner(None)

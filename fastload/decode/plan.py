@@ -44,6 +44,7 @@ from . import roi
 from .costs import (
     DEFAULT_COSTS,
     SCALE_KEYS,
+    cache_dir,
     calibration_disabled,
     decode_features,
     load_or_calibrate,
@@ -271,34 +272,45 @@ class Planner:
 
 _lock = threading.Lock()
 _planner: Planner | None = None
+_planner_source: tuple[str, bool] | None = None  # where _planner's costs came from
+
+
+def _costs_source() -> tuple[str, bool]:
+    """Where this process's costs come from now: the cache folder, or DEFAULT_COSTS."""
+    return cache_dir(), calibration_disabled()
 
 
 def get_planner() -> Planner:
     """The process's planner: cached costs (or DEFAULT_COSTS under FASTLOAD_NO_CALIBRATION=1),
-    region decode when available. Built once per process."""
-    global _planner
-    if _planner is None:
+    region decode when available. Built once per process, and again if the cache it came
+    from is no longer the one the environment names (``XDG_CACHE_HOME``,
+    ``FASTLOAD_CACHE_DIR``, ``FASTLOAD_NO_CALIBRATION``): a process started with this
+    environment would read the other one, and plans must be the same in both."""
+    global _planner, _planner_source
+    source = _costs_source()
+    if _planner is None or _planner_source != source:
         with _lock:
-            if _planner is None:
-                costs = DEFAULT_COSTS if calibration_disabled() else load_or_calibrate()
-                _planner = Planner(costs, roi.available())
+            if _planner is None or _planner_source != source:
+                costs = DEFAULT_COSTS if source[1] else load_or_calibrate()
+                _planner, _planner_source = Planner(costs, roi.available()), source
     return _planner
 
 
 def set_planner(planner: Planner | None) -> None:
-    """Makes ``planner`` this process's (None: rebuilt from the cache on next use). Forked
-    workers inherit it; spawned ones build their own from the cache."""
-    global _planner
+    """Makes ``planner`` this process's (None: rebuilt from the cache on next use), for as long
+    as the environment names the same cache. Forked workers inherit it; spawned ones build
+    their own from the cache."""
+    global _planner, _planner_source
     with _lock:
-        _planner = planner
+        _planner, _planner_source = planner, _costs_source()
 
 
 def recalibrate() -> Planner:
     """Calibrates again, rewrites the cache and replaces this process's planner (other
     processes keep theirs until restarted)."""
-    global _planner
+    global _planner, _planner_source
     with _lock:
-        _planner = Planner(load_or_calibrate(redo=True), roi.available())
+        _planner, _planner_source = Planner(load_or_calibrate(redo=True), roi.available()), _costs_source()
     return _planner
 
 
