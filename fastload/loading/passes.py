@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fastload/, this is fastload/loading/
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
