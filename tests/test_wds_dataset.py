@@ -197,3 +197,22 @@ def test_fewer_samples_than_slots_and_bad_arguments(shards):
     with pytest.raises(FileNotFoundError, match="shard-000004.tar: no such shard"):
         _ds(os.path.join(shards, "shard-{000003..000004}.tar"))
     assert np.array_equal(_ds(shards).table.counts.array, SIZES)
+
+
+def test_cls_labels_follow_the_rules_of_every_format(tmp_path, shards):
+    with tarfile.open(os.path.join(shards, "shard-000000.tar")) as t:
+        jpg = t.extractfile("s00000.jpg").read()
+    path = str(tmp_path / "labels.tar")
+    targets = [b"0", b"-3", b"99999999999999999999", b"9223372036854775807", b"5", b"2", b"-1", b"7"]
+    _tar(path, [m for i, y in enumerate(targets) for m in ((f"k{i}.jpg", jpg), (f"k{i}.cls", y))])
+    records = list(_ds(path).records_for(0, 1))
+    assert records[0].label == 0 and records[3].label == 2**63 - 1 and records[4].label == 5
+    for i, why in ((1, "negative"), (2, "over the int64 range"), (6, "negative")):
+        with pytest.raises(fl.ShardError, match=rf"labels.tar: sample 'k{i}': the .cls target .* is {why}"):
+            records[i].label
+    with pytest.raises(fl.ShardError, match=r"sample 'k0': the .cls target 0 \+ label_offset -1 is negative"):
+        next(iter(_ds(path, label_offset=-1).records_for(0, 1))).label
+    with fl.Loader(_ds(path), num_workers=0, batch_size=2, device="cpu", normalize=False, on_error="skip") as loader:
+        with pytest.warns(RuntimeWarning, match="skipped 1 bad sample.*sample 'k1'.*is negative"):
+            got = set(sum(_labels(loader), []))  # skipped samples' places are filled by others
+        assert got == {0, 2, 5, 7, 2**63 - 1} and sorted(s.index for s in loader.skipped) == [1, 2, 6]
