@@ -5,6 +5,7 @@ one, a connection cut mid-download, a full cache."""
 import errno
 import os
 import threading
+import time
 
 import pytest
 
@@ -33,7 +34,7 @@ def data(tmp_path):
 
 
 def _ds(url, cache_dir, **kw):
-    return fl.WebDataset(url, fl.transforms.eval(16, resize=20), cache_dir=str(cache_dir), retries=2, **kw)
+    return fl.WebDataset(url, fl.transforms.eval(16, resize=20), cache_dir=str(cache_dir), **{"retries": 2, **kw})
 
 
 def _epoch(ds, **kw):
@@ -193,3 +194,54 @@ def test_a_full_cache(data, tmp_path, monkeypatch):
         with pytest.warns(RuntimeWarning, match="writing to the shard cache .* failed.*without the cache from now on"):
             full = _ds(base + URLS, tmp_path / "f")
         assert [y for _, y in full] == list(range(24)) and _cached(tmp_path / "f") == ([], [])
+
+
+def _big_shard(tmp_path):
+    """One shard of 40 samples of 96x128 (a few hundred KB: its half arrives before a stall)."""
+    write_shards(tmp_path / "big", [40], size=(96, 128))
+    return tmp_path / "big", os.path.getsize(tmp_path / "big" / "shard-000000.tar")
+
+
+@pytest.mark.parametrize("ranged", [True, False])
+def test_a_stalled_download_goes_on_from_the_byte_it_reached(tmp_path, ranged):
+    root, size = _big_shard(tmp_path)
+    with http_server(root, faults={"shard-000000.tar": ("stall", 1, 6)}, ranged=ranged) as (base, hits):
+        start = time.monotonic()
+        ds = _ds(base + "/shard-000000.tar", tmp_path / "c", stall_timeout=1)
+        took = time.monotonic() - start
+        assert [y for _, y in ds] == list(range(40))
+        asked = hits.ranges["shard-000000.tar"]
+        assert len(asked) == 2 and asked[0] is None  # the first GET from byte 0, the retry from where it stopped
+        reached = int(asked[1].removeprefix("bytes=").removesuffix("-"))
+        assert size // 4 <= reached <= size // 2  # the half sent before the stall (or most of it)
+        assert took < 5, f"the stall was not cut short by stall_timeout=1 ({took:.1f} s)"
+
+
+def test_download_timeout_bounds_a_download_that_keeps_stalling(tmp_path):
+    root, size = _big_shard(tmp_path)
+    with http_server(root, faults={"shard-000000.tar": ("stall", 99, 6)}) as (base, hits):
+        start = time.monotonic()
+        with pytest.raises(fl.DownloadError, match=rf"shard-000000.tar: the download of {size} bytes took longer "
+                                                   r"than download_timeout=2.5s \(at byte \d+\)"):
+            _ds(base + "/shard-000000.tar", tmp_path / "c", stall_timeout=1, download_timeout=2.5, retries=20)
+        assert time.monotonic() - start < 5
+        assert len(hits.ranges["shard-000000.tar"]) >= 2  # each stall was retried (from the byte reached)
+    with pytest.raises(ValueError, match="stall_timeout must be a number of seconds > 0 or None, got 0"):
+        _ds("x.tar", tmp_path / "c", stall_timeout=0)
+
+
+def test_server_errors_are_retried_and_never_called_missing(data, tmp_path):
+    with http_server(data, faults={"shard-000002.tar": ("status", 2, 503)}) as (base, hits):
+        ds = _ds(base + URLS, tmp_path / "c")  # retries=2: the third attempt gets through
+        assert [y for _, y in ds] == list(range(24)) and hits["shard-000002.tar"] == 3
+    with http_server(data, faults={"shard-000002.tar": ("status", 99, 500)}) as (base, hits):
+        with pytest.raises(fl.DownloadError, match=r"shard-000002.tar: asking for the size failed after 3 "
+                                                   r"attempt\(s\): HTTP 500") as info:
+            _ds(base + URLS, tmp_path / "d")
+        assert "no such shard" not in str(info.value)
+    with http_server(data, faults={"shard-000002.tar": ("status", 99, 403)}) as (base, hits):
+        with pytest.raises(fl.DownloadError, match=r"failed after 1 attempt\(s\): HTTP 403"):
+            _ds(base + URLS, tmp_path / "e")  # a refusal is not retried
+    with http_server(data) as (base, _):
+        with pytest.raises(FileNotFoundError, match=r"shard-000009.tar: no such shard"):
+            _ds(base + "/shard-000009.tar", tmp_path / "f")

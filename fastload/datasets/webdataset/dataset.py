@@ -21,7 +21,7 @@ from ..tfrecord.slots import check_slot
 from .cache import ShardCache
 from .slots import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from .reader import SlotReader
-from .remote import Remote, is_url
+from .remote import DEFAULT_STALL_TIMEOUT, Remote, is_url
 from .sidecar import read_classes
 from .store import ShardStore
 from .table import MAX_TARGET_BYTES, SampleTable, TargetRule
@@ -93,7 +93,13 @@ class WebDataset:
             go to its ``index`` folder unless ``index_dir`` says otherwise.
         cache_limit: Most bytes of shards the cache keeps (least recently used evicted).
         storage_options: Passed to fsspec (endpoint, credentials, ...).
-        retries: Further attempts after a transient network failure (backoff doubles).
+        retries: Further attempts after a transient network failure (backoff doubles); a
+            download that made progress since its last failure gets a fresh set, and goes
+            on from the byte it reached.
+        stall_timeout: Seconds without a connection or a byte from the server after which
+            an attempt fails and is retried (default 60; None: the transport's defaults).
+        download_timeout: The most seconds one shard's download may take in all, retries
+            included (default None: no limit beyond ``stall_timeout``).
         ahead: Chunks (windows) a slot prepares in the background beyond the current one.
         index_threads: Shards identified and indexed at once when the dataset is opened.
 
@@ -113,19 +119,24 @@ class WebDataset:
                  json_key: str = "label", label_offset: int = 0, classes: Sequence[str] | None = None,
                  window: int = 4, cache: bool = True, cache_dir: str | None = None,
                  cache_limit: int = DEFAULT_CACHE_LIMIT, index_dir: str | None = None,
-                 storage_options: dict | None = None, retries: int = 5, ahead: int = 1,
-                 index_threads: int = 8) -> None:
+                 storage_options: dict | None = None, retries: int = 5,
+                 stall_timeout: float | None = DEFAULT_STALL_TIMEOUT, download_timeout: float | None = None,
+                 ahead: int = 1, index_threads: int = 8) -> None:
         for name, value, low in (("window", window, 1), ("ahead", ahead, 0), ("retries", retries, 0),
                                  ("index_threads", index_threads, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        for name, value in (("stall_timeout", stall_timeout), ("download_timeout", download_timeout)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"{name} must be a number of seconds > 0 or None, got {value!r}")
         image_exts = (image_key,) if isinstance(image_key, str) else tuple(image_key)
         target_exts = () if label_key is None else (label_key,) if isinstance(label_key, str) else tuple(label_key)
         if not image_exts:
             raise ValueError("image_key names no extension")
         self.urls = expand_urls(urls, storage_options or {})
         root = cache_folder("webdataset", cache_dir)
-        self.store = ShardStore(Remote(dict(storage_options or {}), retries),
+        self.store = ShardStore(Remote(dict(storage_options or {}), retries, stall_timeout=stall_timeout,
+                                       download_timeout=download_timeout),
                                 ShardCache(root, cache_limit) if cache else None,
                                 index_dir or os.path.join(root, "index"))
         with ThreadPoolExecutor(min(index_threads, len(self.urls))) as pool:
