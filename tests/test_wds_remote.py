@@ -245,3 +245,32 @@ def test_server_errors_are_retried_and_never_called_missing(data, tmp_path):
     with http_server(data) as (base, _):
         with pytest.raises(FileNotFoundError, match=r"shard-000009.tar: no such shard"):
             _ds(base + "/shard-000009.tar", tmp_path / "f")
+
+
+def _relabel(path, name, new):
+    """Rewrites member ``name``'s data in place (same size, same mtime): a replaced shard."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(tar_offsets(path)[name])
+        f.write(new)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("validators", [True, False])
+def test_a_replaced_shard_is_never_served_from_a_stale_cache(data, tmp_path, validators):
+    faults = {} if validators else {f"shard-{i:06d}.tar": ("no-validators", 0) for i in range(4)}
+    with http_server(data, faults=faults) as (base, hits):
+        first = _ds(base + URLS, tmp_path / "c")
+        assert [y for _, y in first] == list(range(24)) and sum(_tars(hits).values()) == 4
+        again = _ds(base + URLS, tmp_path / "c")
+        if validators:  # the same content by its Last-Modified: neither indexed nor downloaded again
+            assert [y for _, y in again] == list(range(24)) and sum(_tars(hits).values()) == 4
+        else:  # nothing tells contents apart: each dataset downloads its own copy once
+            assert [y for _, y in again] == list(range(24)) and sum(_tars(hits).values()) == 8
+        assert [y for _, y in first] == list(range(24)) and sum(_tars(hits).values()) == 4 + 4 * (not validators)
+        _relabel(data / "shard-000001.tar", "s00006.cls", b"9")  # same size, same mtime, new content
+        if validators:
+            st = os.stat(data / "shard-000001.tar")  # a real replacement changes Last-Modified (1 s resolution)
+            os.utime(data / "shard-000001.tar", (st.st_atime + 10, st.st_mtime + 10))
+        replaced = _ds(base + URLS, tmp_path / "c")
+        assert [y for _, y in replaced][6] == 9

@@ -20,6 +20,7 @@ import numpy as np
 from .tar import Member, ShardError
 
 FORMAT_VERSION = 1
+UNVALIDATED = "unvalidated:"
 _NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _META = re.compile(r"__[^/]*__($|/)")
 
@@ -32,6 +33,12 @@ class ShardId:
     url: str
     size: int
     version: str
+
+    @property
+    def validated(self) -> bool:
+        """Whether ``version`` tells contents apart (False: the server sent no ETag or
+        Last-Modified, and the version is one dataset's own token)."""
+        return not self.version.startswith(UNVALIDATED)
 
     def digest(self) -> str:
         """A file-name-safe key for caches."""

@@ -241,7 +241,8 @@ class Remote:
                 st = os.stat(path)
             except FileNotFoundError:
                 raise FileNotFoundError(f"{url}: no such shard (at byte 0)") from None
-            return ShardId(path, st.st_size, str(st.st_mtime_ns))
+            # ctime and inode too: a copy that keeps the mtime (cp -p, rsync -t) still changes them
+            return ShardId(path, st.st_size, f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}")
         fs, path = self.filesystem(url)
         info = self._retried(url, "asking for the size", lambda: fs.info(path))
         size = info.get("size")

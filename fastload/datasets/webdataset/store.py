@@ -4,17 +4,24 @@ A shard is indexed once per machine and content (URL, size, version): a local fi
 hopping from tar header to tar header, a remote one by scanning its headers while it
 is downloaded, into the shard cache when there is one. The index is stored under the
 index folder (``<digest>.npz``); later opens read only that and one metadata request.
+
+A remote shard whose server sends neither ETag nor Last-Modified cannot be told from a
+replaced one of the same size, so nothing of it outlives the dataset object: its version
+is a token drawn when the dataset is made (:attr:`ShardStore.session`), its index is not
+stored, and its cached copy serves only that dataset (and its workers); the next
+dataset downloads it again, and least-recently-used eviction reclaims the old copy.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .cache import CacheError, CacheFull, ShardCache
-from .index import ShardId, ShardIndex, group_members, load_index, save_index
+from .index import UNVALIDATED, ShardId, ShardIndex, group_members, load_index, save_index
 from .remote import Remote, is_url, local_path
 from .tar import Source, file_source, iter_members
 
@@ -83,6 +90,7 @@ class ShardStore:
     cache: ShardCache | None
     index_dir: str
     cache_failed: bool = field(default=False, repr=False)  # this process stops trying after a write failure
+    session: str = field(default_factory=lambda: uuid.uuid4().hex)  # the version of shards without validators
 
     def _cache_for(self, shard: ShardId) -> ShardCache | None:
         return self.cache if self.cache is not None and self.cache.fits(shard) and not self.cache_failed else None
@@ -93,7 +101,10 @@ class ShardStore:
                       RuntimeWarning, stacklevel=3)
 
     def identify(self, url: str) -> ShardId:
-        return self.remote.identify(url)
+        shard = self.remote.identify(url)
+        if is_url(shard.url) and not shard.version:
+            shard = ShardId(shard.url, shard.size, UNVALIDATED + self.session)
+        return shard
 
     def index(self, shard: ShardId) -> ShardIndex:
         """The shard's index: the stored one, else built (and stored) now.
@@ -110,6 +121,8 @@ class ShardStore:
             index = self._download(shard)
         else:
             index = _scan_file(local_path(shard.url), shard)
+        if not shard.validated:
+            return index  # its key is this dataset's alone: nobody would find it again
         try:
             save_index(path, index, shard)
         except OSError as e:  # costs a rescan next time, nothing else
