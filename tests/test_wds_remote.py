@@ -118,9 +118,9 @@ def test_a_truncated_shard(data, tmp_path):
     cut_at = tar_offsets(path)["s00008.jpg"] + 5
     truncate(path, cut_at)
     with http_server(data) as (base, _):
+        ds = _ds(base + URLS, tmp_path / "c")  # indexed in the background: the first use tells
         with pytest.warns(RuntimeWarning, match=r"shard-000001.tar: member 's00008.jpg' needs \d+ bytes"):
-            ds = _ds(base + URLS, tmp_path / "c")
-        assert len(ds) == 24 - 2  # samples 9 and 10 are beyond the cut; 8 is an error record
+            assert len(ds) == 24 - 2  # samples 9 and 10 are beyond the cut; 8 is an error record
         with pytest.raises(Exception, match=r"shard-000001.tar.*sample 's00008' is cut off.*at byte \d+"):
             _epoch(ds, num_workers=0)
         full = _ds(base + URLS, tmp_path / "d", cache=False)
@@ -135,16 +135,19 @@ def test_a_connection_cut_mid_download(data, tmp_path):
     size = os.path.getsize(data / "shard-000001.tar")
     with http_server(data, faults={"shard-000001.tar": ("cut", 1)}) as (base, hits):
         ds = _ds(base + URLS, tmp_path / "c")  # cut once: the retry goes on
-        assert hits["shard-000001.tar"] == 2 and [y for _, y in ds] == list(range(24))
+        assert len(ds) == 24 and hits["shard-000001.tar"] == 2 and [y for _, y in ds] == list(range(24))
     with http_server(data, faults={"shard-000001.tar": ("cut", 99)}) as (base, hits):
         # How much of the cut response the client hands over before its error depends on timing.
         with pytest.raises(fl.DownloadError, match=rf"shard-000001.tar: the download broke off after \d+ "
-                                                   rf"of {size} bytes.*at byte \d+"):
-            _ds(base + URLS, tmp_path / "e")
+                                                   rf"of {size} bytes.*at byte \d+") as info:
+            len(_ds(base + URLS, tmp_path / "e"))
         # retries=2: three attempts in a row without progress end it; whether an attempt gets the
-        # half before the cut depends on timing, progress earns a fresh set of retries, and a
-        # retry on a dropped pooled connection may never reach the server.
-        assert 2 <= hits["shard-000001.tar"] <= 2 * 2 + 1
+        # half before the cut depends on timing, progress earns a fresh set of retries (each
+        # from the byte reached), and a retry on a dropped pooled connection may never reach
+        # the server.
+        starts = [0 if r is None else int(r[6:-1]) for r in hits.ranges["shard-000001.tar"]]
+        assert len(starts) >= 2 and starts == sorted(starts) and starts[-1] == info.value.offset
+        assert len(starts) <= 3 * (len(set(starts)) + 1)
         cached, partial = _cached(tmp_path / "e")
         assert partial == [] and len(cached) == 3  # the other shards: a partial download never enters the cache
 
@@ -193,6 +196,7 @@ def test_a_full_cache(data, tmp_path, monkeypatch):
         monkeypatch.setattr(cache_module, "open", disk_full, raising=False)
         with pytest.warns(RuntimeWarning, match="writing to the shard cache .* failed.*without the cache from now on"):
             full = _ds(base + URLS, tmp_path / "f")
+            len(full)  # indexed (and downloaded) in the background until then
         assert [y for _, y in full] == list(range(24)) and _cached(tmp_path / "f") == ([], [])
 
 
@@ -223,7 +227,8 @@ def test_download_timeout_bounds_a_download_that_keeps_stalling(tmp_path):
         start = time.monotonic()
         with pytest.raises(fl.DownloadError, match=rf"shard-000000.tar: the download of {size} bytes took longer "
                                                    r"than download_timeout=2.5s \(at byte \d+\)"):
-            _ds(base + "/shard-000000.tar", tmp_path / "c", stall_timeout=1, download_timeout=2.5, retries=20)
+            _ds(base + "/shard-000000.tar", tmp_path / "c", stall_timeout=1, download_timeout=2.5, retries=20,
+                background_index=False)
         assert time.monotonic() - start < 5
         assert len(hits.ranges["shard-000000.tar"]) >= 2  # each stall was retried (from the byte reached)
     with pytest.raises(ValueError, match="stall_timeout must be a number of seconds > 0 or None, got 0"):
@@ -274,3 +279,16 @@ def test_a_replaced_shard_is_never_served_from_a_stale_cache(data, tmp_path, val
             os.utime(data / "shard-000001.tar", (st.st_atime + 10, st.st_mtime + 10))
         replaced = _ds(base + URLS, tmp_path / "c")
         assert [y for _, y in replaced][6] == 9
+
+
+def test_the_constructor_does_not_wait_for_the_downloads(data, tmp_path):
+    faults = {"shard-000002.tar": ("stall", 1, 3)}
+    with http_server(data, faults=faults) as (base, hits):
+        start = time.monotonic()
+        ds = _ds(base + URLS, tmp_path / "c", stall_timeout=1.5)  # shard 2's first download stalls for 1.5 s
+        assert time.monotonic() - start < 1.2 and ds.indexed[0] < 4 and ds.indexed[1] == 4
+        with pytest.raises(TimeoutError, match=r"indexing 4 shard\(s\) did not finish in 0.2 s"):
+            ds.wait_indexed(0.2)
+        # a Loader forks its workers before it asks for len(): the fork waits for the indexes
+        batches, n, _ = _epoch(ds, num_workers=2, shuffle=True)
+        assert sorted(sum(batches, [])) == list(range(24)) and len(batches) == n and ds.indexed == (4, 4)
