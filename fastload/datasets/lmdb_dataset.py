@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
 import threading
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +15,12 @@ import numpy as np
 from ..decode import MODULE_LIMIT, MaxPixels
 from ..storage import StringArray
 from .base import ImageDataset
+from .lmdb_foreign import KEYS_KEY, as_key_set, listed_keys, pickled_sample, scan
+from .lmdb_reader import close_readers, reader
 from .lmdb_size import DataFile, check_data_file, check_still_whole
 from .partial import check_complete
+
+__all__ = ["LMDBDataset", "pickled_sample"]
 
 META_KEY = b"__fastload_meta__"
 FORMAT_VERSION = 1
@@ -99,7 +103,7 @@ def unpack_meta(value: bytes, path: str) -> tuple[StringArray, np.ndarray, list[
             labels = z["labels"].astype(np.int64)
             classes = list(StringArray.from_buffer(z["classes_data"], z["classes_offsets"]))
             count = int(z["count"])
-    except (KeyError, OSError, ValueError) as e:
+    except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # a damaged record
         if "newer" in str(e):
             raise
         raise ValueError(f"{path}: corrupt fastload metadata record: {e}") from e
@@ -108,31 +112,18 @@ def unpack_meta(value: bytes, path: str) -> tuple[StringArray, np.ndarray, list[
     return keys, labels, classes
 
 
-def pickled_sample(value: Any) -> tuple[bytes, int]:
-    """Parses pickled (image bytes, label) pairs or {"image"/"img": ..., "label": ...} dicts.
-
-    Only used with ``allow_pickle=True``: unpickling runs code from the file.
-    """
-    obj = pickle.loads(bytes(value))
-    if isinstance(obj, dict):
-        image = next((obj[k] for k in ("image", "img", "jpeg", "data") if k in obj), None)
-        label = next((obj[k] for k in ("label", "target", "class") if k in obj), None)
-    elif isinstance(obj, (tuple, list)) and len(obj) == 2:
-        image, label = obj
-    else:
-        raise ValueError(f"unpickled a {type(obj).__name__}; pass parse= to read this layout")
-    if image is None or label is None:
-        raise ValueError(f"pickled dict has keys {sorted(obj)}; pass parse= to read this layout")
-    return bytes(image), int(label)
-
-
 class LMDBDataset(ImageDataset):
     """Images stored in an LMDB.
 
     fastload's layout (written by ``tools/folder2lmdb.py``) holds each image's encoded
     bytes as they were on disk, and keys, labels and class names in a metadata record.
     Other tools' LMDBs are read by enumerating their keys once and turning each value
-    into (image bytes, label) with ``parse``.
+    into (image bytes, label) with ``parse`` (see :mod:`.lmdb_foreign` for which keys are
+    samples, and the common "folder2lmdb" layout with its ``__keys__`` list).
+
+    Reads happen in a reader process per reading thread (``isolate=True``, see
+    :mod:`.lmdb_reader`): a data file truncated or corrupted under a running job is a
+    ValueError naming the file and key, never SIGBUS or SIGSEGV in the training process.
 
     Args:
         path: The LMDB directory (or file, for ``subdir=False`` databases).
@@ -142,8 +133,15 @@ class LMDBDataset(ImageDataset):
             The value is a memoryview valid only during the call. It travels to the
             workers, so under spawn it must be picklable (a module-level function).
         allow_pickle: Unpickle values of foreign LMDBs (pickled (bytes, label) tuples or
-            dicts). Off by default: unpickling runs arbitrary code from the file.
-        buffers: Zero-copy reads; the image is decoded before the transaction ends.
+            dicts) and their ``__keys__`` list. Off by default: unpickling runs arbitrary
+            code from the file.
+        exclude_keys: Keys of a foreign LMDB that are not samples (bytes or str); default:
+            those that begin and end with ``__``. Not used when a ``__keys__`` list says
+            which keys are samples.
+        isolate: Read in a reader process (default). False reads in this process, zero-copy
+            and a little faster, but a damaged data file can then kill it with a signal.
+        buffers: Zero-copy reads (``isolate=False`` only); the image is decoded before the
+            transaction ends.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
             readahead=False, meminit=False``.
@@ -151,26 +149,29 @@ class LMDBDataset(ImageDataset):
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: The LMDB is empty, foreign without ``parse``/``allow_pickle``, or its
-            data file is shorter than its header says (truncated; also raised by a read
-            after the file shrank, where lmdb would die with SIGBUS).
+            data file is empty or shorter than its header says (truncated; also raised by
+            a read after the file shrank or was damaged).
     """
 
     def __init__(self, path: str | os.PathLike, transform: Any = None, *, decoder: str | None = None,
                  parse: Callable[[Any], tuple[Any, int]] | None = None, allow_pickle: bool = False,
+                 exclude_keys: Iterable[bytes | str] | None = None, isolate: bool = True,
                  buffers: bool = True, max_pixels: MaxPixels = MODULE_LIMIT, **env_options: Any) -> None:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"LMDB {path!r} does not exist")
         check_complete(path)
-        self.path = path
+        self.path, self.isolate = path, isolate
         self.env_options = {"readonly": True, "lock": False, "readahead": False, "meminit": False, **env_options}
         self.buffers = buffers
         self.classes: list[str] | None = None
-        env = open_env(path, **self.env_options)
-        with env.begin() as txn:
-            meta = txn.get(META_KEY)
+        self._data = check_data_file(path)
+        exclude = as_key_set(exclude_keys)
+        get, items = self._access()
+        try:
+            meta = get(META_KEY)
             if meta is not None:
-                keys, labels, classes = unpack_meta(meta, path)
+                keys, labels, classes = unpack_meta(bytes(meta), path)
                 self.classes = classes
                 self._parse = None
             else:
@@ -180,38 +181,66 @@ class LMDBDataset(ImageDataset):
                         "parse=lambda value: (image_bytes, label), or allow_pickle=True if its values "
                         "are pickled and you trust the file")
                 self._parse = parse or pickled_sample
-                keys, labels = self._scan(txn)
-        close_env(path)  # workers open their own; nothing open travels through fork or pickle
+                raw = get(KEYS_KEY) if allow_pickle else None
+                listed = listed_keys(bytes(raw), path) if raw is not None else None
+                if listed is not None:  # the keys list names the samples: read only those
+                    records = ((k, self._must(get, k)) for k in listed)
+                    raw_keys, raw_labels = scan(records, self._parse, path, frozenset())
+                else:
+                    raw_keys, raw_labels = scan(self._progress(items()), self._parse, path, exclude)
+                keys, labels = StringArray(raw_keys), np.asarray(raw_labels, dtype=np.int64)
+        except _lmdb().Error as e:  # read in this process (isolate=False): name the file
+            raise ValueError(f"LMDB {path}: {type(e).__name__}: {e} (the data file is damaged)") from e
+        finally:
+            self._close()  # workers open their own; nothing open travels through fork or pickle
         if len(keys) == 0:
             raise ValueError(f"LMDB {path!r} holds no samples")
         super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         self.keys = keys
 
-    def _scan(self, txn) -> tuple[StringArray, np.ndarray]:
+    def _access(self) -> tuple[Callable[[bytes], Any], Callable[[], Any]]:
+        """(get(key), items()) for the constructor: through the reader, or one transaction."""
+        if self.isolate:
+            r = reader(self.path, self._data, self.env_options)
+            return r.get, r.items
+        txn = open_env(self.path, **self.env_options).begin()
+        self._txn = txn
+        return txn.get, lambda: iter(txn.cursor())
+
+    def _close(self) -> None:
+        txn = self.__dict__.pop("_txn", None)
+        if txn is not None:
+            txn.abort()
+        if self.isolate:
+            close_readers(self.path)
+        else:
+            close_env(self.path)
+
+    def _must(self, get: Callable[[bytes], Any], key: bytes) -> Any:
+        value = get(key)
+        if value is None:
+            raise ValueError(f"{self.path}: its {KEYS_KEY!r} list names key {key!r}, which is missing")
+        return value
+
+    def _progress(self, records: Any) -> Any:
         from tqdm import tqdm
 
-        keys: list[bytes] = []
-        labels: list[int] = []
-        total = txn.stat()["entries"]
-        with txn.cursor() as cur:
-            for key, value in tqdm(cur, total=total, desc=f"indexing {self.path}", unit="rec",
-                                   disable=total < 100_000):
-                try:
-                    _, label = self._parse(value)
-                except Exception as e:
-                    raise ValueError(f"{self.path}: parse failed on key {key!r}: {e}") from e
-                keys.append(bytes(key))
-                labels.append(int(label))
-        return StringArray(keys), np.asarray(labels, dtype=np.int64)
+        return tqdm(records, desc=f"indexing {self.path}", unit="rec", mininterval=2, delay=5)
 
     def describe(self, index: int) -> str:
         return f"{self.path} key {self.keys.get_bytes(index)!r}"
 
+    def _missing(self, index: int) -> KeyError:
+        return KeyError(f"{self.path}: key {self.keys.get_bytes(index)!r} (sample {index}) is missing")
+
     def _value(self, txn, index: int) -> Any:
-        key = self.keys.get_bytes(index)
-        value = txn.get(key)
+        try:
+            value = txn.get(self.keys.get_bytes(index))
+        except _lmdb().Error as e:
+            raise ValueError(f"LMDB {self.path}: reading key {self.keys.get_bytes(index)!r}: {type(e).__name__}: "
+                             f"{e} (the data file is damaged)") from e
         if value is None:
-            raise KeyError(f"{self.path}: key {key!r} (sample {index}) is missing")
+            raise self._missing(index)
         return value
 
     def _split(self, value: Any, index: int) -> tuple[Any, int]:
@@ -220,14 +249,26 @@ class LMDBDataset(ImageDataset):
         data, label = self._parse(value)
         return data, int(label)
 
+    def _isolated(self, index: int) -> tuple[Any, int]:
+        value = reader(self.path, self._data, self.env_options).get(self.keys.get_bytes(index))
+        if value is None:
+            raise self._missing(index)
+        return self._split(value, index)
+
     def read(self, index: int) -> tuple[bytes, int]:
         self.check_index(index)
+        if self.isolate:
+            data, label = self._isolated(index)
+            return bytes(data), label
         with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
             data, label = self._split(self._value(txn, index), index)
             return bytes(data), label
 
     def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         self.check_index(index)
+        if self.isolate:
+            data, label = self._isolated(index)
+            return self.decode_sample(index, data, epoch, seed, out), label
         with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
             data, label = self._split(self._value(txn, index), index)
             img = self.decode_sample(index, data, epoch, seed, out)

@@ -66,12 +66,16 @@ def check_data_file(path: str) -> DataFile | None:
 
     Raises:
         FileNotFoundError: There is no data file.
-        ValueError: The file is shorter than its current meta page says (named, with sizes).
+        ValueError: The file is empty, or shorter than its current meta page says (named,
+            with sizes).
     """
     file = data_file_path(path)
     if not os.path.isfile(file):
         raise FileNotFoundError(f"{path} is not an LMDB: {file} does not exist")
     size = os.path.getsize(file)
+    if size == 0:
+        raise ValueError(f"LMDB data file {file} is empty (0 bytes): an interrupted copy or a full disk leaves "
+                         "this; copy or convert it again")
     with open(file, "rb") as f:
         first = f.read(_META_BYTES)
         head = _meta(first, 0)
