@@ -524,3 +524,20 @@ def test_a_planned_decode_never_returns_the_threads_scratch_buffer():
     expected = kept.copy()
     execute(plan_for_key("full", read_header(second), crop), second, dec, read_header(second), crop)
     assert np.array_equal(kept, expected), "the first result was overwritten by the next decode"
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_bytes_after_the_end_of_image_marker_are_accepted(photo, backend):
+    """Camera trailers and appended metadata follow EOI in valid files (Pillow reads them)."""
+    data = jpeg_bytes(photo)
+    progressive = io.BytesIO()
+    Image.fromarray(photo).save(progressive, "JPEG", progressive=True, quality=90)
+    for image in (data, progressive.getvalue()):
+        want = decode_image(image, backend=backend)
+        for trailer in (b"\0" * 5000, b"TRAILER" * 3000 + b"\xff\xd8\xff\xe1 not an image"):
+            got = decode_image(image + trailer, backend=backend)
+            assert np.array_equal(got, want)
+        with pytest.raises(DecodeError, match="truncated"):  # cut short stays an error, trailer or not
+            decode_image(image[: len(image) * 2 // 3], backend=backend)
+    assert dec.header.jpeg_end(data + b"x" * 9000) == len(data)
+    assert dec.header.jpeg_end(data[:-2]) == -1

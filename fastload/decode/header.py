@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 
 from ._base import Buffer, DecodeError
@@ -111,9 +112,50 @@ def _pillow_header(head: memoryview) -> ImageHeader:
         raise DecodeError(f"unrecognised image header: {e}") from e
 
 
+_MARKER_IN_SCAN = re.compile(rb"\xff+([^\x00\xd0-\xd7\xff])")  # FF00 is a stuffed byte, FFD0-D7 restarts
+
+
+def jpeg_end(data: Buffer) -> int:
+    """The offset just past the JPEG's end-of-image marker, found by walking its segments
+    (entropy-coded data skipped marker to marker), or -1 when the data ends first.
+
+    Bytes after EOI (camera trailers, appended metadata) are not the image's; an EOI
+    inside a segment (an EXIF thumbnail's) is not the image's end either.
+    """
+    buf = bytes(data) if not isinstance(data, bytes) else data
+    i, n = 2, len(buf)
+    while i + 2 <= n:
+        if buf[i] != 0xFF:
+            return -1
+        marker = buf[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0xD9:
+            return i + 2
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+            continue
+        if i + 4 > n:
+            return -1
+        i += 2 + ((buf[i + 2] << 8) | buf[i + 3])
+        if marker == 0xDA:  # start of scan: entropy-coded data up to the next real marker
+            m = _MARKER_IN_SCAN.search(buf, i)
+            if m is None:
+                return -1
+            i = m.start(1) - 1
+    return -1
+
+
 def check_jpeg_complete(data: Buffer) -> None:
-    # FFD9 cannot occur inside entropy-coded data (FF is always stuffed), so a JPEG
-    # without EOI near its end was cut short; decoders would fill the rest with grey.
+    """Raises DecodeError for a JPEG cut short (no end-of-image marker where it should be).
+
+    FFD9 cannot occur inside entropy-coded data (FF is always stuffed), so an EOI in the
+    last 4 KB settles it at once; otherwise the segments are walked to find it, so a
+    valid image followed by a trailer of any size is accepted.
+    """
     tail = bytes(memoryview(data)[-4096:])
-    if tail.rfind(b"\xff\xd9") < 0:
+    if tail.rfind(b"\xff\xd9") >= 0:
+        return
+    if jpeg_end(data) < 0:
         raise DecodeError("truncated JPEG: no end-of-image marker")
