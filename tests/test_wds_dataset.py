@@ -216,3 +216,25 @@ def test_cls_labels_follow_the_rules_of_every_format(tmp_path, shards):
         with pytest.warns(RuntimeWarning, match="skipped 1 bad sample.*sample 'k1'.*is negative"):
             got = set(sum(_labels(loader), []))  # skipped samples' places are filled by others
         assert got == {0, 2, 5, 7, 2**63 - 1} and sorted(s.index for s in loader.skipped) == [1, 2, 6]
+
+
+def test_an_archive_in_directory_order_groups_members_by_key(tmp_path, shards):
+    """``tar cf`` adds files in directory order: a sample's members need not be adjacent."""
+    with tarfile.open(os.path.join(shards, "shard-000000.tar")) as t:
+        jpg = t.extractfile("s00000.jpg").read()
+    path = str(tmp_path / "unsorted.tar")
+    _tar(path, [("b.jpg", jpg), ("a.cls", b"1"), ("c.jpg", jpg), ("b.cls", b"2"), ("a.jpg", jpg), ("c.cls", b"3")])
+    ds = _ds(path)
+    assert [ds.describe(i).split("'")[1] for i in range(len(ds))] == ["b", "a", "c"]
+    assert [y for _, y in ds] == [2, 1, 3]
+    cut = str(tmp_path / "cut.tar")  # broken inside b.cls's data: b, read last, is the sample cut off
+    with open(path, "rb") as f:
+        raw = f.read()
+    with open(cut, "wb") as f:
+        f.write(raw[: tar_offsets(path)["b.cls"] + 1])
+    with pytest.warns(RuntimeWarning, match="its last sample is yielded as an error record"):
+        broken = _ds(cut)
+    records = list(broken.records_for(0, 1))  # a lost its image to the cut; b, cut off, comes last
+    assert [broken.describe(i).split("'")[1] for i in range(3)] == ["a", "c", "b"]
+    assert "sample 'a' has no image member" in str(records[0].error) and records[1].error is None
+    assert "sample 'b' is cut off" in str(records[2].error) and broken.decode(records[1], 0, 0).shape == (16, 16, 3)
