@@ -238,3 +238,39 @@ def test_an_archive_in_directory_order_groups_members_by_key(tmp_path, shards):
     assert [broken.describe(i).split("'")[1] for i in range(3)] == ["a", "c", "b"]
     assert "sample 'a' has no image member" in str(records[0].error) and records[1].error is None
     assert "sample 'b' is cut off" in str(records[2].error) and broken.decode(records[1], 0, 0).shape == (16, 16, 3)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_gzipped_shards_are_streamed(tmp_path, cache):
+    import gzip
+
+    plain = write_shards(tmp_path / "plain", [5, 7])
+    folder = tmp_path / "gz"
+    folder.mkdir()
+    for i, path in enumerate(plain):
+        with open(path, "rb") as f:
+            raw = f.read()
+        name = f"shard-{i:06d}.tar.gz" if i == 0 else f"shard-{i:06d}.tgz"
+        if i == 0:
+            (folder / name).write_bytes(gzip.compress(raw))
+        else:  # two gzip members concatenated (as pigz and cat a.gz b.gz write)
+            (folder / name).write_bytes(gzip.compress(raw[:3000]) + gzip.compress(raw[3000:]))
+    ds = _ds(str(folder), cache=cache, cache_dir=str(tmp_path / "c"))
+    assert [os.path.basename(u) for u in ds.urls] == ["shard-000000.tar.gz", "shard-000001.tgz"]
+    assert [y for _, y in ds] == list(range(12))
+    if cache:
+        assert isinstance(fl.open_dataset(str(folder)), fl.WebDataset)
+        one = fl.open_dataset(str(folder / "shard-000000.tar.gz"))
+        assert isinstance(one, fl.WebDataset) and len(one) == 5
+    with fl.Loader(ds, num_workers=2, shuffle=True, **OPTS) as loader:
+        assert sorted(sum(_labels(loader), [])) == list(range(12))
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    data = (folder / "shard-000000.tar.gz").read_bytes()
+    (cut / "shard-000000.tar.gz").write_bytes(data[: len(data) // 2])
+    with pytest.warns(RuntimeWarning, match=r"shard-000000.tar.gz: the gzip stream ends early"):
+        short = _ds(str(cut), cache=cache, cache_dir=str(tmp_path / "d"))
+    assert len(short) < 5
+    (cut / "shard-000000.tar.gz").write_bytes(b"\x1f\x8b garbage" * 100)
+    with pytest.raises(fl.ShardError, match="not gzip data, or corrupt"):
+        _ds(str(cut), cache=cache, cache_dir=str(tmp_path / "e"))

@@ -105,6 +105,7 @@ def test_a_missing_shard(data, tmp_path):
         with pytest.raises(FileNotFoundError, match=r"shard-000004.tar: no such shard .*at byte 0"):
             _ds(base + "/shard-{000000..000004}.tar", tmp_path / "c")
         ds = _ds(base + URLS, tmp_path / "c", cache=False)
+        ds.wait_indexed()
         os.remove(data / "shard-000002.tar")  # gone after it was indexed
         with pytest.raises(Exception, match=r"shard-000002.tar: no such shard"):
             _epoch(ds, num_workers=0)
@@ -124,6 +125,7 @@ def test_a_truncated_shard(data, tmp_path):
         with pytest.raises(Exception, match=r"shard-000001.tar.*sample 's00008' is cut off.*at byte \d+"):
             _epoch(ds, num_workers=0)
         full = _ds(base + URLS, tmp_path / "d", cache=False)
+        full.wait_indexed()  # indexed in the background: wait before cutting a shard
         truncate(data / "shard-000003.tar", 2000)  # cut after it was indexed
         batches, n, skipped = _epoch(full, num_workers=0, on_error="skip")
         # shard 1 now holds samples 6-8 (8 cut off), so shard 3 holds 16-21: its reads fail

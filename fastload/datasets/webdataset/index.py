@@ -22,6 +22,7 @@ from .tar import Member, ShardError
 
 FORMAT_VERSION = 2  # 2: samples grouped by key over the whole archive
 UNVALIDATED = "unvalidated:"
+GZIP_SUFFIXES = (".tar.gz", ".tgz")
 _NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _META = re.compile(r"__[^/]*__($|/)")
 
@@ -34,6 +35,11 @@ class ShardId:
     url: str
     size: int
     version: str
+
+    @property
+    def gzipped(self) -> bool:
+        """A gzip-compressed tar (``.tar.gz``, ``.tgz``): read by decompressing it as it streams."""
+        return self.url.lower().endswith(GZIP_SUFFIXES)
 
     @property
     def validated(self) -> bool:
@@ -178,5 +184,5 @@ def load_index(path: str, shard: ShardId) -> ShardIndex | None:
         sample.min() >= 0 and sample.max() < len(keys) and np.all(np.diff(sample) >= 0)
         and index.member_ext.min() >= 0 and index.member_ext.max() < len(exts)
         and index.member_offset.min() >= 0 and index.member_size.min() >= 0
-        and np.all(index.member_offset + index.member_size <= size))))
+        and (shard.gzipped or np.all(index.member_offset + index.member_size <= size)))))
     return index if ok else None
