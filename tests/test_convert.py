@@ -250,3 +250,41 @@ def test_progress_bars_show_images_per_second(folder, tmp_path, capsys):
     convert(folder, str(tmp_path / "p.lmdb"), "lmdb", verify_output=True, progress=True)
     err = capsys.readouterr().err
     assert "images/s" in err and "verify" in err
+
+
+@pytest.fixture(scope="module")
+def noise_folder(tmp_path_factory):
+    """40 JPEGs of noise (incompressible): about 4 MB, twice what the small disk below holds."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("noise")
+    rng = np.random.default_rng(0)
+    for c in range(2):
+        os.makedirs(root / f"c{c}")
+        for i in range(20):
+            Image.fromarray(rng.integers(0, 256, (256, 256, 3), np.uint8)).save(root / f"c{c}" / f"{i}.jpg",
+                                                                               quality=95)
+    return str(root)
+
+
+@pytest.mark.parametrize("tool,fmt", [("folder2lmdb.py", "lmdb"), ("folder2tfrecord.py", "tfrecord"),
+                                      ("folder2wds.py", "wds")])
+def test_a_full_disk_is_named_with_its_own_exit_code_and_leaves_nothing(noise_folder, tmp_path, tool, fmt):
+    need_formats(fmt if fmt != "wds" else "lmdb")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    # A 2 MB tmpfs in a private mount namespace (we are root in CI; skipped where not permitted).
+    script = (f"mount -t tmpfs -o size=2m tmpfs {mnt} || exit 99; "
+              f"{sys.executable} {os.path.join(ROOT, 'tools', tool)} {noise_folder} {mnt}/out --workers 2; "
+              f"echo rc=$?; ls -A {mnt}")
+    try:
+        proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": ROOT})
+    except FileNotFoundError:
+        pytest.skip("no unshare command")
+    if proc.returncode == 99 or "rc=" not in proc.stdout:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr[-300:]}")
+    rc, left = proc.stdout.split("rc=", 1)[1].split("\n", 1)
+    assert rc == "3", proc.stderr[-2000:]
+    assert f"no space left on {mnt}/out (needs about " in proc.stderr and "MB more" in proc.stderr, proc.stderr
+    assert "the partial output was removed" in proc.stderr and left.strip() == "", left

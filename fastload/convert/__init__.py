@@ -5,11 +5,11 @@ interrupted run never leaves something that opens as a dataset. Used by ``tools/
 """
 
 from .cli import main
-from .run import convert, read_all, reencode
+from .run import NoSpaceError, convert, read_all, reencode
 from .staging import clean_leftovers
 from .verify import VerifyError, verify
 from .wds_writer import write_wds
 from .writers import write_lmdb, write_tfrecord
 
-__all__ = ["VerifyError", "clean_leftovers", "convert", "main", "read_all", "reencode", "verify", "write_lmdb",
+__all__ = ["NoSpaceError", "VerifyError", "clean_leftovers", "convert", "main", "read_all", "reencode", "verify", "write_lmdb",
            "write_tfrecord", "write_wds"]

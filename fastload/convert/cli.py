@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from .run import convert
+from .run import NoSpaceError, convert
 from .verify import VerifyError
+
+
+EXIT_NO_SPACE = 3  # beside 1 (--verify found bad records) and 2 (bad input)
 
 
 def byte_size(text: str) -> int:
@@ -23,7 +26,8 @@ def byte_size(text: str) -> int:
 
 
 def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
-    """Parses ``argv`` and converts; exits 2 on bad input, 1 when ``--verify`` finds bad records."""
+    """Parses ``argv`` and converts; exits 2 on bad input, 1 when ``--verify`` finds bad records,
+    3 when the destination's disk fills up (the partial output removed)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("src", help="image folder, list file, LMDB or TFRecord file(s)/glob")
     p.add_argument("dst", help="output LMDB directory" if fmt == "lmdb" else "output folder for the shards")
@@ -55,6 +59,8 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     except VerifyError as e:
         p.exit(1, f"{p.prog}: wrote {args.dst}, but {len(e.failures)} of {e.total} records failed "
                   f"verification:\n  " + "\n  ".join(e.failures) + "\n")
+    except NoSpaceError as e:
+        p.exit(EXIT_NO_SPACE, f"{p.prog}: error: {e}\n")
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
     print(f"wrote {stats['records']} records to {args.dst} ({stats['bytes'] / 1e6:.1f} MB) in "

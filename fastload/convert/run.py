@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +22,57 @@ from .wds_writer import write_wds
 from .writers import write_lmdb, write_tfrecord
 
 FORMATS = ("lmdb", "tfrecord", "wds")
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class NoSpaceError(OSError):
+    """The destination's file system filled up; the partial output was removed.
+
+    Attributes:
+        dst: The destination.
+        needed: About how many more bytes the conversion needs than the file system has free.
+    """
+
+    def __init__(self, dst: str, needed: int, cause: str) -> None:
+        super().__init__(errno.ENOSPC, f"no space left on {dst} (needs about {max(1, round(needed / 1e6))} MB "
+                                       f"more; {cause}); the partial output was removed")
+        self.dst, self.needed = dst, needed
+
+    def __str__(self) -> str:
+        return str(self.args[1])
+
+
+class _Counted:
+    """Records passed through, counting them and their bytes (to size a full disk's shortfall)."""
+
+    def __init__(self, records: Iterator[tuple[int, bytes, int]]) -> None:
+        self.records, self.count, self.bytes = records, 0, 0
+
+    def __iter__(self) -> Iterator[tuple[int, bytes, int]]:
+        for item in self.records:
+            self.count += 1
+            self.bytes += len(item[1])
+            yield item
+
+
+def _free(dst: str) -> int:
+    folder = os.path.dirname(os.path.abspath(dst)) or "/"
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    return shutil.disk_usage(folder).free
+
+
+def _full_disk(error: BaseException, dst: str, counted: _Counted, n: int) -> NoSpaceError | None:
+    """A NoSpaceError when ``error`` comes of a full file system (lmdb reports it as EIO), else None."""
+    full = isinstance(error, OSError) and error.errno in _FULL
+    text = str(error)
+    lmdb_io = type(error).__module__.split(".")[0] == "lmdb" and ("Input/output" in text or "No space" in text)
+    per_record = counted.bytes / max(counted.count, 1)
+    needed = int(per_record * n * 1.05) + (1 << 20)  # containers add headers, pages, padding
+    free = _free(dst)  # the partial output is gone by now
+    if not full and not (lmdb_io and needed > free):
+        return None
+    return NoSpaceError(dst, max(needed - free, 1), f"{type(error).__name__}: {text}")
 
 CHUNK = 512
 
@@ -90,6 +143,8 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
 
     Raises:
         VerifyError: ``verify_output`` found records that do not read back (all listed).
+        NoSpaceError: The destination's file system filled up (an OSError naming it and about
+            how much more room the conversion needs); the partial output was removed.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
@@ -119,17 +174,24 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
                 yield i, data, label
 
         records = record_labels(records)
-    if fmt == "lmdb":
-        crcs = write_lmdb(records, dst, n, classes, overwrite)
-    elif fmt == "wds":
-        if shard_bytes is None and shard_samples is None:
-            shard_bytes = 10**9
-        crcs = write_wds(records, dst, n, classes, shard_bytes=shard_bytes, shard_samples=shard_samples,
-                         keys=order, overwrite=overwrite)
-    else:
-        names = getattr(source, "paths", None)
-        crcs = write_tfrecord(records, dst, n, shards, classes, names.__getitem__ if names is not None else None,
-                              overwrite=overwrite)
+    counted = _Counted(records)
+    try:
+        if fmt == "lmdb":
+            crcs = write_lmdb(iter(counted), dst, n, classes, overwrite)
+        elif fmt == "wds":
+            if shard_bytes is None and shard_samples is None:
+                shard_bytes = 10**9
+            crcs = write_wds(iter(counted), dst, n, classes, shard_bytes=shard_bytes, shard_samples=shard_samples,
+                             keys=order, overwrite=overwrite)
+        else:
+            names = getattr(source, "paths", None)
+            crcs = write_tfrecord(iter(counted), dst, n, shards, classes,
+                                  names.__getitem__ if names is not None else None, overwrite=overwrite)
+    except Exception as e:  # the writer has removed its partial output
+        full = _full_disk(e, dst, counted, n)
+        if full is None:
+            raise
+        raise full from e
     seconds = time.perf_counter() - start
     if labels is None:
         labels = got

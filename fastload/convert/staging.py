@@ -65,3 +65,13 @@ def publish(tmp: str, dst: str) -> None:
 
 def discard(tmp: str) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def close_quietly(*files) -> None:
+    """Closes files of an output being abandoned: a close that flushes onto a full disk
+    fails again, and must not keep the partial output from being removed."""
+    for f in files:
+        try:
+            f.close()
+        except OSError:
+            pass

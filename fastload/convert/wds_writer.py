@@ -18,7 +18,7 @@ import numpy as np
 
 from ..datasets.webdataset.sidecar import write_sidecar
 from ..datasets.webdataset.tar import BLOCK
-from .staging import discard, publish, stage
+from .staging import close_quietly, discard, publish, stage
 
 Records = Iterator[tuple[int, bytes, int]]  # (index, encoded bytes, label) in index order
 SIGNATURES = ((b"\xff\xd8", "jpg"), (b"\x89PNG", "png"), (b"BM", "bmp"), (b"II*\0", "tif"), (b"MM\0*", "tif"),
@@ -91,7 +91,7 @@ def write_wds(records: Records, dst: str, n: int, classes: Sequence[str] | None,
         published = True
     finally:
         if out is not None:
-            out.close()
+            close_quietly(out)
         if not published:
             discard(tmp)
     return crcs

@@ -13,7 +13,7 @@ from ..datasets.lmdb_dataset import META_KEY, pack_meta
 from ..datasets.tfrecord import INDEX_SUFFIX, frame, make_example, write_meta
 from ..decode import DecodeError, image_size, is_jpeg
 from ..storage import StringArray
-from .staging import discard, publish, stage
+from .staging import close_quietly, discard, publish, stage
 
 COMMIT_EVERY = 2000
 
@@ -119,8 +119,7 @@ def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Seq
                           f"image/width written as 0), first {unsized[0]}", RuntimeWarning, stacklevel=3)
     finally:
         if out is not None:
-            out.close()
-            index.close()
+            close_quietly(out, index)
         if not published:
             discard(tmp)
     return crcs
