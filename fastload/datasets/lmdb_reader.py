@@ -26,7 +26,6 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any
 
 from .lmdb_size import DataFile, data_file_path, truncated_message
 

@@ -25,7 +25,7 @@ from .index import UNVALIDATED, ShardId, ShardIndex, group_members, load_index, 
 from .remote import Remote, is_url, local_path
 from .gz import file_chunks, gunzip
 from .gz import span as gz_span
-from .tar import Source, file_source, iter_members
+from .tar import file_source, iter_members
 
 
 class _Tee:
