@@ -477,3 +477,14 @@ def test_an_out_of_memory_step_releases_and_empties_the_cache(monkeypatch):
     assert largest_batch(lambda bs: tried.append(bs) or bs <= 300, 64) == 296
     assert tried[:4] == [64, 128, 256, 512] and all(b % 8 == 0 for b in tried)
     assert largest_batch(lambda bs: True, 64, limit=1000) == 512
+
+
+def test_a_folder_of_shards_is_refused_without_talk_of_compression(tmp_path, capsys):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from wds_servers import write_shards
+
+    write_shards(tmp_path / "shards", [3, 3])
+    assert main(["tune", str(tmp_path / "shards"), "--batch-sizes", "2", "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "is a WebDataset (tar shards)" in err and "random access" in err and "nothing in it is compressed" in err
+    assert "uncompress" not in err

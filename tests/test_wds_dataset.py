@@ -197,3 +197,80 @@ def test_fewer_samples_than_slots_and_bad_arguments(shards):
     with pytest.raises(FileNotFoundError, match="shard-000004.tar: no such shard"):
         _ds(os.path.join(shards, "shard-{000003..000004}.tar"))
     assert np.array_equal(_ds(shards).table.counts.array, SIZES)
+
+
+def test_cls_labels_follow_the_rules_of_every_format(tmp_path, shards):
+    with tarfile.open(os.path.join(shards, "shard-000000.tar")) as t:
+        jpg = t.extractfile("s00000.jpg").read()
+    path = str(tmp_path / "labels.tar")
+    targets = [b"0", b"-3", b"99999999999999999999", b"9223372036854775807", b"5", b"2", b"-1", b"7"]
+    _tar(path, [m for i, y in enumerate(targets) for m in ((f"k{i}.jpg", jpg), (f"k{i}.cls", y))])
+    records = list(_ds(path).records_for(0, 1))
+    assert records[0].label == 0 and records[3].label == 2**63 - 1 and records[4].label == 5
+    for i, why in ((1, "negative"), (2, "over the int64 range"), (6, "negative")):
+        with pytest.raises(fl.ShardError, match=rf"labels.tar: sample 'k{i}': the .cls target .* is {why}"):
+            records[i].label
+    with pytest.raises(fl.ShardError, match=r"sample 'k0': the .cls target 0 \+ label_offset -1 is negative"):
+        next(iter(_ds(path, label_offset=-1).records_for(0, 1))).label
+    with fl.Loader(_ds(path), num_workers=0, batch_size=2, device="cpu", normalize=False, on_error="skip") as loader:
+        with pytest.warns(RuntimeWarning, match="skipped 1 bad sample.*sample 'k1'.*is negative"):
+            got = set(sum(_labels(loader), []))  # skipped samples' places are filled by others
+        assert got == {0, 2, 5, 7, 2**63 - 1} and sorted(s.index for s in loader.skipped) == [1, 2, 6]
+
+
+def test_an_archive_in_directory_order_groups_members_by_key(tmp_path, shards):
+    """``tar cf`` adds files in directory order: a sample's members need not be adjacent."""
+    with tarfile.open(os.path.join(shards, "shard-000000.tar")) as t:
+        jpg = t.extractfile("s00000.jpg").read()
+    path = str(tmp_path / "unsorted.tar")
+    _tar(path, [("b.jpg", jpg), ("a.cls", b"1"), ("c.jpg", jpg), ("b.cls", b"2"), ("a.jpg", jpg), ("c.cls", b"3")])
+    ds = _ds(path)
+    assert [ds.describe(i).split("'")[1] for i in range(len(ds))] == ["b", "a", "c"]
+    assert [y for _, y in ds] == [2, 1, 3]
+    cut = str(tmp_path / "cut.tar")  # broken inside b.cls's data: b, read last, is the sample cut off
+    with open(path, "rb") as f:
+        raw = f.read()
+    with open(cut, "wb") as f:
+        f.write(raw[: tar_offsets(path)["b.cls"] + 1])
+    with pytest.warns(RuntimeWarning, match="its last sample is yielded as an error record"):
+        broken = _ds(cut)
+    records = list(broken.records_for(0, 1))  # a lost its image to the cut; b, cut off, comes last
+    assert [broken.describe(i).split("'")[1] for i in range(3)] == ["a", "c", "b"]
+    assert "sample 'a' has no image member" in str(records[0].error) and records[1].error is None
+    assert "sample 'b' is cut off" in str(records[2].error) and broken.decode(records[1], 0, 0).shape == (16, 16, 3)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_gzipped_shards_are_streamed(tmp_path, cache):
+    import gzip
+
+    plain = write_shards(tmp_path / "plain", [5, 7])
+    folder = tmp_path / "gz"
+    folder.mkdir()
+    for i, path in enumerate(plain):
+        with open(path, "rb") as f:
+            raw = f.read()
+        name = f"shard-{i:06d}.tar.gz" if i == 0 else f"shard-{i:06d}.tgz"
+        if i == 0:
+            (folder / name).write_bytes(gzip.compress(raw))
+        else:  # two gzip members concatenated (as pigz and cat a.gz b.gz write)
+            (folder / name).write_bytes(gzip.compress(raw[:3000]) + gzip.compress(raw[3000:]))
+    ds = _ds(str(folder), cache=cache, cache_dir=str(tmp_path / "c"))
+    assert [os.path.basename(u) for u in ds.urls] == ["shard-000000.tar.gz", "shard-000001.tgz"]
+    assert [y for _, y in ds] == list(range(12))
+    if cache:
+        assert isinstance(fl.open_dataset(str(folder)), fl.WebDataset)
+        one = fl.open_dataset(str(folder / "shard-000000.tar.gz"))
+        assert isinstance(one, fl.WebDataset) and len(one) == 5
+    with fl.Loader(ds, num_workers=2, shuffle=True, **OPTS) as loader:
+        assert sorted(sum(_labels(loader), [])) == list(range(12))
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    data = (folder / "shard-000000.tar.gz").read_bytes()
+    (cut / "shard-000000.tar.gz").write_bytes(data[: len(data) // 2])
+    with pytest.warns(RuntimeWarning, match=r"shard-000000.tar.gz: the gzip stream ends early"):
+        short = _ds(str(cut), cache=cache, cache_dir=str(tmp_path / "d"))
+    assert len(short) < 5
+    (cut / "shard-000000.tar.gz").write_bytes(b"\x1f\x8b garbage" * 100)
+    with pytest.raises(fl.ShardError, match="not gzip data, or corrupt"):
+        _ds(str(cut), cache=cache, cache_dir=str(tmp_path / "e"))

@@ -59,38 +59,98 @@ def _tar_command(path, samples, label_ext):
         subprocess.run(["tar", "-cf", os.path.abspath(path), "-C", tmp, *names], check=True)
 
 
+class Hits(dict):
+    """GETs per path; ``ranges[path]``: the Range header of each GET (None: none sent)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ranges = {}
+
+
 class _Handler(SimpleHTTPRequestHandler):
+    """http.server with byte ranges (``bytes=N-`` and ``bytes=N-M``) and chosen faults."""
+
     faults: dict = {}
-    hits: dict = {}
+    hits: Hits = Hits()
+    ranged: bool = True
 
     def log_message(self, *args):
         pass
 
+    def _fault(self, name):
+        fault = self.faults.get(name)
+        if fault is not None and fault[0] == "no-validators":
+            return fault
+        return fault if fault is not None and self.hits.get(name, 0) <= fault[1] else None
+
+    def do_HEAD(self):
+        fault = self.faults.get(self.path.lstrip("/"))
+        if fault is not None and fault[0] == "status" and self.hits.get(self.path.lstrip("/"), 0) < fault[1]:
+            self.send_error(fault[2])
+            return
+        path = self.translate_path(self.path)
+        if not os.path.isfile(path):
+            super().do_HEAD()
+            return
+        extra = [] if fault is not None and fault[0] == "no-validators" else \
+            [("Last-Modified", self.date_time_string(os.path.getmtime(path)))]
+        self._headers_only(os.path.getsize(path), 200, extra)
+
+    def _headers_only(self, length, status=200, extra=()):
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+
     def do_GET(self):
         name = self.path.lstrip("/")
         self.hits[name] = self.hits.get(name, 0) + 1
-        fault = self.faults.get(name)
-        if fault is not None and fault[0] == "cut" and self.hits[name] <= fault[1]:
-            with open(self.translate_path(self.path), "rb") as f:
-                data = f.read()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data[: len(data) // 2])
-            self.wfile.flush()
-            self.connection.shutdown(2)
-            self.close_connection = True
+        self.hits.ranges.setdefault(name, []).append(self.headers.get("Range"))
+        fault = self._fault(name)
+        if fault is not None and fault[0] == "status":
+            self.send_error(fault[2])
             return
-        super().do_GET()
+        path = self.translate_path(self.path)
+        if not os.path.isfile(path):
+            super().do_GET()
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        start, status, extra = 0, 200, []
+        asked = self.headers.get("Range", "")
+        if self.ranged and asked.startswith("bytes="):
+            lo, _, hi = asked[6:].partition("-")
+            start, end = int(lo), (int(hi) + 1 if hi else len(data))
+            extra = [("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")]
+            data, status = data[start:end], 206
+        if fault is None or fault[0] == "no-validators":
+            if fault is None:
+                extra.append(("Last-Modified", self.date_time_string(os.path.getmtime(path))))
+            self._headers_only(len(data), status, extra)
+            self.wfile.write(data)
+            return
+        self._headers_only(len(data), status, extra)
+        self.wfile.write(data[: len(data) // 2])
+        self.wfile.flush()
+        if fault[0] == "stall":  # half the body, then silence on an open connection
+            time.sleep(fault[2])
+        self.connection.shutdown(2)
+        self.close_connection = True
 
 
 @contextlib.contextmanager
-def http_server(root, faults=None):
-    """Serves ``root`` on 127.0.0.1; yields (base URL, hits per path).
+def http_server(root, faults=None, ranged=True):
+    """Serves ``root`` on 127.0.0.1; yields (base URL, a :class:`Hits`).
 
-    ``faults``: {path: ("cut", n)}: the first n GETs of that path are cut halfway.
+    ``faults``, {path: fault}: ``("cut", n)``: the first n GETs of that path send half the
+    body asked for and close the connection; ``("stall", n, s)``: they send half, then
+    nothing for s seconds; ``("status", n, code)``: the first n requests (HEAD and GET) are
+    answered with that HTTP status; ``("no-validators", 0)``: every request answered without
+    Last-Modified or ETag, always (the other paths send Last-Modified). ``ranged=False``: Range headers are ignored
+    (the whole file is sent, as by servers without range support).
     """
-    handler = type("Handler", (_Handler,), {"faults": dict(faults or {}), "hits": {}})
+    handler = type("Handler", (_Handler,), {"faults": dict(faults or {}), "hits": Hits(), "ranged": ranged})
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -12,7 +12,9 @@ from .partial import check_complete, explain_missing
 from .tfrecord import TFRecordDataset, TFRecordStream, expand_paths, masked_crc, record_files
 from .webdataset import ShardError, WebDataset
 from .webdataset.remote import is_url
+from .webdataset.index import GZIP_SUFFIXES
 from .webdataset.tar import BLOCK, ZERO_BLOCK, check_header
+from .webdataset.urls import SHARD_SUFFIXES
 
 
 def looks_like_tfrecord(path: str) -> bool:
@@ -32,14 +34,21 @@ def looks_like_tfrecord(path: str) -> bool:
 
 
 def looks_like_tar(path: str) -> bool:
-    """True when the file starts with a tar header whose checksum checks out."""
+    """True when the file (decompressed, for ``.tar.gz``/``.tgz``) starts with a tar header
+    whose checksum checks out."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(BLOCK)
+        if path.lower().endswith(GZIP_SUFFIXES):
+            import gzip
+
+            with gzip.open(path, "rb") as f:
+                head = f.read(BLOCK)
+        else:
+            with open(path, "rb") as f:
+                head = f.read(BLOCK)
         if len(head) < BLOCK or head == ZERO_BLOCK:
             return False
         check_header(head, path, 0)
-    except (OSError, ShardError):
+    except (OSError, EOFError, ShardError):  # gzip's BadGzipFile is an OSError
         return False
     return True
 
@@ -56,7 +65,7 @@ def detect(path: str) -> str:
     if any(c in path for c in "*?["):
         import glob
 
-        if any(f.endswith(".tar") for f in glob.glob(path)):
+        if any(f.lower().endswith(SHARD_SUFFIXES) for f in glob.glob(path)):
             return "webdataset"
         files = expand_paths(path)
         return "tfrecord-stream" if any(f.endswith(".gz") for f in files) else "tfrecord"
@@ -71,7 +80,7 @@ def detect(path: str) -> str:
         if any(e.is_dir() for e in entries):
             return "folder"
         files = record_files(path)
-        if files and all(f.endswith(".tar") and looks_like_tar(f) for f in files):
+        if files and all(f.lower().endswith(SHARD_SUFFIXES) and looks_like_tar(f) for f in files):
             return "webdataset"
         if files and all(looks_like_tfrecord(f) for f in files):
             return "tfrecord-stream" if any(f.endswith(".gz") for f in files) else "tfrecord"

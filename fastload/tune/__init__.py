@@ -69,6 +69,17 @@ def open_tuned(args: argparse.Namespace, transform: Any = None) -> Any:
     return open_dataset(args.dataset, transform=transform, root=args.root)
 
 
+def stream_refusal(name: str, dataset: Any) -> str:
+    """Why the tuner cannot measure ``dataset`` (a stream), and what to do, for its kind."""
+    kind = type(dataset).__name__
+    if kind == "WebDataset":
+        return (f"{name} is a WebDataset (tar shards), which fastload reads as a stream; the tuner needs random "
+                "access by index; nothing in it is compressed: tune on the images it was made from (a folder, "
+                "list file, LMDB or TFRecord files), or on an LMDB made from them with tools/folder2lmdb.py")
+    return (f"{name} is read as a stream ({kind}: GZIP-compressed TFRecord files); the tuner needs random access "
+            "by index: uncompress the files first (gunzip), or tune on the images they were made from")
+
+
 def check_output(path: str | None, flag: str) -> None:
     """Fails now, not after the measurements, when ``path`` cannot be written."""
     if path is None:
@@ -105,7 +116,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     tf = transforms.train(args.size) if args.transform == "train" else transforms.eval(args.size)
     dataset = open_tuned(args, tf)
     if not hasattr(dataset, "load"):
-        raise ValueError(f"{args.dataset} is a stream; the tuner needs random access (uncompress it first)")
+        raise ValueError(stream_refusal(args.dataset, dataset))
     grid = space.grid()
     bar = tqdm(total=len(grid), desc="tuning", unit="config", disable=None if progress else True)
 

@@ -113,7 +113,7 @@ class ShardCache:
                     write(sink)
                     f.flush()
                 got = os.path.getsize(tmp)
-                if got != shard.size:
+                if got != shard.size and not shard.gzipped:  # a gzip'd shard is cached decompressed
                     raise CacheError(f"{shard.url}: the download has {got} bytes, the shard {shard.size}; not cached")
                 os.replace(tmp, self.path(shard))
             except OSError as e:

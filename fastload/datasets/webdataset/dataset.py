@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ...transforms import as_compose
@@ -20,9 +19,10 @@ from ..stream_slots import batch_ranges, check_batch_size
 from ..tfrecord.index import cache_folder
 from ..tfrecord.slots import check_slot
 from .cache import ShardCache
+from .indexing import BUILDING, Indexing, finish_before_fork, warn_broken
 from .slots import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from .reader import SlotReader
-from .remote import Remote, is_url
+from .remote import DEFAULT_STALL_TIMEOUT, Remote, is_url
 from .sidecar import read_classes
 from .store import ShardStore
 from .table import MAX_TARGET_BYTES, SampleTable, TargetRule
@@ -94,7 +94,18 @@ class WebDataset:
             go to its ``index`` folder unless ``index_dir`` says otherwise.
         cache_limit: Most bytes of shards the cache keeps (least recently used evicted).
         storage_options: Passed to fsspec (endpoint, credentials, ...).
-        retries: Further attempts after a transient network failure (backoff doubles).
+        background_index: Index remote shards (a download of each, on first use of the set
+            on this machine) in a background thread: the constructor returns once every
+            shard is found, and the first use that needs the samples (``len``, a Loader)
+            waits for it with a progress bar, raising there what indexing raised. Local
+            shards are indexed at once (quickly: header to header).
+        retries: Further attempts after a transient network failure (backoff doubles); a
+            download that made progress since its last failure gets a fresh set, and goes
+            on from the byte it reached.
+        stall_timeout: Seconds without a connection or a byte from the server after which
+            an attempt fails and is retried (default 60; None: the transport's defaults).
+        download_timeout: The most seconds one shard's download may take in all, retries
+            included (default None: no limit beyond ``stall_timeout``).
         ahead: Chunks (windows) a slot prepares in the background beyond the current one.
         index_threads: Shards identified and indexed at once when the dataset is opened.
 
@@ -115,36 +126,39 @@ class WebDataset:
                  json_key: str = "label", label_offset: int = 0, classes: Sequence[str] | None = None,
                  window: int = 4, cache: bool = True, cache_dir: str | None = None,
                  cache_limit: int = DEFAULT_CACHE_LIMIT, index_dir: str | None = None,
-                 storage_options: dict | None = None, retries: int = 5, ahead: int = 1,
-                 index_threads: int = 8) -> None:
+                 storage_options: dict | None = None, retries: int = 5,
+                 stall_timeout: float | None = DEFAULT_STALL_TIMEOUT, download_timeout: float | None = None,
+                 ahead: int = 1, index_threads: int = 8, background_index: bool = True) -> None:
         for name, value, low in (("window", window, 1), ("ahead", ahead, 0), ("retries", retries, 0),
                                  ("index_threads", index_threads, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        for name, value in (("stall_timeout", stall_timeout), ("download_timeout", download_timeout)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"{name} must be a number of seconds > 0 or None, got {value!r}")
         image_exts = (image_key,) if isinstance(image_key, str) else tuple(image_key)
         target_exts = () if label_key is None else (label_key,) if isinstance(label_key, str) else tuple(label_key)
         if not image_exts:
             raise ValueError("image_key names no extension")
         self.urls = expand_urls(urls, storage_options or {})
         root = cache_folder("webdataset", cache_dir)
-        self.store = ShardStore(Remote(dict(storage_options or {}), retries),
+        self.store = ShardStore(Remote(dict(storage_options or {}), retries, stall_timeout=stall_timeout,
+                                       download_timeout=download_timeout),
                                 ShardCache(root, cache_limit) if cache else None,
                                 index_dir or os.path.join(root, "index"))
         with ThreadPoolExecutor(min(index_threads, len(self.urls))) as pool:
             shards = list(pool.map(self.store.identify, self.urls))
-            indexes = list(tqdm(pool.map(self.store.index, shards), total=len(shards), desc="indexing shards",
-                                unit="shard", delay=2))
         big = [s for s in shards if is_url(s.url) and self.store.cache is not None and not self.store.cache.fits(s)]
         if big:
             warnings.warn(f"fastload: {len(big)} shard(s) exceed cache_limit={cache_limit} bytes (e.g. {big[0].url}, "
                           f"{big[0].size} bytes) and are read straight from the network", RuntimeWarning, stacklevel=2)
-        for shard, index in zip(shards, indexes):
-            if index.broken_offset >= 0:
-                warnings.warn(f"fastload: {shard.url}: {index.broken} (at byte {index.broken_offset}); its last "
-                              "sample is yielded as an error record", RuntimeWarning, stacklevel=2)
-        self.table = SampleTable(shards, indexes, image_exts, target_exts)
-        if len(self.table) == 0:
-            raise ValueError(f"no samples in {self.urls[:3]}{' ...' if len(self.urls) > 3 else ''}")
+        self._exts = (image_exts, target_exts)
+        background = background_index and any(is_url(s.url) for s in shards)
+        self._indexing: Indexing | None = Indexing(self.store, shards, index_threads, background)
+        if background:
+            finish_before_fork(self)
+        else:
+            self._build_table()
         if classes is None:
             classes = read_classes(self.urls, self.store.remote)
         self.rule = TargetRule(target_exts, json_key, label_offset, tuple(classes) if classes is not None else None)
@@ -154,6 +168,46 @@ class WebDataset:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder, self.max_pixels = decoder, resolve_max_pixels(max_pixels)
         self.window, self.ahead = window, ahead
+
+    def _build_table(self) -> None:
+        with BUILDING:  # threads that use the dataset at once build it once
+            indexing = self.__dict__.get("_indexing")
+            if indexing is None:
+                return
+            indexes = indexing.wait()
+            warn_broken(indexing.shards, indexes)
+            table = SampleTable(indexing.shards, indexes, *self._exts)
+            if len(table) == 0:
+                raise ValueError(f"no samples in {self.urls[:3]}{' ...' if len(self.urls) > 3 else ''}")
+            self.table, self._indexing = table, None
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "table" and self.__dict__.get("_indexing") is not None:  # still being indexed
+            self._build_table()
+            return self.table
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def wait_indexed(self, timeout: float | None = None) -> None:
+        """Waits for the shards' indexes (made in the background; see ``background_index``).
+
+        Raises:
+            TimeoutError: Not done within ``timeout`` seconds.
+            Exception: What indexing raised (FileNotFoundError, DownloadError, ShardError).
+        """
+        indexing = self.__dict__.get("_indexing")
+        if indexing is not None:
+            indexing.wait(timeout)
+            self._build_table()
+
+    @property
+    def indexed(self) -> tuple[int, int]:
+        """(shards indexed, shards) so far."""
+        indexing = self.__dict__.get("_indexing")
+        return (len(self.urls), len(self.urls)) if indexing is None else (indexing.done, indexing.total)
+
+    def __getstate__(self) -> dict:
+        self.wait_indexed()  # workers and other processes get the finished table, never a thread
+        return dict(self.__dict__)
 
     def __len__(self) -> int:
         """Samples of all shards (error records included): one epoch's worth."""

@@ -2,7 +2,8 @@
 
 WebDataset's layout: a member ``dir/key.ext.more`` belongs to sample ``dir/key`` (the
 name up to the first dot of its last part) with extension ``ext.more`` (lower-cased);
-consecutive members with one key form one sample; names like ``__meta__`` are skipped.
+the members with one key form one sample, adjacent or not (archives made by ``tar cf``
+are in directory order); names like ``__meta__`` are skipped.
 An index names, per member, its sample, extension, data offset and size, so any
 sample's bytes can be read from the shard (or a download of it) directly.
 """
@@ -19,7 +20,9 @@ import numpy as np
 
 from .tar import Member, ShardError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: samples grouped by key over the whole archive
+UNVALIDATED = "unvalidated:"
+GZIP_SUFFIXES = (".tar.gz", ".tgz")
 _NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _META = re.compile(r"__[^/]*__($|/)")
 
@@ -32,6 +35,17 @@ class ShardId:
     url: str
     size: int
     version: str
+
+    @property
+    def gzipped(self) -> bool:
+        """A gzip-compressed tar (``.tar.gz``, ``.tgz``): read by decompressing it as it streams."""
+        return self.url.lower().endswith(GZIP_SUFFIXES)
+
+    @property
+    def validated(self) -> bool:
+        """Whether ``version`` tells contents apart (False: the server sent no ETag or
+        Last-Modified, and the version is one dataset's own token)."""
+        return not self.version.startswith(UNVALIDATED)
 
     def digest(self) -> str:
         """A file-name-safe key for caches."""
@@ -74,16 +88,22 @@ def split_name(name: str) -> tuple[str, str] | None:
 
 
 def group_members(members: Iterable[Member], url: str) -> ShardIndex:
-    """Groups ``members`` into samples; a ShardError while reading them marks the index broken.
+    """Groups ``members`` into samples by key; a ShardError while reading them marks the index broken.
+
+    Members of one key are one sample wherever they are in the archive: ``tar cf`` writes
+    files in directory order, so a sample's members need not be adjacent. Samples are
+    numbered in the order their first member comes; in a broken archive the sample of the
+    member it breaks in (or, when that is not known, of the last member read) is numbered
+    last: it is the one cut off.
 
     Raises:
         ShardError: One sample holds two members with the same extension.
     """
-    keys: list[str] = []
+    key_ids: dict[str, int] = {}
     ext_ids: dict[str, int] = {}
     rows: list[tuple[int, int, int, int]] = []
-    seen: set[str] = set()
-    broken_offset, broken = -1, ""
+    seen: set[tuple[int, int]] = set()
+    broken_offset, broken, cut = -1, "", -1
     it = iter(members)
     while True:
         try:
@@ -91,22 +111,31 @@ def group_members(members: Iterable[Member], url: str) -> ShardIndex:
         except StopIteration:
             break
         except ShardError as e:
-            if not keys:  # nothing readable at all: not a shard
+            if not key_ids:  # nothing readable at all: not a shard
                 raise
             broken_offset, broken = (e.offset if e.offset is not None else 0), e.problem
+            parts = split_name(e.member) if getattr(e, "member", None) else None
+            # the sample of the member it broke in; when not known, the last one read
+            cut = key_ids.get(parts[0], -1) if parts is not None else rows[-1][0] if rows else -1
             break
         parts = split_name(member.name)
         if parts is None:
             continue
         key, ext = parts
-        if not keys or key != keys[-1]:
-            keys.append(key)
-            seen = set()
-        if ext in seen:
+        sample, kind = key_ids.setdefault(key, len(key_ids)), ext_ids.setdefault(ext, len(ext_ids))
+        if (sample, kind) in seen:
             raise ShardError(url, member.offset, f"sample {key!r} has two members with extension {ext!r}")
-        seen.add(ext)
-        rows.append((len(keys) - 1, ext_ids.setdefault(ext, len(ext_ids)), member.offset, member.size))
+        seen.add((sample, kind))
+        rows.append((sample, kind, member.offset, member.size))
+    keys = list(key_ids)
     table = np.asarray(rows, np.int64).reshape(-1, 4)
+    if cut >= 0 and cut != len(keys) - 1:  # renumber: the cut-off sample last, the others keep their order
+        order = [k for k in range(len(keys)) if k != cut] + [cut]
+        renumber = np.empty(len(keys), np.int64)
+        renumber[order] = np.arange(len(keys))
+        table[:, 0] = renumber[table[:, 0]]
+        keys = [keys[k] for k in order]
+    table = table[np.argsort(table[:, 0], kind="stable")]  # rows grouped by sample, archive order within
     return ShardIndex(keys, list(ext_ids), table[:, 0].astype(np.int32), table[:, 1].astype(np.int16),
                       table[:, 2].copy(), table[:, 3].copy(), broken_offset, broken)
 
@@ -155,5 +184,5 @@ def load_index(path: str, shard: ShardId) -> ShardIndex | None:
         sample.min() >= 0 and sample.max() < len(keys) and np.all(np.diff(sample) >= 0)
         and index.member_ext.min() >= 0 and index.member_ext.max() < len(exts)
         and index.member_offset.min() >= 0 and index.member_size.min() >= 0
-        and np.all(index.member_offset + index.member_size <= size))))
+        and (shard.gzipped or np.all(index.member_offset + index.member_size <= size)))))
     return index if ok else None

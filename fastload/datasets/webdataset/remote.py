@@ -1,9 +1,17 @@
 """Shards in object storage or on a web server, through fsspec (imported only when a URL is read).
 
 Every network call is retried with exponential backoff on transient failures (timeouts,
-dropped connections, server errors); a missing object is not retried. A download that
-breaks goes on from the byte it reached (by seeking where the filesystem can, else by
-reading past the bytes already received), so the bytes handed on are each handed once.
+dropped connections, server errors: HTTP 408, 425, 429 and 5xx); a missing object (404,
+410) is not retried, nor is a refusal (401, 403). A download that breaks goes on from
+the byte it reached: over HTTP with a ``Range: bytes=N-`` request (a server that ignores
+it resends the whole object, and the bytes already received are read past), elsewhere by
+seeking; the bytes handed on are each handed once.
+
+Every wait is bounded: ``stall_timeout`` is the longest the transport waits for a
+connection or for the next bytes of a response (aiohttp's ``sock_connect``/``sock_read``
+over HTTP, botocore's ``connect_timeout``/``read_timeout`` for S3), and
+``download_timeout``, when set, the most one shard's download may take in all, retries
+and backoff included.
 """
 
 from __future__ import annotations
@@ -16,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .index import ShardId
+from .netfaults import describe, is_missing, transient
 
 CHUNK = 1 << 20
-STREAMING = ("http", "https")  # fsspec's HTTP files stream only with block_size=0 (no Range needed)
-_NOT_RETRIED = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-_TRANSIENT_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "fsspec", "s3fs", "gcsfs")
+STREAMING = ("http", "https")  # fsspec's HTTP files stream only with block_size=0
+DEFAULT_STALL_TIMEOUT = 60.0
 T = TypeVar("T")
 
 
@@ -57,8 +65,29 @@ def local_path(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
-def filesystem(url: str, storage_options: dict) -> tuple[Any, str]:
-    """(fsspec filesystem, path within it) for ``url``.
+def _with_timeouts(protocol: str, options: dict, stall_timeout: float | None) -> dict:
+    """``options`` with the transport's connect and read timeouts set to ``stall_timeout``
+    (those the caller set are kept)."""
+    if stall_timeout is None:
+        return options
+    if protocol in STREAMING:
+        import aiohttp
+
+        client = dict(options.get("client_kwargs") or {})
+        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=stall_timeout,
+                                                           sock_read=stall_timeout))
+        return {**options, "client_kwargs": client}
+    if protocol in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", stall_timeout)
+        config.setdefault("read_timeout", stall_timeout)
+        return {**options, "config_kwargs": config}
+    return options
+
+
+def filesystem(url: str, storage_options: dict, stall_timeout: float | None = None) -> tuple[Any, str]:
+    """(fsspec filesystem, path within it) for ``url``; HTTP and S3 wait at most
+    ``stall_timeout`` seconds for a connection or for the next bytes.
 
     Raises:
         ImportError: fsspec, or the filesystem's own package (s3fs, ...), is missing.
@@ -69,56 +98,78 @@ def filesystem(url: str, storage_options: dict) -> tuple[Any, str]:
         raise ImportError("reading shards from URLs needs fsspec (and s3fs for s3://): "
                           "pip install 'fastload[remote]'") from e
     try:
-        return fsspec.core.url_to_fs(url, **storage_options)
+        options = _with_timeouts(url.split("://", 1)[0].lower(), storage_options, stall_timeout)
+        return fsspec.core.url_to_fs(url, **options)
     except ImportError as e:
         raise ImportError(f"{url}: {e} (pip install 'fastload[remote]' installs fsspec, s3fs and aiohttp)") from e
 
 
-def transient(error: BaseException) -> bool:
-    """Whether ``error`` may go away on a retry (a missing object will not)."""
-    if isinstance(error, _NOT_RETRIED):
-        return False
-    if isinstance(error, (OSError, TimeoutError, EOFError, ConnectionError)):
-        return True
-    return type(error).__module__.split(".")[0] in _TRANSIENT_MODULES
+def _missing(url: str, offset: int) -> FileNotFoundError:
+    return FileNotFoundError(f"{url}: no such shard (not found by the server, at byte {offset})")
 
 
 @dataclass(frozen=True)
 class Remote:
-    """How shards are fetched: fsspec storage options and the retry policy.
+    """How shards are fetched: fsspec storage options, timeouts and the retry policy.
 
     Attributes:
         storage_options: Passed to fsspec (e.g. ``{"client_kwargs": {"endpoint_url": ...}}``).
-        retries: Further attempts after a transient failure.
+        retries: Further attempts after a transient failure (a download that made progress
+            since its last failure gets a fresh set).
         backoff_s: The first wait; each retry waits twice as long (with jitter).
+        stall_timeout: Seconds without a connection or without a byte after which an
+            attempt fails (and is retried); None: the transport's own defaults.
+        download_timeout: The most seconds one shard's download (or one read of it) may
+            take in all, retries included; None: no limit beyond the stall timeout.
     """
 
     storage_options: dict = field(default_factory=dict)
     retries: int = 5
     backoff_s: float = 0.2
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT
+    download_timeout: float | None = None
 
-    def _wait(self, attempt: int) -> None:
-        time.sleep(self.backoff_s * (2 ** attempt) * random.uniform(0.5, 1.0))
+    def filesystem(self, url: str) -> tuple[Any, str]:
+        return filesystem(url, self.storage_options, self.stall_timeout)
 
-    def _retried(self, url: str, what: str, call: Callable[[], T]) -> T:
+    def _deadline(self) -> float | None:
+        return None if self.download_timeout is None else time.monotonic() + self.download_timeout
+
+    def _check(self, url: str, offset: int, deadline: float | None, what: str) -> None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise DownloadError(url, offset, f"{what} took longer than download_timeout={self.download_timeout}s")
+
+    def _wait(self, attempt: int, deadline: float | None = None) -> None:
+        pause = self.backoff_s * (2 ** attempt) * random.uniform(0.5, 1.0)
+        if deadline is not None:
+            pause = min(pause, max(0.0, deadline - time.monotonic()))
+        time.sleep(pause)
+
+    def _retried(self, url: str, what: str, call: Callable[[], T], offset: int = 0) -> T:
+        deadline = self._deadline()
         for attempt in range(self.retries + 1):
+            self._check(url, offset, deadline, what)
             try:
                 return call()
             except Exception as e:
-                if isinstance(e, FileNotFoundError):
-                    raise FileNotFoundError(f"{url}: no such shard (not found by the server, at byte 0)") from e
+                if is_missing(e):
+                    raise _missing(url, offset) from e
                 if not transient(e) or attempt == self.retries:
-                    raise DownloadError(url, 0, f"{what} failed after {attempt + 1} attempt(s): "
-                                                f"{type(e).__name__}: {e}") from e
-                self._wait(attempt)
+                    raise DownloadError(url, offset, f"{what} failed after {attempt + 1} attempt(s): "
+                                                     f"{describe(e)}") from e
+                self._wait(attempt, deadline)
         raise AssertionError("unreachable")
 
     def identify(self, url: str) -> ShardId:
         """The shard's size and version (ETag or Last-Modified), from one metadata request.
 
+        The version is "" when the server sends neither; see :class:`.cache.ShardCache` for
+        what is then cached.
+
         Raises:
-            FileNotFoundError: No such object (the message names the URL).
-            DownloadError: The server could not be asked, or does not say the size.
+            FileNotFoundError: No such object (404 or 410; the message names the URL).
+            DownloadError: The server could not be asked (after retries on 5xx, 429 and
+                network errors), refused (401, 403), or does not say the size.
         """
         if not is_url(url):
             path = os.path.abspath(local_path(url))
@@ -126,8 +177,9 @@ class Remote:
                 st = os.stat(path)
             except FileNotFoundError:
                 raise FileNotFoundError(f"{url}: no such shard (at byte 0)") from None
-            return ShardId(path, st.st_size, str(st.st_mtime_ns))
-        fs, path = filesystem(url, self.storage_options)
+            # ctime and inode too: a copy that keeps the mtime (cp -p, rsync -t) still changes them
+            return ShardId(path, st.st_size, f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}")
+        fs, path = self.filesystem(url)
         info = self._retried(url, "asking for the size", lambda: fs.info(path))
         size = info.get("size")
         if not isinstance(size, int) or size < 0:
@@ -136,27 +188,49 @@ class Remote:
                         if info.get(k)), "")
         return ShardId(url, size, version)
 
+    def _open_at(self, fs: Any, path: str, shard: ShardId, done: int) -> Any:
+        """The shard opened for reading from byte ``done``."""
+        protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
+        if protocol not in STREAMING:
+            f = fs.open(path, "rb", block_size=8 * CHUNK)
+            if done:
+                try:
+                    f.seek(done)
+                except (ValueError, OSError):
+                    _read_past(f, done)
+            return f
+        headers = dict(getattr(fs, "kwargs", {}).get("headers") or {})
+        if done:
+            headers["Range"] = f"bytes={done}-"
+        f = fs.open(path, "rb", block_size=0, size=shard.size or None, headers=headers)
+        response = getattr(f, "r", None)
+        if done and getattr(response, "status", None) == 206:
+            got = str(response.headers.get("Content-Range", ""))
+            if not got.startswith(f"bytes {done}-"):
+                f.close()
+                raise DownloadError(shard.url, done, f"asked for bytes {done}- and the server sent {got!r}")
+        elif done:  # the server ignores ranges: it sends the whole object again
+            _read_past(f, done)
+        return f
+
     def stream(self, shard: ShardId) -> Iterator[bytes]:
         """The shard's bytes in chunks, each byte once; a broken transfer is retried from where it stopped.
 
         Raises:
             FileNotFoundError: The object is gone.
-            DownloadError: The transfer failed ``retries + 1`` times, or the object changed
-                size; names the byte reached.
+            DownloadError: The transfer failed ``retries + 1`` times without progress, took
+                longer than ``download_timeout``, or the object changed size; names the
+                byte reached.
         """
-        fs, path = filesystem(shard.url, self.storage_options)
-        streaming = fs.protocol in STREAMING or (isinstance(fs.protocol, tuple) and fs.protocol[0] in STREAMING)
+        fs, path = self.filesystem(shard.url)
+        deadline = self._deadline()
         done, failures = 0, 0
         while done < shard.size:
             reached = done
             try:
-                with fs.open(path, "rb", block_size=0 if streaming else 8 * CHUNK) as f:
-                    if done:
-                        try:
-                            f.seek(done)
-                        except (ValueError, OSError):  # a streaming response says seekable, then refuses
-                            _read_past(f, done)
+                with self._open_at(fs, path, shard, done) as f:
                     while done < shard.size:
+                        self._check(shard.url, done, deadline, f"the download of {shard.size} bytes")
                         chunk = f.read(min(CHUNK, shard.size - done))
                         if not chunk:
                             raise EOFError(f"the connection closed after {done} of {shard.size} bytes")
@@ -168,29 +242,41 @@ class Remote:
             except DownloadError:
                 raise
             except Exception as e:
-                if isinstance(e, FileNotFoundError):
-                    raise FileNotFoundError(f"{shard.url}: no such shard (not found by the server, at byte "
-                                            f"{done})") from e
+                if is_missing(e):
+                    raise _missing(shard.url, done) from e
                 failures = 1 if done > reached else failures + 1  # progress earns a fresh set of retries
                 if not transient(e) or failures > self.retries:
                     raise DownloadError(shard.url, done, f"the download broke off after {done} of {shard.size} "
                                                          f"bytes ({failures} failed attempt(s) since the last "
-                                                         f"progress): {type(e).__name__}: {e}") from e
-                self._wait(failures - 1)
+                                                         f"progress): {describe(e)}") from e
+                self._wait(failures - 1, deadline)
+                self._check(shard.url, done, deadline, f"the download of {shard.size} bytes")
 
     def read(self, shard: ShardId, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end - 1`` of the shard (one ranged request, retried).
 
         A server that ignores ranges sends the whole object; the span is cut from it.
         """
-        fs, path = filesystem(shard.url, self.storage_options)
-        data = self._retried(shard.url, f"reading bytes {start}-{end}", lambda: fs.cat_file(path, start=start, end=end))
+        fs, path = self.filesystem(shard.url)
+        data = self._retried(shard.url, f"reading bytes {start}-{end}",
+                             lambda: fs.cat_file(path, start=start, end=end), start)
         if len(data) != end - start and len(data) == shard.size:
             data = data[start:end]
         if len(data) != end - start:
             raise DownloadError(shard.url, start + len(data), f"asked for bytes {start}-{end}, got {len(data)} bytes "
                                                               "(the object is shorter than when it was indexed?)")
         return data
+
+    def small(self, url: str, limit: int) -> bytes | None:
+        """The whole object at ``url`` if it exists and holds at most ``limit`` bytes, else None (retried)."""
+        fs, path = self.filesystem(url)
+        try:
+            info = self._retried(url, "asking for the size", lambda: fs.info(path))
+        except FileNotFoundError:
+            return None
+        if not isinstance(info.get("size"), int) or info["size"] > limit:
+            return None
+        return self._retried(url, "reading it", lambda: fs.cat_file(path))
 
 
 def _read_past(f: Any, n: int) -> None:

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from .remote import Remote, filesystem, is_url, local_path
+from .remote import Remote, is_url, local_path
 
 SUFFIX = ".fastload.json"
 FORMAT = "fastload-webdataset"
@@ -33,20 +33,13 @@ def write_sidecar(folder: str, stem: str, classes: Sequence[str] | None, samples
 
 
 def _fetch(url: str, remote: Remote) -> bytes | None:
-    try:
-        if not is_url(url):
-            path = local_path(url)
-            if not os.path.isfile(path) or os.path.getsize(path) > MAX_BYTES:
-                return None
-            with open(path, "rb") as f:
-                return f.read()
-        fs, path = filesystem(url, remote.storage_options)
-        info = fs.info(path)
-        if not isinstance(info.get("size"), int) or info["size"] > MAX_BYTES:
+    if not is_url(url):
+        path = local_path(url)
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_BYTES:
             return None
-        return fs.cat_file(path)
-    except FileNotFoundError:
-        return None
+        with open(path, "rb") as f:
+            return f.read()
+    return remote.small(url, MAX_BYTES)
 
 
 def read_classes(shard_urls: Sequence[str], remote: Remote) -> list[str] | None:

@@ -4,19 +4,28 @@ A shard is indexed once per machine and content (URL, size, version): a local fi
 hopping from tar header to tar header, a remote one by scanning its headers while it
 is downloaded, into the shard cache when there is one. The index is stored under the
 index folder (``<digest>.npz``); later opens read only that and one metadata request.
+
+A remote shard whose server sends neither ETag nor Last-Modified cannot be told from a
+replaced one of the same size, so nothing of it outlives the dataset object: its version
+is a token drawn when the dataset is made (:attr:`ShardStore.session`), its index is not
+stored, and its cached copy serves only that dataset (and its workers); the next
+dataset downloads it again, and least-recently-used eviction reclaims the old copy.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .cache import CacheError, CacheFull, ShardCache
-from .index import ShardId, ShardIndex, group_members, load_index, save_index
+from .index import UNVALIDATED, ShardId, ShardIndex, group_members, load_index, save_index
 from .remote import Remote, is_url, local_path
-from .tar import Source, file_source, iter_members
+from .gz import file_chunks, gunzip
+from .gz import span as gz_span
+from .tar import file_source, iter_members
 
 
 class _Tee:
@@ -65,8 +74,9 @@ class _Tee:
 
 def _scan_file(path: str, shard: ShardId) -> ShardIndex:
     """The index of a local copy of ``shard``, read by jumping from tar header to tar header."""
+    size = os.path.getsize(path) if shard.gzipped else shard.size  # a gzip'd shard's copy is decompressed
     with open(path, "rb") as f:
-        return group_members(iter_members(file_source(f), shard.url, shard.size), shard.url)
+        return group_members(iter_members(file_source(f), shard.url, size), shard.url)
 
 
 @dataclass
@@ -83,6 +93,7 @@ class ShardStore:
     cache: ShardCache | None
     index_dir: str
     cache_failed: bool = field(default=False, repr=False)  # this process stops trying after a write failure
+    session: str = field(default_factory=lambda: uuid.uuid4().hex)  # the version of shards without validators
 
     def _cache_for(self, shard: ShardId) -> ShardCache | None:
         return self.cache if self.cache is not None and self.cache.fits(shard) and not self.cache_failed else None
@@ -93,7 +104,10 @@ class ShardStore:
                       RuntimeWarning, stacklevel=3)
 
     def identify(self, url: str) -> ShardId:
-        return self.remote.identify(url)
+        shard = self.remote.identify(url)
+        if is_url(shard.url) and not shard.version:
+            shard = ShardId(shard.url, shard.size, UNVALIDATED + self.session)
+        return shard
 
     def index(self, shard: ShardId) -> ShardIndex:
         """The shard's index: the stored one, else built (and stored) now.
@@ -106,10 +120,12 @@ class ShardStore:
         index = load_index(path, shard) if os.path.isfile(path) else None
         if index is not None:
             return index
-        if is_url(shard.url):
+        if is_url(shard.url) or shard.gzipped:
             index = self._download(shard)
         else:
             index = _scan_file(local_path(shard.url), shard)
+        if not shard.validated:
+            return index  # its key is this dataset's alone: nobody would find it again
         try:
             save_index(path, index, shard)
         except OSError as e:  # costs a rescan next time, nothing else
@@ -117,9 +133,14 @@ class ShardStore:
                           RuntimeWarning, stacklevel=2)
         return index
 
+    def _plain(self, shard: ShardId) -> Iterator[bytes]:
+        """The shard's tar bytes, streamed (decompressed when it is gzip'd)."""
+        raw = self.remote.stream(shard) if is_url(shard.url) else file_chunks(local_path(shard.url))
+        return gunzip(raw, shard.url) if shard.gzipped else raw
+
     def _scan(self, shard: ShardId, sink: Callable[[bytes], None]) -> ShardIndex:
-        tee = _Tee(self.remote.stream(shard), sink)
-        index = group_members(iter_members(tee, shard.url, shard.size), shard.url)
+        tee = _Tee(self._plain(shard), sink)
+        index = group_members(iter_members(tee, shard.url, None if shard.gzipped else shard.size), shard.url)
         tee.drain()
         return index
 
@@ -154,7 +175,7 @@ class ShardStore:
         (ETag / Last-Modified) were fixed when it was indexed, and its bytes are not
         scanned again.
         """
-        if not is_url(shard.url):
+        if not is_url(shard.url) and not shard.gzipped:
             return local_path(shard.url)
         cache = self._cache_for(shard)
         if cache is None:
@@ -171,9 +192,12 @@ class ShardStore:
             return None
 
     def _copy(self, shard: ShardId, sink: Callable[[bytes], None]) -> None:
-        for chunk in self.remote.stream(shard):
+        for chunk in self._plain(shard):
             sink(chunk)
 
     def span(self, shard: ShardId, start: int, end: int) -> bytes:
-        """Bytes ``start`` to ``end - 1`` of a remote shard, straight from the network."""
+        """Bytes ``start`` to ``end - 1`` of a shard not in the cache: a ranged read from the
+        network, or of a gzip'd one, its stream decompressed from the start up to ``end``."""
+        if shard.gzipped:
+            return gz_span(self._plain(shard), start, end)
         return self.remote.read(shard, start, end)

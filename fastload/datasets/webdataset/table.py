@@ -11,6 +11,10 @@ Targets (explicit, and documented in the README):
 - ``.json``: an integer, or an object whose ``json_key`` field (default ``"label"``) is an
   integer or a class name in ``classes``;
 - ``label_offset`` is added to every target.
+
+A label must then be an int64 class index, as in every other format: ``0 <= label <
+2**63``; a negative or larger one is an error naming the sample (skipped with
+``on_error="skip"`` like any unreadable sample).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from .tar import ShardError
 
 OK, NO_IMAGE, BROKEN = 0, 1, 2
 MAX_TARGET_BYTES = 1 << 20
+MAX_LABEL = (1 << 63) - 1  # int64, the batch's label dtype
 
 
 def pick(index: ShardIndex, wanted: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -58,11 +63,19 @@ class TargetRule:
 
     def _label(self, value: object, ext: str) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value + self.label_offset
+            return self._checked(value + self.label_offset, value, ext)
         if isinstance(value, str) and self.classes is not None and value in self.classes:
-            return self.classes.index(value) + self.label_offset
+            return self._checked(self.classes.index(value) + self.label_offset, value, ext)
         known = "" if self.classes is None else f" or one of the {len(self.classes)} class names given"
         raise ValueError(f"the .{ext} target {value!r:.80} is not an integer label{known}")
+
+    def _checked(self, label: int, value: object, ext: str) -> int:
+        if 0 <= label <= MAX_LABEL:
+            return label
+        offset = f" + label_offset {self.label_offset}" if self.label_offset else ""
+        why = "negative" if label < 0 else "over the int64 range of labels"
+        raise ValueError(f"the .{ext} target {value!r:.80}{offset} is {why}; labels are class indexes, "
+                         f"0 <= label <= {MAX_LABEL}")
 
     def parse(self, data: bytes, kind: int) -> int:
         ext = self.exts[kind]
@@ -78,9 +91,10 @@ class TargetRule:
                 value = value[self.json_key]
             return self._label(value, ext)
         try:
-            return self._label(int(text), ext)
+            value = int(text)
         except ValueError:
-            return self._label(text, ext)
+            value = text
+        return self._label(value, ext)
 
 
 class SampleTable:

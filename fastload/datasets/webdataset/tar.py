@@ -33,10 +33,11 @@ class ShardError(ValueError):
     def __init__(self, url: str, offset: int | None = None, problem: str = "") -> None:
         if not problem and offset is None:  # DataLoader re-raises worker errors as type(e)(message)
             super().__init__(url)
-            self.url, self.offset, self.problem = "", None, url
+            self.url, self.offset, self.problem, self.member = "", None, url, None
             return
         super().__init__(f"{url}: {problem}" + (f" (at byte {offset})" if offset is not None else ""))
         self.url, self.offset, self.problem = url, offset, problem
+        self.member: str | None = None  # the member the archive breaks in, when known
 
     def __reduce__(self):
         return type(self), (self.url, self.offset, self.problem)
@@ -160,8 +161,11 @@ def iter_members(source: Source, url: str, size: int | None) -> Iterator[Member]
                 raise ShardError(url, offset, "a PAX size that is not a number") from None
         padded = -(-length // BLOCK) * BLOCK
         if size is not None and data_at + length > size:
-            raise ShardError(url, offset, f"member {_text(block[:100])!r} needs {length} bytes from byte {data_at}, "
-                                          f"but the shard has {size} (truncated?)")
+            error = ShardError(url, offset, f"member {_text(block[:100])!r} needs {length} bytes from byte "
+                                            f"{data_at}, but the shard has {size} (truncated?)")
+            if kind in REGULAR:
+                error.member = long_name or pax.get("path") or _text(block[:100])  # which sample it cuts off
+            raise error
         if kind in (b"L", b"x"):
             limit = MAX_NAME_BYTES if kind == b"L" else MAX_PAX_BYTES
             if length > limit:

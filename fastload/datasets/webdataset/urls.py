@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from .remote import filesystem, is_url, local_path
 
-SHARD_SUFFIXES = (".tar",)
+SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 MAX_EXPANSION = 10_000_000
 
 
@@ -74,7 +74,7 @@ def _is_glob(path: str) -> bool:
 
 def expand_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], storage_options: dict) -> list[str]:
     """The shards named by ``urls``: a path or URL, a brace pattern, a glob (local or in object
-    storage), a folder of ``.tar`` files, or a list of these; in the order given, globs sorted.
+    storage), a folder of ``.tar`` (or ``.tar.gz``, ``.tgz``) files, or a list of these; in the order given, globs sorted.
 
     Raises:
         FileNotFoundError: A glob or folder matches no shard.
@@ -90,18 +90,18 @@ def expand_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], storage_o
                                      "(shard-{000000..000099}.tar) or a list")
                 fs, inner = filesystem(path, storage_options)
                 found = sorted(fs.glob(inner))
-                found = [fs.unstrip_protocol(f) for f in found if f.endswith(SHARD_SUFFIXES)]
+                found = [fs.unstrip_protocol(f) for f in found if f.lower().endswith(SHARD_SUFFIXES)]
             elif not is_url(path) and _is_glob(local_path(path)):
                 found = sorted(f for f in glob.glob(local_path(path)) if os.path.isfile(f))
             elif not is_url(path) and os.path.isdir(local_path(path)):
                 folder = local_path(path)
                 found = sorted(os.path.join(folder, e.name) for e in os.scandir(folder)
-                               if e.is_file() and not e.name.startswith(".") and e.name.endswith(SHARD_SUFFIXES))
+                               if e.is_file() and not e.name.startswith(".") and e.name.lower().endswith(SHARD_SUFFIXES))
             else:
                 out.append(path)
                 continue
             if not found:
-                raise FileNotFoundError(f"no shards (.tar) match {path!r}")
+                raise FileNotFoundError(f"no shards ({', '.join(SHARD_SUFFIXES)}) match {path!r}")
             out.extend(found)
     if not out:
         raise ValueError(f"no shards named by {urls!r}")
