@@ -95,9 +95,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def resolve_data_config(args: argparse.Namespace) -> dict:
     """timm's resolve_data_config for a model without a pretrained config: the arguments, else ImageNet's."""
     size = args.input_size[1:] if args.input_size else (args.img_size or 224,) * 2
-    return {"input_size": (3, *size), "interpolation": args.interpolation or "bilinear",
-            "mean": tuple(args.mean or IMAGENET_MEAN), "std": tuple(args.std or IMAGENET_STD),
-            "crop_pct": args.crop_pct or 0.875}
+    return {
+        "input_size": (3, *size),
+        "interpolation": args.interpolation or "bilinear",
+        "mean": tuple(args.mean or IMAGENET_MEAN),
+        "std": tuple(args.std or IMAGENET_STD),
+        "crop_pct": args.crop_pct or 0.875,
+    }
 
 
 class TinyNet(torch.nn.Module):
@@ -122,38 +126,70 @@ def build_loaders(args: argparse.Namespace, data_config: dict, device: torch.dev
         train_tf = fl.transforms.eval(img_size, resize=min(img_size))
     else:
         train_tf = fl.transforms.train(
-            img_size, scale=args.scale, ratio=args.ratio, hflip=args.hflip, vflip=args.vflip,
-            color_jitter=args.color_jitter, color_jitter_prob=args.color_jitter_prob,
-            grayscale_prob=args.grayscale_prob or 0.0, gaussian_blur_prob=args.gaussian_blur_prob or 0.0,
-            auto_augment=args.aa, interpolation=train_interpolation, mean=data_config["mean"],
-            train_crop_mode=args.train_crop_mode)
+            img_size,
+            scale=args.scale,
+            ratio=args.ratio,
+            hflip=args.hflip,
+            vflip=args.vflip,
+            color_jitter=args.color_jitter,
+            color_jitter_prob=args.color_jitter_prob,
+            grayscale_prob=args.grayscale_prob or 0.0,
+            gaussian_blur_prob=args.gaussian_blur_prob or 0.0,
+            auto_augment=args.aa,
+            interpolation=train_interpolation,
+            mean=data_config["mean"],
+            train_crop_mode=args.train_crop_mode,
+        )
     dataset_train = fl.ImageFolder(os.path.join(args.data_dir, args.train_split), transform=train_tf)
     args.num_classes = args.num_classes or len(dataset_train.classes)
 
     batch_transforms = []
     if args.reprob > 0 and not args.no_aug:
-        batch_transforms.append(fl.augment.RandomErasing(args.reprob, mode=args.remode, max_count=args.recount,
-                                                         num_splits=0, device=device))
+        batch_transforms.append(
+            fl.augment.RandomErasing(args.reprob, mode=args.remode, max_count=args.recount, num_splits=0, device=device)
+        )
     mixup_fn = None
     if args.mixup > 0 or args.cutmix > 0.0 or args.cutmix_minmax is not None:
-        mixup_fn = fl.augment.Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
-                                    cutmix_minmax=args.cutmix_minmax, prob=args.mixup_prob,
-                                    switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,
-                                    label_smoothing=args.smoothing, num_classes=args.num_classes)
+        mixup_fn = fl.augment.Mixup(
+            mixup_alpha=args.mixup,
+            cutmix_alpha=args.cutmix,
+            cutmix_minmax=args.cutmix_minmax,
+            prob=args.mixup_prob,
+            switch_prob=args.mixup_switch_prob,
+            mode=args.mixup_mode,
+            label_smoothing=args.smoothing,
+            num_classes=args.num_classes,
+        )
         batch_transforms.append(mixup_fn)
 
-    common = dict(mean=data_config["mean"], std=data_config["std"], device=device, num_workers=args.workers,
-                  return_index=args.record is not None)
+    common = dict(
+        mean=data_config["mean"],
+        std=data_config["std"],
+        device=device,
+        num_workers=args.workers,
+        return_index=args.record is not None,
+    )
     # timm's training loader shuffles and drops the last incomplete batch; its seed is args.seed.
-    loader_train = fl.Loader(dataset_train, batch_size=args.batch_size, shuffle=True, drop_last=True,
-                             seed=args.seed, batch_transform=batch_transforms, **common)
+    loader_train = fl.Loader(
+        dataset_train,
+        batch_size=args.batch_size,
+        shuffle=True,
+        drop_last=True,
+        seed=args.seed,
+        batch_transform=batch_transforms,
+        **common,
+    )
     loader_eval = None
     val_dir = os.path.join(args.data_dir, args.val_split) if args.val_split else None
     if val_dir and os.path.isdir(val_dir):
-        eval_tf = fl.transforms.eval(img_size, crop_pct=data_config["crop_pct"],
-                                     interpolation=data_config["interpolation"])
-        loader_eval = fl.Loader(fl.ImageFolder(val_dir, transform=eval_tf),
-                                batch_size=args.validation_batch_size or args.batch_size, **common)
+        eval_tf = fl.transforms.eval(
+            img_size, crop_pct=data_config["crop_pct"], interpolation=data_config["interpolation"]
+        )
+        loader_eval = fl.Loader(
+            fl.ImageFolder(val_dir, transform=eval_tf),
+            batch_size=args.validation_batch_size or args.batch_size,
+            **common,
+        )
     return loader_train, loader_eval, mixup_fn
 
 
@@ -174,8 +210,7 @@ def main(argv=None) -> None:
         model = model.to(memory_format=torch.channels_last)
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     # timm: SoftTargetCrossEntropy with Mixup (targets arrive smoothed), else label smoothing.
     train_loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.0 if mixup_fn else args.smoothing)
     rank = dist.get_rank() if distributed else 0
@@ -200,14 +235,23 @@ def main(argv=None) -> None:
                 if args.record:
                     seen += batch[2].tolist()
                     # Soft: probability rows (mixed and/or smoothed); mixed: some row between two classes.
-                    soft += int(target.dim() == 2 and target.is_floating_point()
-                                and bool(torch.allclose(target.sum(1), torch.ones(len(target)), atol=1e-4)))
+                    soft += int(
+                        target.dim() == 2
+                        and target.is_floating_point()
+                        and bool(torch.allclose(target.sum(1), torch.ones(len(target)), atol=1e-4))
+                    )
                     mixed += int(target.dim() == 2 and bool(((target > 0) & (target < 1)).any()))
                 if args.max_steps and steps >= args.max_steps:
                     break
-            record[epoch] = {"seen": seen, "steps": steps, "soft_batches": soft, "mixed_batches": mixed,
-                             "losses": losses,
-                             "target_shape": list(target.shape), "batches": len(loader_train)}
+            record[epoch] = {
+                "seen": seen,
+                "steps": steps,
+                "soft_batches": soft,
+                "mixed_batches": mixed,
+                "losses": losses,
+                "target_shape": list(target.shape),
+                "batches": len(loader_train),
+            }
             if loader_eval is not None:
                 model.eval()
                 with torch.no_grad():

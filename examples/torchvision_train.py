@@ -74,14 +74,17 @@ def auto_augment(policy: str, interpolation: str, args: argparse.Namespace):
 def load_data(traindir: str, valdir: str, args: argparse.Namespace):
     """The reference's load_data: ImageFolders with the presets as fastload transforms."""
     if args.interpolation != "bilinear":
-        raise ValueError("fastload's RandomResizedCrop and eval resize are antialiased bilinear; "
-                         f"--interpolation {args.interpolation} is not supported")
+        raise ValueError(
+            "fastload's RandomResizedCrop and eval resize are antialiased bilinear; "
+            f"--interpolation {args.interpolation} is not supported"
+        )
     train_tf = [fl.transforms.RandomResizedCrop(args.train_crop_size), fl.transforms.RandomHorizontalFlip(0.5)]
     if args.auto_augment is not None:
         train_tf.append(auto_augment(args.auto_augment, args.interpolation, args))
     dataset = fl.ImageFolder(traindir, transform=fl.transforms.Compose(train_tf))
-    eval_tf = fl.transforms.Compose([fl.transforms.Resize(args.val_resize_size),
-                                     fl.transforms.CenterCrop(args.val_crop_size)])
+    eval_tf = fl.transforms.Compose(
+        [fl.transforms.Resize(args.val_resize_size), fl.transforms.CenterCrop(args.val_crop_size)]
+    )
     dataset_test = fl.ImageFolder(valdir, transform=eval_tf)
     return dataset, dataset_test
 
@@ -92,8 +95,11 @@ def batch_transforms(args: argparse.Namespace, num_classes: int) -> list:
     steps = []
     if args.random_erase > 0:
         # torchvision's RandomErasing(p, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0) in timm's terms.
-        steps.append(fl.augment.RandomErasing(args.random_erase, min_area=0.02, max_area=0.33, min_aspect=0.3,
-                                              max_aspect=3.3, mode="const"))
+        steps.append(
+            fl.augment.RandomErasing(
+                args.random_erase, min_area=0.02, max_area=0.33, min_aspect=0.3, max_aspect=3.3, mode="const"
+            )
+        )
     mixes = []
     if args.mixup_alpha > 0:
         mixes.append(fl.augment.MixUp(alpha=args.mixup_alpha, num_classes=num_classes))
@@ -123,22 +129,27 @@ def main(args: argparse.Namespace) -> None:
         if args.device.startswith("cuda"):
             args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     device = torch.device(args.device)
-    dataset, dataset_test = load_data(os.path.join(args.data_path, "train"), os.path.join(args.data_path, "val"),
-                                      args)
+    dataset, dataset_test = load_data(os.path.join(args.data_path, "train"), os.path.join(args.data_path, "val"), args)
     num_classes = len(dataset.classes)
     # DistributedSampler / RandomSampler, pin_memory, collate_fn: the Loader's own.
-    common = dict(batch_size=args.batch_size, num_workers=args.workers, device=device, mean=MEAN, std=STD,
-                  return_index=args.record is not None)
-    data_loader = fl.Loader(dataset, shuffle=True, seed=args.seed,
-                            batch_transform=batch_transforms(args, num_classes), **common)
+    common = dict(
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        device=device,
+        mean=MEAN,
+        std=STD,
+        return_index=args.record is not None,
+    )
+    data_loader = fl.Loader(
+        dataset, shuffle=True, seed=args.seed, batch_transform=batch_transforms(args, num_classes), **common
+    )
     data_loader_test = fl.Loader(dataset_test, shuffle=False, **common)
 
     model = TinyNet(num_classes).to(device)
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     rank = dist.get_rank() if distributed else 0
     record: dict = {}
     with data_loader, data_loader_test:
@@ -157,12 +168,21 @@ def main(args: argparse.Namespace) -> None:
                 if args.record:
                     seen += batch[2].tolist()
                     # Soft: probability rows (mixed and/or smoothed); mixed: some row between two classes.
-                    soft += int(target.dim() == 2 and target.is_floating_point()
-                                and bool(torch.allclose(target.sum(1), torch.ones(len(target)), atol=1e-4)))
+                    soft += int(
+                        target.dim() == 2
+                        and target.is_floating_point()
+                        and bool(torch.allclose(target.sum(1), torch.ones(len(target)), atol=1e-4))
+                    )
                     mixed += int(target.dim() == 2 and bool(((target > 0) & (target < 1)).any()))
-            record[epoch] = {"seen": seen, "steps": steps, "soft_batches": soft, "mixed_batches": mixed,
-                             "losses": losses,
-                             "target_shape": list(target.shape), "batches": len(data_loader)}
+            record[epoch] = {
+                "seen": seen,
+                "steps": steps,
+                "soft_batches": soft,
+                "mixed_batches": mixed,
+                "losses": losses,
+                "target_shape": list(target.shape),
+                "batches": len(data_loader),
+            }
             model.eval()
             correct = total = 0
             with torch.inference_mode():
@@ -171,8 +191,11 @@ def main(args: argparse.Namespace) -> None:
                     total += len(batch[1])
             record[epoch]["eval"] = {"correct": correct, "total": total}
             if rank == 0:
-                print(f"epoch {epoch}: {steps} steps, loss {sum(losses) / max(1, len(losses)):.4f}, "
-                      f"acc {correct / max(1, total):.3f}", flush=True)
+                print(
+                    f"epoch {epoch}: {steps} steps, loss {sum(losses) / max(1, len(losses)):.4f}, "
+                    f"acc {correct / max(1, total):.3f}",
+                    flush=True,
+                )
     if args.record:
         with open(f"{args.record}.{rank}.json", "w") as f:
             json.dump(record, f)

@@ -25,16 +25,16 @@ from .datasets import (
     WrappedDataset,
     open_dataset,
 )
+from .datasets.sampleplan import SamplePlan
+from .datasets.storage import SharedArray, StringArray
 from .decode import DecodeError, decode_image, get_decoder, image_size
 from .device.gpudecode import EncodedBatch
-from .loader import Loader
 from .device.normalize import Normalizer
 from .device.prefetch import CudaPrefetcher
-from .sources.resume import merge_states
-from .datasets.sampleplan import SamplePlan
-from .sources.sampler import ShardedBatchSampler
+from .loader import Loader
 from .sources.failures import WorkerFailure
-from .datasets.storage import SharedArray, StringArray
+from .sources.resume import merge_states
+from .sources.sampler import ShardedBatchSampler
 
 __version__ = "0.1.0"
 

@@ -87,9 +87,13 @@ class HostBatch:
     def pin_memory(self) -> HostBatch:
         """A copy in pinned memory (torch DataLoader's pin-memory thread calls this); this
         batch's buffer is released, the copy owns its memory."""
-        pinned = dataclasses.replace(self, images=map_images(torch.Tensor.pin_memory, self.images),
-                                     labels=self.labels.pin_memory(),
-                                     indices=self.indices.pin_memory(), lease=None)
+        pinned = dataclasses.replace(
+            self,
+            images=map_images(torch.Tensor.pin_memory, self.images),
+            labels=self.labels.pin_memory(),
+            indices=self.indices.pin_memory(),
+            lease=None,
+        )
         self.release()
         return pinned
 
@@ -100,8 +104,14 @@ class HostBatch:
             raise TypeError("a HostBatch holding a reused buffer cannot leave its process")
         in_slot = getattr(self.lease, "carries_images", False) and shape_of(self.images) == self.lease.shape
         images = None if in_slot else map_images(travelling, self.images)
-        return _arrived, (images, travelling(self.labels), travelling(self.indices), self.epoch, self.skipped,
-                          self.lease)
+        return _arrived, (
+            images,
+            travelling(self.labels),
+            travelling(self.indices),
+            self.epoch,
+            self.skipped,
+            self.lease,
+        )
 
 
 def travelling(tensor: torch.Tensor) -> Any:
@@ -128,6 +138,7 @@ class _ByValue:
 
 def _arrived(images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple, lease: Any) -> HostBatch:
     """A HostBatch unpickled: its images mapped from the slot its lease names, or rebuilt."""
+
     def rebuilt(x: Any) -> Any:
         return x.tensor() if isinstance(x, _ByValue) else x
 

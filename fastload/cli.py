@@ -38,8 +38,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     folder = fl.ImageFolder(root, transform=fl.transforms.train(224))
     print(f"dataset: {folder.summary()}")
     rate, stats = _throughput(folder, batch_size=64, shuffle=True, num_workers=workers, seed=0)
-    print(f"ImageFolder → Loader (train 224, {workers} workers, batch 64, {stats['batches']} batches): "
-          f"{rate:.0f} images/s (a loop with no training step: it only waits for data)")
+    print(
+        f"ImageFolder → Loader (train 224, {workers} workers, batch 64, {stats['batches']} batches): "
+        f"{rate:.0f} images/s (a loop with no training step: it only waits for data)"
+    )
     from fastload.convert import convert
 
     for fmt in ("lmdb", "tfrecord"):
@@ -47,8 +49,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         made = convert(root, dst, fmt, shards=4, workers=workers, verify_output=True, overwrite=True, progress=False)
         ds = fl.open_dataset(dst, transform=fl.transforms.train(224))
         rate, _ = _throughput(ds, batch_size=64, shuffle=True, num_workers=workers, seed=0)
-        print(f"converted to {fmt} at {made['images_per_s']:.0f} images/s (verified) → {type(ds).__name__} "
-              f"→ Loader: {rate:.0f} images/s")
+        print(
+            f"converted to {fmt} at {made['images_per_s']:.0f} images/s (verified) → {type(ds).__name__} "
+            f"→ Loader: {rate:.0f} images/s"
+        )
     from fastload.tune import build_args, print_table, run
 
     print("\nfastload tune (short: batch 32 and 64, 1 s per configuration, 20 s to decide between the finalists):")

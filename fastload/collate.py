@@ -22,7 +22,6 @@ from torch.utils.data import get_worker_info
 
 from .views import SampleShape, is_views, numpy_rows, row, shape_of
 
-
 SHM = "/dev/shm"
 
 
@@ -39,11 +38,13 @@ def shm_full_message(nbytes: int, workers: int) -> str:
         where = f"{SHM} ({size:.0f} MB, {free:.0f} MB free)"
     except OSError:
         where = SHM
-    return (f"fastload: {where} cannot hold the next batch ({nbytes / 2**20:.1f} MB): this Loader's {workers} "
-            f"worker process(es) each keep up to prefetch_factor + 1 batches there, about "
-            f"{workers * 3 * nbytes / 2**20:.0f} MB with the default prefetch_factor=2. Fixes: give the container "
-            'more shared memory (docker run --shm-size=2g, or --ipc=host), use backend="thread" (no shared '
-            "memory), or a smaller batch_size or prefetch_factor.")
+    return (
+        f"fastload: {where} cannot hold the next batch ({nbytes / 2**20:.1f} MB): this Loader's {workers} "
+        f"worker process(es) each keep up to prefetch_factor + 1 batches there, about "
+        f"{workers * 3 * nbytes / 2**20:.0f} MB with the default prefetch_factor=2. Fixes: give the container "
+        'more shared memory (docker run --shm-size=2g, or --ipc=host), use backend="thread" (no shared '
+        "memory), or a smaller batch_size or prefetch_factor."
+    )
 
 
 def alloc_batch(shape: Sequence[int], dtype: torch.dtype = torch.uint8, pin: bool | None = None) -> torch.Tensor:
@@ -107,20 +108,28 @@ def write_row(row: np.ndarray | tuple[np.ndarray, ...], img: np.ndarray | tuple[
     if is_views(row):
         if not is_views(img) or len(img) != len(row):
             check_image(img, where)
-            raise ValueError(f"{where} has shape {shape_of(img)} but the batch holds {shape_of(row)}; "
-                             "every sample must have the same views")
+            raise ValueError(
+                f"{where} has shape {shape_of(img)} but the batch holds {shape_of(row)}; "
+                "every sample must have the same views"
+            )
         return sum(write_row(r, v, f"{where}, view {k}") for k, (r, v) in enumerate(zip(row, img)))
     dst = cast(np.ndarray, row)  # a single view from here on
     if is_views(img) or cast(np.ndarray, img).shape != dst.shape or cast(np.ndarray, img).dtype != np.uint8:
         check_image(img, where)
-        raise ValueError(f"{where} has shape {shape_of(img)} but the batch holds {dst.shape}; "
-                         "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
+        raise ValueError(
+            f"{where} has shape {shape_of(img)} but the batch holds {dst.shape}; "
+            "use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)"
+        )
     dst[...] = img  # the one copy per sample; handles flipped (negative-stride) views
     return 1
 
 
-def batch_buffer(n: int, sample_shape: SampleShape, out: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
-                 pin: bool | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+def batch_buffer(
+    n: int,
+    sample_shape: SampleShape,
+    out: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+    pin: bool | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """The uint8 N×H×W×C tensor a batch of ``n`` samples of ``sample_shape`` is written into:
     the first ``n`` rows of ``out`` (a reused buffer), else a new one (see :func:`alloc_batch`).
     A multi-view ``sample_shape`` (one shape per view) gives a tuple of them, one per view.
@@ -142,8 +151,9 @@ def batch_buffer(n: int, sample_shape: SampleShape, out: torch.Tensor | tuple[to
     return out[:n]
 
 
-def fast_collate(samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = None,
-                 out: torch.Tensor | None = None) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
+def fast_collate(
+    samples: Sequence[tuple[np.ndarray, int]], pin: bool | None = None, out: torch.Tensor | None = None
+) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
     """Stacks (HWC uint8 image, label) pairs into (N×H×W×C uint8, N int64); samples of
     several views (tuples of images) into (a tuple of N×H×W×C uint8, one per view, N int64).
 

@@ -10,7 +10,6 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -19,11 +18,11 @@ DECODES = ("cpu", "gpu")
 START_METHODS = (None, "fork", "spawn", "forkserver")
 FLAGS = ("shuffle", "drop_last", "drop_uneven", "persistent_workers", "normalize", "return_index")
 
+
 def check_rank(rank: int, world_size: int) -> None:
     """ValueError unless 0 <= rank < world_size."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} must be in [0, {world_size})")
-
 
 
 def dtype_name(dtype: Any) -> str:
@@ -34,8 +33,10 @@ def dtype_name(dtype: Any) -> str:
                 return name
     elif dtype in DTYPES:
         return dtype
-    raise ValueError(f"dtype must be one of {tuple(DTYPES)} or the torch dtypes torch.float32, "
-                     f"torch.float16, torch.bfloat16; got {dtype!r}")
+    raise ValueError(
+        f"dtype must be one of {tuple(DTYPES)} or the torch dtypes torch.float32, "
+        f"torch.float16, torch.bfloat16; got {dtype!r}"
+    )
 
 
 def resolve_device(device: Any) -> torch.device:
@@ -74,10 +75,15 @@ def _unit_values(name: str, values: Any) -> tuple[float, ...]:
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a sequence of numbers, one per channel, got {values!r}") from None
     if any(not 0 <= v <= 1 for v in out):
-        hint = (f"; divide by 255: {tuple(round(v / 255, 4) for v in out)}" if any(v > 1 for v in out)
-                and all(0 <= v <= 255 for v in out) else "")
-        raise ValueError(f"{name} {values!r} is outside [0, 1]: fastload scales pixels to [0, 1] before "
-                         f"normalizing, so mean and std are in [0, 1] units{hint}")
+        hint = (
+            f"; divide by 255: {tuple(round(v / 255, 4) for v in out)}"
+            if any(v > 1 for v in out) and all(0 <= v <= 255 for v in out)
+            else ""
+        )
+        raise ValueError(
+            f"{name} {values!r} is outside [0, 1]: fastload scales pixels to [0, 1] before "
+            f"normalizing, so mean and std are in [0, 1] units{hint}"
+        )
     return out
 
 
@@ -175,8 +181,9 @@ class LoaderConfig:
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
         if self.pin_memory is not None and not isinstance(self.pin_memory, (bool, np.bool_)):
-            raise ValueError(f"pin_memory must be True, False or None (when the device is CUDA), "
-                             f"got {self.pin_memory!r}")
+            raise ValueError(
+                f"pin_memory must be True, False or None (when the device is CUDA), got {self.pin_memory!r}"
+            )
         positive_int("batch_size")
         positive_int("prefetch_factor")
         for name in ("seed", "shuffle_seed"):
@@ -216,8 +223,10 @@ class LoaderConfig:
             if set(unknown) & {"transform", "transforms", "target_transform"}:
                 # A torchvision habit (Compose in the loader); fastload's transforms run where
                 # the image is decoded, so they belong to the dataset.
-                hint = ("; transforms belong to the dataset: fl.ImageFolder(root, transform=[...]), or "
-                        "fl.WrappedDataset(your_dataset, transform=[...]) for a Dataset of your own")
+                hint = (
+                    "; transforms belong to the dataset: fl.ImageFolder(root, transform=[...]), or "
+                    "fl.WrappedDataset(your_dataset, transform=[...]) for a Dataset of your own"
+                )
             raise TypeError(f"unknown Loader option(s) {unknown}; valid: {sorted(names)}{hint}")
         return dataclasses.replace(self, **changes)
 

@@ -4,32 +4,30 @@ from __future__ import annotations
 
 import os
 import weakref
-from functools import partial
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import torch
 
-from .loading import compat
-from .sources import resume
 from .augment.apply import BatchTransforms
-from .loading.compat import DataLoaderAttributes
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig, resolve_device
 from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
 from .device.normalize import Normalizer
-from .loading.passes import Pass, register
-from .loading.skips import SkipLog
 from .device.prefetch import CudaPrefetcher
+from .loading import compat
+from .loading.compat import DataLoaderAttributes
+from .loading.passes import Pass, register
 from .loading.profiles import resolve_auto
 from .loading.progress import Position, Progress
-from .sources.sampler import EpochRequests, RankSampler, resolve_rank
-from .sources import build_source, is_stream
+from .loading.skips import SkipLog
+from .sources import build_source, is_stream, resume
 from .sources.build import DEVICE_AHEAD
 from .sources.failures import is_worker_failure, worker_failure
+from .sources.sampler import EpochRequests, RankSampler, resolve_rank
 from .sources.watchdog import Watchdog
-
 
 
 class Loader(DataLoaderAttributes):
@@ -80,8 +78,9 @@ class Loader(DataLoaderAttributes):
         ValueError: A bad option value (the message names it).
     """
 
-    def __init__(self, dataset: Any, config: LoaderConfig | None = None, /, *, batch_transform: Any = None,
-                 **options: Any) -> None:
+    def __init__(
+        self, dataset: Any, config: LoaderConfig | None = None, /, *, batch_transform: Any = None, **options: Any
+    ) -> None:
         if config is not None and not isinstance(config, LoaderConfig):
             raise TypeError(f"config must be a LoaderConfig, got {type(config).__name__}")
         self._closed = True  # until construction succeeds (for __del__)
@@ -115,8 +114,9 @@ class Loader(DataLoaderAttributes):
             from .device.gpudecode import GpuDecodeStage, check_setup
 
             self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
-            self._prefetcher = GpuDecodeStage(self.device, DEVICE_AHEAD, normalizer, cfg.return_index, None,
-                                              self._skips.record)  # the log, not the Loader: no cycle
+            self._prefetcher = GpuDecodeStage(
+                self.device, DEVICE_AHEAD, normalizer, cfg.return_index, None, self._skips.record
+            )  # the log, not the Loader: no cycle
         else:
             self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD, normalizer, cfg.return_index)
         self._progress = Progress()
@@ -170,9 +170,16 @@ class Loader(DataLoaderAttributes):
             from .device.gpudecode import EncodingFetcher
 
             make_fetcher = partial(EncodingFetcher, self._samples, cfg.seed, cfg.on_error, pipeline=self._gpu)
-        self._source = build_source(self._samples, cfg, self.rank, self.world_size, self.device,
-                                    order_seed=compat.order_seed(cfg, self._seed_drawn, self.world_size),
-                                    epochs=self._epoch_requests, make_fetcher=make_fetcher)
+        self._source = build_source(
+            self._samples,
+            cfg,
+            self.rank,
+            self.world_size,
+            self.device,
+            order_seed=compat.order_seed(cfg, self._seed_drawn, self.world_size),
+            epochs=self._epoch_requests,
+            make_fetcher=make_fetcher,
+        )
         if self._gpu is not None:
             self._prefetcher.fetcher = self._source.fetcher  # decodes what the GPU decoder refuses
         # DataLoader's sampler: this rank's samples (len), set_epoch; None for a stream.
@@ -234,8 +241,13 @@ class Loader(DataLoaderAttributes):
         try:
             for out in outputs:
                 if self._batch_transforms is not None:
-                    out = self._batch_transforms.apply(out, seed=self.config.seed, epoch=position.epoch, rank=self.rank,
-                                                       batch=position.batch_number(self.rank, self.world_size))
+                    out = self._batch_transforms.apply(
+                        out,
+                        seed=self.config.seed,
+                        epoch=position.epoch,
+                        rank=self.rank,
+                        batch=position.batch_number(self.rank, self.world_size),
+                    )
                 position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
                 yield out
             position.done = True
@@ -270,9 +282,11 @@ class Loader(DataLoaderAttributes):
     def _settings(self) -> dict:
         if self._fingerprint is None:
             self._fingerprint = resume.fingerprint(self._samples)
-        return {**{k: getattr(self.config, k) for k in resume.SETTINGS},
-                "shuffle_seed": compat.order_seed(self.config, self._seed_drawn, self.world_size),
-                "dataset": {"len": self._source.num_samples, "fingerprint": self._fingerprint}}
+        return {
+            **{k: getattr(self.config, k) for k in resume.SETTINGS},
+            "shuffle_seed": compat.order_seed(self.config, self._seed_drawn, self.world_size),
+            "dataset": {"len": self._source.num_samples, "fingerprint": self._fingerprint},
+        }
 
     def state_dict(self) -> dict:
         """Where this rank is: the epoch of the pass under way (or interrupted) and how many of
@@ -282,8 +296,15 @@ class Loader(DataLoaderAttributes):
         readable with ``weights_only=True``). Every rank saves its own; no collective.
         """
         pos = self._progress.where()
-        return resume.rank_state(epoch=pos.epoch, rank=self.rank, world_size=self.world_size, consumed=pos.consumed,
-                                 history=pos.history, settings=self._settings(), **self._source.state_fields())
+        return resume.rank_state(
+            epoch=pos.epoch,
+            rank=self.rank,
+            world_size=self.world_size,
+            consumed=pos.consumed,
+            history=pos.history,
+            settings=self._settings(),
+            **self._source.state_fields(),
+        )
 
     def load_state_dict(self, state: dict | Sequence[dict]) -> None:
         """Makes the next pass go on where the run that saved ``state`` stopped.
@@ -349,6 +370,8 @@ class Loader(DataLoaderAttributes):
     def __repr__(self) -> str:
         c = self.config
         size = "stream" if is_stream(self._samples) else str(len(self._samples))
-        return (f"Loader({type(self.dataset).__name__}[{size}], batch_size={c.batch_size}, "
-                f"num_workers={self.num_workers}, backend={c.backend!r}, device={self.device}, "
-                f"rank={self.rank}/{self.world_size})")
+        return (
+            f"Loader({type(self.dataset).__name__}[{size}], batch_size={c.batch_size}, "
+            f"num_workers={self.num_workers}, backend={c.backend!r}, device={self.device}, "
+            f"rank={self.rank}/{self.world_size})"
+        )

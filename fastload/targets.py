@@ -22,12 +22,17 @@ NUMERIC_KINDS = "biuf"  # bool, signed and unsigned int, float
 
 
 def _bad(value: Any, where: str, why: str) -> TypeError:
-    got = f"a dict with keys {sorted(map(str, value))}" if isinstance(value, dict) else \
-        f"{type(value).__name__} {value!r:.60}"
-    return TypeError(f"{where + ': ' if where else ''}the target {why}, got {got}; targets must be numbers or fixed-shape numeric arrays: pick one with "
-                     "WrappedDataset(dataset, target_key=...) (a dict key or tuple position of the item, or a "
-                     "function item -> target), and for paths or other fields use return_index=True and look "
-                     "them up by index")
+    got = (
+        f"a dict with keys {sorted(map(str, value))}"
+        if isinstance(value, dict)
+        else f"{type(value).__name__} {value!r:.60}"
+    )
+    return TypeError(
+        f"{where + ': ' if where else ''}the target {why}, got {got}; targets must be numbers or fixed-shape numeric arrays: pick one with "
+        "WrappedDataset(dataset, target_key=...) (a dict key or tuple position of the item, or a "
+        "function item -> target), and for paths or other fields use return_index=True and look "
+        "them up by index"
+    )
 
 
 def as_target(value: Any, where: str = "") -> Target:
@@ -97,9 +102,13 @@ def fill(dst: torch.Tensor, targets: Sequence[Target], name: Callable[[int], str
     for j, t in enumerate(targets):
         a = np.asarray(t)
         if a.shape != rows.shape[1:]:
-            raise ValueError(f"{name(j)} has a target of shape {a.shape} but the batch's first sample has "
-                             f"{rows.shape[1:]}; targets must all have one shape (pad or one-hot them)")
+            raise ValueError(
+                f"{name(j)} has a target of shape {a.shape} but the batch's first sample has "
+                f"{rows.shape[1:]}; targets must all have one shape (pad or one-hot them)"
+            )
         if integral and a.dtype.kind == "f":
-            raise TypeError(f"{name(j)} has a float target but the batch's first sample has an integer "
-                            f"one ({rows.dtype}); give every sample a float target (e.g. float(label))")
+            raise TypeError(
+                f"{name(j)} has a float target but the batch's first sample has an integer "
+                f"one ({rows.dtype}); give every sample a float target (e.g. float(label))"
+            )
         rows[j] = a

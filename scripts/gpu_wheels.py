@@ -28,8 +28,14 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMIT_MIB = 64  # what one device call may carry: working tree + carried folders
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux_2_5_x86_64", "manylinux1_x86_64")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
 # name -> why it travels. {cuda} is the CUDA major version of the machine's torch.
 CARRIED = {
     "lmdb": "LMDBDataset and its tests",
@@ -44,7 +50,8 @@ CARRIED = {
 }
 GPU_DECODE = ("nvidia-nvimgcodec-cu{cuda}", "nvidia-nvjpeg{suffix}")  # left out with --cuda none
 # The GPU machine's Python packages (.library/device/KINDS.md, read 2026-11-17), lower case.
-DEVICE_HAS = set("""absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
+DEVICE_HAS = set(
+    """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
 build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
 cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers
 flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize
@@ -62,7 +69,8 @@ scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece sentence
 simplejson six sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore
 threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics
 torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig
-werkzeug wheel wrapt xarray xxhash yarl zipp""".split())
+werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
+)
 
 
 def canonical(name: str) -> str:
@@ -90,20 +98,38 @@ def fetch(name: str, version: str, python: str, platforms: tuple[str, ...], dest
     binary wheel from the index, else one built here from its source (pure Python only)."""
     spec = f"{name}=={version}"
     plat = [a for p in platforms for a in ("--platform", p)]
-    got = pip("download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", python,
-              "--implementation", "cp", *plat, "--platform", "any", "-d", dest, spec)
+    got = pip(
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        *plat,
+        "--platform",
+        "any",
+        "-d",
+        dest,
+        spec,
+    )
     if got.returncode != 0:
         built = pip("wheel", "-q", "--no-deps", "-w", dest, spec)
         if built.returncode != 0:
-            raise SystemExit(f"gpu_wheels: no wheel of {spec} for Python {python} on {platforms[0]}, and building "
-                             f"one failed:\n{got.stderr[-1500:]}\n{built.stderr[-1500:]}")
+            raise SystemExit(
+                f"gpu_wheels: no wheel of {spec} for Python {python} on {platforms[0]}, and building "
+                f"one failed:\n{got.stderr[-1500:]}\n{built.stderr[-1500:]}"
+            )
     wheel = newest(dest, name, version)
     if wheel is None:
         raise SystemExit(f"gpu_wheels: pip reported success but no wheel of {spec} is in {dest}")
     tag = os.path.basename(wheel).rsplit("-", 3)[1:]
     if got.returncode != 0 and tag[1:] != ["none", "any.whl"]:
-        raise SystemExit(f"gpu_wheels: {spec} has no wheel for Python {python} and its source built a "
-                         f"platform wheel ({os.path.basename(wheel)}) that would not run there")
+        raise SystemExit(
+            f"gpu_wheels: {spec} has no wheel for Python {python} and its source built a "
+            f"platform wheel ({os.path.basename(wheel)}) that would not run there"
+        )
     return wheel
 
 
@@ -136,12 +162,15 @@ def requires(wheel: str) -> list[str]:
 def turbojpeg_library(dest: str) -> str | None:
     """Debian's libturbojpeg0 unpacked to ``dest/lib/libturbojpeg.so.0``; None (with why) if not possible."""
     if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
-        print("gpu_wheels: no apt-get/dpkg-deb here: libturbojpeg not carried (the turbojpeg backend and "
-              "PyTurboJPEG will be unavailable there; fastload decodes JPEG with another backend)")
+        print(
+            "gpu_wheels: no apt-get/dpkg-deb here: libturbojpeg not carried (the turbojpeg backend and "
+            "PyTurboJPEG will be unavailable there; fastload decodes JPEG with another backend)"
+        )
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        got = subprocess.run(["apt-get", "download", "-q", "libturbojpeg0:amd64"], cwd=tmp, capture_output=True,
-                             text=True)
+        got = subprocess.run(
+            ["apt-get", "download", "-q", "libturbojpeg0:amd64"], cwd=tmp, capture_output=True, text=True
+        )
         debs = glob.glob(os.path.join(tmp, "*.deb"))
         if got.returncode != 0 or not debs:
             print(f"gpu_wheels: apt-get download libturbojpeg0 failed, not carried: {got.stderr.strip()[-300:]}")
@@ -159,10 +188,17 @@ def turbojpeg_library(dest: str) -> str | None:
 
 def tree_bytes() -> int:
     """Bytes of the working tree that travels with every call (tracked + untracked, not ignored)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.split(b"\0")
-    return sum(os.path.getsize(os.path.join(ROOT, p.decode())) for p in listed
-               if p and os.path.isfile(os.path.join(ROOT, p.decode())))
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    return sum(
+        os.path.getsize(os.path.join(ROOT, p.decode()))
+        for p in listed
+        if p and os.path.isfile(os.path.join(ROOT, p.decode()))
+    )
 
 
 def folder_bytes(path: str) -> int:
@@ -172,13 +208,25 @@ def folder_bytes(path: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--python", default="3.12", help="the target's Python, major.minor (default: 3.12)")
-    p.add_argument("--cuda", default="13", help="CUDA major version of the target's torch: picks "
-                   "nvidia-nvimgcodec-cu<N> (default: 13); 'none' leaves the GPU decode wheels out")
-    p.add_argument("--platform", action="append", default=None, help="wheel platform tags to accept "
-                   "(repeatable; default: manylinux x86_64 2.5 to 2.28)")
+    p.add_argument(
+        "--cuda",
+        default="13",
+        help="CUDA major version of the target's torch: picks "
+        "nvidia-nvimgcodec-cu<N> (default: 13); 'none' leaves the GPU decode wheels out",
+    )
+    p.add_argument(
+        "--platform",
+        action="append",
+        default=None,
+        help="wheel platform tags to accept (repeatable; default: manylinux x86_64 2.5 to 2.28)",
+    )
     p.add_argument("--dest", default=os.path.join(ROOT, ".whl"))
-    p.add_argument("--turbojpeg", choices=["yes", "no"], default="yes",
-                   help="carry Debian's libturbojpeg0 in DEST/lib (default: yes)")
+    p.add_argument(
+        "--turbojpeg",
+        choices=["yes", "no"],
+        default="yes",
+        help="carry Debian's libturbojpeg0 in DEST/lib (default: yes)",
+    )
     p.add_argument("--limit-mib", type=float, default=LIMIT_MIB, help="fail above this with the working tree")
     args = p.parse_args(argv)
     if not re.fullmatch(r"3\.\d+", args.python):
@@ -197,11 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"gpu_wheels: pin {', '.join(missing_pins)} in constraints.txt")
     wheels = {n: fetch(n, pinned[canonical(n)], args.python, platforms, args.dest) for n in wanted}
     carried = {canonical(n) for n in wanted}
-    unmet = sorted({f"{r} (for {n})" for n, w in wheels.items() for r in requires(w)
-                    if r not in carried and r not in DEVICE_HAS})
+    unmet = sorted(
+        {f"{r} (for {n})" for n, w in wheels.items() for r in requires(w) if r not in carried and r not in DEVICE_HAS}
+    )
     if unmet:
-        raise SystemExit(f"gpu_wheels: needed but neither carried nor on the GPU machine: {', '.join(unmet)}; "
-                         "add them to CARRIED and constraints.txt")
+        raise SystemExit(
+            f"gpu_wheels: needed but neither carried nor on the GPU machine: {', '.join(unmet)}; "
+            "add them to CARRIED and constraints.txt"
+        )
     shutil.rmtree(os.path.join(args.dest, "lib"), ignore_errors=True)
     lib = turbojpeg_library(args.dest) if args.turbojpeg == "yes" else None
     with open(os.path.join(args.dest, "MANIFEST"), "w") as f:
@@ -215,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {os.path.getsize(w) / 2**20:6.2f} MiB  {os.path.basename(w)}")
     if lib:
         print(f"  {os.path.getsize(lib) / 2**20:6.2f} MiB  lib/libturbojpeg.so.0 (Debian libturbojpeg0)")
-    print(f"{args.dest}: {carried_bytes / 2**20:.1f} MiB for Python {args.python}, CUDA {args.cuda}; with the "
-          f"working tree ({tree / 2**20:.1f} MiB) {total:.1f} MiB of the {args.limit_mib:.0f} MiB a call may carry")
+    print(
+        f"{args.dest}: {carried_bytes / 2**20:.1f} MiB for Python {args.python}, CUDA {args.cuda}; with the "
+        f"working tree ({tree / 2**20:.1f} MiB) {total:.1f} MiB of the {args.limit_mib:.0f} MiB a call may carry"
+    )
     if total > args.limit_mib:
         raise SystemExit(f"gpu_wheels: {total:.1f} MiB is over the {args.limit_mib:.0f} MiB limit")
     return 0

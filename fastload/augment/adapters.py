@@ -34,8 +34,9 @@ class ImagesOnly:
 
     def __call__(self, images: Any, targets: Any, generator: torch.Generator) -> tuple[Any, Any]:
         device = images.device if isinstance(images, torch.Tensor) else torch.device("cpu")
-        cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
-            if device.type == "cuda" else []
+        cuda = (
+            [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+        )
         seed = generator.initial_seed()
         with torch.random.fork_rng(devices=cuda):
             torch.default_generator.manual_seed(seed)
@@ -44,8 +45,10 @@ class ImagesOnly:
             if self.targets:
                 out = self.fn(images, targets)
                 if not isinstance(out, (tuple, list)) or len(out) != 2:
-                    raise TypeError(f"{type(self.fn).__name__} (ImagesOnly(targets=True)) must return "
-                                    f"(images, targets), got {type(out).__name__}")
+                    raise TypeError(
+                        f"{type(self.fn).__name__} (ImagesOnly(targets=True)) must return "
+                        f"(images, targets), got {type(out).__name__}"
+                    )
                 return out[0], out[1]
             return self.fn(images), targets
 

@@ -30,8 +30,9 @@ def batch_seed(seed: int, epoch: int, batch: int, rank: int = 0, slot: int = 0) 
     return int(state.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
-def batch_generator(seed: int, epoch: int, batch: int, *, rank: int = 0, slot: int = 0,
-                    device: Any = "cpu") -> torch.Generator:
+def batch_generator(
+    seed: int, epoch: int, batch: int, *, rank: int = 0, slot: int = 0, device: Any = "cpu"
+) -> torch.Generator:
     """The generator the Loader hands to its ``slot``-th batch transform for that batch: on
     ``device`` where torch has generators there, else on the CPU. To reproduce a batch's
     draws outside the Loader, or to test a transform."""
@@ -58,10 +59,15 @@ def _foreign_error(fn: Any, where: str) -> str | None:
         return None
     name = type(fn).__name__
     use = _EQUIVALENTS.get((library, name))
-    instead = (f"use {use}" if use is not None else
-               "wrap it as fl.augment.ImagesOnly(f) (images only) or fl.augment.ImagesOnly(f, targets=True)")
-    return (f"{where} is {library}'s {name}: {instead}, which draws from the Loader's per-batch generator "
-            "(reproducible and resumable)")
+    instead = (
+        f"use {use}"
+        if use is not None
+        else "wrap it as fl.augment.ImagesOnly(f) (images only) or fl.augment.ImagesOnly(f, targets=True)"
+    )
+    return (
+        f"{where} is {library}'s {name}: {instead}, which draws from the Loader's per-batch generator "
+        "(reproducible and resumable)"
+    )
 
 
 def _name(fn: Any) -> str:
@@ -97,15 +103,19 @@ class BatchTransforms:
         for i, fn in enumerate(items):
             where = f"batch_transform[{i}]" if isinstance(transforms, (list, tuple)) else "batch_transform"
             if not callable(fn):
-                raise TypeError(f"{where} must be a callable f(images, targets, generator) -> (images, targets), "
-                                f"got {type(fn).__name__}")
+                raise TypeError(
+                    f"{where} must be a callable f(images, targets, generator) -> (images, targets), "
+                    f"got {type(fn).__name__}"
+                )
             foreign = _foreign_error(fn, where)
             if foreign is not None:
                 raise TypeError(foreign)
             if _takes_three(fn) is False:
-                raise TypeError(f"{where} ({_name(fn)}) cannot be called as f(images, targets, generator): wrap "
-                                "an images-only callable (e.g. a kornia pipeline) as fl.augment.ImagesOnly(f), "
-                                "one taking (images, targets) as fl.augment.ImagesOnly(f, targets=True)")
+                raise TypeError(
+                    f"{where} ({_name(fn)}) cannot be called as f(images, targets, generator): wrap "
+                    "an images-only callable (e.g. a kornia pipeline) as fl.augment.ImagesOnly(f), "
+                    "one taking (images, targets) as fl.augment.ImagesOnly(f, targets=True)"
+                )
         self.transforms = tuple(items)
         self._generators: dict[tuple[torch.device, int], torch.Generator] = {}
 
@@ -132,8 +142,10 @@ class BatchTransforms:
             result = fn(images, targets, generator)
             if not isinstance(result, (tuple, list)) or len(result) != 2:
                 got = f"a {len(result)}-tuple" if isinstance(result, (tuple, list)) else type(result).__name__
-                raise TypeError(f"batch_transform {_name(fn)} returned {got}; it must return (images, targets) "
-                                "(wrap an images-only callable as fl.augment.ImagesOnly(f))")
+                raise TypeError(
+                    f"batch_transform {_name(fn)} returned {got}; it must return (images, targets) "
+                    "(wrap an images-only callable as fl.augment.ImagesOnly(f))"
+                )
             images, targets = result
         return (images, targets) + tuple(out[2:])
 

@@ -19,13 +19,16 @@ def check_images(images: Any, who: str) -> torch.Tensor:
     if images.dim() != 4:
         raise ValueError(f"{who} takes an N×C×H×W image batch, got shape {tuple(images.shape)}")
     if not images.is_floating_point():
-        raise TypeError(f"{who} takes normalized floating-point images, got {images.dtype} "
-                        "(the Loader delivers uint8 only with normalize=False)")
+        raise TypeError(
+            f"{who} takes normalized floating-point images, got {images.dtype} "
+            "(the Loader delivers uint8 only with normalize=False)"
+        )
     return images
 
 
-def number(name: str, value: Any, low: float, high: float | None = None, *, open_low: bool = False,
-           open_high: bool = False) -> float:
+def number(
+    name: str, value: Any, low: float, high: float | None = None, *, open_low: bool = False, open_high: bool = False
+) -> float:
     """``value`` as a float in its range, else a ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a number, got {value!r}")
@@ -62,8 +65,9 @@ class MixingTransform:
         """The float32 N × C targets before mixing."""
         raise NotImplementedError
 
-    def __call__(self, images: torch.Tensor, targets: torch.Tensor,
-                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, images: torch.Tensor, targets: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mixes ``images`` in place (as timm's) and returns them with the mixed targets.
 
         Args:
@@ -79,8 +83,7 @@ class MixingTransform:
         images = check_images(images, who)
         if not isinstance(targets, torch.Tensor) or targets.dim() == 0 or targets.shape[0] != images.shape[0]:
             shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
-            raise ValueError(f"{who}: targets must be a tensor with one row per image ({images.shape[0]}), "
-                             f"got {shape}")
+            raise ValueError(f"{who}: targets must be a tensor with one row per image ({images.shape[0]}), got {shape}")
         soft = self.soft_targets(targets)
         generator = generator if generator is not None else fresh_generator(images.device)
         params = self.draw(images.shape[0], images.shape[-2], images.shape[-1], generator).to(images.device)

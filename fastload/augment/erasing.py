@@ -65,10 +65,19 @@ class RandomErasing:
         ValueError: A bad argument (the message names it).
     """
 
-    def __init__(self, probability: float = 0.5, min_area: float = 0.02, max_area: float = 1 / 3,
-                 min_aspect: float = 0.3, max_aspect: float | None = None, mode: str = "const",
-                 min_count: int = 1, max_count: int | None = None, num_splits: int = 0,
-                 device: Any = "cuda") -> None:
+    def __init__(
+        self,
+        probability: float = 0.5,
+        min_area: float = 0.02,
+        max_area: float = 1 / 3,
+        min_aspect: float = 0.3,
+        max_aspect: float | None = None,
+        mode: str = "const",
+        min_count: int = 1,
+        max_count: int | None = None,
+        num_splits: int = 0,
+        device: Any = "cuda",
+    ) -> None:
         self.probability = number("probability", probability, 0.0, 1.0)
         self.min_area = number("min_area", min_area, 0.0, 1.0)
         self.max_area = number("max_area", max_area, 0.0, 1.0)
@@ -113,8 +122,7 @@ class RandomErasing:
         active = erase.view(n, 1) & (slot < boxes.view(n, 1)) & fits.any(dim=-1)
         return ErasingBoxes(active, torch.stack([top, top + h, left, left + w], dim=-1))
 
-    def __call__(self, images: torch.Tensor, targets: Any = None,
-                 generator: torch.Generator | None = None) -> Any:
+    def __call__(self, images: torch.Tensor, targets: Any = None, generator: torch.Generator | None = None) -> Any:
         """Erases boxes of ``images`` in place (as timm's) and returns them.
 
         Called as a batch transform, ``(images, targets, generator)`` → ``(images, targets)``
@@ -138,8 +146,9 @@ class RandomErasing:
             self._paint_masks(images, boxes, colors, generator)
         return images if targets is None else (images, targets)
 
-    def _paint_masks(self, images: torch.Tensor, boxes: ErasingBoxes, colors: torch.Tensor | None,
-                     generator: torch.Generator) -> None:
+    def _paint_masks(
+        self, images: torch.Tensor, boxes: ErasingBoxes, colors: torch.Tensor | None, generator: torch.Generator
+    ) -> None:
         """On a device: the boxes as masks over the whole batch, a few launches, no host read."""
         covered = boxes.masks(*images.shape[-2:]).to(images.device)  # N × K × H × W
         if self.mode == "const":
@@ -151,8 +160,9 @@ class RandomErasing:
             for slot in range(self.max_count):  # later boxes paint over earlier ones, as in timm
                 images.copy_(torch.where(covered[:, slot, None], colors[:, slot, :, None, None], images))
 
-    def _paint_boxes(self, images: torch.Tensor, boxes: ErasingBoxes, colors: torch.Tensor | None,
-                     generator: torch.Generator) -> None:
+    def _paint_boxes(
+        self, images: torch.Tensor, boxes: ErasingBoxes, colors: torch.Tensor | None, generator: torch.Generator
+    ) -> None:
         """In host memory: box by box, touching only the erased pixels (timm's order)."""
         for i, (row_active, row_boxes) in enumerate(zip(boxes.active.tolist(), boxes.box.tolist())):
             for slot, (active, (y0, y1, x0, x1)) in enumerate(zip(row_active, row_boxes)):
@@ -168,5 +178,7 @@ class RandomErasing:
                     region.copy_(noise)
 
     def __repr__(self) -> str:
-        return (f"RandomErasing(probability={self.probability}, mode={self.mode!r}, "
-                f"count=({self.min_count}, {self.max_count}))")
+        return (
+            f"RandomErasing(probability={self.probability}, mode={self.mode!r}, "
+            f"count=({self.min_count}, {self.max_count}))"
+        )

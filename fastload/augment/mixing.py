@@ -110,10 +110,15 @@ def one_hot(targets: torch.Tensor, num_classes: int, smoothing: float = 0.0) -> 
     index and ``smoothing / num_classes`` elsewhere (timm's smoothed one-hot)."""
     if targets.dtype in (torch.bool,) or targets.is_floating_point() or targets.is_complex():
         raise TypeError(f"class-index targets must be an integer tensor, got {targets.dtype}")
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= num_classes) \
-            and targets.device.type == "cpu":  # checked where it costs no device sync
-        raise ValueError(f"targets must be class indices in [0, {num_classes}), got values in "
-                         f"[{int(targets.min())}, {int(targets.max())}]")
+    if (
+        targets.numel()
+        and (int(targets.min()) < 0 or int(targets.max()) >= num_classes)
+        and targets.device.type == "cpu"
+    ):  # checked where it costs no device sync
+        raise ValueError(
+            f"targets must be class indices in [0, {num_classes}), got values in "
+            f"[{int(targets.min())}, {int(targets.max())}]"
+        )
     off = smoothing / num_classes
     out = torch.full((targets.shape[0], num_classes), off, dtype=torch.float32, device=targets.device)
     return out.scatter_(1, targets.long().view(-1, 1), 1.0 - smoothing + off)

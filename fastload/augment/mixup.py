@@ -33,20 +33,30 @@ def alpha_box(lam: torch.Tensor, height: int, width: int, generator: torch.Gener
     cut_h, cut_w = (height * ratio).floor().long(), (width * ratio).floor().long()
     cy = integers(0, height, lam.shape, generator)
     cx = integers(0, width, lam.shape, generator)
-    return torch.stack([(cy - cut_h // 2).clamp(0, height), (cy + (cut_h + 1) // 2).clamp(0, height),
-                        (cx - cut_w // 2).clamp(0, width), (cx + (cut_w + 1) // 2).clamp(0, width)], dim=1)
+    return torch.stack(
+        [
+            (cy - cut_h // 2).clamp(0, height),
+            (cy + (cut_h + 1) // 2).clamp(0, height),
+            (cx - cut_w // 2).clamp(0, width),
+            (cx + (cut_w + 1) // 2).clamp(0, width),
+        ],
+        dim=1,
+    )
 
 
-def minmax_box(minmax: tuple[float, float], rows: int, height: int, width: int,
-               generator: torch.Generator) -> torch.Tensor:
+def minmax_box(
+    minmax: tuple[float, float], rows: int, height: int, width: int, generator: torch.Generator
+) -> torch.Tensor:
     """timm's min-max CutMix box: each side a uniform int in [side·min, side·max), placed
     uniformly inside the image; int64 (y0, y1, x0, x1) rows."""
     sides = []
     for side in (height, width):
         low, high = int(side * minmax[0]), int(side * minmax[1])
         if low >= high:
-            raise ValueError(f"cutmix_minmax={minmax} leaves no box size to draw on a side of {side} pixels "
-                             f"(int({side}·min) = {low} >= int({side}·max) = {high})")
+            raise ValueError(
+                f"cutmix_minmax={minmax} leaves no box size to draw on a side of {side} pixels "
+                f"(int({side}·min) = {low} >= int({side}·max) = {high})"
+            )
         sides.append(integers(low, high, (rows,), generator))
     cut_h, cut_w = sides
     y0 = integers(0, height - cut_h + 1, (rows,), generator)
@@ -90,18 +100,29 @@ class Mixup(MixingTransform):
         ValueError: A bad argument (the message names it), or neither Mixup nor CutMix active.
     """
 
-    def __init__(self, mixup_alpha: float = 1.0, cutmix_alpha: float = 0.0,
-                 cutmix_minmax: Sequence[float] | None = None, prob: float = 1.0, switch_prob: float = 0.5,
-                 mode: str = "batch", correct_lam: bool = True, label_smoothing: float = 0.1,
-                 num_classes: int = 1000, multi_label: bool = False) -> None:
+    def __init__(
+        self,
+        mixup_alpha: float = 1.0,
+        cutmix_alpha: float = 0.0,
+        cutmix_minmax: Sequence[float] | None = None,
+        prob: float = 1.0,
+        switch_prob: float = 0.5,
+        mode: str = "batch",
+        correct_lam: bool = True,
+        label_smoothing: float = 0.1,
+        num_classes: int = 1000,
+        multi_label: bool = False,
+    ) -> None:
         self.mixup_alpha = number("mixup_alpha", mixup_alpha, 0.0)
         self.cutmix_alpha = number("cutmix_alpha", cutmix_alpha, 0.0)
         self.cutmix_minmax = _minmax(cutmix_minmax)
         if self.cutmix_minmax is not None:
             self.cutmix_alpha = 1.0  # as timm: minmax activates CutMix; its λ is the box's
         if self.mixup_alpha == 0 and self.cutmix_alpha == 0:
-            raise ValueError("Mixup needs mixup_alpha > 0, cutmix_alpha > 0 or cutmix_minmax; got "
-                             f"mixup_alpha={mixup_alpha!r}, cutmix_alpha={cutmix_alpha!r}, cutmix_minmax=None")
+            raise ValueError(
+                "Mixup needs mixup_alpha > 0, cutmix_alpha > 0 or cutmix_minmax; got "
+                f"mixup_alpha={mixup_alpha!r}, cutmix_alpha={cutmix_alpha!r}, cutmix_minmax=None"
+            )
         self.mix_prob = number("prob", prob, 0.0, 1.0)
         self.switch_prob = number("switch_prob", switch_prob, 0.0, 1.0)
         if mode not in MODES:
@@ -125,8 +146,9 @@ class Mixup(MixingTransform):
             mixed = torch.zeros_like(mixed)
         if self.mixup_alpha > 0 and self.cutmix_alpha > 0:
             use_cutmix = uniform(shape, generator) < self.switch_prob
-            lam = torch.where(use_cutmix, beta(self.cutmix_alpha, shape, generator),
-                              beta(self.mixup_alpha, shape, generator))
+            lam = torch.where(
+                use_cutmix, beta(self.cutmix_alpha, shape, generator), beta(self.mixup_alpha, shape, generator)
+            )
         else:
             use_cutmix = torch.full(shape, self.cutmix_alpha > 0, device=generator.device)
             lam = beta(max(self.mixup_alpha, self.cutmix_alpha), shape, generator)
@@ -144,16 +166,22 @@ class Mixup(MixingTransform):
     def soft_targets(self, targets: torch.Tensor) -> torch.Tensor:
         if self.multi_label:
             if targets.dim() != 2 or targets.shape[1] != self.num_classes:
-                raise ValueError(f"Mixup(multi_label=True) takes dense targets N × num_classes "
-                                 f"({self.num_classes}), got shape {tuple(targets.shape)}")
+                raise ValueError(
+                    f"Mixup(multi_label=True) takes dense targets N × num_classes "
+                    f"({self.num_classes}), got shape {tuple(targets.shape)}"
+                )
             return targets.float() * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
         if targets.dim() != 1 or targets.is_floating_point():
-            raise TypeError(f"Mixup takes class-index targets (an integer tensor of N), got {targets.dtype} "
-                            f"{tuple(targets.shape)}; for N × C targets use multi_label=True (timm's dense "
-                            "multi-labels) or fl.augment.MixUp/CutMix (torchvision's, which mix probabilities)")
+            raise TypeError(
+                f"Mixup takes class-index targets (an integer tensor of N), got {targets.dtype} "
+                f"{tuple(targets.shape)}; for N × C targets use multi_label=True (timm's dense "
+                "multi-labels) or fl.augment.MixUp/CutMix (torchvision's, which mix probabilities)"
+            )
         return one_hot(targets, self.num_classes, self.label_smoothing)
 
     def __repr__(self) -> str:
-        return (f"Mixup(mixup_alpha={self.mixup_alpha}, cutmix_alpha={self.cutmix_alpha}, cutmix_minmax="
-                f"{self.cutmix_minmax}, prob={self.mix_prob}, switch_prob={self.switch_prob}, mode={self.mode!r}, "
-                f"label_smoothing={self.label_smoothing}, num_classes={self.num_classes})")
+        return (
+            f"Mixup(mixup_alpha={self.mixup_alpha}, cutmix_alpha={self.cutmix_alpha}, cutmix_minmax="
+            f"{self.cutmix_minmax}, prob={self.mix_prob}, switch_prob={self.switch_prob}, mode={self.mode!r}, "
+            f"label_smoothing={self.label_smoothing}, num_classes={self.num_classes})"
+        )

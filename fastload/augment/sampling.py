@@ -24,8 +24,9 @@ def uniform(shape: tuple[int, ...], generator: torch.Generator, low: float = 0.0
     return u if (low, high) == (0.0, 1.0) else u.mul_(high - low).add_(low)
 
 
-def integers(low: torch.Tensor | int, high: torch.Tensor | int, shape: tuple[int, ...],
-             generator: torch.Generator) -> torch.Tensor:
+def integers(
+    low: torch.Tensor | int, high: torch.Tensor | int, shape: tuple[int, ...], generator: torch.Generator
+) -> torch.Tensor:
     """int64 draws in [low, high) (bounds may differ per element; high > low).
 
     Python bounds stay Python numbers: a tensor made from them on a GPU would be a copy

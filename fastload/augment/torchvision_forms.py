@@ -25,8 +25,10 @@ class _TorchvisionMix(MixingTransform):
         self.alpha = number("alpha", alpha, 0.0, open_low=True)
         self.num_classes = None if num_classes is None else count("num_classes", num_classes, 1)
         if labels_getter != "default":
-            raise ValueError(f"labels_getter={labels_getter!r}: fastload hands the batch's targets to the "
-                             "transform itself; leave labels_getter out")
+            raise ValueError(
+                f"labels_getter={labels_getter!r}: fastload hands the batch's targets to the "
+                "transform itself; leave labels_getter out"
+            )
 
     def soft_targets(self, targets: torch.Tensor) -> torch.Tensor:
         who = type(self).__name__
@@ -36,11 +38,15 @@ class _TorchvisionMix(MixingTransform):
             return one_hot(targets, self.num_classes)
         if targets.dim() == 2:
             if self.num_classes is not None and targets.shape[1] != self.num_classes:
-                raise ValueError(f"{who}: 2-D labels have {targets.shape[1]} columns but num_classes="
-                                 f"{self.num_classes}; leave num_classes out")
+                raise ValueError(
+                    f"{who}: 2-D labels have {targets.shape[1]} columns but num_classes="
+                    f"{self.num_classes}; leave num_classes out"
+                )
             return targets.float()
-        raise ValueError(f"{who}: labels must be class indices (N,) or probabilities (N, num_classes), "
-                         f"got shape {tuple(targets.shape)}")
+        raise ValueError(
+            f"{who}: labels must be class indices (N,) or probabilities (N, num_classes), "
+            f"got shape {tuple(targets.shape)}"
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(alpha={self.alpha}, num_classes={self.num_classes})"
@@ -58,8 +64,11 @@ class MixUp(_TorchvisionMix):
 
     def draw(self, batch_size: int, height: int, width: int, generator: torch.Generator) -> MixParams:
         lam = beta(self.alpha, (1,), generator)
-        return MixParams(lam, torch.zeros(1, dtype=torch.bool, device=lam.device),
-                         torch.zeros(1, 4, dtype=torch.int64, device=lam.device))
+        return MixParams(
+            lam,
+            torch.zeros(1, dtype=torch.bool, device=lam.device),
+            torch.zeros(1, 4, dtype=torch.int64, device=lam.device),
+        )
 
 
 class CutMix(_TorchvisionMix):
@@ -75,8 +84,15 @@ class CutMix(_TorchvisionMix):
         cx, cy = integers(0, width, (1,), generator), integers(0, height, (1,), generator)
         r = 0.5 * torch.sqrt(1.0 - lam)
         half_w, half_h = (r * width).floor().long(), (r * height).floor().long()
-        box = torch.stack([(cy - half_h).clamp(min=0), (cy + half_h).clamp(max=height),
-                           (cx - half_w).clamp(min=0), (cx + half_w).clamp(max=width)], dim=1)
+        box = torch.stack(
+            [
+                (cy - half_h).clamp(min=0),
+                (cy + half_h).clamp(max=height),
+                (cx - half_w).clamp(min=0),
+                (cx + half_w).clamp(max=width),
+            ],
+            dim=1,
+        )
         return MixParams(box_lam(box, height, width), torch.ones(1, dtype=torch.bool, device=lam.device), box)
 
 
@@ -105,8 +121,10 @@ class RandomChoice(MixingTransform):
             raise ValueError(f"transforms must be a non-empty list of fl.augment.MixUp/CutMix, got {transforms!r}")
         for t in transforms:
             if not isinstance(t, _TorchvisionMix):
-                raise TypeError(f"fl.augment.RandomChoice picks among fl.augment.MixUp and CutMix; got "
-                                f"{type(t).__name__}: put other batch transforms in Loader(batch_transform=[...])")
+                raise TypeError(
+                    f"fl.augment.RandomChoice picks among fl.augment.MixUp and CutMix; got "
+                    f"{type(t).__name__}: put other batch transforms in Loader(batch_transform=[...])"
+                )
         classes = {t.num_classes for t in transforms}
         if len(classes) > 1:
             raise ValueError(f"the transforms disagree on num_classes: {sorted(classes, key=str)}")
@@ -129,8 +147,10 @@ class RandomChoice(MixingTransform):
         u = uniform((1,), generator)
         edges = [sum(self.p[: i + 1]) for i in range(len(self.p) - 1)]
         pick = sum(((u >= edge).long() for edge in edges), torch.zeros_like(u, dtype=torch.long))
-        lam, cutmix, box = (torch.stack([getattr(d, f) for d in drawn]).index_select(0, pick).squeeze(0)
-                            for f in ("lam", "cutmix", "box"))
+        lam, cutmix, box = (
+            torch.stack([getattr(d, f) for d in drawn]).index_select(0, pick).squeeze(0)
+            for f in ("lam", "cutmix", "box")
+        )
         return MixParams(lam, cutmix, box)
 
     def __repr__(self) -> str:

@@ -11,5 +11,17 @@ from .verify import VerifyError, verify
 from .wds_writer import write_wds
 from .writers import write_lmdb, write_tfrecord
 
-__all__ = ["NO_SPACE_EXIT", "NoSpaceError", "VerifyError", "clean_leftovers", "convert", "main", "read_all",
-           "reencode", "verify", "write_lmdb", "write_tfrecord", "write_wds"]
+__all__ = [
+    "NO_SPACE_EXIT",
+    "NoSpaceError",
+    "VerifyError",
+    "clean_leftovers",
+    "convert",
+    "main",
+    "read_all",
+    "reencode",
+    "verify",
+    "write_lmdb",
+    "write_tfrecord",
+    "write_wds",
+]

@@ -8,9 +8,11 @@ from .run import convert
 from .staging import NO_SPACE_EXIT, NoSpaceError
 from .verify import VerifyError
 
-EXIT_CODES = (f"exit status: 0 converted; 1 written, but --verify found bad records; 2 bad input or arguments; "
-              f"{NO_SPACE_EXIT} no space left on DST's filesystem (the partial output is removed and the "
-              "message says about how much more is needed)")
+EXIT_CODES = (
+    f"exit status: 0 converted; 1 written, but --verify found bad records; 2 bad input or arguments; "
+    f"{NO_SPACE_EXIT} no space left on DST's filesystem (the partial output is removed and the "
+    "message says about how much more is needed)"
+)
 
 
 def byte_size(text: str) -> int:
@@ -37,12 +39,21 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
         p.add_argument("--shards", type=int, default=1, help="number of TFRecord files (default: %(default)s)")
     if fmt == "wds":
         size = p.add_mutually_exclusive_group()
-        size.add_argument("--shard-size", type=byte_size, default=None, metavar="BYTES",
-                          help="target bytes per shard, e.g. 500MB (default: 1GB)")
+        size.add_argument(
+            "--shard-size",
+            type=byte_size,
+            default=None,
+            metavar="BYTES",
+            help="target bytes per shard, e.g. 500MB (default: 1GB)",
+        )
         size.add_argument("--shard-samples", type=int, default=None, metavar="N", help="samples per shard")
         p.add_argument("--seed", type=int, default=0, help="the order samples are written in (default: %(default)s)")
-        p.add_argument("--no-shuffle", action="store_true", help="write samples in the source's order (a stream "
-                       "mixes only a few shards at a time: keep this off for class-sorted sources)")
+        p.add_argument(
+            "--no-shuffle",
+            action="store_true",
+            help="write samples in the source's order (a stream "
+            "mixes only a few shards at a time: keep this off for class-sorted sources)",
+        )
     p.add_argument("--workers", type=int, default=4, help="parallel readers (default: %(default)s)")
     p.add_argument("--resize-shorter", type=int, default=None, metavar="S", help="re-encode with shorter side <= S")
     p.add_argument("--quality", type=int, default=None, metavar="Q", help="re-encode as JPEG at quality Q")
@@ -53,18 +64,35 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     kwargs = {"root": args.root} if args.root else {}
     try:
         if fmt == "wds":
-            kwargs.update(shard_bytes=args.shard_size, shard_samples=args.shard_samples,
-                          shuffle_seed=None if args.no_shuffle else args.seed)
-        stats = convert(args.src, args.dst, fmt, shards=getattr(args, "shards", 1), workers=args.workers,
-                        resize_shorter=args.resize_shorter, quality=args.quality, verify_output=args.verify,
-                        overwrite=args.overwrite, **kwargs)
+            kwargs.update(
+                shard_bytes=args.shard_size,
+                shard_samples=args.shard_samples,
+                shuffle_seed=None if args.no_shuffle else args.seed,
+            )
+        stats = convert(
+            args.src,
+            args.dst,
+            fmt,
+            shards=getattr(args, "shards", 1),
+            workers=args.workers,
+            resize_shorter=args.resize_shorter,
+            quality=args.quality,
+            verify_output=args.verify,
+            overwrite=args.overwrite,
+            **kwargs,
+        )
     except NoSpaceError as e:
         p.exit(NO_SPACE_EXIT, f"{p.prog}: error: {e}\n")
     except VerifyError as e:
-        p.exit(1, f"{p.prog}: wrote {args.dst}, but {len(e.failures)} of {e.total} records failed "
-                  f"verification:\n  " + "\n  ".join(e.failures) + "\n")
+        p.exit(
+            1,
+            f"{p.prog}: wrote {args.dst}, but {len(e.failures)} of {e.total} records failed "
+            f"verification:\n  " + "\n  ".join(e.failures) + "\n",
+        )
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
-    print(f"wrote {stats['records']} records to {args.dst} ({stats['bytes'] / 1e6:.1f} MB) in "
-          f"{stats['seconds']:.1f} s: {stats['images_per_s']:.0f} images/s" + (", verified" if args.verify else ""))
+    print(
+        f"wrote {stats['records']} records to {args.dst} ({stats['bytes'] / 1e6:.1f} MB) in "
+        f"{stats['seconds']:.1f} s: {stats['images_per_s']:.0f} images/s" + (", verified" if args.verify else "")
+    )
     return 0

@@ -40,8 +40,15 @@ def reencode(data: bytes, resize_shorter: int | None, quality: int) -> bytes:
     return enc.tobytes()
 
 
-def read_all(source: Any, workers: int, resize_shorter: int | None, quality: int | None,
-             desc: str, progress: bool, order: np.ndarray | None = None) -> Iterator[tuple[int, bytes, int]]:
+def read_all(
+    source: Any,
+    workers: int,
+    resize_shorter: int | None,
+    quality: int | None,
+    desc: str,
+    progress: bool,
+    order: np.ndarray | None = None,
+) -> Iterator[tuple[int, bytes, int]]:
     """(position, encoded bytes, label) in position order, read by ``workers`` threads: position
     ``j`` holds source index ``order[j]`` (default: ``j``).
 
@@ -61,18 +68,33 @@ def read_all(source: Any, workers: int, resize_shorter: int | None, quality: int
         return j, data, label
 
     n = len(source)
-    with ThreadPoolExecutor(max(1, workers)) as pool, \
-            tqdm(total=n, desc=desc, unit="images", disable=not progress) as bar:
+    with (
+        ThreadPoolExecutor(max(1, workers)) as pool,
+        tqdm(total=n, desc=desc, unit="images", disable=not progress) as bar,
+    ):
         for start in range(0, n, CHUNK):
             for item in pool.map(fetch, range(start, min(n, start + CHUNK))):
                 yield item
                 bar.update(1)
 
 
-def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, resize_shorter: int | None = None,
-            quality: int | None = None, verify_output: bool = False, overwrite: bool = False,
-            progress: bool = True, shard_bytes: int | None = None, shard_samples: int | None = None,
-            shuffle_seed: int | None = 0, **open_kwargs: Any) -> dict:
+def convert(
+    src: str,
+    dst: str,
+    fmt: str,
+    *,
+    shards: int = 1,
+    workers: int = 4,
+    resize_shorter: int | None = None,
+    quality: int | None = None,
+    verify_output: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    shard_bytes: int | None = None,
+    shard_samples: int | None = None,
+    shuffle_seed: int | None = 0,
+    **open_kwargs: Any,
+) -> dict:
     """Converts dataset ``src`` (anything open_dataset reads) to ``fmt`` ("lmdb", "tfrecord" or
     "wds": WebDataset tar shards of at most ``shard_bytes`` bytes or ``shard_samples`` samples,
     1 GB when neither is given) at ``dst``.
@@ -127,12 +149,21 @@ def convert(src: str, dst: str, fmt: str, *, shards: int = 1, workers: int = 4, 
     elif fmt == "wds":
         if shard_bytes is None and shard_samples is None:
             shard_bytes = 10**9
-        crcs = write_wds(records, dst, n, classes, shard_bytes=shard_bytes, shard_samples=shard_samples,
-                         keys=order, overwrite=overwrite)
+        crcs = write_wds(
+            records,
+            dst,
+            n,
+            classes,
+            shard_bytes=shard_bytes,
+            shard_samples=shard_samples,
+            keys=order,
+            overwrite=overwrite,
+        )
     else:
         names = getattr(source, "paths", None)
-        crcs = write_tfrecord(records, dst, n, shards, classes, names.__getitem__ if names is not None else None,
-                              overwrite=overwrite)
+        crcs = write_tfrecord(
+            records, dst, n, shards, classes, names.__getitem__ if names is not None else None, overwrite=overwrite
+        )
     seconds = time.perf_counter() - start
     if labels is None:
         labels = got

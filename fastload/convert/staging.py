@@ -31,8 +31,11 @@ class NoSpaceError(OSError):
 
     def __init__(self, dst: str, needed: int) -> None:
         self.dst, self.needed = dst, needed
-        super().__init__(errno.ENOSPC, f"no space left on {dst} (needs about {max(1, round(needed / 1e6))} MB "
-                                       "more; the partial output was removed)")
+        super().__init__(
+            errno.ENOSPC,
+            f"no space left on {dst} (needs about {max(1, round(needed / 1e6))} MB "
+            "more; the partial output was removed)",
+        )
 
     def __str__(self) -> str:
         return self.strerror or ""
@@ -87,12 +90,18 @@ def clean_leftovers(dst: str) -> None:
         if alive is False:
             shutil.rmtree(path, ignore_errors=True)
             if pid != os.getpid():
-                warnings.warn(f"fastload: removed {path}, an unfinished conversion into {dst} by pid {pid}, "
-                              "which is no longer running", RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    f"fastload: removed {path}, an unfinished conversion into {dst} by pid {pid}, "
+                    "which is no longer running",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             continue
         who = f"pid {pid} is still running" if alive else f"it was started by pid {pid} on host {host}"
-        raise FileExistsError(f"{path} is an unfinished conversion into {dst} and {who}; wait for it to end, "
-                              "or delete that folder if no conversion is running")
+        raise FileExistsError(
+            f"{path} is an unfinished conversion into {dst} and {who}; wait for it to end, "
+            "or delete that folder if no conversion is running"
+        )
 
 
 def stage(dst: str, overwrite: bool) -> str:
@@ -108,8 +117,10 @@ def stage(dst: str, overwrite: bool) -> str:
     try:
         os.makedirs(tmp)
         with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as f:
-            json.dump({"pid": os.getpid(), "host": socket.gethostname(), "dst": os.path.abspath(dst),
-                       "started": time.time()}, f)
+            json.dump(
+                {"pid": os.getpid(), "host": socket.gethostname(), "dst": os.path.abspath(dst), "started": time.time()},
+                f,
+            )
     except OSError as e:
         full = no_space(e, tmp, dst, 0, 0, 0)
         discard(tmp)

@@ -57,8 +57,10 @@ def verify(dst: str, crcs: np.ndarray, labels: np.ndarray, progress: bool = True
 
     failures = []
     n = len(ds)
-    with ThreadPoolExecutor(max(1, workers)) as pool, \
-            tqdm(total=n, desc=f"verify {dst}", unit="images", disable=not progress) as bar:
+    with (
+        ThreadPoolExecutor(max(1, workers)) as pool,
+        tqdm(total=n, desc=f"verify {dst}", unit="images", disable=not progress) as bar,
+    ):
         for start in range(0, n, CHUNK):  # bounded: a million futures at once would not be
             for failure in pool.map(check, range(start, min(n, start + CHUNK))):
                 if failure is not None:

@@ -21,8 +21,15 @@ from ..datasets.webdataset.tar import BLOCK
 from .staging import close_quietly, discard, no_space, publish, stage
 
 Records = Iterator[tuple[int, bytes, int]]  # (index, encoded bytes, label) in index order
-SIGNATURES = ((b"\xff\xd8", "jpg"), (b"\x89PNG", "png"), (b"BM", "bmp"), (b"II*\0", "tif"), (b"MM\0*", "tif"),
-              (b"P6", "ppm"), (b"P5", "pgm"))
+SIGNATURES = (
+    (b"\xff\xd8", "jpg"),
+    (b"\x89PNG", "png"),
+    (b"BM", "bmp"),
+    (b"II*\0", "tif"),
+    (b"MM\0*", "tif"),
+    (b"P6", "ppm"),
+    (b"P5", "pgm"),
+)
 
 
 def image_ext(data: bytes) -> str:
@@ -42,9 +49,18 @@ def _add(out: tarfile.TarFile, name: str, data: bytes) -> None:
     out.addfile(info, io.BytesIO(data))
 
 
-def write_wds(records: Records, dst: str, n: int, classes: Sequence[str] | None, *, shard_bytes: int | None = None,
-              shard_samples: int | None = None, keys: np.ndarray | None = None, prefix: str = "shard",
-              overwrite: bool = False) -> np.ndarray:
+def write_wds(
+    records: Records,
+    dst: str,
+    n: int,
+    classes: Sequence[str] | None,
+    *,
+    shard_bytes: int | None = None,
+    shard_samples: int | None = None,
+    keys: np.ndarray | None = None,
+    prefix: str = "shard",
+    overwrite: bool = False,
+) -> np.ndarray:
     """Writes WebDataset shards into folder ``dst``; returns the crc32 of every image's bytes.
 
     ``records`` come as (position, bytes, label); the sample at position ``j`` gets key
@@ -69,8 +85,11 @@ def write_wds(records: Records, dst: str, n: int, classes: Sequence[str] | None,
         for i, data, label in records:
             fed_bytes += len(data)
             need = _member_bytes(len(data)) + _member_bytes(len(str(label)))
-            if out is None or (shard_samples and count >= shard_samples) or (
-                    shard_bytes and count and size + need > shard_bytes):
+            if (
+                out is None
+                or (shard_samples and count >= shard_samples)
+                or (shard_bytes and count and size + need > shard_bytes)
+            ):
                 if out is not None:
                     out.close()
                 name = f"{prefix}-{len(counts):06d}.tar"

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from ..datasets.lmdb_dataset import META_KEY, pack_meta
+from ..datasets.storage import StringArray
 from ..datasets.tfrecord import INDEX_SUFFIX, frame, make_example, write_meta
 from ..decode import DecodeError, image_size, is_jpeg
-from ..datasets.storage import StringArray
 from .staging import close_quietly, discard, no_space, publish, stage
 
 COMMIT_EVERY = 2000
@@ -20,8 +20,9 @@ COMMIT_EVERY = 2000
 Records = Iterator[tuple[int, bytes, int]]  # (index, encoded bytes, label) in index order
 
 
-def write_lmdb(records: Records, dst: str, n: int, classes: Sequence[str] | None, overwrite: bool = False,
-               map_size: int = 1 << 26) -> np.ndarray:
+def write_lmdb(
+    records: Records, dst: str, n: int, classes: Sequence[str] | None, overwrite: bool = False, map_size: int = 1 << 26
+) -> np.ndarray:
     """Writes fastload's LMDB layout; returns the crc32 of every record's bytes."""
     import lmdb
 
@@ -79,9 +80,16 @@ def write_lmdb(records: Records, dst: str, n: int, classes: Sequence[str] | None
     return crcs
 
 
-def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Sequence[str] | None,
-                   names: Callable[[int], str] | None = None, prefix: str = "data",
-                   overwrite: bool = False) -> np.ndarray:
+def write_tfrecord(
+    records: Records,
+    dst: str,
+    n: int,
+    shards: int,
+    classes: Sequence[str] | None,
+    names: Callable[[int], str] | None = None,
+    prefix: str = "data",
+    overwrite: bool = False,
+) -> np.ndarray:
     """Writes ``shards`` TFRecord files, their ``.idx`` indexes and a metadata sidecar into folder ``dst``.
 
     The sidecar ``<prefix>.fastload.json`` holds the class names and each shard's record
@@ -130,8 +138,12 @@ def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Seq
         publish(tmp, dst)
         published = True
         if unsized:
-            warnings.warn(f"fastload: {len(unsized)} image(s) have no readable size (image/height and "
-                          f"image/width written as 0), first {unsized[0]}", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"fastload: {len(unsized)} image(s) have no readable size (image/height and "
+                f"image/width written as 0), first {unsized[0]}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     except OSError as e:
         close_quietly(out, index)  # a buffered write fails again on close; the space returns only then
         out = index = None
@@ -144,4 +156,3 @@ def write_tfrecord(records: Records, dst: str, n: int, shards: int, classes: Seq
         if not published:
             discard(tmp)
     return crcs
-

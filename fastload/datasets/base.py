@@ -9,15 +9,15 @@ import numpy as np
 import torch
 
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
-from .sampleplan import SamplePlan
 from ..decode.clean import CleanMarks
-from .storage import SharedArray
 from ..transforms import Compose, MultiView, as_compose
 from ..views import contiguous
+from .sampleplan import SamplePlan
+from .storage import SharedArray
 
 
 def sample_name(index: int, where: str | None) -> str:
-    """"sample N (where)" for messages; "sample N" alone when ``where`` adds nothing."""
+    """ "sample N (where)" for messages; "sample N" alone when ``where`` adds nothing."""
     plain = f"sample {index}"
     return f"{plain} ({where})" if where and where != plain else plain
 
@@ -46,8 +46,9 @@ class ImageDataset(torch.utils.data.Dataset):
             module's limit), so it reaches workers.
     """
 
-    def __init__(self, labels: Any, transform: Any = None, decoder: str | None = None, *,
-                 max_pixels: MaxPixels = MODULE_LIMIT) -> None:
+    def __init__(
+        self, labels: Any, transform: Any = None, decoder: str | None = None, *, max_pixels: MaxPixels = MODULE_LIMIT
+    ) -> None:
         if labels is not None and not isinstance(labels, SharedArray):
             labels = SharedArray(labels, np.int64)
         if labels is not None and len(labels) and labels.array.min() < 0:
@@ -122,8 +123,9 @@ class ImageDataset(torch.utils.data.Dataset):
     def _plan_bytes(self, index: int, data: Any, label: Any, epoch: int, seed: int) -> SamplePlan:
         rng = sample_rng(seed, epoch, index)
         try:
-            steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels,
-                                               self.known_clean(index))
+            steps = self.transform.plan_decode(
+                data, get_decoder(self.decoder), rng, self.max_pixels, self.known_clean(index)
+            )
         except DecodeError as e:
             raise self._named(index, e) from e
         return SamplePlan(index, data, label, rng, steps)
@@ -175,8 +177,11 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def summary(self) -> dict:
         """Short description for the CLI and the tuner's JSON."""
-        return {"type": type(self).__name__, "samples": len(self),
-                "classes": int(self.labels.max()) + 1 if len(self) else 0}
+        return {
+            "type": type(self).__name__,
+            "samples": len(self),
+            "classes": int(self.labels.max()) + 1 if len(self) else 0,
+        }
 
 
 def accepts_out(load: Any) -> bool:
@@ -195,5 +200,6 @@ def plannable(dataset: Any) -> bool:
     if not isinstance(dataset, ImageDataset):
         return False
     cls = type(dataset)
-    return (cls.decode_sample is ImageDataset.decode_sample
-            and getattr(cls.load, "__module__", "").startswith("fastload."))
+    return cls.decode_sample is ImageDataset.decode_sample and getattr(cls.load, "__module__", "").startswith(
+        "fastload."
+    )

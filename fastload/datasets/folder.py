@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..decode import MODULE_LIMIT, MaxPixels
-from .storage import StringArray, as_string_array
 from .base import ImageDataset
+from .storage import StringArray, as_string_array
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -34,8 +34,9 @@ def _scan_files(top: str, extensions: tuple[str, ...], prefix: str) -> list[str]
 class _FileDataset(ImageDataset):
     """Shared reading of files named by relative paths under ``root``."""
 
-    def __init__(self, root: str, paths: StringArray, labels: Any, transform: Any, decoder: str | None,
-                 max_pixels: MaxPixels) -> None:
+    def __init__(
+        self, root: str, paths: StringArray, labels: Any, transform: Any, decoder: str | None, max_pixels: MaxPixels
+    ) -> None:
         super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         if len(paths) != len(self.labels):
             raise ValueError(f"{len(paths)} paths but {len(self.labels)} labels")
@@ -82,9 +83,16 @@ class ImageFolder(_FileDataset):
         ValueError: No class folder or no image was found.
     """
 
-    def __init__(self, root: str | os.PathLike, transform: Any = None, *,
-                 extensions: Iterable[str] = IMG_EXTENSIONS, decoder: str | None = None,
-                 max_pixels: MaxPixels = MODULE_LIMIT, allow_empty: bool = False) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        transform: Any = None,
+        *,
+        extensions: Iterable[str] = IMG_EXTENSIONS,
+        decoder: str | None = None,
+        max_pixels: MaxPixels = MODULE_LIMIT,
+        allow_empty: bool = False,
+    ) -> None:
         root = os.fspath(root)
         if not os.path.isdir(root):
             raise FileNotFoundError(f"ImageFolder root {root!r} does not exist or is not a folder")
@@ -104,8 +112,10 @@ class ImageFolder(_FileDataset):
             raise ValueError(f"no images with extensions {exts} under {root!r}")
         empty = [os.path.join(root, name) for name, n in zip(classes, counts) if n == 0]
         if empty and not allow_empty:
-            raise FileNotFoundError(f"class folder(s) {', '.join(empty)} hold no image with extensions {exts}; "
-                                    "remove them (each would still be a class) or pass allow_empty=True")
+            raise FileNotFoundError(
+                f"class folder(s) {', '.join(empty)} hold no image with extensions {exts}; "
+                "remove them (each would still be a class) or pass allow_empty=True"
+            )
         labels = np.repeat(np.arange(len(classes), dtype=np.int64), counts)
         super().__init__(root, StringArray(paths), labels, transform, decoder, max_pixels)
         self.classes = classes
@@ -133,8 +143,15 @@ class ImageList(_FileDataset):
         ValueError: A line is malformed (the message gives its number) or the list is empty.
     """
 
-    def __init__(self, list_file: str | os.PathLike, root: str | os.PathLike | None = None,
-                 transform: Any = None, *, decoder: str | None = None, max_pixels: MaxPixels = MODULE_LIMIT) -> None:
+    def __init__(
+        self,
+        list_file: str | os.PathLike,
+        root: str | os.PathLike | None = None,
+        transform: Any = None,
+        *,
+        decoder: str | None = None,
+        max_pixels: MaxPixels = MODULE_LIMIT,
+    ) -> None:
         list_file = os.fspath(list_file)
         if not os.path.isfile(list_file):
             raise FileNotFoundError(f"list file {list_file!r} does not exist")
@@ -144,9 +161,16 @@ class ImageList(_FileDataset):
         self.list_file = list_file
 
     @classmethod
-    def from_arrays(cls, paths: Iterable[str] | StringArray, labels: Any, root: str | os.PathLike = "",
-                    transform: Any = None, *, decoder: str | None = None,
-                    max_pixels: MaxPixels = MODULE_LIMIT) -> ImageList:
+    def from_arrays(
+        cls,
+        paths: Iterable[str] | StringArray,
+        labels: Any,
+        root: str | os.PathLike = "",
+        transform: Any = None,
+        *,
+        decoder: str | None = None,
+        max_pixels: MaxPixels = MODULE_LIMIT,
+    ) -> ImageList:
         """Builds the dataset from paths (relative to ``root``) and int labels."""
         self = cls.__new__(cls)
         paths = as_string_array(paths)

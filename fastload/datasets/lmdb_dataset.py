@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 
 from ..decode import MODULE_LIMIT, MaxPixels
-from .storage import StringArray
 from .base import ImageDataset
 from .lmdb_foreign import DEFAULT_EXCLUDED, as_key_set, listed_keys, pickled_sample, scan
 from .lmdb_guard import guard_for
 from .lmdb_size import DataFile, check_data_file, check_still_whole
 from .partial import check_complete
+from .storage import StringArray
 
 META_KEY = b"__fastload_meta__"
 FORMAT_VERSION = 1
@@ -83,9 +83,16 @@ def pack_meta(keys: StringArray, labels: np.ndarray, classes: list[str]) -> byte
     """The metadata record of fastload's layout: an .npz of plain arrays (no pickle)."""
     names = StringArray(classes)
     buf = io.BytesIO()
-    np.savez(buf, version=np.int64(FORMAT_VERSION), count=np.int64(len(keys)), keys_data=keys.data,
-             keys_offsets=keys.offsets, labels=np.asarray(labels, np.int64), classes_data=names.data,
-             classes_offsets=names.offsets)
+    np.savez(
+        buf,
+        version=np.int64(FORMAT_VERSION),
+        count=np.int64(len(keys)),
+        keys_data=keys.data,
+        keys_offsets=keys.offsets,
+        labels=np.asarray(labels, np.int64),
+        classes_data=names.data,
+        classes_offsets=names.offsets,
+    )
     return buf.getvalue()
 
 
@@ -94,8 +101,10 @@ def unpack_meta(value: bytes, path: str) -> tuple[StringArray, np.ndarray, list[
         with np.load(io.BytesIO(value), allow_pickle=False) as z:
             version = int(z["version"])
             if version > FORMAT_VERSION:
-                raise ValueError(f"{path}: fastload LMDB format {version} is newer than this fastload "
-                                 f"({FORMAT_VERSION}); upgrade fastload")
+                raise ValueError(
+                    f"{path}: fastload LMDB format {version} is newer than this fastload "
+                    f"({FORMAT_VERSION}); upgrade fastload"
+                )
             keys = StringArray.from_buffer(z["keys_data"], z["keys_offsets"])
             labels = z["labels"].astype(np.int64)
             classes = list(StringArray.from_buffer(z["classes_data"], z["classes_offsets"]))
@@ -155,10 +164,20 @@ class LMDBDataset(ImageDataset):
             killed the guard process.
     """
 
-    def __init__(self, path: str | os.PathLike, transform: Any = None, *, decoder: str | None = None,
-                 parse: Callable[[Any], tuple[Any, int]] | None = None, allow_pickle: bool = False,
-                 exclude_keys: Iterable[bytes | str] | None = None, guard: bool | None = None,
-                 buffers: bool = True, max_pixels: MaxPixels = MODULE_LIMIT, **env_options: Any) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        transform: Any = None,
+        *,
+        decoder: str | None = None,
+        parse: Callable[[Any], tuple[Any, int]] | None = None,
+        allow_pickle: bool = False,
+        exclude_keys: Iterable[bytes | str] | None = None,
+        guard: bool | None = None,
+        buffers: bool = True,
+        max_pixels: MaxPixels = MODULE_LIMIT,
+        **env_options: Any,
+    ) -> None:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"LMDB {path!r} does not exist")
@@ -177,18 +196,25 @@ class LMDBDataset(ImageDataset):
         else:
             env = open_env(path, **self.env_options)
             with env.begin() as txn:
-                keys, labels = self._index(txn.get, txn.cursor, txn.stat()["entries"], parse, allow_pickle,
-                                           exclude_keys, excluded)
+                keys, labels = self._index(
+                    txn.get, txn.cursor, txn.stat()["entries"], parse, allow_pickle, exclude_keys, excluded
+                )
             close_env(path)  # workers open their own; nothing open travels through fork or pickle
         if len(keys) == 0:
             raise ValueError(f"LMDB {path!r} holds no samples")
         super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         self.keys = keys
 
-    def _index(self, get: Callable[[bytes], Any], items: Callable[[], Iterable[Any]], total: int,
-               parse: Callable[[Any], tuple[Any, int]] | None, allow_pickle: bool,
-               exclude_keys: Iterable[bytes | str] | None,
-               excluded: frozenset[bytes]) -> tuple[StringArray, np.ndarray]:
+    def _index(
+        self,
+        get: Callable[[bytes], Any],
+        items: Callable[[], Iterable[Any]],
+        total: int,
+        parse: Callable[[Any], tuple[Any, int]] | None,
+        allow_pickle: bool,
+        exclude_keys: Iterable[bytes | str] | None,
+        excluded: frozenset[bytes],
+    ) -> tuple[StringArray, np.ndarray]:
         meta = get(META_KEY)
         if meta is not None:
             keys, labels, self.classes = unpack_meta(meta, self.path)
@@ -198,7 +224,8 @@ class LMDBDataset(ImageDataset):
             raise ValueError(
                 f"{self.path} was not written by fastload (no {META_KEY.decode()} record); pass "
                 "parse=lambda value: (image_bytes, label), or allow_pickle=True if its values "
-                "are pickled and you trust the file")
+                "are pickled and you trust the file"
+            )
         self._parse = parse or pickled_sample
         listed = listed_keys(get, self.path, allow_pickle and exclude_keys is None)
         return scan(get, items, total, self.path, self._parse, listed, excluded)

@@ -33,8 +33,10 @@ def pickled_sample(value: Any) -> tuple[bytes, int]:
     elif isinstance(obj, (tuple, list)) and len(obj) == 2:
         image, label = obj
     else:
-        raise ValueError(f"unpickled a {type(obj).__name__}; pass parse= to read this layout, and "
-                         "exclude_keys= to skip keys that are not samples")
+        raise ValueError(
+            f"unpickled a {type(obj).__name__}; pass parse= to read this layout, and "
+            "exclude_keys= to skip keys that are not samples"
+        )
     if image is None or label is None:
         raise ValueError(f"pickled dict has keys {sorted(obj)}; pass parse= to read this layout")
     return bytes(image), int(label)
@@ -72,8 +74,10 @@ def listed_keys(get: Callable[[bytes], Any], path: str, allow_pickle: bool) -> l
         return None
     keys = pickle.loads(bytes(raw))
     if not isinstance(keys, (list, tuple)) or not all(isinstance(k, (bytes, str)) for k in keys):
-        raise ValueError(f"{path}: {KEYS_RECORD!r} is not a list of keys ({type(keys).__name__}); pass "
-                         f"exclude_keys=[{KEYS_RECORD!r}, ...] to read every other key as a sample")
+        raise ValueError(
+            f"{path}: {KEYS_RECORD!r} is not a list of keys ({type(keys).__name__}); pass "
+            f"exclude_keys=[{KEYS_RECORD!r}, ...] to read every other key as a sample"
+        )
     keys = [k.encode() if isinstance(k, str) else k for k in keys]
     raw_len = get(LEN_RECORD)
     if raw_len is not None:
@@ -83,9 +87,15 @@ def listed_keys(get: Callable[[bytes], Any], path: str, allow_pickle: bool) -> l
     return keys
 
 
-def scan(get: Callable[[bytes], Any], items: Callable[[], Iterable[tuple[Any, Any]]], total: int, path: str,
-         parse: Callable[[Any], tuple[Any, int]], keys: list[bytes] | None,
-         excluded: frozenset[bytes]) -> tuple[StringArray, np.ndarray]:
+def scan(
+    get: Callable[[bytes], Any],
+    items: Callable[[], Iterable[tuple[Any, Any]]],
+    total: int,
+    path: str,
+    parse: Callable[[Any], tuple[Any, int]],
+    keys: list[bytes] | None,
+    excluded: frozenset[bytes],
+) -> tuple[StringArray, np.ndarray]:
     """(keys, labels) of the samples (values read by ``get(key)``, or all by ``items()``,
     ``total`` of them when known, else 0): those listed in ``keys`` (in that order, less the
     ``excluded``), else every key but the ``excluded`` ones (in key order), each value run
@@ -103,8 +113,10 @@ def scan(get: Callable[[bytes], Any], items: Callable[[], Iterable[tuple[Any, An
         try:
             _, label = parse(value)
         except Exception as e:
-            raise ValueError(f"{path}: parse failed on key {key!r}: {e}; if that key is not a sample, "
-                             "pass exclude_keys=[...] naming it") from e
+            raise ValueError(
+                f"{path}: parse failed on key {key!r}: {e}; if that key is not a sample, "
+                "pass exclude_keys=[...] naming it"
+            ) from e
         out.append(key)
         labels.append(int(label))
 
@@ -117,8 +129,9 @@ def scan(get: Callable[[bytes], Any], items: Callable[[], Iterable[tuple[Any, An
                 raise ValueError(f"{path}: key {key!r} listed in {KEYS_RECORD!r} is missing")
             add(key, value)
     else:
-        for key, value in tqdm(items(), total=total or None, desc=f"indexing {path}", unit="rec",
-                               disable=total < 100_000):
+        for key, value in tqdm(
+            items(), total=total or None, desc=f"indexing {path}", unit="rec", disable=total < 100_000
+        ):
             key = bytes(key)
             if key not in excluded:
                 add(key, value)

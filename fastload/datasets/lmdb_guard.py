@@ -58,8 +58,12 @@ class Guard:
             if self.proc is not None and self.pid == os.getpid():
                 self._drop(self.proc)  # ended between reads (killed from outside): start another
             self.pid = os.getpid()
-            self.proc = subprocess.Popen([sys.executable, "-I", _SERVER, self.path, json.dumps(self.options)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", _SERVER, self.path, json.dumps(self.options)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,
+            )
         return self.proc
 
     def _read(self, proc: subprocess.Popen, n: int) -> bytes:
@@ -92,8 +96,12 @@ class Guard:
             check_still_whole(self.data)
         except ValueError as e:
             cause = f"its data file shrank while in use: {e}"
-        return LMDBReadError(f"LMDB {self.path}: the guard process reading it died by {how} {what}; {cause}. "
-                             "The training process is unaffected; copy or convert the LMDB again", self.path, key)
+        return LMDBReadError(
+            f"LMDB {self.path}: the guard process reading it died by {how} {what}; {cause}. "
+            "The training process is unaffected; copy or convert the LMDB again",
+            self.path,
+            key,
+        )
 
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` (None when absent).
@@ -114,8 +122,9 @@ class Guard:
         if status == b"N":
             return None
         if status == b"E":
-            raise LMDBReadError(f"LMDB {self.path}: reading key {key!r}: {payload.decode(errors='replace')}",
-                                self.path, key)
+            raise LMDBReadError(
+                f"LMDB {self.path}: reading key {key!r}: {payload.decode(errors='replace')}", self.path, key
+            )
         return payload
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
@@ -135,8 +144,9 @@ class Guard:
                         return
                     if status == b"E":
                         finished = True
-                        raise LMDBReadError(f"LMDB {self.path}: scanning: {payload.decode(errors='replace')}",
-                                            self.path, None)
+                        raise LMDBReadError(
+                            f"LMDB {self.path}: scanning: {payload.decode(errors='replace')}", self.path, None
+                        )
                     _, value = self._answer(proc)
                     yield payload, value
             except (EOFError, BrokenPipeError):

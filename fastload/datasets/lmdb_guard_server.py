@@ -19,7 +19,7 @@ _LEN = struct.Struct("<Q")
 _KEY = struct.Struct("<I")
 
 
-def _send(out, status: bytes, payload: bytes) -> None:
+def _send(out, status: bytes, payload: bytes | memoryview) -> None:
     out.write(status + _LEN.pack(len(payload)))
     out.write(payload)
 
@@ -44,6 +44,7 @@ def main() -> None:
                     inp.read(_KEY.unpack(inp.read(_KEY.size))[0])
                 _send(out, b"E", failed)
             elif op == b"G":
+                assert env is not None  # opened: failed is None
                 (size,) = _KEY.unpack(inp.read(_KEY.size))
                 key = inp.read(size)
                 with env.begin(buffers=True) as txn:
@@ -53,6 +54,7 @@ def main() -> None:
                     else:
                         _send(out, b"V", value)
             elif op == b"S":
+                assert env is not None  # opened: failed is None
                 with env.begin(buffers=True) as txn, txn.cursor() as cur:
                     for key, value in cur:
                         _send(out, b"K", key)

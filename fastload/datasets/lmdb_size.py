@@ -52,9 +52,11 @@ def _meta(blob: bytes, offset: int) -> tuple[int, int, int] | None:
 
 
 def truncated_message(file: str, size: int, required: int, page_size: int) -> str:
-    return (f"LMDB data file {file} is truncated: it has {size:,} bytes but its header says it holds "
-            f"{required // page_size:,} pages of {page_size} bytes ({required:,} bytes). An interrupted "
-            "copy or a full disk leaves this; copy or convert it again")
+    return (
+        f"LMDB data file {file} is truncated: it has {size:,} bytes but its header says it holds "
+        f"{required // page_size:,} pages of {page_size} bytes ({required:,} bytes). An interrupted "
+        "copy or a full disk leaves this; copy or convert it again"
+    )
 
 
 def check_data_file(path: str) -> DataFile | None:
@@ -73,8 +75,10 @@ def check_data_file(path: str) -> DataFile | None:
         raise FileNotFoundError(f"{path} is not an LMDB: {file} does not exist")
     size = os.path.getsize(file)
     if size == 0:  # lmdb would try to write its first pages, read-only: "Bad file descriptor"
-        raise ValueError(f"LMDB data file {file} is empty (0 bytes): an interrupted copy or a full disk "
-                         "leaves this; copy or convert it again")
+        raise ValueError(
+            f"LMDB data file {file} is empty (0 bytes): an interrupted copy or a full disk "
+            "leaves this; copy or convert it again"
+        )
     with open(file, "rb") as f:
         first = f.read(_META_BYTES)
         head = _meta(first, 0)
@@ -82,14 +86,18 @@ def check_data_file(path: str) -> DataFile | None:
             return None
         psize = head[0]
         if not 512 <= psize <= 1 << 20:  # a header from a stranger sizes no read
-            raise ValueError(f"LMDB data file {file}: page size {psize} in its header is not a plausible LMDB "
-                             "page size; the file is damaged")
+            raise ValueError(
+                f"LMDB data file {file}: page size {psize} in its header is not a plausible LMDB "
+                "page size; the file is damaged"
+            )
         f.seek(psize)
         second = _meta(f.read(_META_BYTES), 0)
     if second is None:
-        raise ValueError(f"LMDB data file {file} is truncated or damaged: it has {size:,} bytes and no second "
-                         f"meta page at byte {psize} (an LMDB begins with two {psize}-byte meta pages); copy or "
-                         "convert it again")
+        raise ValueError(
+            f"LMDB data file {file} is truncated or damaged: it has {size:,} bytes and no second "
+            f"meta page at byte {psize} (an LMDB begins with two {psize}-byte meta pages); copy or "
+            "convert it again"
+        )
     _, last, _ = max(head, second, key=lambda m: m[2])
     required = (last + 1) * psize
     if size < required:

@@ -11,8 +11,8 @@ from .lmdb_dataset import LMDBDataset
 from .partial import check_complete, explain_missing
 from .tfrecord import TFRecordDataset, TFRecordStream, expand_paths, masked_crc, record_files
 from .webdataset import ShardError, WebDataset
-from .webdataset.remote import is_url
 from .webdataset.index import GZIP_SUFFIXES
+from .webdataset.remote import is_url
 from .webdataset.tar import BLOCK, ZERO_BLOCK, check_header
 from .webdataset.urls import SHARD_SUFFIXES
 
@@ -54,8 +54,7 @@ def looks_like_tar(path: str) -> bool:
 
 
 def _is_lmdb(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "data.mdb")) or (
-        os.path.isfile(path) and path.endswith(".mdb"))
+    return os.path.isfile(os.path.join(path, "data.mdb")) or (os.path.isfile(path) and path.endswith(".mdb"))
 
 
 def detect(path: str) -> str:
@@ -84,8 +83,10 @@ def detect(path: str) -> str:
             return "webdataset"
         if files and all(looks_like_tfrecord(f) for f in files):
             return "tfrecord-stream" if any(f.endswith(".gz") for f in files) else "tfrecord"
-        raise ValueError(f"{path!r} is a folder but not an image folder (no class subfolders), "
-                         "an LMDB (no data.mdb), a folder of TFRecord files or of tar shards")
+        raise ValueError(
+            f"{path!r} is a folder but not an image folder (no class subfolders), "
+            "an LMDB (no data.mdb), a folder of TFRecord files or of tar shards"
+        )
     if looks_like_tar(path):
         return "webdataset"
     if looks_like_tfrecord(path):
@@ -109,6 +110,12 @@ def open_dataset(path: str | os.PathLike | list, transform: Any = None, **kwargs
         return WebDataset(path, transform=transform, **kwargs)
     path = os.fspath(path)
     kind = detect(path)
-    cls = {"lmdb": LMDBDataset, "tfrecord": TFRecordDataset, "tfrecord-stream": TFRecordStream,
-           "webdataset": WebDataset, "folder": ImageFolder, "list": ImageList}[kind]
+    cls = {
+        "lmdb": LMDBDataset,
+        "tfrecord": TFRecordDataset,
+        "tfrecord-stream": TFRecordStream,
+        "webdataset": WebDataset,
+        "folder": ImageFolder,
+        "list": ImageList,
+    }[kind]
     return cls(path, transform=transform, **kwargs)

@@ -74,10 +74,14 @@ def check_complete(path: str) -> None:
     state = ""
     if isinstance(pid, int):
         alive = is_alive(pid, host if isinstance(host, str) else None)
-        state = {True: f" (pid {pid} is still writing it)", False: f" (pid {pid} died before finishing)",
-                 None: f" (by pid {pid} on {host})"}[alive]
-    raise ValueError(f"{path} is an incomplete conversion{state}: it holds {MARKER}; rerun the converter "
-                     "and open its destination")
+        state = {
+            True: f" (pid {pid} is still writing it)",
+            False: f" (pid {pid} died before finishing)",
+            None: f" (by pid {pid} on {host})",
+        }[alive]
+    raise ValueError(
+        f"{path} is an incomplete conversion{state}: it holds {MARKER}; rerun the converter and open its destination"
+    )
 
 
 def explain_missing(path: str) -> str:

@@ -39,8 +39,10 @@ def batch_ranges(total: int, num_slots: int, batch_size: int, drop_last: bool) -
         ValueError: ``batch_size`` or ``num_slots`` is below 1, or ``total`` is negative.
     """
     if batch_size < 1 or num_slots < 1 or total < 0:
-        raise ValueError(f"batch_ranges needs batch_size >= 1, num_slots >= 1 and total >= 0, got "
-                         f"{batch_size}, {num_slots} and {total}")
+        raise ValueError(
+            f"batch_ranges needs batch_size >= 1, num_slots >= 1 and total >= 0, got "
+            f"{batch_size}, {num_slots} and {total}"
+        )
     batches = batch_count(total, batch_size, drop_last)
     short = batches * batch_size - total if not drop_last else 0  # records the last batch lacks
     ranges, lo = [], 0

@@ -19,8 +19,7 @@ from ..transforms import as_compose
 from ..views import contiguous
 from .base import sample_name, sample_rng
 
-ACCEPTED = ("a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 "
-            "tensor (C×H×W or H×W×C)")
+ACCEPTED = "a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 tensor (C×H×W or H×W×C)"
 NO_TARGET = -1  # the target of an item that is a bare image
 CHANNELS = (1, 3, 4)
 _IMAGE_KEYS = ("image", "img")
@@ -41,14 +40,18 @@ def to_hwc_uint8(image: Any) -> np.ndarray:
     else:
         raise TypeError(f"the image is a {type(image).__name__}; fastload takes {ACCEPTED}")
     if arr.dtype != np.uint8:
-        raise TypeError(f"the image is {arr.dtype} {tuple(getattr(image, 'shape', arr.shape))}, not uint8; fastload takes "
-                        "uint8 pixels and normalizes them on the device: drop ToTensor()/Normalize() from the "
-                        "dataset's own transform (or give PILToTensor() / uint8 arrays)")
+        raise TypeError(
+            f"the image is {arr.dtype} {tuple(getattr(image, 'shape', arr.shape))}, not uint8; fastload takes "
+            "uint8 pixels and normalizes them on the device: drop ToTensor()/Normalize() from the "
+            "dataset's own transform (or give PILToTensor() / uint8 arrays)"
+        )
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if arr.ndim != 3 or arr.shape[2] not in CHANNELS:
-        raise TypeError(f"image of shape {tuple(arr.shape)} is not H×W×C with 1, 3 or 4 channels "
-                        f"(a C×H×W numpy array? transpose it); fastload takes {ACCEPTED}")
+        raise TypeError(
+            f"image of shape {tuple(arr.shape)} is not H×W×C with 1, 3 or 4 channels "
+            f"(a C×H×W numpy array? transpose it); fastload takes {ACCEPTED}"
+        )
     return arr
 
 
@@ -60,8 +63,10 @@ def _pick(item: dict, key: Any, defaults: tuple[str, ...], what: str, option: st
     for k in defaults:
         if k in item:
             return item[k]
-    raise KeyError(f"the item has none of the {what} keys {defaults}; its keys: "
-                   f"{sorted(map(str, item))}; name yours with WrappedDataset(ds, {option}=...)")
+    raise KeyError(
+        f"the item has none of the {what} keys {defaults}; its keys: "
+        f"{sorted(map(str, item))}; name yours with WrappedDataset(ds, {option}=...)"
+    )
 
 
 def split_item(item: Any, image_key: Any, target_key: Any) -> tuple[Any, Any]:
@@ -75,8 +80,7 @@ def split_item(item: Any, image_key: Any, target_key: Any) -> tuple[Any, Any]:
             target = _pick(item, target_key, _TARGET_KEYS, "target", "target_key")
     elif isinstance(item, (tuple, list)):
         if len(item) < 2 and target_key is not False:
-            raise TypeError(f"the item is a {type(item).__name__} of {len(item)}; expected "
-                            "(image, target, ...)")
+            raise TypeError(f"the item is a {type(item).__name__} of {len(item)}; expected (image, target, ...)")
         image = item[0 if image_key is None else image_key]
         if target_key is not False:
             target = item[1 if target_key is None else target_key]
@@ -89,8 +93,13 @@ def split_item(item: Any, image_key: Any, target_key: Any) -> tuple[Any, Any]:
 
 def item_path(item: Any) -> str | None:
     """A path the item carries (a ``path``-like dict key, or a str in a tuple), if any."""
-    values = [item.get(k) for k in _PATH_KEYS] if isinstance(item, dict) else \
-        list(item) if isinstance(item, (tuple, list)) else []
+    values = (
+        [item.get(k) for k in _PATH_KEYS]
+        if isinstance(item, dict)
+        else list(item)
+        if isinstance(item, (tuple, list))
+        else []
+    )
     for v in values:
         if isinstance(v, (str, os.PathLike)):
             return os.fspath(v)
@@ -120,11 +129,15 @@ class WrappedDataset(torch.utils.data.Dataset):
     def __init__(self, dataset: Any, transform: Any = None, *, image_key: Any = None, target_key: Any = None) -> None:
         name = type(dataset).__name__
         if isinstance(dataset, torch.utils.data.IterableDataset):
-            raise TypeError(f"{name} is an IterableDataset; fastload needs random access (__len__ and "
-                            "__getitem__), or a fastload stream such as TFRecordStream")
+            raise TypeError(
+                f"{name} is an IterableDataset; fastload needs random access (__len__ and "
+                "__getitem__), or a fastload stream such as TFRecordStream"
+            )
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise TypeError(f"{name} is not a dataset fastload can load: it needs __len__ and __getitem__ "
-                            "(a map-style torch Dataset) or load(index, epoch, seed) (a fastload dataset)")
+            raise TypeError(
+                f"{name} is not a dataset fastload can load: it needs __len__ and __getitem__ "
+                "(a map-style torch Dataset) or load(index, epoch, seed) (a fastload dataset)"
+            )
         self.dataset = dataset
         self.transform = as_compose(transform)
         self.image_key, self.target_key = image_key, target_key

@@ -72,8 +72,12 @@ JPEG_BACKENDS = ("simplejpeg", "turbojpeg")
 #: and per dataset, ``max_pixels=`` overrides it (``max_pixels=None``: no limit).
 MAX_IMAGE_PIXELS: int | None = 89_478_485
 
-_MAKERS: dict[str, Callable[[], Decoder]] = {"simplejpeg": SimpleJPEGDecoder, "turbojpeg": TurboJPEGDecoder,
-                                              "opencv": OpenCVDecoder, "pillow": PillowDecoder}
+_MAKERS: dict[str, Callable[[], Decoder]] = {
+    "simplejpeg": SimpleJPEGDecoder,
+    "turbojpeg": TurboJPEGDecoder,
+    "opencv": OpenCVDecoder,
+    "pillow": PillowDecoder,
+}
 _cache: dict[str, Decoder] = {}
 _lock = threading.Lock()
 _warned = False
@@ -103,8 +107,10 @@ def _available(name: str) -> bool:
 def fallback_warning(problem: Exception | None) -> str:
     """The warning given when JPEGs are not decoded by libjpeg-turbo: its cause and fix."""
     cause = str(problem) if problem is not None else "no libjpeg-turbo backend is available"
-    return (f"fastload: decoding JPEG with OpenCV, which is slower and lets corrupt JPEG data that libjpeg only "
-            f"warns about decode silently, because {cause}. (`fastload info` shows the decoders.)")
+    return (
+        f"fastload: decoding JPEG with OpenCV, which is slower and lets corrupt JPEG data that libjpeg only "
+        f"warns about decode silently, because {cause}. (`fastload info` shows the decoders.)"
+    )
 
 
 def _measured_choice() -> str:
@@ -160,8 +166,9 @@ def get_decoder(name: str | None = None) -> Decoder:
         raise ImportError(f"decoder backend {name!r} is unavailable ({e}){hint}") from e
 
 
-def decode_image(data: Buffer, min_scale: float = 1.0, backend: str | None = None, *,
-                 max_pixels: MaxPixels = MODULE_LIMIT) -> np.ndarray:
+def decode_image(
+    data: Buffer, min_scale: float = 1.0, backend: str | None = None, *, max_pixels: MaxPixels = MODULE_LIMIT
+) -> np.ndarray:
     """Decodes ``data`` to an RGB uint8 HWC array.
 
     Args:

@@ -26,8 +26,9 @@ class DecodeError(ValueError):
 class Decoder(Protocol):
     name: str
 
-    def decode(self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None,
-               max_pixels: int | None = None) -> np.ndarray: ...
+    def decode(
+        self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None, max_pixels: int | None = None
+    ) -> np.ndarray: ...
 
 
 class ModuleLimit:
@@ -82,8 +83,10 @@ def check_pixels(header: ImageHeader, max_pixels: int | None = None) -> None:
     # works as Pillow's Image.MAX_IMAGE_PIXELS does.
     limit = max_pixels if max_pixels is not None else sys.modules[__package__].MAX_IMAGE_PIXELS
     if limit is not None and header.height * header.width > limit:
-        raise DecodeError(f"image of {header.width}x{header.height} = {header.height * header.width:,} pixels "
-                          f"is over the limit of {limit:,} pixels (max_pixels / fastload.decode.MAX_IMAGE_PIXELS)")
+        raise DecodeError(
+            f"image of {header.width}x{header.height} = {header.height * header.width:,} pixels "
+            f"is over the limit of {limit:,} pixels (max_pixels / fastload.decode.MAX_IMAGE_PIXELS)"
+        )
 
 
 def reduced_scale(height: int, width: int, min_scale: float, scales: tuple[Fraction, ...]) -> Fraction:

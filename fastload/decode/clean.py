@@ -54,8 +54,16 @@ class CleanMarks:
         if 0 <= index < len(self._array):
             self._array[index] = 1
 
-    def decode(self, index: int, transform: Any, data: Any, decoder: Any, rng: np.random.Generator,
-               out: np.ndarray | None = None, max_pixels: int | None = None) -> np.ndarray:
+    def decode(
+        self,
+        index: int,
+        transform: Any,
+        data: Any,
+        decoder: Any,
+        rng: np.random.Generator,
+        out: np.ndarray | None = None,
+        max_pixels: int | None = None,
+    ) -> np.ndarray:
         """``transform.decode`` of sample ``index`` (a :class:`fastload.transforms.Compose`),
         region decode allowed only if it is marked; marked after a clean strict decode."""
         known = self.is_clean(index)

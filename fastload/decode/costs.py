@@ -38,8 +38,8 @@ import numpy as np
 from . import roi
 
 if TYPE_CHECKING:
-    from .resize import Crop
     from .header import ImageHeader
+    from .resize import Crop
 
 #: Part of the cache key: a new version recalibrates.
 CALIBRATION_VERSION = 5
@@ -62,13 +62,22 @@ DECODE_KEYS = ("full", "fast", *SCALE_KEYS)
 DEFAULT_COSTS: dict[str, Any] = {
     "backend": "simplejpeg",
     "decode": {
-        "full": [0.0, 0.006998, 0.001986], "fast": [0.0, 0.006998, 0.001364], "1/8": [0.0, 0.006998, 0.0004782],
-        "2/8": [0.0, 0.006998, 0.0006667], "3/8": [0.0, 0.006998, 0.001161], "4/8": [0.0, 0.006998, 0.000818],
-        "5/8": [0.0, 0.006998, 0.002489], "6/8": [0.0, 0.006998, 0.003261], "7/8": [0.0, 0.006998, 0.004686],
+        "full": [0.0, 0.006998, 0.001986],
+        "fast": [0.0, 0.006998, 0.001364],
+        "1/8": [0.0, 0.006998, 0.0004782],
+        "2/8": [0.0, 0.006998, 0.0006667],
+        "3/8": [0.0, 0.006998, 0.001161],
+        "4/8": [0.0, 0.006998, 0.000818],
+        "5/8": [0.0, 0.006998, 0.002489],
+        "6/8": [0.0, 0.006998, 0.003261],
+        "7/8": [0.0, 0.006998, 0.004686],
         "region": [87.82, 0.006998, 0.001986],
     },
-    "resize": {"crop": [0.0, 0.0008218, 0.000834, 0.001573], "window": [0.0, 3.997e-05, 0.002473, 4.815e-05],
-               "box": [40.82, 0.0004452, 0.001715, 0.0]},
+    "resize": {
+        "crop": [0.0, 0.0008218, 0.000834, 0.001573],
+        "window": [0.0, 3.997e-05, 0.002473, 4.815e-05],
+        "box": [40.82, 0.0004452, 0.001715, 0.0],
+    },
 }
 
 
@@ -119,8 +128,12 @@ def resize_features(header: ImageHeader, crop: Crop, key: str) -> tuple[str, lis
 def region_box(header: ImageHeader, crop: Crop) -> tuple[int, int, int, int]:
     """(y0, x0, y1, x1): the whole pixels of ``crop`` a region decode returns."""
     y0, x0 = int(crop.top), int(crop.left)
-    return (y0, x0, min(header.height, math.ceil(crop.top + crop.height)),
-            min(header.width, math.ceil(crop.left + crop.width)))
+    return (
+        y0,
+        x0,
+        min(header.height, math.ceil(crop.top + crop.height)),
+        min(header.width, math.ceil(crop.left + crop.width)),
+    )
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> list[float]:
@@ -171,7 +184,8 @@ def _calibration_jpegs(count: int = 16) -> list[bytes]:
             h, w = (int(v) for v in rng.integers(256, 513, 2))
             buf = io.BytesIO()
             Image.fromarray(photo_like(rng, h, w, rng.uniform(-1, 1, 3))).save(
-                buf, format="JPEG", quality=int(rng.integers(75, 96)))
+                buf, format="JPEG", quality=int(rng.integers(75, 96))
+            )
             data = buf.getvalue()
         header = read_header(data)
         if header.components == 3 and not header.progressive:  # what region decode takes
@@ -206,7 +220,7 @@ def choose_backend(blobs: list[bytes], rounds: int = 5) -> tuple[str, dict[str, 
     best = np.full((len(names), len(blobs)), np.inf)
     for r in range(rounds + 1):  # round 0 warms up
         for i, (b, hd) in enumerate(zip(blobs, headers)):
-            for k in ((0, 1) if (r + i) % 2 else (1, 0)):
+            for k in (0, 1) if (r + i) % 2 else (1, 0):
                 t0 = time.perf_counter()
                 decoders[k].decode(b, header=hd, out=scratch(hd.height * hd.width * 3))
                 if r:
@@ -283,8 +297,13 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
         for key in dict.fromkeys(key for kind, key, _, _ in jobs if kind == "resize"):
             mine = [j for j, job in enumerate(jobs) if job[:2] == ("resize", key)]
             fitted["resize"][key] = _fit([jobs[j][2] for j in mine], [best[j] for j in mine])
-        return {"backend": backend, "backend_us": backend_us, **fitted, "images": len(blobs),
-                "seconds": round(time.perf_counter() - start, 3)}
+        return {
+            "backend": backend,
+            "backend_us": backend_us,
+            **fitted,
+            "images": len(blobs),
+            "seconds": round(time.perf_counter() - start, 3),
+        }
     finally:
         torch.set_num_threads(threads)
 
@@ -312,8 +331,9 @@ def _fit_decodes(jobs: list, best: list[float]) -> dict[str, list[float]]:
     return fitted
 
 
-def _image_jobs(data: bytes, header: ImageHeader, crops: list[Crop], decoder: Any, region: Any,
-                slot: np.ndarray) -> list[tuple[str, str, list[float], Any]]:
+def _image_jobs(
+    data: bytes, header: ImageHeader, crops: list[Crop], decoder: Any, region: Any, slot: np.ndarray
+) -> list[tuple[str, str, list[float], Any]]:
     """The measurements of one calibration image: every decode (into the scratch buffer),
     a region decode of each RandomResizedCrop crop, and each crop's resize path."""
     from .libjpeg import scaled_size, scratch
@@ -323,17 +343,36 @@ def _image_jobs(data: bytes, header: ImageHeader, crops: list[Crop], decoder: An
     x = [1.0, len(data), hd.height * hd.width]
     for key in DECODE_KEYS:
         s = _scale(key)
-        jobs.append(("decode", key, x, lambda s=s, key=key: decoder.decode(
-            data, header=hd, scale=s, fast_upsample=key == "fast", out=scratch(math.prod(scaled_size(hd, s)) * 3))))
+        jobs.append(
+            (
+                "decode",
+                key,
+                x,
+                lambda s=s, key=key: decoder.decode(
+                    data,
+                    header=hd,
+                    scale=s,
+                    fast_upsample=key == "fast",
+                    out=scratch(math.prod(scaled_size(hd, s)) * 3),
+                ),
+            )
+        )
     full = decoder.decode(data, header=hd)
     for c in crops:
         if c.out_h == 224 and not c.window:  # the RandomResizedCrop crops: regions, resized crops
             if region is not None:
                 box = region_box(hd, c)
-                jobs.append(("decode", "region", decode_features(hd, c, "region"),
-                             lambda box=box: region.decode(data, *box)))
-            jobs.append(("resize", "crop", resize_features(hd, c, "full")[1],
-                         lambda c=c: c.apply(full, hd.height, hd.width, slot)))
+                jobs.append(
+                    ("decode", "region", decode_features(hd, c, "region"), lambda box=box: region.decode(data, *box))
+                )
+            jobs.append(
+                (
+                    "resize",
+                    "crop",
+                    resize_features(hd, c, "full")[1],
+                    lambda c=c: c.apply(full, hd.height, hd.width, slot),
+                )
+            )
             continue
         if c.window:
             keys = ("full", "7/8", "6/8")
@@ -344,8 +383,14 @@ def _image_jobs(data: bytes, header: ImageHeader, crops: list[Crop], decoder: An
             s = _scale(key)
             img = decoder.decode(data, header=hd, scale=s)
             dst = slot if c.window else np.empty((c.out_h, c.out_w, 3), np.uint8)
-            jobs.append(("resize", "window" if c.window else "box", resize_features(hd, c, key)[1],
-                         lambda c=c, img=img, s=s, dst=dst: c.apply(img, hd.height, hd.width, dst, float(s))))
+            jobs.append(
+                (
+                    "resize",
+                    "window" if c.window else "box",
+                    resize_features(hd, c, key)[1],
+                    lambda c=c, img=img, s=s, dst=dst: c.apply(img, hd.height, hd.width, dst, float(s)),
+                )
+            )
     return jobs
 
 
@@ -370,10 +415,18 @@ def cache_key() -> dict[str, Any]:
         simplejpeg = get_decoder("simplejpeg").version
     except ImportError:
         simplejpeg = None
-    return {"calibration": CALIBRATION_VERSION, "fastload": fastload_version, "libturbojpeg": libturbojpeg,
-            "simplejpeg": simplejpeg, "nvimgcodec": roi.version(), "torch": torch.__version__,
-            "numpy": np.__version__, "python": platform.python_version(), "cpu": cpu_model(),
-            "machine": platform.machine()}
+    return {
+        "calibration": CALIBRATION_VERSION,
+        "fastload": fastload_version,
+        "libturbojpeg": libturbojpeg,
+        "simplejpeg": simplejpeg,
+        "nvimgcodec": roi.version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "machine": platform.machine(),
+    }
 
 
 def cache_dir() -> str:
@@ -401,9 +454,13 @@ def _file_lock(path: str):
 
 def _complete(costs: Any) -> bool:
     """Whether ``costs`` has every model a Planner reads."""
-    return (isinstance(costs, dict) and isinstance(costs.get("decode"), dict) and isinstance(costs.get("resize"), dict)
-            and all(k in costs["decode"] for k in DECODE_KEYS)
-            and all(k in costs["resize"] for k in ("crop", "box", "window")))
+    return (
+        isinstance(costs, dict)
+        and isinstance(costs.get("decode"), dict)
+        and isinstance(costs.get("resize"), dict)
+        and all(k in costs["decode"] for k in DECODE_KEYS)
+        and all(k in costs["resize"] for k in ("crop", "box", "window"))
+    )
 
 
 def load_or_calibrate(redo: bool = False) -> dict[str, Any]:
@@ -426,6 +483,10 @@ def load_or_calibrate(redo: bool = False) -> dict[str, Any]:
             os.replace(tmp, path)
             return costs
     except (OSError, ValueError, KeyError) as e:
-        warnings.warn(f"fastload: cannot read or write the decode cost cache {path} ({e}); using the "
-                      "built-in costs (fastload.decode.costs.DEFAULT_COSTS)", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"fastload: cannot read or write the decode cost cache {path} ({e}); using the "
+            "built-in costs (fastload.decode.costs.DEFAULT_COSTS)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return DEFAULT_COSTS

@@ -26,8 +26,9 @@ class PillowDecoder:
 
         self._image = Image
 
-    def decode(self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None,
-               max_pixels: int | None = None) -> np.ndarray:
+    def decode(
+        self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None, max_pixels: int | None = None
+    ) -> np.ndarray:
         header = read_header(data) if header is None else header
         check_pixels(header, max_pixels)
         jpeg = header.format == "jpeg"
@@ -65,8 +66,9 @@ class OpenCVDecoder:
             Fraction(1, 8): cv2.IMREAD_REDUCED_COLOR_8 | cv2.IMREAD_IGNORE_ORIENTATION,
         }
 
-    def decode(self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None,
-               max_pixels: int | None = None) -> np.ndarray:
+    def decode(
+        self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None, max_pixels: int | None = None
+    ) -> np.ndarray:
         cv2 = self._cv2
         header = read_header(data) if header is None else header
         check_pixels(header, max_pixels)

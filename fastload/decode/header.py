@@ -109,8 +109,9 @@ def _pillow_header(head: memoryview) -> ImageHeader:
     except Image.UnidentifiedImageError:
         # Pillow's message names its in-memory buffer ("<_io.BytesIO object at 0x...>"),
         # which says nothing; the dataset names the file.
-        raise DecodeError(f"not an image: no format Pillow reads begins with {bytes(head[:12])!r} "
-                          f"({len(head):,} bytes)") from None
+        raise DecodeError(
+            f"not an image: no format Pillow reads begins with {bytes(head[:12])!r} ({len(head):,} bytes)"
+        ) from None
     except Exception as e:
         raise DecodeError(f"unrecognised image header: {e}") from e
 

@@ -78,9 +78,17 @@ class LibjpegTurboDecoder:
             self._pillow = PillowDecoder()
         return self._pillow
 
-    def decode(self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None,
-               max_pixels: int | None = None, scale: Fraction | None = None, fast_upsample: bool = False,
-               out: np.ndarray | None = None) -> np.ndarray:
+    def decode(
+        self,
+        data: Buffer,
+        min_scale: float = 1.0,
+        *,
+        header: ImageHeader | None = None,
+        max_pixels: int | None = None,
+        scale: Fraction | None = None,
+        fast_upsample: bool = False,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Decodes ``data`` to RGB uint8 HWC; JPEGs at the smallest power-of-2 DCT scale
         still ``min_scale`` of each side, or at exactly ``scale`` (one of :data:`SCALES`).
 
@@ -95,18 +103,22 @@ class LibjpegTurboDecoder:
         check_pixels(header, max_pixels)
         check_jpeg_complete(data)
         if header.components == 4:
-            return self._cmyk().decode(data, min_scale if scale is None else float(scale), header=header,
-                                       max_pixels=max_pixels)
+            return self._cmyk().decode(
+                data, min_scale if scale is None else float(scale), header=header, max_pixels=max_pixels
+            )
         s = reduced_scale(header.height, header.width, min_scale, POW2_SCALES) if scale is None else scale
         h, w = scaled_size(header, s)
         if out is not None:
             if out.dtype != np.uint8 or not out.flags.c_contiguous or out.size < h * w * 3:
-                raise ValueError(f"out must be a C-contiguous uint8 buffer of at least {h * w * 3} bytes, "
-                                 f"got {out.dtype} {out.shape}")
+                raise ValueError(
+                    f"out must be a C-contiguous uint8 buffer of at least {h * w * 3} bytes, "
+                    f"got {out.dtype} {out.shape}"
+                )
             out = out.reshape(-1)[: h * w * 3].reshape(h, w, 3)
         return self._decode_jpeg(data, h, w, s, fast_upsample, out)
 
-    def _decode_jpeg(self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool,
-                     out: np.ndarray | None) -> np.ndarray:
+    def _decode_jpeg(
+        self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool, out: np.ndarray | None
+    ) -> np.ndarray:
         """The h x w RGB decode of ``data`` (at ``scale``), into ``out`` when given."""
         raise NotImplementedError

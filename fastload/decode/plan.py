@@ -89,7 +89,7 @@ class DecodePlan:
 
     @property
     def kind(self) -> str:
-        """"full", "full, fast upsampling", "region" or "scale n/8": for counting plans."""
+        """ "full", "full, fast upsampling", "region" or "scale n/8": for counting plans."""
         if self.region is not None:
             return "region"
         if self.fast_upsample:
@@ -115,13 +115,15 @@ class DecodePlan:
         """Whether libjpeg's warnings are seen (every plan but a region decode)."""
         return self.region is None
 
-    def decode(self, data: Any, decoder: Any, header: ImageHeader, max_pixels: int | None = None,
-               out: np.ndarray | None = None) -> np.ndarray:
+    def decode(
+        self, data: Any, decoder: Any, header: ImageHeader, max_pixels: int | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """The planned pixels: ``decoder`` (a libjpeg-turbo backend) at ``scale``, into
         ``out`` when given (a flat uint8 buffer large enough), or the region decoder."""
         if self.region is None:
-            return decoder.decode(data, header=header, max_pixels=max_pixels, scale=self.scale,
-                                  fast_upsample=self.fast_upsample, out=out)
+            return decoder.decode(
+                data, header=header, max_pixels=max_pixels, scale=self.scale, fast_upsample=self.fast_upsample, out=out
+            )
         check_jpeg_complete(data)
         return roi.get_region_decoder().decode(data, *self.region)
 
@@ -137,8 +139,15 @@ def plan_for_key(key: str, header: ImageHeader, crop: Crop, cost: float = 0.0) -
     return DecodePlan(Fraction(int(key[0]), 8), None, cost)
 
 
-def execute(plan: DecodePlan, data: Any, decoder: Any, header: ImageHeader, crop: Crop,
-            dst: np.ndarray | None = None, max_pixels: int | None = None) -> np.ndarray:
+def execute(
+    plan: DecodePlan,
+    data: Any,
+    decoder: Any,
+    header: ImageHeader,
+    crop: Crop,
+    dst: np.ndarray | None = None,
+    max_pixels: int | None = None,
+) -> np.ndarray:
     """Decodes ``data`` as ``plan`` says (into this thread's scratch buffer), then crops and
     resizes into ``dst`` when given. The result never points into the scratch buffer."""
     buf = None if plan.region is not None else scratch(math.prod(scaled_size(header, plan.scale)) * 3)
@@ -217,8 +226,9 @@ class Planner:
             return DecodePlan(_ONE, None, full)
         return plan_for_key(best_key, header, crop, best_cost)
 
-    def choose_shared(self, header: ImageHeader, crops: Sequence[Crop], scales: bool = True,
-                      region_ok: bool = True) -> DecodePlan:
+    def choose_shared(
+        self, header: ImageHeader, crops: Sequence[Crop], scales: bool = True, region_ok: bool = True
+    ) -> DecodePlan:
         """The cheapest single decode serving every crop of ``crops`` (the views of a
         multi-view transform), as :meth:`choose` for one: each plan is priced as one decode
         plus every crop's resize; a DCT scale or fast upsampling must suit every crop; a
@@ -228,13 +238,15 @@ class Planner:
         if len(crops) == 1:
             return self.choose(header, crops[0], scales, region_ok)
         top, left = min(c.top for c in crops), min(c.left for c in crops)
-        union = Crop(top, left, max(c.top + c.height for c in crops) - top,
-                     max(c.left + c.width for c in crops) - left, 1, 1)
+        union = Crop(
+            top, left, max(c.top + c.height for c in crops) - top, max(c.left + c.width for c in crops) - left, 1, 1
+        )
 
         def price(key: str) -> float:
             resizes = (resize_features(header, c, key) for c in crops)
             return _lin(self._decode[key], decode_features(header, union, key)) + sum(
-                _lin(self._resize[path], x) for path, x in resizes)
+                _lin(self._resize[path], x) for path, x in resizes
+            )
 
         full = price("full")
         best_cost, best_key = full, "full"
@@ -245,12 +257,14 @@ class Planner:
                 best_cost, best_key = cost, "fast"
         if scales and min(header.height, header.width) >= 8:
             for f, key in self._scales:  # descending: stop at the first scale too small for a crop
-                if not all(min(c.height / c.out_h, c.width / c.out_w) * f >= (MIN_RATIO if c.antialias else 1.0)
-                           for c in crops):
+                if not all(
+                    min(c.height / c.out_h, c.width / c.out_w) * f >= (MIN_RATIO if c.antialias else 1.0) for c in crops
+                ):
                     break
                 cost = price(key)
-                if cost < best_cost and all((c.window and c.antialias) or not c.antialias or self._phase_ok(c, f)
-                                            for c in crops):
+                if cost < best_cost and all(
+                    (c.window and c.antialias) or not c.antialias or self._phase_ok(c, f) for c in crops
+                ):
                     best_cost, best_key = cost, key
         if self._region and not windows and header.components == 3 and not header.progressive:
             cost = price("region")
@@ -266,8 +280,10 @@ class Planner:
     def _phase_ok(crop: Crop, s: float) -> bool:
         from .resize import PHASE_TOL, phase_error
 
-        return (phase_error(crop.top * s, crop.height * s / crop.out_h) <= PHASE_TOL
-                and phase_error(crop.left * s, crop.width * s / crop.out_w) <= PHASE_TOL)
+        return (
+            phase_error(crop.top * s, crop.height * s / crop.out_h) <= PHASE_TOL
+            and phase_error(crop.left * s, crop.width * s / crop.out_w) <= PHASE_TOL
+        )
 
 
 _lock = threading.Lock()
@@ -319,7 +335,8 @@ def choose(header: ImageHeader, crop: Crop, scales: bool = True, region_ok: bool
     return get_planner().choose(header, crop, scales, region_ok)
 
 
-def choose_shared(header: ImageHeader, crops: Sequence[Crop], scales: bool = True,
-                  region_ok: bool = True) -> DecodePlan:
+def choose_shared(
+    header: ImageHeader, crops: Sequence[Crop], scales: bool = True, region_ok: bool = True
+) -> DecodePlan:
     """The process planner's single decode serving every crop of ``crops``."""
     return get_planner().choose_shared(header, crops, scales, region_ok)

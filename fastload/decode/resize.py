@@ -42,8 +42,9 @@ def _out(dst: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
     return dst
 
 
-def resize(img: np.ndarray, out_h: int, out_w: int, dst: np.ndarray | None = None,
-           antialias: bool = True) -> np.ndarray:
+def resize(
+    img: np.ndarray, out_h: int, out_w: int, dst: np.ndarray | None = None, antialias: bool = True
+) -> np.ndarray:
     """Resizes ``img`` (H×W×C uint8) to ``out_h`` × ``out_w``, into ``dst`` when given.
 
     Args:
@@ -71,8 +72,16 @@ def resize(img: np.ndarray, out_h: int, out_w: int, dst: np.ndarray | None = Non
     return out
 
 
-def resize_window(img: np.ndarray, top: float, left: float, height: float, width: float, out_h: int,
-                  out_w: int, dst: np.ndarray | None = None) -> np.ndarray:
+def resize_window(
+    img: np.ndarray,
+    top: float,
+    left: float,
+    height: float,
+    width: float,
+    out_h: int,
+    out_w: int,
+    dst: np.ndarray | None = None,
+) -> np.ndarray:
     """The window (top, left, height, width) of ``img`` resized to ``out_h`` × ``out_w``, with
     the antialiased filter, pixel for pixel as resizing the whole image by the same factors
     and cropping (Pillow's ``resize(box=...)``): filter taps reach outside the window.
@@ -97,8 +106,9 @@ def resize_window(img: np.ndarray, top: float, left: float, height: float, width
     return _resize_dropping(np.ascontiguousarray(img[:y1]), ky, kx, out_h, out_w, sy, sx, dst)
 
 
-def _resize_dropping(img: np.ndarray, ky: int, kx: int, out_h: int, out_w: int, sy: float, sx: float,
-                     dst: np.ndarray | None) -> np.ndarray:
+def _resize_dropping(
+    img: np.ndarray, ky: int, kx: int, out_h: int, out_w: int, sy: float, sx: float, dst: np.ndarray | None
+) -> np.ndarray:
     """The antialiased resize of ``img`` by ``sy`` x ``sx`` output pixels per input pixel to
     ``ky + out_h`` x ``kx + out_w``, less its first ``ky`` rows and ``kx`` columns.
 
@@ -155,14 +165,22 @@ def _padded(img: np.ndarray, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
         return np.ascontiguousarray(img[y0:y1, x0:x1])
     py, px = max(0, -y0), max(0, -x0)
     out = np.empty((y1 - y0, x1 - x0, img.shape[2]), np.uint8)
-    out[py:, px:] = img[max(0, y0):y1, max(0, x0):x1]
+    out[py:, px:] = img[max(0, y0) : y1, max(0, x0) : x1]
     out[:py, px:] = out[py : py + 1, px:]
     out[:, :px] = out[:, px : px + 1]
     return out
 
 
-def resize_box(img: np.ndarray, top: float, left: float, height: float, width: float, out_h: int, out_w: int,
-               dst: np.ndarray | None = None) -> np.ndarray:
+def resize_box(
+    img: np.ndarray,
+    top: float,
+    left: float,
+    height: float,
+    width: float,
+    out_h: int,
+    out_w: int,
+    dst: np.ndarray | None = None,
+) -> np.ndarray:
     """The box (top, left, height, width), in pixels of ``img`` and not necessarily whole
     ones, resized to ``out_h`` × ``out_w`` with the antialiased filter: Pillow's
     ``resize(box=...)`` to within :data:`PHASE_TOL` (see :func:`phase_error`), taps past
@@ -223,8 +241,15 @@ class Crop:
         for decoders the planner does not cost (OpenCV, Pillow)."""
         return min(1.0, self.min_scale * REDUCE_GAP) if self.antialias else self.min_scale
 
-    def apply(self, img: np.ndarray, full_h: int, full_w: int, dst: np.ndarray | None = None,
-              scale: float | None = None, origin: tuple[int, int] = (0, 0)) -> np.ndarray:
+    def apply(
+        self,
+        img: np.ndarray,
+        full_h: int,
+        full_w: int,
+        dst: np.ndarray | None = None,
+        scale: float | None = None,
+        origin: tuple[int, int] = (0, 0),
+    ) -> np.ndarray:
         """Crops and resizes ``img``, a decode of a full_h × full_w image.
 
         Args:
@@ -266,8 +291,15 @@ def shorter_side(h: int, w: int, size: int) -> tuple[int, int]:
     return max(1, int(size * h / w)), size
 
 
-def random_resized_crop(h: int, w: int, out: tuple[int, int], scale: tuple[float, float],
-                        ratio: tuple[float, float], rng: np.random.Generator, antialias: bool = True) -> Crop:
+def random_resized_crop(
+    h: int,
+    w: int,
+    out: tuple[int, int],
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    rng: np.random.Generator,
+    antialias: bool = True,
+) -> Crop:
     """torchvision's RandomResizedCrop box of an h×w image, resized to ``out``: 10 tries at a
     random area (``scale``) and log-uniform aspect ratio (``ratio``), then a centre crop
     clamped to ``ratio``."""

@@ -35,8 +35,15 @@ EXTRA_HINT = "pip install 'fastload[roi]' (the nvidia-nvimgcodec-cu12 wheel; CPU
 # nvImageCodec loads every codec extension on import and prints a line to stderr for
 # each GPU library it cannot find (nvJPEG, nvJPEG2000, nvTIFF). Expected here: we ask
 # for its CPU backend only.
-_NOISE = ("Failed to load nvjpeg", "Failed to load nvtiff", "Failed to load nvjpeg2k", "Note: If using nvImageCodec",
-          "[nvjpeg-ext]", "[nvjpeg2k_ext]", "[nvtiff_ext]")
+_NOISE = (
+    "Failed to load nvjpeg",
+    "Failed to load nvtiff",
+    "Failed to load nvjpeg2k",
+    "Note: If using nvImageCodec",
+    "[nvjpeg-ext]",
+    "[nvjpeg2k_ext]",
+    "[nvtiff_ext]",
+)
 
 _lock = threading.Lock()
 _module = None
@@ -130,8 +137,14 @@ class RegionDecoder:
         held = getattr(self._local, "decoder", None)
         if held is None or held[0] != pid:
             nv = self._nv
-            held = (pid, nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
-                                    backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]))
+            held = (
+                pid,
+                nv.Decoder(
+                    device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY,
+                    max_num_cpu_threads=1,
+                    backends=[nv.Backend(nv.BackendKind.CPU_ONLY)],
+                ),
+            )
             self._local.decoder = held
         return held[1]
 
@@ -145,8 +158,7 @@ class RegionDecoder:
         """
         nv = self._nv
         try:
-            stream = nv.CodeStream(as_array(data)).get_sub_code_stream(
-                region=nv.Region(start=(y0, x0), end=(y1, x1)))
+            stream = nv.CodeStream(as_array(data)).get_sub_code_stream(region=nv.Region(start=(y0, x0), end=(y1, x1)))
             img = self._decoder().decode(stream, params=self._params)
         except Exception as e:  # nvImageCodec raises RuntimeError/ValueError with its own text
             raise DecodeError(f"nvimgcodec cannot decode region ({y0}, {x0})-({y1}, {x1}): {e}") from e
@@ -168,8 +180,10 @@ class RegionDecoder:
         """
         nv = self._nv
         try:
-            streams = [nv.CodeStream(as_array(d)).get_sub_code_stream(region=nv.Region(start=r[:2], end=r[2:]))
-                       for d, r in zip(datas, regions)]
+            streams = [
+                nv.CodeStream(as_array(d)).get_sub_code_stream(region=nv.Region(start=r[:2], end=r[2:]))
+                for d, r in zip(datas, regions)
+            ]
             images = self._decoder().decode(streams, params=self._params)
         except Exception:  # a stream nvImageCodec refuses outright: every image is tried alone
             return [None] * len(datas)

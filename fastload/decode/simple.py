@@ -37,15 +37,23 @@ class SimpleJPEGDecoder(LibjpegTurboDecoder):
         self._decode = simplejpeg.decode_jpeg
         self.version = getattr(simplejpeg, "__version__", "?")
 
-    def _decode_jpeg(self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool,
-                     out: np.ndarray | None) -> np.ndarray:
+    def _decode_jpeg(
+        self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool, out: np.ndarray | None
+    ) -> np.ndarray:
         # simplejpeg takes the smallest scale whose output is at least min_height x
         # min_width; asked for exactly ceil(side * scale), that is ``scale`` (on sides of
         # 8 or more; checked below). 0 leaves the image at full size.
         reduced = scale != 1
         try:
-            img = self._decode(as_array(data), "rgb", fastupsample=fast_upsample, min_height=h if reduced else 0,
-                               min_width=w if reduced else 0, buffer=out, strict=True)
+            img = self._decode(
+                as_array(data),
+                "rgb",
+                fastupsample=fast_upsample,
+                min_height=h if reduced else 0,
+                min_width=w if reduced else 0,
+                buffer=out,
+                strict=True,
+            )
         except ValueError as e:  # libjpeg's errors and, with strict, its warnings
             raise DecodeError(f"libjpeg-turbo: {e}") from e
         if img.shape != (h, w, 3):

@@ -38,8 +38,10 @@ TJPF_RGB = 0
 TJFLAG_STOPONWARNING = 8192  # libjpeg-turbo >= 2.0; older versions ignore it
 TJFLAG_FASTUPSAMPLE = 256  # chroma upsampled by replication, not libjpeg's triangle filter
 NEEDED = ("tjInitDecompress", "tjDestroy", "tjDecompress2", "tjGetErrorStr")  # TurboJPEG 1.2+, kept by 3.x
-INSTALL = ("sudo apt-get install libturbojpeg0 (Debian and Ubuntu; older Ubuntu releases name it "
-           "libturbojpeg), sudo dnf install turbojpeg (Fedora), brew install jpeg-turbo (macOS)")
+INSTALL = (
+    "sudo apt-get install libturbojpeg0 (Debian and Ubuntu; older Ubuntu releases name it "
+    "libturbojpeg), sudo dnf install turbojpeg (Fedora), brew install jpeg-turbo (macOS)"
+)
 
 
 class LibraryProblem(OSError):
@@ -74,9 +76,11 @@ def _load_library() -> ctypes.CDLL:
         raise LibraryProblem(f"libturbojpeg at {path} cannot be loaded ({e}); fix: reinstall it ({INSTALL})") from e
     missing = [name for name in NEEDED if not hasattr(lib, name)]
     if missing:
-        raise LibraryProblem(f"libturbojpeg at {path} is too old: it lacks {', '.join(missing)} (fastload needs "
-                             f"libjpeg-turbo >= 2.0); fix: upgrade it, e.g. sudo apt-get install --only-upgrade "
-                             "libturbojpeg0, or install libjpeg-turbo >= 2.0 from libjpeg-turbo.org")
+        raise LibraryProblem(
+            f"libturbojpeg at {path} is too old: it lacks {', '.join(missing)} (fastload needs "
+            f"libjpeg-turbo >= 2.0); fix: upgrade it, e.g. sudo apt-get install --only-upgrade "
+            "libturbojpeg0, or install libjpeg-turbo >= 2.0 from libjpeg-turbo.org"
+        )
     lib.tjInitDecompress.argtypes = []
     lib.tjInitDecompress.restype = c_void_p
     lib.tjDestroy.argtypes = [c_void_p]
@@ -135,16 +139,26 @@ class TurboJPEGDecoder(LibjpegTurboDecoder):
             handle = self._local.handle = _Handle(self._lib)
         return handle
 
-    def _decode_jpeg(self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool,
-                     out: np.ndarray | None) -> np.ndarray:
+    def _decode_jpeg(
+        self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool, out: np.ndarray | None
+    ) -> np.ndarray:
         # Asked for exactly ceil(side * scale), tjDecompress2 picks that scale (the
         # largest whose output fits) and writes within this buffer.
         out = np.empty((h, w, 3), dtype=np.uint8) if out is None else out
         src = as_array(data)
         lib = self._lib
         handle = self._handle().ptr
-        status = lib.tjDecompress2(handle, src.ctypes.data, src.size, out.ctypes.data, w, w * 3, h,
-                                   TJPF_RGB, TJFLAG_STOPONWARNING | (TJFLAG_FASTUPSAMPLE if fast_upsample else 0))
+        status = lib.tjDecompress2(
+            handle,
+            src.ctypes.data,
+            src.size,
+            out.ctypes.data,
+            w,
+            w * 3,
+            h,
+            TJPF_RGB,
+            TJFLAG_STOPONWARNING | (TJFLAG_FASTUPSAMPLE if fast_upsample else 0),
+        )
         if status != 0:
             message = self._error(handle) if self._error is not None else lib.tjGetErrorStr()
             raise DecodeError(f"libjpeg-turbo: {message.decode(errors='replace')}")

@@ -20,8 +20,13 @@ class Normalizer:
         normalize: False returns the uint8 batch in the same N×C×H×W channels_last layout.
     """
 
-    def __init__(self, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                 dtype: str | torch.dtype = "float32", normalize: bool = True) -> None:
+    def __init__(
+        self,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        dtype: str | torch.dtype = "float32",
+        normalize: bool = True,
+    ) -> None:
         dtype = dtype_name(dtype)
         mean, std = mean_std(mean, std)
         self.dtype = DTYPES[dtype]
@@ -49,9 +54,11 @@ class Normalizer:
             return images.permute(0, 3, 1, 2)
         if images.shape[-1] != len(self._scale):
             channels = images.shape[-1]
-            raise ValueError(f"batch has {channels} channels but mean/std have {len(self._scale)}: give "
-                             f"fl.Loader mean= and std= with {channels} values each, or {len(self._scale)}-channel "
-                             "images (PIL images are converted to RGB; uint8 H×W arrays stay one channel)")
+            raise ValueError(
+                f"batch has {channels} channels but mean/std have {len(self._scale)}: give "
+                f"fl.Loader mean= and std= with {channels} values each, or {len(self._scale)}-channel "
+                "images (PIL images are converted to RGB; uint8 H×W arrays stay one channel)"
+            )
         if images.device.type == "cpu" and images.is_contiguous() and images.shape[-1] <= 4:
             out = self._normalize_cpu(images)
         else:

@@ -29,8 +29,8 @@ import torch
 
 from ..batch import HostBatch
 from ..config import resolve_device
-from .normalize import Normalizer
 from ..views import batch_len, each, nbytes, same_memory, to_device
+from .normalize import Normalizer
 
 __all__ = ["CudaPrefetcher", "Normalizer", "Stats"]
 
@@ -82,8 +82,9 @@ def as_host_batch(item: Any) -> tuple[HostBatch, tuple]:
     if isinstance(item, HostBatch):
         return item, ()
     if not isinstance(item, (tuple, list)) or len(item) < 2:
-        raise TypeError("CudaPrefetcher takes HostBatch or (uint8 images, labels, ...) items, "
-                        f"got {type(item).__name__}")
+        raise TypeError(
+            f"CudaPrefetcher takes HostBatch or (uint8 images, labels, ...) items, got {type(item).__name__}"
+        )
     images, labels = item[0], item[1]
     n = batch_len(images)
     return HostBatch(images, torch.as_tensor(labels), torch.full((n,), -1, dtype=torch.int64), -1), tuple(item[2:])
@@ -107,8 +108,15 @@ class CudaPrefetcher:
         stream: The CUDA side stream to use (default: a new one).
     """
 
-    def __init__(self, iterable: Iterable, device: Any = None, depth: int = 2,
-                 normalizer: Normalizer | None = None, indices: bool = False, stream: Any = None) -> None:
+    def __init__(
+        self,
+        iterable: Iterable,
+        device: Any = None,
+        depth: int = 2,
+        normalizer: Normalizer | None = None,
+        indices: bool = False,
+        stream: Any = None,
+    ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1, got {depth!r}")
         self.iterable = iterable
@@ -179,9 +187,12 @@ class CudaPrefetcher:
         self.stats.unpinned += 1
         if not self._warned_unpinned:
             self._warned_unpinned = True
-            warnings.warn("fastload: a batch arrived in unpinned memory, so its host-to-device "
-                          "copy cannot overlap compute; pin it (Loader(pin_memory=True))", RuntimeWarning,
-                          stacklevel=5)
+            warnings.warn(
+                "fastload: a batch arrived in unpinned memory, so its host-to-device "
+                "copy cannot overlap compute; pin it (Loader(pin_memory=True))",
+                RuntimeWarning,
+                stacklevel=5,
+            )
 
     def _enqueue(self, batch: HostBatch, extras: tuple) -> _Queued:
         stream = self._stream

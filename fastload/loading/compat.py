@@ -17,8 +17,16 @@ from torch.utils.data import DistributedSampler
 from ..config import LoaderConfig
 
 # Keywords of DataLoader that LoaderConfig does not have; each is translated or refused here.
-KEYWORDS = ("sampler", "batch_sampler", "collate_fn", "worker_init_fn", "generator", "multiprocessing_context",
-            "pin_memory_device", "in_order")
+KEYWORDS = (
+    "sampler",
+    "batch_sampler",
+    "collate_fn",
+    "worker_init_fn",
+    "generator",
+    "multiprocessing_context",
+    "pin_memory_device",
+    "in_order",
+)
 
 
 @dataclass(frozen=True)
@@ -52,49 +60,73 @@ def _sampler_advice(sampler: Any) -> str:
     name = type(sampler).__name__
     if isinstance(sampler, torch.utils.data.SequentialSampler):
         return "leave sampler out (shuffle=False, the default, visits the samples in order)"
-    if isinstance(sampler, torch.utils.data.RandomSampler) and not sampler.replacement \
-            and sampler.num_samples == len(sampler.data_source):
-        return ("write shuffle=True (each epoch a new order, from seed= or, without it, from torch's "
-                "generator as RandomSampler does)")
+    if (
+        isinstance(sampler, torch.utils.data.RandomSampler)
+        and not sampler.replacement
+        and sampler.num_samples == len(sampler.data_source)
+    ):
+        return (
+            "write shuffle=True (each epoch a new order, from seed= or, without it, from torch's "
+            "generator as RandomSampler does)"
+        )
     if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
         return "write fl.Loader(torch.utils.data.Subset(dataset, indices), shuffle=True)"
     if isinstance(sampler, DistributedSampler):
-        return (f"{name} overrides DistributedSampler's order, which fastload cannot follow; pass a plain "
-                "DistributedSampler, or rank=, world_size=, shuffle=, seed= and drop_uneven=")
-    return (f"fastload orders and deals the samples itself, so {name}'s order cannot be followed; express it "
-            "with shuffle=, seed=, rank=, world_size= (DDP shards) and drop_uneven=, or reorder the "
-            "dataset with torch.utils.data.Subset(dataset, indices) (repeat indices to weight samples)")
+        return (
+            f"{name} overrides DistributedSampler's order, which fastload cannot follow; pass a plain "
+            "DistributedSampler, or rank=, world_size=, shuffle=, seed= and drop_uneven="
+        )
+    return (
+        f"fastload orders and deals the samples itself, so {name}'s order cannot be followed; express it "
+        "with shuffle=, seed=, rank=, world_size= (DDP shards) and drop_uneven=, or reorder the "
+        "dataset with torch.utils.data.Subset(dataset, indices) (repeat indices to weight samples)"
+    )
 
 
 def _distributed(sampler: DistributedSampler, options: dict, base: LoaderConfig, dataset: Any) -> dict:
     """LoaderConfig options that deal the samples as ``sampler`` does."""
     if hasattr(dataset, "__len__") and len(sampler.dataset) != len(dataset):
-        raise ValueError(f"the DistributedSampler is over a dataset of {len(sampler.dataset)} samples, the "
-                         f"Loader's has {len(dataset)}: give both the same dataset")
+        raise ValueError(
+            f"the DistributedSampler is over a dataset of {len(sampler.dataset)} samples, the "
+            f"Loader's has {len(dataset)}: give both the same dataset"
+        )
     if options.get("shuffle"):
         # DataLoader: "sampler option is mutually exclusive with shuffle".
-        raise ValueError(f"sampler={type(sampler).__name__}(...) and shuffle=True cannot go together (as in "
-                         "DataLoader): the sampler shuffles (its shuffle=, default True); write "
-                         "shuffle=(sampler is None)")
-    taken = {"rank": sampler.rank, "world_size": sampler.num_replicas, "shuffle": bool(sampler.shuffle),
-             "shuffle_seed": int(sampler.seed), "drop_uneven": bool(sampler.drop_last)}
+        raise ValueError(
+            f"sampler={type(sampler).__name__}(...) and shuffle=True cannot go together (as in "
+            "DataLoader): the sampler shuffles (its shuffle=, default True); write "
+            "shuffle=(sampler is None)"
+        )
+    taken = {
+        "rank": sampler.rank,
+        "world_size": sampler.num_replicas,
+        "shuffle": bool(sampler.shuffle),
+        "shuffle_seed": int(sampler.seed),
+        "drop_uneven": bool(sampler.drop_last),
+    }
     for name in ("rank", "world_size", "shuffle_seed", "drop_uneven"):
         given = options[name] if name in options else getattr(base, name)
         unset = given is None or (name == "drop_uneven" and given is False)
         if not unset and given != taken[name]:
-            raise ValueError(f"{name}={given!r} disagrees with the DistributedSampler's {taken[name]!r}: "
-                             f"leave {name} out (the sampler sets it)")
+            raise ValueError(
+                f"{name}={given!r} disagrees with the DistributedSampler's {taken[name]!r}: "
+                f"leave {name} out (the sampler sets it)"
+            )
     return taken
 
 
 def _start_method(context: Any, options: dict) -> str:
     method = context if isinstance(context, str) else getattr(context, "get_start_method", lambda: None)()
     if method is None:
-        raise _refuse("multiprocessing_context", context, "give a start method name ('fork', 'spawn', "
-                      "'forkserver') or a multiprocessing context")
+        raise _refuse(
+            "multiprocessing_context",
+            context,
+            "give a start method name ('fork', 'spawn', 'forkserver') or a multiprocessing context",
+        )
     if options.get("start_method") not in (None, method):
-        raise ValueError(f"multiprocessing_context={method!r} and start_method={options['start_method']!r} "
-                         "disagree: give one")
+        raise ValueError(
+            f"multiprocessing_context={method!r} and start_method={options['start_method']!r} disagree: give one"
+        )
     return method
 
 
@@ -116,21 +148,33 @@ def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
         raise _refuse("batch_size", None, "fastload always batches; give batch_size= (samples per batch)")
     for keyword, instead in (
         ("batch_sampler", "fastload batches this rank's samples itself: give batch_size= and drop_last="),
-        ("collate_fn", "fastload collates images into one uint8 batch and targets by type itself "
-                       "(fastload.targets); transform each sample in the dataset, or the batch after the loader"),
-        ("worker_init_fn", "fastload seeds numpy and random in each worker from seed= itself; do per-worker "
-                           "setup lazily in the dataset's load or __getitem__"),
+        (
+            "collate_fn",
+            "fastload collates images into one uint8 batch and targets by type itself "
+            "(fastload.targets); transform each sample in the dataset, or the batch after the loader",
+        ),
+        (
+            "worker_init_fn",
+            "fastload seeds numpy and random in each worker from seed= itself; do per-worker "
+            "setup lazily in the dataset's load or __getitem__",
+        ),
     ):
         if extra.get(keyword) is not None:
             raise _refuse(keyword, extra[keyword], instead)
     if extra.get("pin_memory_device"):
-        raise _refuse("pin_memory_device", extra["pin_memory_device"],
-                      f"batches arrive on the device itself: write device={extra['pin_memory_device']!r}")
+        raise _refuse(
+            "pin_memory_device",
+            extra["pin_memory_device"],
+            f"batches arrive on the device itself: write device={extra['pin_memory_device']!r}",
+        )
     generator = extra.get("generator")
     if generator is not None:
         if not isinstance(generator, torch.Generator):
-            raise _refuse("generator", generator, "give a torch.Generator (it seeds the shuffle order and the "
-                          "augmentation, as in DataLoader) or seed=")
+            raise _refuse(
+                "generator",
+                generator,
+                "give a torch.Generator (it seeds the shuffle order and the augmentation, as in DataLoader) or seed=",
+            )
         if options.get("seed") is not None:
             raise ValueError("seed= and generator= both given: give one (generator= draws the seed)")
     if extra.get("multiprocessing_context") is not None:

@@ -30,8 +30,10 @@ class Pass:
 
     def __next__(self) -> Any:
         if self._ended_by is not None:
-            raise RuntimeError(f"this pass over the Loader was ended by {self._ended_by}; "
-                               "a Loader runs one pass at a time (iterate it again for the next epoch)")
+            raise RuntimeError(
+                f"this pass over the Loader was ended by {self._ended_by}; "
+                "a Loader runs one pass at a time (iterate it again for the next epoch)"
+            )
         return next(self._batches)
 
     def end(self, by: str) -> None:
@@ -45,8 +47,9 @@ class Pass:
         except ValueError:  # "generator already executing": another thread is inside it
             if by == "close()":  # ends at its next next(); the closed source stops the one under way
                 self._ended_by = by
-            raise RuntimeError("the Loader's current pass is running in another thread; a Loader is "
-                               "iterated by one thread at a time") from None
+            raise RuntimeError(
+                "the Loader's current pass is running in another thread; a Loader is iterated by one thread at a time"
+            ) from None
         if self._ended_by is None:
             self._ended_by = by
 

@@ -28,8 +28,11 @@ def machine_key() -> dict:
 def dataset_key(dataset: Any) -> dict:
     summary = dataset.summary() if hasattr(dataset, "summary") else {"type": type(dataset).__name__}
     where = summary.get("root") or summary.get("path") or summary.get("paths")
-    return {"type": summary.get("type"), "samples": len(dataset) if hasattr(dataset, "__len__") else None,
-            "where": os.path.abspath(where) if isinstance(where, str) else where}
+    return {
+        "type": summary.get("type"),
+        "samples": len(dataset) if hasattr(dataset, "__len__") else None,
+        "where": os.path.abspath(where) if isinstance(where, str) else where,
+    }
 
 
 def profile_path(dataset: Any) -> str:
@@ -43,9 +46,17 @@ def save(dataset: Any, config: dict, result: dict) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"machine": machine_key(), "dataset": dataset_key(dataset), "config": config,
-                   "tuned_for": {"local_world_size": local_world_size(), "cpus": available_cpus()},
-                   "result": result}, f, indent=2)
+        json.dump(
+            {
+                "machine": machine_key(),
+                "dataset": dataset_key(dataset),
+                "config": config,
+                "tuned_for": {"local_world_size": local_world_size(), "cpus": available_cpus()},
+                "result": result,
+            },
+            f,
+            indent=2,
+        )
     os.replace(tmp, path)
     return path
 
@@ -78,8 +89,10 @@ def lookup(dataset: Any, announce: bool = True) -> dict | None:
     profile["path"] = path
     if announce:
         settings = ", ".join(f"{k}={v!r}" for k, v in settings_for_rank(profile).items())
-        print(f"fastload: num_workers='auto' uses tuned profile {path} ({settings}); {forget_hint(dataset)}",
-              file=sys.stderr)
+        print(
+            f"fastload: num_workers='auto' uses tuned profile {path} ({settings}); {forget_hint(dataset)}",
+            file=sys.stderr,
+        )
     return profile
 
 

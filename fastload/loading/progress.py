@@ -6,8 +6,8 @@ import warnings
 from dataclasses import dataclass
 
 from ..sources import resume
-from .passes import user_stacklevel
 from ..sources.sampler import check_epoch
+from .passes import user_stacklevel
 
 
 @dataclass
@@ -45,10 +45,13 @@ class Progress:
         self.next_epoch = check_epoch(epoch)
         self.position = None
         if self.plan is not None and self.plan.epoch != self.next_epoch:
-            warnings.warn(f"fastload: set_epoch({epoch}) after load_state_dict of epoch {self.plan.epoch}: the "
-                          f"resumed rest of epoch {self.plan.epoch} is dropped and epoch {epoch} runs whole "
-                          f"(call set_epoch({self.plan.epoch}), or none, to resume)", RuntimeWarning,
-                          stacklevel=user_stacklevel())
+            warnings.warn(
+                f"fastload: set_epoch({epoch}) after load_state_dict of epoch {self.plan.epoch}: the "
+                f"resumed rest of epoch {self.plan.epoch} is dropped and epoch {epoch} runs whole "
+                f"(call set_epoch({self.plan.epoch}), or none, to resume)",
+                RuntimeWarning,
+                stacklevel=user_stacklevel(),
+            )
             self.plan = None
 
     def start_pass(self) -> tuple[Position, resume.Plan | None]:

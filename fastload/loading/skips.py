@@ -38,5 +38,8 @@ class SkipLog:
         self.items.extend(fresh)
         del self.items[:-KEPT]
         if before == 0 or before // WARN_EVERY != self.count // WARN_EVERY:
-            warnings.warn(f"fastload: skipped {self.count} bad sample(s) so far (loader.skipped lists "
-                          f"them); latest: {fresh[-1]}", RuntimeWarning, stacklevel=user_stacklevel())
+            warnings.warn(
+                f"fastload: skipped {self.count} bad sample(s) so far (loader.skipped lists them); latest: {fresh[-1]}",
+                RuntimeWarning,
+                stacklevel=user_stacklevel(),
+            )

@@ -13,8 +13,16 @@ import os
 import numpy as np
 
 # Colour photographs of natural scenes; camera/moon/coins are grayscale photographs.
-COLOUR = ("astronaut.png", "chelsea.png", "coffee.png", "motorcycle_left.png", "motorcycle_right.png",
-          "rocket.jpg", "retina.jpg", "ihc.png")
+COLOUR = (
+    "astronaut.png",
+    "chelsea.png",
+    "coffee.png",
+    "motorcycle_left.png",
+    "motorcycle_right.png",
+    "rocket.jpg",
+    "retina.jpg",
+    "ihc.png",
+)
 GRAY = ("camera.png", "moon.png", "coins.png")
 
 
@@ -26,8 +34,7 @@ def photo_dir() -> str:
     """
     spec = importlib.util.find_spec("skimage")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("real photographs come from scikit-image's data files: "
-                          "pip install --no-deps scikit-image")
+        raise ImportError("real photographs come from scikit-image's data files: pip install --no-deps scikit-image")
     return os.path.join(list(spec.submodule_search_locations)[0], "data")
 
 

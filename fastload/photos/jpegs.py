@@ -30,9 +30,74 @@ GRAY_SHARE = 0.03
 QUALITY = (75, 95)
 SHORT_SIDE = (256, 512)
 # IJG's base luminance quantization table; quality q scales it (libjpeg's jpeg_quality_scaling).
-_IJG_LUMA = np.array([16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
-                      14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113,
-                      92, 49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99])
+_IJG_LUMA = np.array(
+    [
+        16,
+        11,
+        10,
+        16,
+        24,
+        40,
+        51,
+        61,
+        12,
+        12,
+        14,
+        19,
+        26,
+        58,
+        60,
+        55,
+        14,
+        13,
+        16,
+        24,
+        40,
+        57,
+        69,
+        56,
+        14,
+        17,
+        22,
+        29,
+        51,
+        87,
+        80,
+        62,
+        18,
+        22,
+        37,
+        56,
+        68,
+        109,
+        103,
+        77,
+        24,
+        35,
+        55,
+        64,
+        81,
+        104,
+        113,
+        92,
+        49,
+        64,
+        78,
+        87,
+        103,
+        121,
+        120,
+        101,
+        72,
+        92,
+        95,
+        98,
+        112,
+        100,
+        103,
+        99,
+    ]
+)
 
 
 def _choose(rng: np.random.Generator, shares: tuple) -> object:
@@ -75,11 +140,16 @@ def photo_jpeg(sources: list, rng: np.random.Generator) -> tuple[bytes, dict]:
     gray = rng.random() < GRAY_SHARE
     if gray:
         img = img.convert("L")
-    choice = {"quality": int(rng.integers(QUALITY[0], QUALITY[1] + 1)), "subsampling": _choose(rng, SUBSAMPLING),
-              "progressive": bool(rng.random() < PROGRESSIVE_SHARE), "gray": gray}
+    choice = {
+        "quality": int(rng.integers(QUALITY[0], QUALITY[1] + 1)),
+        "subsampling": _choose(rng, SUBSAMPLING),
+        "progressive": bool(rng.random() < PROGRESSIVE_SHARE),
+        "gray": gray,
+    }
     buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=choice["quality"], subsampling=choice["subsampling"],
-             progressive=choice["progressive"])
+    img.save(
+        buf, "JPEG", quality=choice["quality"], subsampling=choice["subsampling"], progressive=choice["progressive"]
+    )
     return buf.getvalue(), choice
 
 
@@ -106,8 +176,9 @@ def _write_photo(job: tuple[str, int, int, int]) -> None:
         f.write(data)
 
 
-def make_photo_dataset(root: str, num_images: int = 2000, num_classes: int = 10, seed: int = 0,
-                       progress: bool = False, workers: int = 1) -> str:
+def make_photo_dataset(
+    root: str, num_images: int = 2000, num_classes: int = 10, seed: int = 0, progress: bool = False, workers: int = 1
+) -> str:
     """Writes ``root/<class>/<n>.jpg`` from real photographs, deterministically, unless done.
 
     The images are crops, rescalings and mild colour shifts of scikit-image's bundled
@@ -135,8 +206,10 @@ def make_photo_dataset(root: str, num_images: int = 2000, num_classes: int = 10,
             found = f.read().strip()
         if found and json.loads(found) == params:
             return root
-        raise ValueError(f"{root!r} holds a dataset built with other parameters ({found or 'synthetic'}); "
-                         f"use another folder or delete it")
+        raise ValueError(
+            f"{root!r} holds a dataset built with other parameters ({found or 'synthetic'}); "
+            f"use another folder or delete it"
+        )
     _load_sources()  # fails here, not in a worker, without scikit-image
     jobs = [(root, seed, i, num_classes) for i in range(num_images)]
     bar = tqdm(total=num_images, desc=f"photo dataset → {root}", disable=not progress, unit="img")
@@ -213,21 +286,30 @@ def jpeg_stats(root: str) -> dict:
         p = np.percentile(values, [5, 25, 50, 75, 95])
         return {"p5": p[0], "p25": p[1], "p50": p[2], "p75": p[3], "p95": p[4], "mean": float(np.mean(values))}
 
-    return {"images": n, "bits_per_pixel": dist(bpp), "kb": dist(kb), "short_side": dist(short),
-            "megapixels": float(np.mean(pixels)) / 1e6, "quality": dist(quality),
-            "subsampling": {k: v / n for k, v in sampling.items() if v}, "progressive": progressive / n}
+    return {
+        "images": n,
+        "bits_per_pixel": dist(bpp),
+        "kb": dist(kb),
+        "short_side": dist(short),
+        "megapixels": float(np.mean(pixels)) / 1e6,
+        "quality": dist(quality),
+        "subsampling": {k: v / n for k, v in sampling.items() if v},
+        "progressive": progressive / n,
+    }
 
 
 def format_jpeg_stats(stats: dict) -> str:
     """Two lines for a terminal or a report: bits/pixel, sizes and encodings."""
     b, k, s, q = stats["bits_per_pixel"], stats["kb"], stats["short_side"], stats["quality"]
     shares = ", ".join(f"{name} {share:.0%}" for name, share in stats["subsampling"].items())
-    return (f"{stats['images']} JPEGs: bits/pixel median {b['p50']:.2f} (p5 {b['p5']:.2f}, p25 {b['p25']:.2f}, "
-            f"p75 {b['p75']:.2f}, p95 {b['p95']:.2f}, mean {b['mean']:.2f}); file size median {k['p50']:.0f} KB "
-            f"(p5 {k['p5']:.0f}, p95 {k['p95']:.0f}, mean {k['mean']:.0f})\n"
-            f"shorter side median {s['p50']:.0f} px (p5 {s['p5']:.0f}, p95 {s['p95']:.0f}), "
-            f"{stats['megapixels']:.2f} Mpixel mean; quality {q['p5']:.0f}–{q['p95']:.0f} (p5–p95); "
-            f"{shares}; progressive {stats['progressive']:.0%}")
+    return (
+        f"{stats['images']} JPEGs: bits/pixel median {b['p50']:.2f} (p5 {b['p5']:.2f}, p25 {b['p25']:.2f}, "
+        f"p75 {b['p75']:.2f}, p95 {b['p95']:.2f}, mean {b['mean']:.2f}); file size median {k['p50']:.0f} KB "
+        f"(p5 {k['p5']:.0f}, p95 {k['p95']:.0f}, mean {k['mean']:.0f})\n"
+        f"shorter side median {s['p50']:.0f} px (p5 {s['p5']:.0f}, p95 {s['p95']:.0f}), "
+        f"{stats['megapixels']:.2f} Mpixel mean; quality {q['p5']:.0f}–{q['p95']:.0f} (p5–p95); "
+        f"{shares}; progressive {stats['progressive']:.0%}"
+    )
 
 
 # --- synthetic noise images, for unit tests ------------------------------------------------
@@ -244,7 +326,8 @@ def photo_like(rng: np.random.Generator, height: int, width: int, tint: np.ndarr
     planes = []
     for _ in range(3):
         spectrum = rng.standard_normal(amplitude.shape, dtype=np.float32) * amplitude + 1j * (
-            rng.standard_normal(amplitude.shape, dtype=np.float32) * amplitude)
+            rng.standard_normal(amplitude.shape, dtype=np.float32) * amplitude
+        )
         plane = np.fft.irfft2(spectrum, s=(sh, sw)).astype(np.float32)
         planes.append((plane - plane.mean()) / (plane.std() + 1e-9))
     img = cv2.resize(np.dstack(planes), (width, height), interpolation=cv2.INTER_CUBIC)
@@ -258,8 +341,9 @@ def photo_like(rng: np.random.Generator, height: int, width: int, tint: np.ndarr
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def make_sample_dataset(root: str, num_images: int = 320, num_classes: int = 8, seed: int = 0,
-                        quality: int = 90, progress: bool = True) -> str:
+def make_sample_dataset(
+    root: str, num_images: int = 320, num_classes: int = 8, seed: int = 0, quality: int = 90, progress: bool = True
+) -> str:
     """Writes synthetic ``root/<class>/<n>.jpg`` (shorter side 256–512 px) unless already complete.
 
     For tests only: noise-heavy images decode unlike photographs (use

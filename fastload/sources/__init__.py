@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..batch import HostBatch
-from .sampler import ShardedBatchSampler
 from .build import build_source, is_stream
 from .fetch import BatchFetcher
 from .inflight import Busy, InFlight
 from .process import ProcessSource, WorkerOptions
+from .sampler import ShardedBatchSampler
 from .stream import StreamSource
 from .thread import ThreadSource
 

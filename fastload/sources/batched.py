@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..datasets.sampleplan import SamplePlan
 from ..decode import DecodeError, roi
 from ..decode.header import check_jpeg_complete
-from ..datasets.sampleplan import SamplePlan
 from .sampler import BatchRequest
 
 if TYPE_CHECKING:
@@ -65,8 +65,9 @@ def complete(data) -> bool:
         return False
 
 
-def decode_regions(fetcher: BatchFetcher, plans: list[SamplePlan | None], epoch: int,
-                   worker: int) -> dict[int, np.ndarray]:
+def decode_regions(
+    fetcher: BatchFetcher, plans: list[SamplePlan | None], epoch: int, worker: int
+) -> dict[int, np.ndarray]:
     """The planned regions, decoded in one call: {position in ``plans``: pixels}; a region
     the call could not decode is left out."""
     group = [j for j, p in enumerate(plans) if p is not None and p.region is not None and complete(p.data)]
@@ -75,8 +76,9 @@ def decode_regions(fetcher: BatchFetcher, plans: list[SamplePlan | None], epoch:
     # The watchdog names one sample of the call: a stall here is the whole group's.
     fetcher.inflight.begin(worker, plans[group[0]].index, epoch)
     try:
-        decoded = roi.get_region_decoder().decode_batch([plans[j].data for j in group],
-                                                        [plans[j].region for j in group])
+        decoded = roi.get_region_decoder().decode_batch(
+            [plans[j].data for j in group], [plans[j].region for j in group]
+        )
     finally:
         fetcher.inflight.end(worker)
     return {j: px for j, px in zip(group, decoded) if px is not None}

@@ -8,7 +8,6 @@ from typing import Any
 from .fetch import describe
 from .inflight import InFlight, process_state
 
-
 CLOSED = "the Loader was closed (close()) during this pass"
 
 
@@ -53,24 +52,36 @@ def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> Wo
     dead = bool(pids)  # DataLoader names the pids of workers that died; a timeout names none
     named = [b for b in busy if b.pid in pids] if dead else busy
     worker_of = {pid: w for w, pid in inflight.pids().items()}
-    parts = [f"worker {b.worker} (pid {b.pid}){_state(b.pid, dead)} was loading sample {b.index} "
-             f"({describe(dataset, b.index)}) for {b.seconds:.1f} s" + (": its batch is lost" if dead else "")
-             for b in named]
-    parts += [f"worker {worker_of[pid]} (pid {pid}) was loading no sample: no batch was in progress there (only "
-              "batches it had finished and not yet sent are lost)" if pid in worker_of else
-              f"the worker (pid {pid}) was loading no sample" for pid in sorted(pids - {b.pid for b in named})]
+    parts = [
+        f"worker {b.worker} (pid {b.pid}){_state(b.pid, dead)} was loading sample {b.index} "
+        f"({describe(dataset, b.index)}) for {b.seconds:.1f} s" + (": its batch is lost" if dead else "")
+        for b in named
+    ]
+    parts += [
+        f"worker {worker_of[pid]} (pid {pid}) was loading no sample: no batch was in progress there (only "
+        "batches it had finished and not yet sent are lost)"
+        if pid in worker_of
+        else f"the worker (pid {pid}) was loading no sample"
+        for pid in sorted(pids - {b.pid for b in named})
+    ]
     told = {b.pid for b in named} | pids
     parts += [u for u in inflight.unwell() if not any(f"(pid {pid})" in u for pid in told)]
     lost = isinstance(error, (ConnectionError, EOFError))
-    head = ("fastload: lost a DataLoader worker process or its batch (a crash: out of memory, "
-            f"or a fault in a decoder?): {error!r}") if lost else f"fastload: {str(error).rstrip('. ')}"
+    head = (
+        (
+            "fastload: lost a DataLoader worker process or its batch (a crash: out of memory, "
+            f"or a fault in a decoder?): {error!r}"
+        )
+        if lost
+        else f"fastload: {str(error).rstrip('. ')}"
+    )
     if dead:
         parts.append("the next pass starts new workers")
     return WorkerFailure(f"{head}; {'; '.join(parts) or 'no sample was in flight'}")
 
 
 def _state(pid: int, dead: bool) -> str:
-    """", stopped," and the like where the process is not simply running or waiting."""
+    """ ", stopped," and the like where the process is not simply running or waiting."""
     state = process_state(pid)
     if state in ("running", "sleeping") or (dead and state in ("dead (zombie)", "dead", "gone")):
         return ""

@@ -16,12 +16,12 @@ from torch.utils.data import get_worker_info
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image, write_row
 from ..datasets.base import accepts_out, plannable, sample_name, sample_rng
-from .sampler import BatchRequest
 from ..targets import Target, TargetSpec, as_target, fill
 from ..views import SampleShape, batch_shape, map_images, numpy_rows, row, shape_of
 from .batched import Prepared, prepare
 from .handoff import SlotTable
 from .inflight import InFlight
+from .sampler import BatchRequest
 
 MAX_REPLACEMENTS = 10
 
@@ -73,8 +73,9 @@ class BatchFetcher(torch.utils.data.Dataset):
             buffer per batch.
     """
 
-    def __init__(self, dataset: Any, seed: int, on_error: str, inflight: InFlight,
-                 slots: SlotTable | None = None) -> None:
+    def __init__(
+        self, dataset: Any, seed: int, on_error: str, inflight: InFlight, slots: SlotTable | None = None
+    ) -> None:
         self.dataset, self.seed, self.on_error, self.inflight = dataset, seed, on_error, inflight
         self.slots = slots
         self._writes_in_place = accepts_out(dataset.load)
@@ -88,8 +89,9 @@ class BatchFetcher(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _load_one(self, index: int, epoch: int, worker: int, out: np.ndarray | tuple | None,
-                  shape: SampleShape | None = None) -> tuple[np.ndarray | tuple, Target]:
+    def _load_one(
+        self, index: int, epoch: int, worker: int, out: np.ndarray | tuple | None, shape: SampleShape | None = None
+    ) -> tuple[np.ndarray | tuple, Target]:
         self.inflight.begin(worker, index, epoch)
         try:
             prepared = self._prepared.pop((index, epoch), None)
@@ -105,12 +107,20 @@ class BatchFetcher(torch.utils.data.Dataset):
         check_image(image, "the image")
         shape = shape_of(out) if out is not None else shape
         if shape is not None and shape_of(image) != shape:
-            raise ValueError(f"image has shape {shape_of(image)} but the batch holds {tuple(shape)}; use a transform "
-                             "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)")
+            raise ValueError(
+                f"image has shape {shape_of(image)} but the batch holds {tuple(shape)}; use a transform "
+                "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)"
+            )
         return image, as_target(target)  # a TypeError here is named as the sample's error
 
-    def load(self, index: int, epoch: int, worker: int = 0, out: np.ndarray | tuple | None = None,
-             shape: SampleShape | None = None) -> Loaded:
+    def load(
+        self,
+        index: int,
+        epoch: int,
+        worker: int = 0,
+        out: np.ndarray | tuple | None = None,
+        shape: SampleShape | None = None,
+    ) -> Loaded:
         """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow;
         an image not of ``out``'s shape (or ``shape``) is an error of its sample."""
         try:
@@ -135,8 +145,11 @@ class BatchFetcher(torch.utils.data.Dataset):
                 skipped.append(self._skipped(epoch, other, e))
                 failed.add(other)
                 error = e
-        raise SampleError(f"on_error='skip': sample {index} and {MAX_REPLACEMENTS} replacements failed; "
-                          f"last: {skipped[-1]}", index, skipped[0].where) from error
+        raise SampleError(
+            f"on_error='skip': sample {index} and {MAX_REPLACEMENTS} replacements failed; last: {skipped[-1]}",
+            index,
+            skipped[0].where,
+        ) from error
 
     def _skipped(self, epoch: int, index: int, error: Exception) -> SkippedSample:
         # An error that already names its sample (DecodeError from the dataset) is reported
@@ -171,13 +184,19 @@ class BatchFetcher(torch.utils.data.Dataset):
                 break
         else:
             if len(loaded) == 3:
-                named = ", ".join(f"sample {i.index} ({describe(self.dataset, i.index)}) {shape_of(i.image)}" for i in loaded)
-                raise ValueError(f"the first samples of a batch differ in shape: {named}; use a transform with a "
-                                 "fixed output size (e.g. RandomResizedCrop or CenterCrop)")
+                named = ", ".join(
+                    f"sample {i.index} ({describe(self.dataset, i.index)}) {shape_of(i.image)}" for i in loaded
+                )
+                raise ValueError(
+                    f"the first samples of a batch differ in shape: {named}; use a transform with a "
+                    "fixed output size (e.g. RandomResizedCrop or CenterCrop)"
+                )
             common = shape_of(loaded[0].image)
         self._shape, self._shape_epoch = common, epoch
-        return [item if shape_of(item.image) == common else self.load(item.index, epoch, worker, shape=common)
-                for item in loaded]
+        return [
+            item if shape_of(item.image) == common else self.load(item.index, epoch, worker, shape=common)
+            for item in loaded
+        ]
 
     def fetch(self, request: BatchRequest, worker: int = 0, pin: bool | None = None) -> HostBatch:
         """Loads and collates one batch: the head fixes the shape, the rest are written
@@ -199,7 +218,9 @@ class BatchFetcher(torch.utils.data.Dataset):
         batch.lease = lease
         return batch
 
-    def _fill(self, request: BatchRequest, loaded: list[Loaded], images: torch.Tensor | tuple, worker: int) -> HostBatch:
+    def _fill(
+        self, request: BatchRequest, loaded: list[Loaded], images: torch.Tensor | tuple, worker: int
+    ) -> HostBatch:
         """The batch of ``request`` in ``images``: the ``loaded`` head copied in, the rest loaded
         straight into their rows."""
         indices, rows = request.indices, numpy_rows(images)
@@ -228,15 +249,24 @@ def put(slot: np.ndarray | tuple, item: Loaded, dataset: Any) -> int:
     return write_row(slot, item.image, sample_name(item.index, describe(dataset, item.index)))
 
 
-def collated(images: torch.Tensor | tuple, loaded: list[Loaded], epoch: int, labels: torch.Tensor | None = None,
-             indices: torch.Tensor | None = None, dataset: Any = None) -> HostBatch:
+def collated(
+    images: torch.Tensor | tuple,
+    loaded: list[Loaded],
+    epoch: int,
+    labels: torch.Tensor | None = None,
+    indices: torch.Tensor | None = None,
+    dataset: Any = None,
+) -> HostBatch:
     """The HostBatch of ``loaded`` samples whose pixels are already in ``images``; targets
     go into ``labels`` (else a new tensor shaped by the first sample's target)."""
     n = len(loaded)
     labels = TargetSpec.of(loaded[0].label).alloc(n) if labels is None else labels[:n]
     indices = torch.empty(n, dtype=torch.int64) if indices is None else indices[:n]
-    fill(labels, [item.label for item in loaded],
-         lambda j: sample_name(loaded[j].index, describe(dataset, loaded[j].index)))
+    fill(
+        labels,
+        [item.label for item in loaded],
+        lambda j: sample_name(loaded[j].index, describe(dataset, loaded[j].index)),
+    )
     indices.numpy()[:] = [item.index for item in loaded]
     skipped = tuple(s for item in loaded for s in item.skipped)
     return HostBatch(map_images(lambda t: t[:n], images), labels, indices, epoch, skipped)

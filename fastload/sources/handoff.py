@@ -152,8 +152,9 @@ class SlotLease:
     travels = True  # a HostBatch may carry this lease to another process
     carries_images = True  # ... and its images are the slot's: the receiver maps them (fastload.batch)
 
-    def __init__(self, table_id: str, worker: int, slot: int, owner: int, shape: SampleShape = (),
-                 received: bool = False) -> None:
+    def __init__(
+        self, table_id: str, worker: int, slot: int, owner: int, shape: SampleShape = (), received: bool = False
+    ) -> None:
         self.table_id, self.worker, self.slot, self.owner = table_id, worker, slot, int(owner)
         self.shape = _canonical(shape)
         self._open = received
@@ -169,8 +170,9 @@ class SlotLease:
         """
         table = _TABLES.get(self.table_id)
         if table is None:
-            raise RuntimeError(f"a batch arrived in a slot of table {self.table_id}, "
-                               "which this process no longer holds")
+            raise RuntimeError(
+                f"a batch arrived in a slot of table {self.table_id}, which this process no longer holds"
+            )
         return table.images(self.worker, self.slot, self.shape)
 
     def release(self, event: Any = None) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .sampler import BatchRequest, ShardedBatchSampler
 from .fetch import BatchFetcher
+from .sampler import BatchRequest, ShardedBatchSampler
 
 if TYPE_CHECKING:
     from .resume import Plan

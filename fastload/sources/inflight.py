@@ -17,8 +17,15 @@ _PID, _INDEX, _EPOCH, _START = range(4)
 IDLE = -1
 
 
-STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped by a tracer",
-          "Z": "dead (zombie)", "X": "dead"}
+STATES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "in uninterruptible I/O",
+    "T": "stopped",
+    "t": "stopped by a tracer",
+    "Z": "dead (zombie)",
+    "X": "dead",
+}
 
 
 def process_state(pid: int) -> str:
@@ -74,10 +81,13 @@ class InFlight:
         return {w: int(r[_PID]) for w, r in enumerate(self._rows.copy()) if r[_PID] not in (IDLE, me)}
 
     def unwell(self) -> list[str]:
-        """"worker N (pid P) is stopped" for each worker process that is stopped or dead."""
+        """ "worker N (pid P) is stopped" for each worker process that is stopped or dead."""
         states = ((w, pid, process_state(pid)) for w, pid in self.pids().items())
-        return [f"worker {w} (pid {pid}) is {state}" for w, pid, state in states
-                if state not in ("running", "sleeping", "in uninterruptible I/O")]
+        return [
+            f"worker {w} (pid {pid}) is {state}"
+            for w, pid, state in states
+            if state not in ("running", "sleeping", "in uninterruptible I/O")
+        ]
 
     def begin(self, worker: int, index: int, epoch: int) -> None:
         row = self._rows[worker % len(self._rows)]
@@ -93,6 +103,9 @@ class InFlight:
         """The samples in flight now, longest-running first."""
         now = time.monotonic_ns()
         rows = self._rows.copy()
-        out = [Busy(w, int(r[_PID]), int(r[_INDEX]), int(r[_EPOCH]), (now - int(r[_START])) / 1e9)
-               for w, r in enumerate(rows) if r[_INDEX] != IDLE]
+        out = [
+            Busy(w, int(r[_PID]), int(r[_INDEX]), int(r[_EPOCH]), (now - int(r[_START])) / 1e9)
+            for w, r in enumerate(rows)
+            if r[_INDEX] != IDLE
+        ]
         return sorted(out, key=lambda b: -b.seconds)

@@ -17,13 +17,13 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch
 from ..collate import pinning_on
-from .sampler import BatchRequest, ShardedBatchSampler
 from . import deaths
-from .inflight import InFlight
 from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
 from .handoff import detached
 from .indexed import IndexedSource
+from .inflight import InFlight
+from .sampler import BatchRequest, ShardedBatchSampler
 
 if TYPE_CHECKING:
     from .resume import Plan
@@ -48,8 +48,11 @@ class WorkerOptions:
     def forks(self) -> bool:
         """Workers are started by fork (OpenCV's pool must be parked around it)."""
         # Read, never fixed: get_start_method() without allow_none would set the program's default.
-        start = (self.start_method or multiprocessing.get_start_method(allow_none=True)
-                 or multiprocessing.get_all_start_methods()[0])
+        start = (
+            self.start_method
+            or multiprocessing.get_start_method(allow_none=True)
+            or multiprocessing.get_all_start_methods()[0]
+        )
         return self.num_workers > 0 and start == "fork"
 
 
@@ -112,11 +115,20 @@ class _EpochRequests:
 
 
 def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, Any]:
-    kw: dict[str, Any] = dict(num_workers=options.num_workers, collate_fn=identity, timeout=options.timeout,
-                              pin_memory=options.pin, generator=torch.Generator().manual_seed(options.seed))
+    kw: dict[str, Any] = dict(
+        num_workers=options.num_workers,
+        collate_fn=identity,
+        timeout=options.timeout,
+        pin_memory=options.pin,
+        generator=torch.Generator().manual_seed(options.seed),
+    )
     if options.num_workers > 0:
-        kw.update(prefetch_factor=options.prefetch_factor, persistent_workers=persistent,
-                  multiprocessing_context=options.start_method, worker_init_fn=worker_init)
+        kw.update(
+            prefetch_factor=options.prefetch_factor,
+            persistent_workers=persistent,
+            multiprocessing_context=options.start_method,
+            worker_init_fn=worker_init,
+        )
     return kw
 
 
@@ -149,8 +161,9 @@ def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
             return iter(loader)
 
 
-def worker_batches(it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any,
-                   closed: threading.Event | None = None) -> Iterator:
+def worker_batches(
+    it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any, closed: threading.Event | None = None
+) -> Iterator:
     """The items of a DataLoader iterator, its failures turned into errors that name the
     samples in flight. This generator owns ``it``: when it ends, ``it`` is dropped in the
     background (with no persistent workers, ours is the last reference, and dropping it
@@ -205,8 +218,9 @@ class ProcessSource(IndexedSource):
         self._loader: DataLoader | None = self._new_loader()
 
     def _new_loader(self) -> DataLoader:
-        return DataLoader(self.fetcher, batch_sampler=self._requests,
-                          **dataloader_options(self.options, self.options.persistent))
+        return DataLoader(
+            self.fetcher, batch_sampler=self._requests, **dataloader_options(self.options, self.options.persistent)
+        )
 
     def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
         """One pass: the sampler's requests of ``epoch``, or the rest of it that ``plan`` says."""
@@ -218,8 +232,13 @@ class ProcessSource(IndexedSource):
             self._renew_slots()  # new workers each pass
         try:
             # Out of the worker's slot at once (the pin-memory thread has copied a pinned batch).
-            for batch in worker_batches(start_workers(self._loader, self.options), self.options, self.inflight,
-                                        self.fetcher.dataset, self._closed):
+            for batch in worker_batches(
+                start_workers(self._loader, self.options),
+                self.options,
+                self.inflight,
+                self.fetcher.dataset,
+                self._closed,
+            ):
                 yield detached(batch)
         except WorkerFailure:
             self.restart()

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from .sampler import BatchRequest, batched, deal, epoch_order, rank_count
 from .fetch import describe
+from .sampler import BatchRequest, batched, deal, epoch_order, rank_count
 
 VERSION = 1
 SETTINGS = ("seed", "shuffle_seed", "batch_size", "shuffle", "drop_last", "drop_uneven")
@@ -61,8 +61,7 @@ class Stage:
     def continued_by(self, world_size: int, num_workers: int | None) -> bool:
         """Whether a stage on ``world_size`` ranks (× ``num_workers``) simply goes on with this
         one: the same layout, and every rank stopped at the same batch."""
-        return (self.world_size == world_size and self.num_workers == num_workers
-                and len(set(self.consumed)) == 1)
+        return self.world_size == world_size and self.num_workers == num_workers and len(set(self.consumed)) == 1
 
 
 @dataclass(frozen=True)
@@ -76,8 +75,9 @@ class Plan:
     length: int | None = None  # streams resumed after other stages: this rank's batches of the pass
 
 
-def remaining(order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_last: bool,
-              drop_uneven: bool = False) -> np.ndarray:
+def remaining(
+    order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_last: bool, drop_uneven: bool = False
+) -> np.ndarray:
     """The samples of an epoch (``order``, in visiting order) that none of ``stages`` consumed
     and that the epoch would still visit (``drop_last`` and ``drop_uneven`` leave a tail
     out), in epoch order.
@@ -97,16 +97,25 @@ def remaining(order: np.ndarray, stages: Sequence[Stage], batch_size: int, drop_
         taken = []
         for rank, batches in enumerate(stage.consumed):
             if batches > num_batches:
-                raise ValueError(f"loader state: rank {rank} of {world_size} consumed {batches} batches, "
-                                 f"but that part of the epoch has {num_batches}")
+                raise ValueError(
+                    f"loader state: rank {rank} of {world_size} consumed {batches} batches, "
+                    f"but that part of the epoch has {num_batches}"
+                )
             taken.append(laid[rank:total:world_size][: batches * batch_size])
-        left = laid[:min(n, total)]  # dropping, the tail that no rank visits is left out
+        left = laid[: min(n, total)]  # dropping, the tail that no rank visits is left out
         left = left[~np.isin(left, np.concatenate(taken))]
     return left
 
 
-def resumed_indices(order: np.ndarray, stages: Sequence[Stage], rank: int, world_size: int, batch_size: int,
-                    drop_last: bool, drop_uneven: bool = False) -> np.ndarray:
+def resumed_indices(
+    order: np.ndarray,
+    stages: Sequence[Stage],
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    drop_last: bool,
+    drop_uneven: bool = False,
+) -> np.ndarray:
     """Rank ``rank`` of ``world_size``'s samples in the resumed pass: the unconsumed samples in
     epoch order, dealt out with equal counts (padded from the epoch's head, or dropped)."""
     left = remaining(order, stages, batch_size, drop_last, drop_uneven)
@@ -129,15 +138,30 @@ def compact(stages: Sequence[Stage]) -> tuple[Stage, ...]:
     return tuple(out)
 
 
-def rank_state(*, epoch: int, rank: int, world_size: int, consumed: int, history: Sequence[Stage] = (),
-               settings: dict, num_workers: int | None = None) -> dict:
+def rank_state(
+    *,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    consumed: int,
+    history: Sequence[Stage] = (),
+    settings: dict,
+    num_workers: int | None = None,
+) -> dict:
     """One rank's state (see the module docstring); ``settings`` holds SETTINGS and ``dataset``."""
     history = list(history)
     if history and history[-1].continued_by(world_size, num_workers):
         consumed += history.pop().consumed[0]  # the same as this rank going on with its own batches
-    state = {"version": VERSION, "epoch": epoch, "rank": rank, "world_size": world_size, "consumed": consumed,
-             "history": [s.as_dict() for s in history], **{k: settings[k] for k in SETTINGS},
-             "dataset": dict(settings["dataset"])}
+    state = {
+        "version": VERSION,
+        "epoch": epoch,
+        "rank": rank,
+        "world_size": world_size,
+        "consumed": consumed,
+        "history": [s.as_dict() for s in history],
+        **{k: settings[k] for k in SETTINGS},
+        "dataset": dict(settings["dataset"]),
+    }
     if num_workers is not None:
         state["num_workers"] = num_workers
     return state
@@ -160,8 +184,11 @@ def _check_shape(state: Any) -> None:
         raise TypeError(f"a loader state is a dict (from Loader.state_dict()), got {type(state).__name__}")
     if state.get("version") != VERSION:
         raise ValueError(f"loader state version {state.get('version')!r} is not {VERSION} (another fastload?)")
-    missing = [k for k in ("epoch", "world_size", "consumed", "history", *SETTINGS, "dataset")
-               if k not in state and k not in ADDED]
+    missing = [
+        k
+        for k in ("epoch", "world_size", "consumed", "history", *SETTINGS, "dataset")
+        if k not in state and k not in ADDED
+    ]
     if missing:
         raise ValueError(f"loader state lacks {missing}")
     _int(state["epoch"], "epoch")
@@ -191,15 +218,19 @@ def merge_states(states: Sequence[dict]) -> dict:
     for state in states[1:]:
         differ = [k for k in sorted((set(shared) | set(state)) - set(own)) if state.get(k) != first.get(k)]
         if differ:
-            raise ValueError(f"loader states disagree on {differ}: not saved by one run at one point "
-                             f"(e.g. {differ[0]}: {first.get(differ[0])!r} vs {state.get(differ[0])!r})")
+            raise ValueError(
+                f"loader states disagree on {differ}: not saved by one run at one point "
+                f"(e.g. {differ[0]}: {first.get(differ[0])!r} vs {state.get(differ[0])!r})"
+            )
     by_rank: dict[int, int] = {}
     seeds: dict[int, Any] = {}
     for state in states:
         rank = _int(state.get("rank"), "rank")
         if rank in by_rank or rank >= world_size:
-            raise ValueError(f"loader states: rank {rank} is {'given twice' if rank in by_rank else 'out of range'}"
-                             f" (world_size {world_size})")
+            raise ValueError(
+                f"loader states: rank {rank} is {'given twice' if rank in by_rank else 'out of range'}"
+                f" (world_size {world_size})"
+            )
         by_rank[rank] = _int(state["consumed"], "consumed")
         seeds[rank] = state["seed"]
     if len(by_rank) != world_size:
@@ -221,8 +252,10 @@ def as_merged(state: dict | Sequence[dict]) -> dict:
         _ints(state["consumed"], state["world_size"], "consumed")
         return with_defaults(state)
     if state["world_size"] != 1:
-        raise ValueError(f"this is the state of rank {state.get('rank')} of {state['world_size']}: pass the "
-                         "states of all ranks (a list), or fastload.merge_states(states)")
+        raise ValueError(
+            f"this is the state of rank {state.get('rank')} of {state['world_size']}: pass the "
+            "states of all ranks (a list), or fastload.merge_states(states)"
+        )
     return with_defaults(merge_states([state]))
 
 
@@ -256,15 +289,18 @@ def check_matches(state: dict, expected: dict) -> None:
     for key in SETTINGS:
         if state[key] != expected[key]:
             hint = " (leave seed= out to take the state's)" if key == "seed" else ""
-            raise ValueError(f"loader state has {key}={state[key]!r} but this loader has {key}={expected[key]!r}"
-                             + hint)
+            raise ValueError(
+                f"loader state has {key}={state[key]!r} but this loader has {key}={expected[key]!r}" + hint
+            )
     have, want = state["dataset"], expected["dataset"]
     if not isinstance(have, dict) or have.get("len") != want["len"]:
         got = have.get("len") if isinstance(have, dict) else have
         raise ValueError(f"loader state is for a dataset of {got} samples; this one has {want['len']}")
     if have.get("fingerprint") != want["fingerprint"]:
-        raise ValueError(f"loader state is for another dataset of {want['len']} samples (fingerprint "
-                         f"{have.get('fingerprint')!r}, this one {want['fingerprint']!r}): other files or keys")
+        raise ValueError(
+            f"loader state is for another dataset of {want['len']} samples (fingerprint "
+            f"{have.get('fingerprint')!r}, this one {want['fingerprint']!r}): other files or keys"
+        )
 
 
 def stages(state: dict) -> tuple[Stage, ...]:
@@ -278,8 +314,13 @@ def stages(state: dict) -> tuple[Stage, ...]:
             raise ValueError(f"loader state: a history entry must be a dict, got {entry!r}")
         world_size = _int(entry.get("world_size"), "world_size", 1)
         workers = entry.get("num_workers")
-        out.append(Stage(world_size, _ints(entry.get("consumed"), world_size, "consumed"),
-                         None if workers is None else _int(workers, "num_workers")))
+        out.append(
+            Stage(
+                world_size,
+                _ints(entry.get("consumed"), world_size, "consumed"),
+                None if workers is None else _int(workers, "num_workers"),
+            )
+        )
     return compact(out)
 
 
@@ -287,8 +328,12 @@ def plan(state: dict, num_samples: int, rank: int, world_size: int) -> Plan | No
     """The pass a map-style loader (rank ``rank`` of ``world_size``) runs after loading ``state``
     (merged and checked): the rest of the interrupted epoch (possibly no batch at all), or
     None when nothing of it was consumed (a normal pass of ``state["epoch"]``)."""
-    epoch, batch_size, drop_last, drop_uneven = (state["epoch"], state["batch_size"], state["drop_last"],
-                                                 state["drop_uneven"])
+    epoch, batch_size, drop_last, drop_uneven = (
+        state["epoch"],
+        state["batch_size"],
+        state["drop_last"],
+        state["drop_uneven"],
+    )
     done = stages(state)
     if not done:
         return None
@@ -297,8 +342,9 @@ def plan(state: dict, num_samples: int, rank: int, world_size: int) -> Plan | No
     return Plan(epoch, done, tuple(batched(epoch, mine, batch_size)))
 
 
-def stream_plan(state: dict, rank: int, world_size: int, num_workers: int, num_batches: int,
-                elastic: bool = False) -> Plan:
+def stream_plan(
+    state: dict, rank: int, world_size: int, num_workers: int, num_batches: int, elastic: bool = False
+) -> Plan:
     """The pass a stream loader (``num_batches`` per epoch) runs after loading ``state``.
 
     On the ranks and workers of the run that saved it, where every rank stopped at the same
@@ -311,10 +357,12 @@ def stream_plan(state: dict, rank: int, world_size: int, num_workers: int, num_b
     if done and done[-1].continued_by(world_size, num_workers):
         history, start = done[:-1], done[-1].consumed[0]
     if history and not elastic:
-        raise ValueError(f"this stream resumes only on the same ranks and workers, where every rank stopped at "
-                         f"the same batch: the state is of world_size={state['world_size']}, num_workers="
-                         f"{state.get('num_workers')}, consumed={state['consumed']}; this loader has "
-                         f"{world_size} and {num_workers}")
+        raise ValueError(
+            f"this stream resumes only on the same ranks and workers, where every rank stopped at "
+            f"the same batch: the state is of world_size={state['world_size']}, num_workers="
+            f"{state.get('num_workers')}, consumed={state['consumed']}; this loader has "
+            f"{world_size} and {num_workers}"
+        )
     if start > num_batches:
         raise ValueError(f"loader state: {start} batches consumed, but the stream's epoch has {num_batches}")
     return Plan(state["epoch"], history=history, start=start)

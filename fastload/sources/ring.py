@@ -75,8 +75,10 @@ class BufferRing:
             views = tuple(alloc_batch(v, pin=pin) for v in per_view)
             return views if isinstance(shape[0], tuple) else views[0]
 
-        self._slots = [_Slot(SlotBuffers(images(), targets.alloc(n, place),
-                                          alloc_batch((n,), torch.int64, pin=pin))) for _ in range(count)]
+        self._slots = [
+            _Slot(SlotBuffers(images(), targets.alloc(n, place), alloc_batch((n,), torch.int64, pin=pin)))
+            for _ in range(count)
+        ]
         self._cond = threading.Condition()
         self._releases = 0
 

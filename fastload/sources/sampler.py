@@ -24,7 +24,6 @@ class BatchRequest(NamedTuple):
     indices: np.ndarray  # int64
 
 
-
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """(rank, world_size) given explicitly, else from torch.distributed, else (0, 1)."""
     initialized = dist.is_available() and dist.is_initialized()
@@ -49,8 +48,9 @@ def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool) -> np.nd
     return np.arange(num_samples, dtype=np.int64)
 
 
-def rank_count(num_samples: int, world_size: int, batch_size: int, drop_last: bool,
-               drop_uneven: bool = False) -> tuple[int, int]:
+def rank_count(
+    num_samples: int, world_size: int, batch_size: int, drop_last: bool, drop_uneven: bool = False
+) -> tuple[int, int]:
     """(samples, batches) each rank gets when ``num_samples`` are dealt out (see :func:`deal`)."""
     if drop_last:
         num_batches = num_samples // world_size // batch_size
@@ -59,8 +59,15 @@ def rank_count(num_samples: int, world_size: int, batch_size: int, drop_last: bo
     return per_rank, math.ceil(per_rank / batch_size)
 
 
-def deal(order: np.ndarray, rank: int, world_size: int, batch_size: int, drop_last: bool,
-         pad: np.ndarray | None = None, drop_uneven: bool = False) -> np.ndarray:
+def deal(
+    order: np.ndarray,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    drop_last: bool,
+    pad: np.ndarray | None = None,
+    drop_uneven: bool = False,
+) -> np.ndarray:
     """Rank ``rank``'s share of ``order``: every ``world_size``-th sample from position ``rank``.
 
     By default ``order`` is first padded to a multiple of ``world_size`` by cycling
@@ -138,9 +145,19 @@ class ShardedBatchSampler:
         requests: Where ``set_epoch`` calls are also reported (the Loader's).
     """
 
-    def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
-                 seed: int = 0, rank: int = 0, world_size: int = 1, drop_uneven: bool = False,
-                 requests: EpochRequests | None = None) -> None:
+    def __init__(
+        self,
+        num_samples: int,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_uneven: bool = False,
+        requests: EpochRequests | None = None,
+    ) -> None:
         if num_samples <= 0:
             raise ValueError(f"num_samples must be positive, got {num_samples}")
         if batch_size <= 0:
@@ -159,8 +176,10 @@ class ShardedBatchSampler:
         self.per_rank, self.num_batches = rank_count(num_samples, world_size, batch_size, drop_last, drop_uneven)
         if self.num_batches == 0:
             why = "with drop_last=True" if drop_last else "with DistributedSampler's drop_last=True (drop_uneven)"
-            raise ValueError(f"no batch to yield: {num_samples} samples over {world_size} rank(s) is fewer than "
-                             f"{'batch_size=' + str(batch_size) if drop_last else 'one sample per rank'} {why}")
+            raise ValueError(
+                f"no batch to yield: {num_samples} samples over {world_size} rank(s) is fewer than "
+                f"{'batch_size=' + str(batch_size) if drop_last else 'one sample per rank'} {why}"
+            )
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch used when iterating the sampler itself (``requests`` takes it explicitly);
@@ -183,8 +202,9 @@ class ShardedBatchSampler:
         order = epoch_order(self.num_samples, self.seed, epoch, self.shuffle)
         # Batches of one: drop_last then only drops the uneven tail across ranks.
         batch_size = self.batch_size if drop_last else 1
-        return deal(order, self.rank, self.world_size, batch_size, drop_last, drop_uneven=self.drop_uneven
-                    or self.drop_last)
+        return deal(
+            order, self.rank, self.world_size, batch_size, drop_last, drop_uneven=self.drop_uneven or self.drop_last
+        )
 
     def requests(self, epoch: int, start: int = 0) -> Iterator[BatchRequest]:
         """This rank's batches of ``epoch``, from batch number ``start`` on."""

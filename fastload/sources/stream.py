@@ -67,9 +67,20 @@ class _SlotBatches(torch.utils.data.IterableDataset):
     is that slot's.
     """
 
-    def __init__(self, stream: Any, epoch: int, seed: int, rank: int, world_size: int, batch_size: int,
-                 drop_last: bool, on_error: str, inflight: InFlight, start: int = 0,
-                 order: StreamOrder | None = None) -> None:
+    def __init__(
+        self,
+        stream: Any,
+        epoch: int,
+        seed: int,
+        rank: int,
+        world_size: int,
+        batch_size: int,
+        drop_last: bool,
+        on_error: str,
+        inflight: InFlight,
+        start: int = 0,
+        order: StreamOrder | None = None,
+    ) -> None:
         super().__init__()
         self.stream, self.epoch, self.seed = stream, epoch, seed
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
@@ -86,8 +97,9 @@ class _SlotBatches(torch.utils.data.IterableDataset):
         except Exception as e:
             if getattr(e, "sample_index", None) == record.number or self.on_error != "raise":
                 raise
-            raise SampleError(f"record {record.number} ({record.where}): {type(e).__name__}: {e}",
-                              record.number, record.where) from e
+            raise SampleError(
+                f"record {record.number} ({record.where}): {type(e).__name__}: {e}", record.number, record.where
+            ) from e
         finally:
             self.inflight.end(worker)
 
@@ -115,8 +127,11 @@ class _SlotBatches(torch.utils.data.IterableDataset):
             owed, last = [], item
             yield item
         if owed:
-            raise SampleError(f"on_error='skip': every record of stream slot {slot} failed; first: {owed[0]}",
-                              owed[0].index, owed[0].where)
+            raise SampleError(
+                f"on_error='skip': every record of stream slot {slot} failed; first: {owed[0]}",
+                owed[0].index,
+                owed[0].where,
+            )
 
     def __iter__(self) -> Iterator[HostBatch]:
         info = get_worker_info()
@@ -156,8 +171,19 @@ class StreamSource:
         options: Worker count and settings (workers are started each epoch).
     """
 
-    def __init__(self, stream: Any, *, batch_size: int, drop_last: bool, on_error: str, seed: int, rank: int,
-                 world_size: int, options: WorkerOptions, shuffle: bool = False) -> None:
+    def __init__(
+        self,
+        stream: Any,
+        *,
+        batch_size: int,
+        drop_last: bool,
+        on_error: str,
+        seed: int,
+        rank: int,
+        world_size: int,
+        options: WorkerOptions,
+        shuffle: bool = False,
+    ) -> None:
         self.stream, self.batch_size, self.drop_last, self.shuffle = stream, batch_size, drop_last, shuffle
         self.on_error, self.seed, self.rank, self.world_size = on_error, seed, rank, world_size
         self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
@@ -184,8 +210,14 @@ class StreamSource:
     def resume_plan(self, state: dict) -> Plan:
         from . import resume
 
-        plan = resume.stream_plan(state, self.rank, self.world_size, self.options.num_workers, len(self),
-                                  elastic=getattr(self.stream, "elastic", False))
+        plan = resume.stream_plan(
+            state,
+            self.rank,
+            self.world_size,
+            self.options.num_workers,
+            len(self),
+            elastic=getattr(self.stream, "elastic", False),
+        )
         if not plan.history or not hasattr(self.stream, "resumed_sizes"):
             return plan
         # What the earlier stages left is re-dealt: this rank's batches are those of its slots.
@@ -193,9 +225,10 @@ class StreamSource:
         order = StreamOrder(plan.epoch, self.seed, self.shuffle, self.batch_size, tuple(plan.history))
         layout = {"batch_size": self.batch_size} if whole_batches(self.stream, self.world_size) else {}
         sizes = self.stream.resumed_sizes(self.world_size * workers, drop_last=self.drop_last, order=order, **layout)
-        mine = sizes[self.rank * workers:(self.rank + 1) * workers]
-        return dataclasses.replace(plan, length=sum(batch_count(n, self.batch_size, self.drop_last)
-                                                    for n in mine) - plan.start)
+        mine = sizes[self.rank * workers : (self.rank + 1) * workers]
+        return dataclasses.replace(
+            plan, length=sum(batch_count(n, self.batch_size, self.drop_last) for n in mine) - plan.start
+        )
 
     def state_fields(self) -> dict:
         return {"num_workers": self.options.num_workers}
@@ -212,8 +245,19 @@ class StreamSource:
         order = None
         if self.shuffle or history:
             order = StreamOrder(epoch, self.seed, self.shuffle, self.batch_size, history)
-        data = _SlotBatches(self.stream, epoch, self.seed, self.rank, self.world_size, self.batch_size,
-                            self.drop_last, self.on_error, self.inflight, start, order)
+        data = _SlotBatches(
+            self.stream,
+            epoch,
+            self.seed,
+            self.rank,
+            self.world_size,
+            self.batch_size,
+            self.drop_last,
+            self.on_error,
+            self.inflight,
+            start,
+            order,
+        )
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
         yield from worker_batches(start_workers(loader, self.options), self.options, self.inflight, None)
 

@@ -19,13 +19,13 @@ import numpy as np
 
 from ..batch import HostBatch
 from ..collate import batch_buffer, pinning_on
-from .sampler import BatchRequest, ShardedBatchSampler
 from ..targets import TargetSpec
 from ..views import SampleShape, batch_shape, from_numpy, map_images, numpy_rows, row, shape_of
+from .failures import CLOSED, worker_failure
 from .fetch import BatchFetcher, Loaded, collated, put
 from .indexed import IndexedSource
-from .failures import CLOSED, worker_failure
 from .ring import BufferRing, RingLease
+from .sampler import BatchRequest, ShardedBatchSampler
 
 if TYPE_CHECKING:
     from .resume import Plan
@@ -87,8 +87,10 @@ class _Job:
         if self.error is not None:
             raise self.error
         if self.cancelled or any(item is None for item in self.loaded):
-            raise RuntimeError("a batch of this pass was cancelled: a newer pass of the same source started "
-                               "(iterate a Loader from one thread at a time)")
+            raise RuntimeError(
+                "a batch of this pass was cancelled: a newer pass of the same source started "
+                "(iterate a Loader from one thread at a time)"
+            )
 
     def cancel(self) -> None:
         """Stops its tasks that have not started and gives its slot back (reused only once
@@ -104,8 +106,10 @@ class _Pool:
 
     def __init__(self, fetcher: BatchFetcher, threads: int) -> None:
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, args=(fetcher, i), name=f"fastload-decode-{i}",
-                                          daemon=True) for i in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._work, args=(fetcher, i), name=f"fastload-decode-{i}", daemon=True)
+            for i in range(threads)
+        ]
         for t in self._threads:
             t.start()
 
@@ -144,9 +148,19 @@ class ThreadSource(IndexedSource):
             (their buffers come back once their copies are done).
     """
 
-    def __init__(self, fetcher: BatchFetcher, sampler: ShardedBatchSampler, num_threads: int, prefetch: int, *,
-                 pin: bool, reuse: bool = True, timeout: float = 0.0, device_ahead: int = 2,
-                 pin_device: Any = None) -> None:
+    def __init__(
+        self,
+        fetcher: BatchFetcher,
+        sampler: ShardedBatchSampler,
+        num_threads: int,
+        prefetch: int,
+        *,
+        pin: bool,
+        reuse: bool = True,
+        timeout: float = 0.0,
+        device_ahead: int = 2,
+        pin_device: Any = None,
+    ) -> None:
         if num_threads < 1:
             raise ValueError(f"the thread backend needs num_workers >= 1, got {num_threads}")
         if len(fetcher.inflight) < num_threads + 1:
@@ -201,8 +215,11 @@ class ThreadSource(IndexedSource):
 
     def _finish(self, job: _Job) -> HostBatch:
         def timed_out() -> RuntimeError:
-            return worker_failure(RuntimeError(f"thread backend timed out after {self.timeout} s"),
-                                  self.fetcher.inflight, self.fetcher.dataset)
+            return worker_failure(
+                RuntimeError(f"thread backend timed out after {self.timeout} s"),
+                self.fetcher.inflight,
+                self.fetcher.dataset,
+            )
 
         job.wait(self.timeout, timed_out, self._closed)
         self.copies += job.copies

@@ -42,11 +42,16 @@ class Watchdog:
 
     def message(self, waited: float) -> str:
         busy, unwell = self.inflight.busy(), self.inflight.unwell()
-        lines = [f"worker {b.worker} (pid {b.pid}) on sample {b.index} ({describe(self.dataset, b.index)}) "
-                 f"for {b.seconds:.0f} s" for b in busy]
+        lines = [
+            f"worker {b.worker} (pid {b.pid}) on sample {b.index} ({describe(self.dataset, b.index)}) "
+            f"for {b.seconds:.0f} s"
+            for b in busy
+        ]
         if not lines and not unwell:
-            return (f"fastload: no batch for {waited:.0f} s and no sample is being loaded "
-                    "(workers starting, or blocked outside a sample?)")
+            return (
+                f"fastload: no batch for {waited:.0f} s and no sample is being loaded "
+                "(workers starting, or blocked outside a sample?)"
+            )
         where = f"; in flight: {'; '.join(lines)}" if lines else "; no sample is being loaded"
         return f"fastload: no batch for {waited:.0f} s{where}" + "".join(f"; {u}" for u in unwell)
 

@@ -39,6 +39,7 @@ def _posterize_bits(top: int, span: int) -> Magnitudes:
     def bits(n: int, h: int, w: int) -> np.ndarray:
         ramp = np.arange(n, dtype=np.float32) / np.float32((n - 1) / span)
         return np.round(np.float32(top) - ramp).astype(np.int64)
+
     return bits
 
 
@@ -97,8 +98,13 @@ AUGMIX_PARTIAL: Space = {
     "AutoContrast": (_none, False),
     "Equalize": (_none, False),
 }
-AUGMIX_ALL: Space = {**AUGMIX_PARTIAL, "Brightness": (_lin(0.9), True), "Color": (_lin(0.9), True),
-                     "Contrast": (_lin(0.9), True), "Sharpness": (_lin(0.9), True)}
+AUGMIX_ALL: Space = {
+    **AUGMIX_PARTIAL,
+    "Brightness": (_lin(0.9), True),
+    "Color": (_lin(0.9), True),
+    "Contrast": (_lin(0.9), True),
+    "Sharpness": (_lin(0.9), True),
+}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -112,8 +118,9 @@ def has_magnitude(space: Space, op: str) -> bool:
     return space[op][0] is not _none
 
 
-def signed_magnitude(space: Space, op: str, num_bins: int, index: int, h: int, w: int,
-                     rng: np.random.Generator) -> float:
+def signed_magnitude(
+    space: Space, op: str, num_bins: int, index: int, h: int, w: int, rng: np.random.Generator
+) -> float:
     """The magnitude of bin ``index`` for ``op`` (0.0 for operations without one), its sign
     flipped with probability 1/2 for signed operations (one draw from ``rng``, only then)."""
     magnitudes_fn, signed = space[op]
@@ -134,12 +141,21 @@ def apply_op(img: np.ndarray, op: str, magnitude: float, interpolation: Any, fil
         # torchvision shears by atan(magnitude) degrees about the top-left corner.
         angle = math.degrees(math.atan(magnitude))
         shear = [angle, 0.0] if op == "ShearX" else [0.0, angle]
-        return F.affine(img, angle=0.0, translate=[0, 0], scale=1.0, shear=shear, interpolation=interpolation,
-                        fill=fill, center=[0, 0])
+        return F.affine(
+            img,
+            angle=0.0,
+            translate=[0, 0],
+            scale=1.0,
+            shear=shear,
+            interpolation=interpolation,
+            fill=fill,
+            center=[0, 0],
+        )
     if op in ("TranslateX", "TranslateY"):
         translate = [int(magnitude), 0] if op == "TranslateX" else [0, int(magnitude)]
-        return F.affine(img, angle=0.0, translate=translate, scale=1.0, shear=[0.0, 0.0], interpolation=interpolation,
-                        fill=fill)
+        return F.affine(
+            img, angle=0.0, translate=translate, scale=1.0, shear=[0.0, 0.0], interpolation=interpolation, fill=fill
+        )
     if op == "Rotate":
         return F.rotate(img, angle=magnitude, interpolation=interpolation, fill=fill)
     if op == "Brightness":

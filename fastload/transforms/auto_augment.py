@@ -74,8 +74,14 @@ class RandAugment(_AutoAugmentBase):
 
     space = RAND_AUGMENT
 
-    def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
-                 interpolation: Any = "nearest", fill: Fill = None) -> None:
+    def __init__(
+        self,
+        num_ops: int = 2,
+        magnitude: int = 9,
+        num_magnitude_bins: int = 31,
+        interpolation: Any = "nearest",
+        fill: Fill = None,
+    ) -> None:
         super().__init__(interpolation, fill)
         self.num_ops = _int_arg(num_ops, "num_ops", 0)
         self.num_magnitude_bins = _int_arg(num_magnitude_bins, "num_magnitude_bins", 2)
@@ -90,8 +96,10 @@ class RandAugment(_AutoAugmentBase):
         return img
 
     def __repr__(self) -> str:
-        return (f"RandAugment(num_ops={self.num_ops}, magnitude={self.magnitude}, "
-                f"num_magnitude_bins={self.num_magnitude_bins}, interpolation={self.interpolation!r})")
+        return (
+            f"RandAugment(num_ops={self.num_ops}, magnitude={self.magnitude}, "
+            f"num_magnitude_bins={self.num_magnitude_bins}, interpolation={self.interpolation!r})"
+        )
 
 
 class TrivialAugmentWide(_AutoAugmentBase):
@@ -134,13 +142,15 @@ class AutoAugment(_AutoAugmentBase):
 
     space = AUTO_AUGMENT
 
-    def __init__(self, policy: Any = AutoAugmentPolicy.IMAGENET, interpolation: Any = "nearest",
-                 fill: Fill = None) -> None:
+    def __init__(
+        self, policy: Any = AutoAugmentPolicy.IMAGENET, interpolation: Any = "nearest", fill: Fill = None
+    ) -> None:
         super().__init__(interpolation, fill)
         value = getattr(policy, "value", policy)
         if value not in POLICIES:
-            raise ValueError(f"policy must be one of {[p.value for p in AutoAugmentPolicy]} "
-                             f"(or AutoAugmentPolicy), got {policy!r}")
+            raise ValueError(
+                f"policy must be one of {[p.value for p in AutoAugmentPolicy]} (or AutoAugmentPolicy), got {policy!r}"
+            )
         self.policy = AutoAugmentPolicy(value)
         self.policies = POLICIES[value]
 
@@ -172,8 +182,16 @@ class AugMix(_AutoAugmentBase):
         fill: Value of pixels from outside the image (a number or one per channel).
     """
 
-    def __init__(self, severity: int = 3, mixture_width: int = 3, chain_depth: int = -1, alpha: float = 1.0,
-                 all_ops: bool = True, interpolation: Any = "bilinear", fill: Fill = None) -> None:
+    def __init__(
+        self,
+        severity: int = 3,
+        mixture_width: int = 3,
+        chain_depth: int = -1,
+        alpha: float = 1.0,
+        all_ops: bool = True,
+        interpolation: Any = "bilinear",
+        fill: Fill = None,
+    ) -> None:
         super().__init__(interpolation, fill)
         self.severity = _int_arg(severity, "severity", 1, 10)
         self.mixture_width = _int_arg(mixture_width, "mixture_width", 1)
@@ -207,6 +225,8 @@ class AugMix(_AutoAugmentBase):
         return mix.astype(np.uint8)
 
     def __repr__(self) -> str:
-        return (f"AugMix(severity={self.severity}, mixture_width={self.mixture_width}, "
-                f"chain_depth={self.chain_depth}, alpha={self.alpha}, all_ops={self.all_ops}, "
-                f"interpolation={self.interpolation!r})")
+        return (
+            f"AugMix(severity={self.severity}, mixture_width={self.mixture_width}, "
+            f"chain_depth={self.chain_depth}, alpha={self.alpha}, all_ops={self.all_ops}, "
+            f"interpolation={self.interpolation!r})"
+        )

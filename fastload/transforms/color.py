@@ -17,9 +17,13 @@ def _probability(p: float) -> float:
     return float(p)
 
 
-def _jitter_range(value: float | Sequence[float] | None, name: str, center: float = 1.0,
-                  bound: tuple[float, float] = (0.0, float("inf")),
-                  clip_first_on_zero: bool = True) -> tuple[float, float] | None:
+def _jitter_range(
+    value: float | Sequence[float] | None,
+    name: str,
+    center: float = 1.0,
+    bound: tuple[float, float] = (0.0, float("inf")),
+    clip_first_on_zero: bool = True,
+) -> tuple[float, float] | None:
     """torchvision's ColorJitter._check_input: a number v means [center - v, center + v]."""
     if value is None:
         return None
@@ -49,16 +53,23 @@ class ColorJitter:
         hue: v in [0, 0.5] for [-v, v], or (min, max) within [-0.5, 0.5].
     """
 
-    def __init__(self, brightness: float | Sequence[float] | None = None,
-                 contrast: float | Sequence[float] | None = None,
-                 saturation: float | Sequence[float] | None = None,
-                 hue: float | Sequence[float] | None = None) -> None:
+    def __init__(
+        self,
+        brightness: float | Sequence[float] | None = None,
+        contrast: float | Sequence[float] | None = None,
+        saturation: float | Sequence[float] | None = None,
+        hue: float | Sequence[float] | None = None,
+    ) -> None:
         self.brightness = _jitter_range(brightness, "brightness")
         self.contrast = _jitter_range(contrast, "contrast")
         self.saturation = _jitter_range(saturation, "saturation")
         self.hue = _jitter_range(hue, "hue", center=0.0, bound=(-0.5, 0.5), clip_first_on_zero=False)
-        self._ops = [(F.adjust_brightness, self.brightness), (F.adjust_contrast, self.contrast),
-                     (F.adjust_saturation, self.saturation), (F.adjust_hue, self.hue)]
+        self._ops = [
+            (F.adjust_brightness, self.brightness),
+            (F.adjust_contrast, self.contrast),
+            (F.adjust_saturation, self.saturation),
+            (F.adjust_hue, self.hue),
+        ]
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         order = rng.permutation(4).tolist()
@@ -69,8 +80,10 @@ class ColorJitter:
         return img
 
     def __repr__(self) -> str:
-        return (f"ColorJitter(brightness={self.brightness}, contrast={self.contrast}, "
-                f"saturation={self.saturation}, hue={self.hue})")
+        return (
+            f"ColorJitter(brightness={self.brightness}, contrast={self.contrast}, "
+            f"saturation={self.saturation}, hue={self.hue})"
+        )
 
 
 class RandomGrayscale:

@@ -15,6 +15,7 @@ from ..decode.resize import Crop
 from .crops import CenterCrop, CropPlanner, Resize, ResizedCenterCrop
 from .foreign import foreign_error
 
+
 def takes_rng(transform: Any) -> bool:
     """Whether ``transform`` is called ``f(img, rng)`` (it takes two positional arguments)
     rather than ``f(img)``. Callables whose signature cannot be read are ``f(img)``."""
@@ -33,8 +34,10 @@ def _check_transform(t: Any) -> None:
     if foreign is not None:
         raise TypeError(foreign)
     if type(t).__module__.split(".")[0] == "albumentations":
-        raise TypeError(f"{type(t).__name__} is an albumentations transform, called with keywords: wrap it as "
-                        "fl.transforms.albumentations(aug)")
+        raise TypeError(
+            f"{type(t).__name__} is an albumentations transform, called with keywords: wrap it as "
+            "fl.transforms.albumentations(aug)"
+        )
 
 
 @dataclass(frozen=True)
@@ -94,12 +97,16 @@ class Compose:
         # lets a missing one say what to do: t(img) is a torchvision habit, often in a
         # Dataset's __getitem__, where fastload cannot hand over the sample's rng.
         if rng is _REQUIRED:
-            raise TypeError("Compose is called as t(img, rng), rng a numpy Generator (e.g. np.random.default_rng(0)); "
-                            "in a Dataset of your own, give the transforms to fl.WrappedDataset(dataset, "
-                            "transform=[...]), which calls them with each sample's rng")
+            raise TypeError(
+                "Compose is called as t(img, rng), rng a numpy Generator (e.g. np.random.default_rng(0)); "
+                "in a Dataset of your own, give the transforms to fl.WrappedDataset(dataset, "
+                "transform=[...]), which calls them with each sample's rng"
+            )
         if not isinstance(img, np.ndarray):
-            raise TypeError(f"Compose takes the image as a uint8 H×W×C numpy array, got {type(img).__name__} "
-                            "(a PIL image: np.asarray(img))")
+            raise TypeError(
+                f"Compose takes the image as a uint8 H×W×C numpy array, got {type(img).__name__} "
+                "(a PIL image: np.asarray(img))"
+            )
         for t, with_rng in zip(self.transforms, self._with_rng):
             img = self._apply(t, with_rng, img, rng)
         return img
@@ -110,8 +117,9 @@ class Compose:
             return self.transforms[0].plan(h, w, rng)
         return None
 
-    def plan_decode(self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None,
-                    region_ok: bool = False) -> DecodeSteps:
+    def plan_decode(
+        self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None, region_ok: bool = False
+    ) -> DecodeSteps:
         """The first half of :meth:`decode`: the header read and checked against the pixel
         limit, the leading crop drawn from ``rng`` and, for TurboJPEG, the decode planned.
 
@@ -131,9 +139,16 @@ class Compose:
             planned = choose(header, crop, self.reduced_decode, region_ok)
         return DecodeSteps(header, crop, planned)
 
-    def finish_decode(self, data, decoder: Decoder, steps: DecodeSteps, rng: np.random.Generator,
-                      out: np.ndarray | None = None, max_pixels: int | None = None,
-                      pixels: np.ndarray | None = None) -> np.ndarray:
+    def finish_decode(
+        self,
+        data,
+        decoder: Decoder,
+        steps: DecodeSteps,
+        rng: np.random.Generator,
+        out: np.ndarray | None = None,
+        max_pixels: int | None = None,
+        pixels: np.ndarray | None = None,
+    ) -> np.ndarray:
         """The second half of :meth:`decode`: decode as ``steps`` planned (``pixels``: the
         planned region, already decoded by a batched call), resize and the later transforms."""
         header, crop, planned = steps.header, steps.crop, steps.plan
@@ -148,14 +163,16 @@ class Compose:
                 else:
                     img = execute(planned, data, decoder, header, crop, out if direct else None, max_pixels)
             else:
-                img = decoder.decode(data, crop.decode_scale if self.reduced_decode else 1.0, header=header,
-                                     max_pixels=max_pixels)
+                img = decoder.decode(
+                    data, crop.decode_scale if self.reduced_decode else 1.0, header=header, max_pixels=max_pixels
+                )
                 direct = direct and img.shape[2] == 3
                 img = crop.apply(img, h, w, out if direct else None)
         return self.after_crop(img, rng, out, crop is not None)
 
-    def after_crop(self, img: np.ndarray, rng: np.random.Generator, out: np.ndarray | None = None,
-                   cropped: bool = True) -> np.ndarray:
+    def after_crop(
+        self, img: np.ndarray, rng: np.random.Generator, out: np.ndarray | None = None, cropped: bool = True
+    ) -> np.ndarray:
         """The transforms after the leading crop planner (all of them unless ``cropped``) on
         ``img``; in-place ones keep ``out`` there when ``img`` is ``out``."""
         first = 1 if cropped else 0
@@ -164,8 +181,16 @@ class Compose:
             img = inplace(img, rng) if inplace is not None and img is out else self._apply(t, with_rng, img, rng)
         return img
 
-    def decode(self, data, decoder: Decoder, rng: np.random.Generator, out: np.ndarray | None = None,
-               max_pixels: int | None = None, *, region_ok: bool = False) -> np.ndarray:
+    def decode(
+        self,
+        data,
+        decoder: Decoder,
+        rng: np.random.Generator,
+        out: np.ndarray | None = None,
+        max_pixels: int | None = None,
+        *,
+        region_ok: bool = False,
+    ) -> np.ndarray:
         """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
 
         The header is read once, checked against the pixel limit (``max_pixels``, else
@@ -191,8 +216,9 @@ def as_compose(transform) -> Compose:
     its decode as a Compose does (a :class:`~fastload.transforms.MultiView`)."""
     if transform is None:
         return Compose([])
-    if isinstance(transform, Compose) or (callable(getattr(transform, "plan_decode", None))
-                                          and callable(getattr(transform, "finish_decode", None))):
+    if isinstance(transform, Compose) or (
+        callable(getattr(transform, "plan_decode", None)) and callable(getattr(transform, "finish_decode", None))
+    ):
         return transform
     if isinstance(transform, (list, tuple)):
         return Compose(transform)

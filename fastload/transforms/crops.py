@@ -9,6 +9,7 @@ import numpy as np
 
 from ..decode.resize import Crop, random_resized_crop, resized_center_crop, shorter_side
 
+
 def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
     pair = (size, size) if isinstance(size, int) else tuple(size) if isinstance(size, (tuple, list)) else ()
     if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v > 0 for v in pair):
@@ -41,8 +42,13 @@ class RandomResizedCrop(CropPlanner):
             bilinear, faster but aliased when shrinking; see :func:`fastload.decode.resize.resize`).
     """
 
-    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
-                 ratio: Sequence[float] = (3 / 4, 4 / 3), antialias: bool = True) -> None:
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3 / 4, 4 / 3),
+        antialias: bool = True,
+    ) -> None:
         self.size = _pair(size, "size")
         if len(scale) != 2 or not 0 < scale[0] <= scale[1]:
             raise ValueError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
@@ -56,8 +62,9 @@ class RandomResizedCrop(CropPlanner):
         return random_resized_crop(h, w, self.size, self.scale, self.ratio, rng, self.antialias)
 
     def __repr__(self) -> str:
-        return (f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
-                f"antialias={self.antialias})")
+        return (
+            f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, antialias={self.antialias})"
+        )
 
 
 class Resize(CropPlanner):

@@ -26,9 +26,22 @@ EQUIVALENTS = {
     "MaybeToTensor": _ON_DEVICE,
 }
 # Same name, same arguments in fastload.transforms.
-SAME_NAME = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop",
-             "ColorJitter", "RandomGrayscale", "GaussianBlur", "RandomSolarize", "RandAugment",
-             "TrivialAugmentWide", "AutoAugment", "AugMix")
+SAME_NAME = (
+    "RandomResizedCrop",
+    "Resize",
+    "CenterCrop",
+    "RandomHorizontalFlip",
+    "RandomVerticalFlip",
+    "RandomCrop",
+    "ColorJitter",
+    "RandomGrayscale",
+    "GaussianBlur",
+    "RandomSolarize",
+    "RandAugment",
+    "TrivialAugmentWide",
+    "AutoAugment",
+    "AugMix",
+)
 
 
 def _library(obj: Any) -> str | None:
@@ -54,8 +67,9 @@ def _step(t: Any) -> str:
         return f"{name} -> {EQUIVALENTS[name]}"
     if name in SAME_NAME:
         return f"{name} -> fl.transforms.{name}(...)"
-    return (f"{name} -> no fastload equivalent: write it as f(img, rng) on the uint8 H×W×C array "
-            f"(randomness from rng only)")
+    return (
+        f"{name} -> no fastload equivalent: write it as f(img, rng) on the uint8 H×W×C array (randomness from rng only)"
+    )
 
 
 def foreign_error(t: Any) -> str | None:
@@ -65,7 +79,9 @@ def foreign_error(t: Any) -> str | None:
         return None
     steps = list(getattr(t, "transforms", None) or [t]) if type(t).__name__ == "Compose" else [t]
     lines = "\n".join(f"  {_step(s)}" for s in steps)
-    return (f"{type(t).__name__} is a {library} transform: fastload transforms get the decoded image as a uint8 "
-            f"H×W×C numpy array (and f(img, rng) draws from the sample's rng). Use instead:\n{lines}\n"
-            f"e.g. transform=[fl.transforms.RandomResizedCrop(224), fl.transforms.RandomHorizontalFlip()] "
-            f"and fl.Loader(ds, mean=..., std=...).")
+    return (
+        f"{type(t).__name__} is a {library} transform: fastload transforms get the decoded image as a uint8 "
+        f"H×W×C numpy array (and f(img, rng) draws from the sample's rng). Use instead:\n{lines}\n"
+        f"e.g. transform=[fl.transforms.RandomResizedCrop(224), fl.transforms.RandomHorizontalFlip()] "
+        f"and fl.Loader(ds, mean=..., std=...)."
+    )

@@ -45,8 +45,14 @@ class RandomCrop:
         padding_mode: 'constant', 'edge', 'reflect' or 'symmetric'.
     """
 
-    def __init__(self, size: int | Sequence[int], padding: int | Sequence[int] | None = None,
-                 pad_if_needed: bool = False, fill: Fill = 0, padding_mode: str = "constant") -> None:
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        padding: int | Sequence[int] | None = None,
+        pad_if_needed: bool = False,
+        fill: Fill = 0,
+        padding_mode: str = "constant",
+    ) -> None:
         self.size = _size(size)
         self.padding = parse_padding(padding) if padding is not None else (0, 0, 0, 0)  # left, top, right, bottom
         if padding_mode not in BORDERS:
@@ -67,8 +73,10 @@ class RandomCrop:
             if pw < cw:
                 left, right, pw = left + cw - pw, right + cw - pw, pw + 2 * (cw - pw)
         if ph < ch or pw < cw:
-            raise ValueError(f"RandomCrop{self.size} is larger than the {'padded ' if any(self.padding) else ''}"
-                             f"{ph}x{pw} image (pad_if_needed=True pads it)")
+            raise ValueError(
+                f"RandomCrop{self.size} is larger than the {'padded ' if any(self.padding) else ''}"
+                f"{ph}x{pw} image (pad_if_needed=True pads it)"
+            )
         y = int(rng.integers(0, ph - ch + 1)) if ph > ch else 0
         x = int(rng.integers(0, pw - cw + 1)) if pw > cw else 0
         return [left, top, right, bottom], y, x
@@ -78,11 +86,13 @@ class RandomCrop:
         if any(padding):
             img = F.pad(img, padding, self.fill, self.padding_mode)
         ch, cw = self.size
-        return img[y:y + ch, x:x + cw]
+        return img[y : y + ch, x : x + cw]
 
     def __repr__(self) -> str:
-        return (f"RandomCrop(size={self.size}, padding={list(self.padding)}, pad_if_needed={self.pad_if_needed}, "
-                f"fill={self.fill}, padding_mode={self.padding_mode!r})")
+        return (
+            f"RandomCrop(size={self.size}, padding={list(self.padding)}, pad_if_needed={self.pad_if_needed}, "
+            f"fill={self.fill}, padding_mode={self.padding_mode!r})"
+        )
 
 
 class RandomVerticalFlip:

@@ -103,11 +103,13 @@ class MultiView:
             ...
     """
 
-    def __init__(self, pipelines: Sequence[Any], counts: Sequence[int] | None = None,
-                 reduced_decode: bool = True) -> None:
+    def __init__(
+        self, pipelines: Sequence[Any], counts: Sequence[int] | None = None, reduced_decode: bool = True
+    ) -> None:
         if not isinstance(pipelines, (list, tuple)) or not pipelines:
-            raise TypeError(f"pipelines must be a non-empty list of pipelines (Compose or lists of transforms), "
-                            f"got {pipelines!r}")
+            raise TypeError(
+                f"pipelines must be a non-empty list of pipelines (Compose or lists of transforms), got {pipelines!r}"
+            )
         for p in pipelines:
             if isinstance(p, MultiView):
                 raise TypeError(f"a MultiView cannot hold another MultiView, got {p!r}; list its pipelines instead")
@@ -134,11 +136,19 @@ class MultiView:
         """The views of a decoded image (the draws of :meth:`decode`, in the same order)."""
         h, w = img.shape[:2]
         crops = self.plan(h, w, rng)
-        return tuple(p.after_crop(img if c is None else c.apply(img, h, w), rng, None, c is not None)
-                     for p, c in zip(self._per_view, crops))
+        return tuple(
+            p.after_crop(img if c is None else c.apply(img, h, w), rng, None, c is not None)
+            for p, c in zip(self._per_view, crops)
+        )
 
-    def plan_decode(self, data: Any, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None,
-                    region_ok: bool = False) -> ViewSteps:
+    def plan_decode(
+        self,
+        data: Any,
+        decoder: Decoder,
+        rng: np.random.Generator,
+        max_pixels: int | None = None,
+        region_ok: bool = False,
+    ) -> ViewSteps:
         """The first half of :meth:`decode`: the header read and checked against the pixel
         limit, every view's crop drawn from ``rng`` and, for TurboJPEG, the one decode planned
         (arguments as :meth:`Compose.plan_decode`)."""
@@ -146,14 +156,25 @@ class MultiView:
         check_pixels(header, max_pixels)
         crops = self.plan(header.height, header.width, rng)
         planned = None
-        if (all(c is not None for c in crops) and getattr(decoder, "scales", None) and header.format == "jpeg"
-                and header.components != 4):
+        if (
+            all(c is not None for c in crops)
+            and getattr(decoder, "scales", None)
+            and header.format == "jpeg"
+            and header.components != 4
+        ):
             planned = choose_shared(header, cast(tuple[Crop, ...], crops), self.reduced_decode, region_ok)
         return ViewSteps(header, crops, planned)
 
-    def finish_decode(self, data: Any, decoder: Decoder, steps: ViewSteps, rng: np.random.Generator,
-                      out: Sequence[np.ndarray] | None = None, max_pixels: int | None = None,
-                      pixels: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    def finish_decode(
+        self,
+        data: Any,
+        decoder: Decoder,
+        steps: ViewSteps,
+        rng: np.random.Generator,
+        out: Sequence[np.ndarray] | None = None,
+        max_pixels: int | None = None,
+        pixels: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, ...]:
         """The second half of :meth:`decode`: one decode as ``steps`` planned (``pixels``: the
         planned region, already decoded by a batched call), then each view's crop, resize and
         later transforms, into its row of ``out`` (one array per view) where it can."""
@@ -171,8 +192,9 @@ class MultiView:
         else:
             cropped = [c for c in crops if c is not None]
             reduce = self.reduced_decode and len(cropped) == len(crops)
-            img = decoder.decode(data, max(c.decode_scale for c in cropped) if reduce else 1.0, header=header,
-                                 max_pixels=max_pixels)
+            img = decoder.decode(
+                data, max(c.decode_scale for c in cropped) if reduce else 1.0, header=header, max_pixels=max_pixels
+            )
         outs = tuple(out) if out is not None else (None,) * len(crops)
         views = []
         for pipeline, crop, dst in zip(self._per_view, crops, outs):
@@ -185,8 +207,16 @@ class MultiView:
             views.append(pipeline.after_crop(view, rng, dst, crop is not None))
         return tuple(views)
 
-    def decode(self, data: Any, decoder: Decoder, rng: np.random.Generator, out: Sequence[np.ndarray] | None = None,
-               max_pixels: int | None = None, *, region_ok: bool = False) -> tuple[np.ndarray, ...]:
+    def decode(
+        self,
+        data: Any,
+        decoder: Decoder,
+        rng: np.random.Generator,
+        out: Sequence[np.ndarray] | None = None,
+        max_pixels: int | None = None,
+        *,
+        region_ok: bool = False,
+    ) -> tuple[np.ndarray, ...]:
         """Decodes ``data`` once, as every view's crop allows, and makes the views (a tuple of
         H×W×C uint8 arrays, in view order). :meth:`plan_decode` and :meth:`finish_decode` are
         its two halves; arguments as :meth:`Compose.decode`, ``out`` one array per view."""

@@ -18,16 +18,18 @@ import torch
 
 from ..decode.resize import Crop, resize
 from .color import ColorJitter, GaussianBlur, RandomGrayscale
-from .compose import Compose, takes_rng
+from .compose import Compose
 from .crops import CropPlanner, RandomHorizontalFlip, RandomResizedCrop, ResizedCenterCrop, _pair
 from .geometry import RandomVerticalFlip
 from .random_apply import RandomApply
 from .timm_policies import IMAGENET_MEAN, timm_augment
 
 INTERPOLATIONS = ("bilinear", "bicubic", "random")
-_ERASING_HINT = ("RandomErasing runs on the normalized batch in fastload: pass "
-                 "fl.Loader(..., batch_transform=fl.augment.RandomErasing({p}, mode='pixel', device=...)) "
-                 "(timm's re_prob/re_mode/re_count are its probability/mode/max_count)")
+_ERASING_HINT = (
+    "RandomErasing runs on the normalized batch in fastload: pass "
+    "fl.Loader(..., batch_transform=fl.augment.RandomErasing({p}, mode='pixel', device=...)) "
+    "(timm's re_prob/re_mode/re_count are its probability/mode/max_count)"
+)
 
 
 def _check_interpolation(interpolation: str) -> None:
@@ -41,19 +43,35 @@ def _jitter_steps(color_jitter: float | Sequence[float], color_jitter_prob: floa
     else:
         factors = tuple(float(v) for v in color_jitter)
     if len(factors) not in (3, 4):
-        raise ValueError(f"color_jitter must be a number or 3 or 4 factors (brightness, contrast, saturation"
-                         f"[, hue]), got {color_jitter!r}")
+        raise ValueError(
+            f"color_jitter must be a number or 3 or 4 factors (brightness, contrast, saturation"
+            f"[, hue]), got {color_jitter!r}"
+        )
     jitter = ColorJitter(*factors)
     return [jitter if color_jitter_prob is None else RandomApply([jitter], color_jitter_prob)]
 
 
-def train(size: int | Sequence[int] = 224, scale: Sequence[float] = (0.08, 1.0), flip: bool = True,
-          reduced_decode: bool = True, antialias: bool = True, *, ratio: Sequence[float] = (3 / 4, 4 / 3),
-          hflip: float | None = None, vflip: float = 0.0, auto_augment: str | None = None,
-          color_jitter: float | Sequence[float] | None = None, color_jitter_prob: float | None = None,
-          force_color_jitter: bool = False, grayscale_prob: float = 0.0, gaussian_blur_prob: float = 0.0,
-          interpolation: str = "random", mean: Sequence[float] = IMAGENET_MEAN, re_prob: float = 0.0,
-          train_crop_mode: str | None = None) -> Compose:
+def train(
+    size: int | Sequence[int] = 224,
+    scale: Sequence[float] = (0.08, 1.0),
+    flip: bool = True,
+    reduced_decode: bool = True,
+    antialias: bool = True,
+    *,
+    ratio: Sequence[float] = (3 / 4, 4 / 3),
+    hflip: float | None = None,
+    vflip: float = 0.0,
+    auto_augment: str | None = None,
+    color_jitter: float | Sequence[float] | None = None,
+    color_jitter_prob: float | None = None,
+    force_color_jitter: bool = False,
+    grayscale_prob: float = 0.0,
+    gaussian_blur_prob: float = 0.0,
+    interpolation: str = "random",
+    mean: Sequence[float] = IMAGENET_MEAN,
+    re_prob: float = 0.0,
+    train_crop_mode: str | None = None,
+) -> Compose:
     """RandomResizedCrop and flips, then timm's auto-augment or color jitter.
 
     Called as before (``train(224)``) it is RandomResizedCrop + horizontal flip. The
@@ -153,8 +171,13 @@ class BorderCenterCrop:
         interpolation: ``"bilinear"`` or ``"bicubic"`` (antialiased).
     """
 
-    def __init__(self, size: int | Sequence[int], resize: int | Sequence[int], fill: Sequence[int],
-                 interpolation: str = "bilinear") -> None:
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        resize: int | Sequence[int],
+        fill: Sequence[int],
+        interpolation: str = "bilinear",
+    ) -> None:
         self.size, self.resize = _pair(size, "size"), _pair(resize, "resize")
         self.fill, self.interpolation = np.asarray(fill, np.uint8), interpolation
 
@@ -210,9 +233,17 @@ class BicubicCenterCrop:
         return f"BicubicCenterCrop(size={self.size}, resize={self.resize})"
 
 
-def eval(size: int | Sequence[int] = 224, resize: int | None = None, reduced_decode: bool = True,
-         antialias: bool = True, *, crop_pct: float | None = None, crop_mode: str | None = None,
-         interpolation: str = "bilinear", mean: Sequence[float] = IMAGENET_MEAN) -> Compose:
+def eval(
+    size: int | Sequence[int] = 224,
+    resize: int | None = None,
+    reduced_decode: bool = True,
+    antialias: bool = True,
+    *,
+    crop_pct: float | None = None,
+    crop_mode: str | None = None,
+    interpolation: str = "bilinear",
+    mean: Sequence[float] = IMAGENET_MEAN,
+) -> Compose:
     """Resize then centre-crop ``size``: timm's ``transforms_imagenet_eval``.
 
     The resize is ``resize`` (the shorter side), else ``floor(size / crop_pct)`` with timm's

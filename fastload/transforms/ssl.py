@@ -16,9 +16,16 @@ BLUR_KERNEL = 23
 BLUR_SIGMA = (0.1, 2.0)
 
 
-def dino(global_size: int = 224, local_size: int = 96, n_local: int = 8,
-         global_scale: Sequence[float] = (0.4, 1.0), local_scale: Sequence[float] = (0.05, 0.4), *,
-         antialias: bool = True, reduced_decode: bool = True) -> MultiView:
+def dino(
+    global_size: int = 224,
+    local_size: int = 96,
+    n_local: int = 8,
+    global_scale: Sequence[float] = (0.4, 1.0),
+    local_scale: Sequence[float] = (0.05, 0.4),
+    *,
+    antialias: bool = True,
+    reduced_decode: bool = True,
+) -> MultiView:
     """DINO's multi-crop (Caron et al. 2021, ``DataAugmentationDINO`` of its ``main_dino.py``):
     2 global views and ``n_local`` local views of every image, in that order.
 
@@ -50,9 +57,12 @@ def dino(global_size: int = 224, local_size: int = 96, n_local: int = 8,
         raise ValueError(f"n_local must be an int >= 0, got {n_local!r}")
 
     def view(size: int, scale: Sequence[float], blur: float, solarize: float = 0.0) -> Compose:
-        ts: list[Any] = [RandomResizedCrop(size, scale=scale, antialias=antialias), RandomHorizontalFlip(0.5),
-                         RandomApply([ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
-                         RandomGrayscale(0.2)]
+        ts: list[Any] = [
+            RandomResizedCrop(size, scale=scale, antialias=antialias),
+            RandomHorizontalFlip(0.5),
+            RandomApply([ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+            RandomGrayscale(0.2),
+        ]
         if blur > 0:
             ts.append(RandomApply([GaussianBlur(BLUR_KERNEL, BLUR_SIGMA)], p=blur))
         if solarize > 0:

@@ -32,8 +32,9 @@ class TimmAugMix:
         blended: timm's blended mode.
     """
 
-    def __init__(self, ops: Sequence[Callable], alpha: float = 1.0, width: int = 3, depth: int = -1,
-                 blended: bool = False) -> None:
+    def __init__(
+        self, ops: Sequence[Callable], alpha: float = 1.0, width: int = 3, depth: int = -1, blended: bool = False
+    ) -> None:
         self.ops = list(ops)
         if not self.ops:
             raise ValueError("ops must not be empty")

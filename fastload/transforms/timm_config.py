@@ -92,8 +92,10 @@ def _sections(config_str: str) -> tuple[str, list[tuple[str, str, str]]]:
         if len(parts) >= 2:
             out.append((section, parts[0], parts[1]))
         elif not (head == "rand" and section.startswith("t")):
-            raise ValueError(f"auto-augment section {section!r} of {config_str!r} has no number: expected e.g. "
-                             "'m9', 'n2', 'mstd0.5' (timm's grammar)")
+            raise ValueError(
+                f"auto-augment section {section!r} of {config_str!r} has no number: expected e.g. "
+                "'m9', 'n2', 'mstd0.5' (timm's grammar)"
+            )
     return head, out
 
 
@@ -139,8 +141,13 @@ def _parse_rand(config_str: str) -> RandConfig:
 
 def _parse_augmix(config_str: str) -> AugMixConfig:
     fields: dict = {}
-    keys = {"m": ("magnitude", int), "w": ("width", int), "d": ("depth", int), "a": ("alpha", float),
-            "mstd": ("magnitude_std", float)}
+    keys = {
+        "m": ("magnitude", int),
+        "w": ("width", int),
+        "d": ("depth", int),
+        "a": ("alpha", float),
+        "mstd": ("magnitude_std", float),
+    }
     for section, key, val in _sections(config_str)[1]:
         if key == "b":
             fields["blended"] = bool(_number(section, val, int))
@@ -155,8 +162,10 @@ def _parse_augmix(config_str: str) -> AugMixConfig:
 def _parse_auto(config_str: str) -> AutoConfig:
     head, sections = _sections(config_str)
     if head not in AUTO_AUGMENT_POLICIES:
-        raise ValueError(f"unknown auto-augment {config_str!r}: expected 'rand-…', 'augmix-…' or one of the "
-                         f"AutoAugment policies {AUTO_AUGMENT_POLICIES} (timm's names)")
+        raise ValueError(
+            f"unknown auto-augment {config_str!r}: expected 'rand-…', 'augmix-…' or one of the "
+            f"AutoAugment policies {AUTO_AUGMENT_POLICIES} (timm's names)"
+        )
     mstd = 0.0
     for section, key, val in sections:
         if key != "mstd":

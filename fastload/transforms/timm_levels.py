@@ -63,6 +63,7 @@ def _enhance_increasing(level: float, hp: Hparams, rng: np.random.Generator) -> 
 def _minmax(lo: float, hi: float) -> Callable:
     def level_to_arg(level: float, hp: Hparams, rng: np.random.Generator) -> tuple:
         return (max(lo, min(hi, lo + (hi - lo) * level / LEVEL_DENOM)),)
+
     return level_to_arg
 
 
@@ -108,17 +109,20 @@ def _none(level: float, hp: Hparams, rng: np.random.Generator) -> tuple:
 
 def _geometric(fn: Callable) -> Callable:
     """A geometric op called with the interpolation (drawn when "random") and the fill."""
+
     def apply(img: np.ndarray, arg: float, hp: Hparams, rng: np.random.Generator) -> np.ndarray:
         interp = hp.interpolation
         if interp == "random":
             interp = "bilinear" if rng.random() < 0.5 else "bicubic"
         return fn(img, arg, interp, hp.fill)
+
     return apply
 
 
 def _point(fn: Callable) -> Callable:
     def apply(img: np.ndarray, *args) -> np.ndarray:
         return fn(img, *args[:-2])  # drop (hparams, rng)
+
     return apply
 
 
@@ -180,21 +184,86 @@ OPS: dict[str, OpSpec] = {
     "GaussianBlurRand": OpSpec(_minmax(0.0, 1.0), _blur_rand),
 }
 
-RAND_TRANSFORMS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "SolarizeAdd", "Color",
-                   "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
-RAND_INCREASING_TRANSFORMS = ("AutoContrast", "Equalize", "Invert", "Rotate", "PosterizeIncreasing",
-                              "SolarizeIncreasing", "SolarizeAdd", "ColorIncreasing", "ContrastIncreasing",
-                              "BrightnessIncreasing", "SharpnessIncreasing", "ShearX", "ShearY", "TranslateXRel",
-                              "TranslateYRel")
+RAND_TRANSFORMS = (
+    "AutoContrast",
+    "Equalize",
+    "Invert",
+    "Rotate",
+    "Posterize",
+    "Solarize",
+    "SolarizeAdd",
+    "Color",
+    "Contrast",
+    "Brightness",
+    "Sharpness",
+    "ShearX",
+    "ShearY",
+    "TranslateXRel",
+    "TranslateYRel",
+)
+RAND_INCREASING_TRANSFORMS = (
+    "AutoContrast",
+    "Equalize",
+    "Invert",
+    "Rotate",
+    "PosterizeIncreasing",
+    "SolarizeIncreasing",
+    "SolarizeAdd",
+    "ColorIncreasing",
+    "ContrastIncreasing",
+    "BrightnessIncreasing",
+    "SharpnessIncreasing",
+    "ShearX",
+    "ShearY",
+    "TranslateXRel",
+    "TranslateYRel",
+)
 RAND_3A = ("SolarizeIncreasing", "Desaturate", "GaussianBlur")
-RAND_WEIGHTED_3A = {"SolarizeIncreasing": 6, "Desaturate": 6, "GaussianBlur": 6, "Rotate": 3, "ShearX": 2,
-                    "ShearY": 2, "PosterizeIncreasing": 1, "AutoContrast": 1, "ColorIncreasing": 1,
-                    "SharpnessIncreasing": 1, "ContrastIncreasing": 1, "BrightnessIncreasing": 1, "Equalize": 1,
-                    "Invert": 1}
-RAND_WEIGHTED_0 = {"Rotate": 3, "ShearX": 2, "ShearY": 2, "TranslateXRel": 1, "TranslateYRel": 1,
-                   "ColorIncreasing": 0.25, "SharpnessIncreasing": 0.25, "AutoContrast": 0.25,
-                   "SolarizeIncreasing": 0.05, "SolarizeAdd": 0.05, "ContrastIncreasing": 0.05,
-                   "BrightnessIncreasing": 0.05, "Equalize": 0.05, "PosterizeIncreasing": 0.05, "Invert": 0.05}
-AUGMIX_TRANSFORMS = ("AutoContrast", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
-                     "SharpnessIncreasing", "Equalize", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing",
-                     "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
+RAND_WEIGHTED_3A = {
+    "SolarizeIncreasing": 6,
+    "Desaturate": 6,
+    "GaussianBlur": 6,
+    "Rotate": 3,
+    "ShearX": 2,
+    "ShearY": 2,
+    "PosterizeIncreasing": 1,
+    "AutoContrast": 1,
+    "ColorIncreasing": 1,
+    "SharpnessIncreasing": 1,
+    "ContrastIncreasing": 1,
+    "BrightnessIncreasing": 1,
+    "Equalize": 1,
+    "Invert": 1,
+}
+RAND_WEIGHTED_0 = {
+    "Rotate": 3,
+    "ShearX": 2,
+    "ShearY": 2,
+    "TranslateXRel": 1,
+    "TranslateYRel": 1,
+    "ColorIncreasing": 0.25,
+    "SharpnessIncreasing": 0.25,
+    "AutoContrast": 0.25,
+    "SolarizeIncreasing": 0.05,
+    "SolarizeAdd": 0.05,
+    "ContrastIncreasing": 0.05,
+    "BrightnessIncreasing": 0.05,
+    "Equalize": 0.05,
+    "PosterizeIncreasing": 0.05,
+    "Invert": 0.05,
+}
+AUGMIX_TRANSFORMS = (
+    "AutoContrast",
+    "ColorIncreasing",
+    "ContrastIncreasing",
+    "BrightnessIncreasing",
+    "SharpnessIncreasing",
+    "Equalize",
+    "Rotate",
+    "PosterizeIncreasing",
+    "SolarizeIncreasing",
+    "ShearX",
+    "ShearY",
+    "TranslateXRel",
+    "TranslateYRel",
+)

@@ -140,8 +140,7 @@ def _fill_image(h: int, w: int, fill: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(np.asarray(fill, np.uint8), (h, w, len(fill))).copy()
 
 
-def pil_affine(img: np.ndarray, coeffs: tuple[float, ...], interpolation: str,
-               fill: tuple[int, ...]) -> np.ndarray:
+def pil_affine(img: np.ndarray, coeffs: tuple[float, ...], interpolation: str, fill: tuple[int, ...]) -> np.ndarray:
     """``img.transform(size, Image.AFFINE, coeffs, resample, fillcolor=fill)``.
 
     Pillow maps an output point (x, y) to the input point (a x + b y + c, d x + e y + f) in
@@ -158,8 +157,14 @@ def pil_affine(img: np.ndarray, coeffs: tuple[float, ...], interpolation: str,
     # Outside iff the input point, rounded to a pixel, is not one: nearest sampling of a
     # mask of zeros whose border is 1; then the fill copied there (cv2's masked copy: a
     # boolean-indexed numpy assignment cost 3x the warp's mask).
-    outside = cv2.warpAffine(_zeros(h, w), m, (w, h), flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
-                             borderMode=cv2.BORDER_CONSTANT, borderValue=1)
+    outside = cv2.warpAffine(
+        _zeros(h, w),
+        m,
+        (w, h),
+        flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
+        borderMode=cv2.BORDER_CONSTANT,
+        borderValue=1,
+    )
     cv2.copyTo(_fill_image(h, w, tuple(fill[: img.shape[2]])), outside, out)
     return out
 
@@ -189,8 +194,12 @@ def rotate(img: np.ndarray, degrees: float, interpolation: str, fill: tuple[int,
     h, w = img.shape[:2]
     cx, cy = w / 2.0, h / 2.0
     angle = -math.radians(degrees)
-    a, b, d, e = (round(math.cos(angle), 15), round(math.sin(angle), 15), round(-math.sin(angle), 15),
-                  round(math.cos(angle), 15))
+    a, b, d, e = (
+        round(math.cos(angle), 15),
+        round(math.sin(angle), 15),
+        round(-math.sin(angle), 15),
+        round(math.cos(angle), 15),
+    )
     c = a * -cx + b * -cy + cx
     f = d * -cx + e * -cy + cy
     return pil_affine(img, (a, b, c, d, e, f), interpolation, fill)

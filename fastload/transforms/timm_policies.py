@@ -44,8 +44,15 @@ class TimmOp:
         magnitude_max: Upper clip of the magnitude (default 10).
     """
 
-    def __init__(self, name: str, prob: float = 0.5, magnitude: float = 10, hparams: Hparams | None = None,
-                 magnitude_std: float = 0.0, magnitude_max: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        prob: float = 0.5,
+        magnitude: float = 10,
+        hparams: Hparams | None = None,
+        magnitude_std: float = 0.0,
+        magnitude_max: float | None = None,
+    ) -> None:
         if name not in OPS:
             raise ValueError(f"unknown timm op {name!r}; known: {sorted(OPS)}")
         if not 0 <= prob <= 1:
@@ -71,8 +78,9 @@ class TimmOp:
         return self._spec.apply(img, *args, self.hparams, rng)
 
     def __repr__(self) -> str:
-        return (f"TimmOp({self.name}, p={self.prob}, m={self.magnitude}, mstd={self.magnitude_std}"
-                + (f", mmax={self.magnitude_max})" if self.magnitude_max is not None else ")"))
+        return f"TimmOp({self.name}, p={self.prob}, m={self.magnitude}, mstd={self.magnitude_std}" + (
+            f", mmax={self.magnitude_max})" if self.magnitude_max is not None else ")"
+        )
 
 
 class TimmRandAugment:
@@ -115,33 +123,57 @@ class TimmRandAugment:
 
 
 _V0 = [
-    [("Equalize", 0.8, 1), ("ShearY", 0.8, 4)], [("Color", 0.4, 9), ("Equalize", 0.6, 3)],
-    [("Color", 0.4, 1), ("Rotate", 0.6, 8)], [("Solarize", 0.8, 3), ("Equalize", 0.4, 7)],
-    [("Solarize", 0.4, 2), ("Solarize", 0.6, 2)], [("Color", 0.2, 0), ("Equalize", 0.8, 8)],
-    [("Equalize", 0.4, 8), ("SolarizeAdd", 0.8, 3)], [("ShearX", 0.2, 9), ("Rotate", 0.6, 8)],
-    [("Color", 0.6, 1), ("Equalize", 1.0, 2)], [("Invert", 0.4, 9), ("Rotate", 0.6, 0)],
-    [("Equalize", 1.0, 9), ("ShearY", 0.6, 3)], [("Color", 0.4, 7), ("Equalize", 0.6, 0)],
-    [("Posterize", 0.4, 6), ("AutoContrast", 0.4, 7)], [("Solarize", 0.6, 8), ("Color", 0.6, 9)],
-    [("Solarize", 0.2, 4), ("Rotate", 0.8, 9)], [("Rotate", 1.0, 7), ("TranslateYRel", 0.8, 9)],
-    [("ShearX", 0.0, 0), ("Solarize", 0.8, 4)], [("ShearY", 0.8, 0), ("Color", 0.6, 4)],
-    [("Color", 1.0, 0), ("Rotate", 0.6, 2)], [("Equalize", 0.8, 4), ("Equalize", 0.0, 8)],
-    [("Equalize", 1.0, 4), ("AutoContrast", 0.6, 2)], [("ShearY", 0.4, 7), ("SolarizeAdd", 0.6, 7)],
-    [("Posterize", 0.8, 2), ("Solarize", 0.6, 10)], [("Solarize", 0.6, 8), ("Equalize", 0.6, 1)],
+    [("Equalize", 0.8, 1), ("ShearY", 0.8, 4)],
+    [("Color", 0.4, 9), ("Equalize", 0.6, 3)],
+    [("Color", 0.4, 1), ("Rotate", 0.6, 8)],
+    [("Solarize", 0.8, 3), ("Equalize", 0.4, 7)],
+    [("Solarize", 0.4, 2), ("Solarize", 0.6, 2)],
+    [("Color", 0.2, 0), ("Equalize", 0.8, 8)],
+    [("Equalize", 0.4, 8), ("SolarizeAdd", 0.8, 3)],
+    [("ShearX", 0.2, 9), ("Rotate", 0.6, 8)],
+    [("Color", 0.6, 1), ("Equalize", 1.0, 2)],
+    [("Invert", 0.4, 9), ("Rotate", 0.6, 0)],
+    [("Equalize", 1.0, 9), ("ShearY", 0.6, 3)],
+    [("Color", 0.4, 7), ("Equalize", 0.6, 0)],
+    [("Posterize", 0.4, 6), ("AutoContrast", 0.4, 7)],
+    [("Solarize", 0.6, 8), ("Color", 0.6, 9)],
+    [("Solarize", 0.2, 4), ("Rotate", 0.8, 9)],
+    [("Rotate", 1.0, 7), ("TranslateYRel", 0.8, 9)],
+    [("ShearX", 0.0, 0), ("Solarize", 0.8, 4)],
+    [("ShearY", 0.8, 0), ("Color", 0.6, 4)],
+    [("Color", 1.0, 0), ("Rotate", 0.6, 2)],
+    [("Equalize", 0.8, 4), ("Equalize", 0.0, 8)],
+    [("Equalize", 1.0, 4), ("AutoContrast", 0.6, 2)],
+    [("ShearY", 0.4, 7), ("SolarizeAdd", 0.6, 7)],
+    [("Posterize", 0.8, 2), ("Solarize", 0.6, 10)],
+    [("Solarize", 0.6, 8), ("Equalize", 0.6, 1)],
     [("Color", 0.8, 6), ("Rotate", 0.4, 5)],
 ]
 _ORIGINAL = [
-    [("PosterizeOriginal", 0.4, 8), ("Rotate", 0.6, 9)], [("Solarize", 0.6, 5), ("AutoContrast", 0.6, 5)],
-    [("Equalize", 0.8, 8), ("Equalize", 0.6, 3)], [("PosterizeOriginal", 0.6, 7), ("PosterizeOriginal", 0.6, 6)],
-    [("Equalize", 0.4, 7), ("Solarize", 0.2, 4)], [("Equalize", 0.4, 4), ("Rotate", 0.8, 8)],
-    [("Solarize", 0.6, 3), ("Equalize", 0.6, 7)], [("PosterizeOriginal", 0.8, 5), ("Equalize", 1.0, 2)],
-    [("Rotate", 0.2, 3), ("Solarize", 0.6, 8)], [("Equalize", 0.6, 8), ("PosterizeOriginal", 0.4, 6)],
-    [("Rotate", 0.8, 8), ("Color", 0.4, 0)], [("Rotate", 0.4, 9), ("Equalize", 0.6, 2)],
-    [("Equalize", 0.0, 7), ("Equalize", 0.8, 8)], [("Invert", 0.6, 4), ("Equalize", 1.0, 8)],
-    [("Color", 0.6, 4), ("Contrast", 1.0, 8)], [("Rotate", 0.8, 8), ("Color", 1.0, 2)],
-    [("Color", 0.8, 8), ("Solarize", 0.8, 7)], [("Sharpness", 0.4, 7), ("Invert", 0.6, 8)],
-    [("ShearX", 0.6, 5), ("Equalize", 1.0, 9)], [("Color", 0.4, 0), ("Equalize", 0.6, 3)],
-    [("Equalize", 0.4, 7), ("Solarize", 0.2, 4)], [("Solarize", 0.6, 5), ("AutoContrast", 0.6, 5)],
-    [("Invert", 0.6, 4), ("Equalize", 1.0, 8)], [("Color", 0.6, 4), ("Contrast", 1.0, 8)],
+    [("PosterizeOriginal", 0.4, 8), ("Rotate", 0.6, 9)],
+    [("Solarize", 0.6, 5), ("AutoContrast", 0.6, 5)],
+    [("Equalize", 0.8, 8), ("Equalize", 0.6, 3)],
+    [("PosterizeOriginal", 0.6, 7), ("PosterizeOriginal", 0.6, 6)],
+    [("Equalize", 0.4, 7), ("Solarize", 0.2, 4)],
+    [("Equalize", 0.4, 4), ("Rotate", 0.8, 8)],
+    [("Solarize", 0.6, 3), ("Equalize", 0.6, 7)],
+    [("PosterizeOriginal", 0.8, 5), ("Equalize", 1.0, 2)],
+    [("Rotate", 0.2, 3), ("Solarize", 0.6, 8)],
+    [("Equalize", 0.6, 8), ("PosterizeOriginal", 0.4, 6)],
+    [("Rotate", 0.8, 8), ("Color", 0.4, 0)],
+    [("Rotate", 0.4, 9), ("Equalize", 0.6, 2)],
+    [("Equalize", 0.0, 7), ("Equalize", 0.8, 8)],
+    [("Invert", 0.6, 4), ("Equalize", 1.0, 8)],
+    [("Color", 0.6, 4), ("Contrast", 1.0, 8)],
+    [("Rotate", 0.8, 8), ("Color", 1.0, 2)],
+    [("Color", 0.8, 8), ("Solarize", 0.8, 7)],
+    [("Sharpness", 0.4, 7), ("Invert", 0.6, 8)],
+    [("ShearX", 0.6, 5), ("Equalize", 1.0, 9)],
+    [("Color", 0.4, 0), ("Equalize", 0.6, 3)],
+    [("Equalize", 0.4, 7), ("Solarize", 0.2, 4)],
+    [("Solarize", 0.6, 5), ("AutoContrast", 0.6, 5)],
+    [("Invert", 0.6, 4), ("Equalize", 1.0, 8)],
+    [("Color", 0.6, 4), ("Contrast", 1.0, 8)],
     [("Equalize", 0.8, 8), ("Equalize", 0.6, 3)],
 ]
 
@@ -181,16 +213,21 @@ class TimmAutoAugment:
         return f"TimmAutoAugment({len(self.policy)} sub-policies)"
 
 
-def _hparams(img_size: int | Sequence[int], mean: Sequence[float], interpolation: str,
-             translate_pct: float = 0.45) -> Hparams:
+def _hparams(
+    img_size: int | Sequence[int], mean: Sequence[float], interpolation: str, translate_pct: float = 0.45
+) -> Hparams:
     # As timm's transforms_imagenet_train builds its aa_params.
     size = img_size if isinstance(img_size, int) else min(img_size)
     fill = tuple(min(255, round(255 * x)) for x in mean)
     return Hparams(int(size * 0.45), translate_pct, fill, interpolation)
 
 
-def timm_augment(config_str: str, img_size: int | Sequence[int] = 224, mean: Sequence[float] = IMAGENET_MEAN,
-                 interpolation: str = "random"):
+def timm_augment(
+    config_str: str,
+    img_size: int | Sequence[int] = 224,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    interpolation: str = "random",
+):
     """The transform timm's ``transforms_imagenet_train`` builds for ``auto_augment=config_str``.
 
     Args:
@@ -211,8 +248,9 @@ def timm_augment(config_str: str, img_size: int | Sequence[int] = 224, mean: Seq
         return TimmAugMix(ops, cfg.alpha, cfg.width, cfg.depth, cfg.blended)
     hp = _hparams(img_size, mean, interpolation)
     if isinstance(cfg, AutoConfig):
-        return TimmAutoAugment([[TimmOp(n, p, m, hp, cfg.magnitude_std) for n, p, m in sub]
-                                for sub in POLICIES[cfg.policy]])
+        return TimmAutoAugment(
+            [[TimmOp(n, p, m, hp, cfg.magnitude_std) for n, p, m in sub] for sub in POLICIES[cfg.policy]]
+        )
     assert isinstance(cfg, RandConfig)
     names, weights = _rand_choices(cfg)
     ops = [TimmOp(n, cfg.prob, cfg.magnitude, hp, cfg.magnitude_std, cfg.magnitude_max) for n in names]

@@ -23,8 +23,19 @@ from .options import add_arguments, command_line
 from .report import figure, plot, print_table
 from .search import Searcher, Space, adaptive_search, grid_search
 
-__all__ = ["Space", "adaptive_search", "build_args", "command_line", "figure", "grid_search", "main", "plot",
-           "print_table", "run", "worker_candidates"]
+__all__ = [
+    "Space",
+    "adaptive_search",
+    "build_args",
+    "command_line",
+    "figure",
+    "grid_search",
+    "main",
+    "plot",
+    "print_table",
+    "run",
+    "worker_candidates",
+]
 
 #: The clock ``--budget`` is kept by (a fake one in tests).
 clock = time.perf_counter
@@ -37,8 +48,11 @@ def worker_candidates(cpus: int | None = None) -> list[int]:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("tune", help="find the fastest loader settings for this machine and dataset",
-                       description="Measure loader configurations on DATASET and report the fastest.")
+    p = sub.add_parser(
+        "tune",
+        help="find the fastest loader settings for this machine and dataset",
+        description="Measure loader configurations on DATASET and report the fastest.",
+    )
     add_arguments(p)
     p.set_defaults(func=main)
 
@@ -73,11 +87,15 @@ def stream_refusal(name: str, dataset: Any) -> str:
     """Why the tuner cannot measure ``dataset`` (a stream), and what to do, for its kind."""
     kind = type(dataset).__name__
     if kind == "WebDataset":
-        return (f"{name} is a WebDataset (tar shards), which fastload reads as a stream; the tuner needs random "
-                "access by index; nothing in it is compressed: tune on the images it was made from (a folder, "
-                "list file, LMDB or TFRecord files), or on an LMDB made from them with tools/folder2lmdb.py")
-    return (f"{name} is read as a stream ({kind}: GZIP-compressed TFRecord files); the tuner needs random access "
-            "by index: uncompress the files first (gunzip), or tune on the images they were made from")
+        return (
+            f"{name} is a WebDataset (tar shards), which fastload reads as a stream; the tuner needs random "
+            "access by index; nothing in it is compressed: tune on the images it was made from (a folder, "
+            "list file, LMDB or TFRecord files), or on an LMDB made from them with tools/folder2lmdb.py"
+        )
+    return (
+        f"{name} is read as a stream ({kind}: GZIP-compressed TFRecord files); the tuner needs random access "
+        "by index: uncompress the files first (gunzip), or tune on the images they were made from"
+    )
 
 
 def check_output(path: str | None, flag: str) -> None:
@@ -111,8 +129,13 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     if unknown:
         raise ValueError(f"unknown backend(s) {unknown}; choose from process, thread")
     pin = [args.pin if args.pin is not None else device == "cuda"]
-    space = Space(args.batch_sizes, args.workers if args.workers is not None else worker_candidates(),
-                  args.prefetch, backends, pin)
+    space = Space(
+        args.batch_sizes,
+        args.workers if args.workers is not None else worker_candidates(),
+        args.prefetch,
+        backends,
+        pin,
+    )
     tf = transforms.train(args.size) if args.transform == "train" else transforms.eval(args.size)
     dataset = open_tuned(args, tf)
     if not hasattr(dataset, "load"):
@@ -151,8 +174,14 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     baseline = {**best, "num_workers": 0, "backend": "process"}
     searcher(baseline)
     in_grid = [(c, r) for c, r in searcher.results if c in grid]  # the baseline may lie outside the grid
-    decision = decide(leaders(in_grid), remeasure, baseline=baseline, min_rounds=(args.repeats + 1) // 2,
-                      budget_s=args.budget, clock=clock)
+    decision = decide(
+        leaders(in_grid),
+        remeasure,
+        baseline=baseline,
+        min_rounds=(args.repeats + 1) // 2,
+        budget_s=args.budget,
+        clock=clock,
+    )
     bar.close()
 
     def rate_of(c: dict) -> float:  # the one figure each configuration gets: the median of its runs
@@ -168,23 +197,41 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     if outcome == "tied":
         advice = command_line(args, budget=max(2 * args.budget, 60.0))
     report = {
-        "machine": {"cpu": cpu_model(), "cpus": cpus_per_rank(),
-                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+        "machine": {
+            "cpu": cpu_model(),
+            "cpus": cpus_per_rank(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
         "dataset": dataset.summary() if hasattr(dataset, "summary") else {"path": args.dataset},
-        "search": "grid" if args.grid else "adaptive", "seconds_per_config": args.seconds,
-        "measured": len(measured), "grid_size": len(grid), "baseline_in_grid": baseline in grid,
+        "search": "grid" if args.grid else "adaptive",
+        "seconds_per_config": args.seconds,
+        "measured": len(measured),
+        "grid_size": len(grid),
+        "baseline_in_grid": baseline in grid,
         "elapsed_s": time.perf_counter() - start,
         "figure": "the median of a configuration's runs; each run is the median rate of 3 timed windows "
-                  f"({args.seconds:g} s in all) after warm-up",
-        "measurements": [{**c, **details[key(c)], "first_run": details[key(c)]["samples_per_s"],
-                          "samples_per_s": rate_of(c), "runs": list(runs[key(c)])} for c, _ in searcher.results],
+        f"({args.seconds:g} s in all) after warm-up",
+        "measurements": [
+            {
+                **c,
+                **details[key(c)],
+                "first_run": details[key(c)]["samples_per_s"],
+                "samples_per_s": rate_of(c),
+                "runs": list(runs[key(c)]),
+            }
+            for c, _ in searcher.results
+        ],
         "best": dict(best),  # LoaderConfig fields: LoaderConfig(**report["best"])
         "best_samples_per_s": best_rate,  # the median of its runs, as in "measurements"
         "best_runs": len(runs[key(best)]),
         "decision": {**decision.as_dict(), "rerun": advice},
         "warnings": dips(in_grid),
-        "baseline": {**baseline, "samples_per_s": rate_of(baseline), "runs": len(runs[key(baseline)]),
-                     "is_best": is_default},
+        "baseline": {
+            **baseline,
+            "samples_per_s": rate_of(baseline),
+            "runs": len(runs[key(baseline)]),
+            "is_best": is_default,
+        },
         # Two medians of the same kind; None where the chosen configuration is the baseline itself.
         "speedup_over_baseline": None if is_default else best_rate / rate_of(baseline),
         "bottleneck": verdict,
@@ -202,8 +249,11 @@ def forget(args: argparse.Namespace) -> int:
     from ..loading.profiles import forget as remove
 
     path = remove(open_tuned(args))
-    print(f"removed profile {path}: Loader(num_workers='auto') on {args.dataset} uses the CPUs available again"
-          if path else f"no saved profile for {args.dataset} on this machine")
+    print(
+        f"removed profile {path}: Loader(num_workers='auto') on {args.dataset} uses the CPUs available again"
+        if path
+        else f"no saved profile for {args.dataset} on this machine"
+    )
     return 0
 
 
@@ -212,16 +262,25 @@ def save_profile(args: argparse.Namespace, report: dict) -> None:
     from ..loading.profiles import forget_hint, save
 
     dataset = open_tuned(args)
-    result = {**report["best"], "samples_per_s": report["best_samples_per_s"], "runs": report["best_runs"],
-              "figure": "median of runs", "decision": report["decision"]["outcome"]}
+    result = {
+        **report["best"],
+        "samples_per_s": report["best_samples_per_s"],
+        "runs": report["best_runs"],
+        "figure": "median of runs",
+        "decision": report["decision"]["outcome"],
+    }
     path = save(dataset, report["config"], result)
-    why = {"single": "the only configuration measured",
-           "separated": "faster than the other finalist beyond the noise",
-           "equivalent": "the cheaper of two finalists within 5% of each other",
-           "tied": "the cheaper of two finalists this machine's noise could not separate within --budget"}
+    why = {
+        "single": "the only configuration measured",
+        "separated": "faster than the other finalist beyond the noise",
+        "equivalent": "the cheaper of two finalists within 5% of each other",
+        "tied": "the cheaper of two finalists this machine's noise could not separate within --budget",
+    }
     workers = report["best"]["num_workers"]
-    print(f"saved profile {path}: Loader(num_workers='auto') now uses {workers} worker{'' if workers == 1 else 's'} "
-          f"({why[report['decision']['outcome']]}); {forget_hint(dataset)}")
+    print(
+        f"saved profile {path}: Loader(num_workers='auto') now uses {workers} worker{'' if workers == 1 else 's'} "
+        f"({why[report['decision']['outcome']]}); {forget_hint(dataset)}"
+    )
 
 
 def main(args: argparse.Namespace) -> int:

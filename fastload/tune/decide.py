@@ -29,8 +29,38 @@ from .search import DIMENSIONS, Config
 #: Ratios within ±5% are "as good as each other".
 TIE = 0.05
 #: Student's t, two-sided 99% (the 0.995 quantile), by degrees of freedom 1..30.
-_T99 = (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977, 2.947,
-        2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750)
+_T99 = (
+    63.657,
+    9.925,
+    5.841,
+    4.604,
+    4.032,
+    3.707,
+    3.499,
+    3.355,
+    3.250,
+    3.169,
+    3.106,
+    3.055,
+    3.012,
+    2.977,
+    2.947,
+    2.921,
+    2.898,
+    2.878,
+    2.861,
+    2.845,
+    2.831,
+    2.819,
+    2.807,
+    2.797,
+    2.787,
+    2.779,
+    2.771,
+    2.763,
+    2.756,
+    2.750,
+)
 OUTCOMES = ("single", "separated", "equivalent", "tied")
 
 
@@ -50,8 +80,13 @@ def cost(config: Config) -> tuple:
     batches kept ready, then threads before processes (a process copies the dataset's
     state), then smaller batches. No workers at all comes last: loading in the main process
     takes its time from the training step, which a measurement of the loader alone does not show."""
-    return (config["num_workers"] == 0, config["num_workers"], config["prefetch_factor"],
-            config["backend"] != "thread", config["batch_size"])
+    return (
+        config["num_workers"] == 0,
+        config["num_workers"],
+        config["prefetch_factor"],
+        config["backend"] != "thread",
+        config["batch_size"],
+    )
 
 
 @dataclass(frozen=True)
@@ -114,11 +149,17 @@ class Decision:
 
     def as_dict(self) -> dict:
         c = self.comparison
-        return {"outcome": self.outcome, "chosen": dict(self.chosen),
-                "other": dict(self.other) if self.other is not None else None,
-                "ratio": c.ratio if c else None, "interval": list(c.interval) if c and len(c.ratios) > 1 else None,
-                "pair_ratios": list(c.ratios) if c else [], "rounds": self.rounds,
-                "elapsed_s": self.elapsed_s, "budget_s": self.budget_s}
+        return {
+            "outcome": self.outcome,
+            "chosen": dict(self.chosen),
+            "other": dict(self.other) if self.other is not None else None,
+            "ratio": c.ratio if c else None,
+            "interval": list(c.interval) if c and len(c.ratios) > 1 else None,
+            "pair_ratios": list(c.ratios) if c else [],
+            "rounds": self.rounds,
+            "elapsed_s": self.elapsed_s,
+            "budget_s": self.budget_s,
+        }
 
 
 def round_order(finalists: Sequence[Config], baseline: Config | None) -> list[Config]:
@@ -134,8 +175,15 @@ def pair_ratios(order: Sequence[Config], rates: Sequence[float]) -> list[float]:
     return [rates[0] / rates[1], rates[-1] / rates[-2]]
 
 
-def decide(finalists: Sequence[Config], measure: Callable[[Config], float], *, baseline: Config | None = None,
-           min_rounds: int = 2, budget_s: float = 90.0, clock: Callable[[], float] = time.perf_counter) -> Decision:
+def decide(
+    finalists: Sequence[Config],
+    measure: Callable[[Config], float],
+    *,
+    baseline: Config | None = None,
+    min_rounds: int = 2,
+    budget_s: float = 90.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Decision:
     """Runs rounds of the finalists (one or two configurations) until they are told apart
     or the budget ends (see the module docstring).
 

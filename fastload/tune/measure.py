@@ -99,8 +99,13 @@ def measure_loader(dataset: Any, config: LoaderConfig, seconds: float, windows: 
         cpu = (_cpu_ticks(pids) - ticks0) / _TICK / (time.perf_counter() - t0) * 100
         if cuda:
             torch.cuda.synchronize()
-    result = {"samples_per_s": statistics.median(rates), "windows": rates, "cpu_percent": cpu,
-              "peak_uss": peak["uss"], "peak_pss": peak["pss"]}
+    result = {
+        "samples_per_s": statistics.median(rates),
+        "windows": rates,
+        "cpu_percent": cpu,
+        "peak_uss": peak["uss"],
+        "peak_pss": peak["pss"],
+    }
     if cuda:
         result["peak_gpu_bytes"] = torch.cuda.max_memory_allocated()
     return result
@@ -153,5 +158,9 @@ def bottleneck(dataset: ImageDataset, config: LoaderConfig, pipeline_rate: float
     }
     bound = min(stages, key=lambda stage: stages[stage])
     share = pipeline_rate / stages[bound] if stages[bound] else 0.0
-    return {"stages_samples_per_s": stages, "decode_per_core": per_core, "bound_by": bound,
-            "pipeline_share_of_bound": share}
+    return {
+        "stages_samples_per_s": stages,
+        "decode_per_core": per_core,
+        "bound_by": bound,
+        "pipeline_share_of_bound": share,
+    }

@@ -31,7 +31,8 @@ OUT_OF_MEMORY = ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_AL
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` says the device ran out of memory."""
     return isinstance(error, torch.cuda.OutOfMemoryError) or (
-        isinstance(error, RuntimeError) and any(m in str(error) for m in OUT_OF_MEMORY))
+        isinstance(error, RuntimeError) and any(m in str(error) for m in OUT_OF_MEMORY)
+    )
 
 
 def loader_device_bytes(batch_size: int, size: int, out_bytes: int = 4, channels: int = 3) -> int:
@@ -63,8 +64,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def try_batch(step: Callable[[int], None], batch_size: int, release: Callable[[], None],
-              device: torch.device, reserve: int = 0) -> bool:
+def try_batch(
+    step: Callable[[int], None], batch_size: int, release: Callable[[], None], device: torch.device, reserve: int = 0
+) -> bool:
     """Whether one ``step(batch_size)`` runs beside ``reserve`` bytes held on the device; when
     it runs out of memory, ``release()``, reference cycles are collected and the allocator's
     cache is emptied before returning False. Other errors propagate."""
@@ -115,9 +117,16 @@ def largest_batch(fits: Callable[[int], bool], start: int, limit: int = LIMIT) -
     return good
 
 
-def model_step(model: str | nn.Module, size: int, batch_sizes: Sequence[int], pipeline_rate: float,
-               steps: int = 10, device: str | torch.device = "cuda", limit: int = LIMIT,
-               reserve: Callable[[int], int] | None = None) -> dict:
+def model_step(
+    model: str | nn.Module,
+    size: int,
+    batch_sizes: Sequence[int],
+    pipeline_rate: float,
+    steps: int = 10,
+    device: str | torch.device = "cuda",
+    limit: int = LIMIT,
+    reserve: Callable[[int], int] | None = None,
+) -> dict:
     """Times a bf16 channels_last SGD step of ``model`` (a name, or a module) at the
     largest of ``batch_sizes`` that fits, after finding the largest batch that fits at all
     beside ``reserve(batch_size)`` bytes (default: :func:`loader_device_bytes`).
@@ -156,5 +165,10 @@ def model_step(model: str | nn.Module, size: int, batch_sizes: Sequence[int], pi
         step(chosen)
     sync(device)
     rate = steps * chosen / (time.perf_counter() - start)
-    return {"name": name, "batch_size": chosen, "samples_per_s": rate, "max_batch_size": largest,
-            "input_bound": pipeline_rate < rate}
+    return {
+        "name": name,
+        "batch_size": chosen,
+        "samples_per_s": rate,
+        "max_batch_size": largest,
+        "input_bound": pipeline_rate < rate,
+    }

@@ -45,9 +45,11 @@ def dips(results: Sequence[tuple[Config, float]], margin: float = STEADY) -> lis
         points.sort()
         for i in range(1, len(points) - 1):
             (w0, r0), (w1, r1) = points[i - 1], points[i]
-            if r1 < r0 * (1 - margin) and max(r for _, r in points[i + 1:]) > r0 * (1 + margin):
-                found.append(f"batch {rest[0]}, {rest[2]} backend: {w1} workers measured {r1:.0f} samples/s, "
-                             f"below {w0} workers' {r0:.0f}, and more workers then gained again: "
-                             "the machine is likely busy")
+            if r1 < r0 * (1 - margin) and max(r for _, r in points[i + 1 :]) > r0 * (1 + margin):
+                found.append(
+                    f"batch {rest[0]}, {rest[2]} backend: {w1} workers measured {r1:.0f} samples/s, "
+                    f"below {w0} workers' {r0:.0f}, and more workers then gained again: "
+                    "the machine is likely busy"
+                )
                 break
     return found

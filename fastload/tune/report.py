@@ -34,41 +34,59 @@ def decision_lines(report: dict) -> list[str]:
         return ["decision: only one configuration could be chosen (every other one would save the same profile)"]
     other = d["other"]
     span = f"99% interval {d['interval'][0]:.2f}-{d['interval'][1]:.2f}x" if d["interval"] else "too few runs"
-    measured = (f"{len(d['pair_ratios'])} interleaved pairs in {d['rounds']} A B B A rounds, "
-                f"{d['elapsed_s']:.0f} s of a {d['budget_s']:.0f} s budget")
+    measured = (
+        f"{len(d['pair_ratios'])} interleaved pairs in {d['rounds']} A B B A rounds, "
+        f"{d['elapsed_s']:.0f} s of a {d['budget_s']:.0f} s budget"
+    )
     versus = f"the chosen one runs at {d['ratio']:.2f}x {_config(other)} ({span}; {measured})"
     if d["outcome"] == "separated":
         return [f"decision: separated beyond the noise: {versus}"]
     cheaper = _cheaper(d["chosen"], other)
     if d["outcome"] == "equivalent":
         return [f"decision: equivalent, within 5% of each other: {versus}; chose the cheaper ({cheaper})"]
-    return [f"decision: statistically tied: {versus}: this machine's noise hides any difference, so the cheaper "
-            f"({cheaper}) was chosen",
-            f"  to tell them apart, give it more time (or re-run on a quieter machine): {d['rerun']}"]
+    return [
+        f"decision: statistically tied: {versus}: this machine's noise hides any difference, so the cheaper "
+        f"({cheaper}) was chosen",
+        f"  to tell them apart, give it more time (or re-run on a quieter machine): {d['rerun']}",
+    ]
 
 
 def print_table(report: dict) -> None:
-    rows = sorted(report["measurements"], key=lambda m: (m["batch_size"], m["backend"], m["num_workers"],
-                                                         m["prefetch_factor"]))
+    rows = sorted(
+        report["measurements"], key=lambda m: (m["batch_size"], m["backend"], m["num_workers"], m["prefetch_factor"])
+    )
     best, d = report["best"], report["decision"]
     other = d["other"] or {}
     print(f"\nsamples/s: {report['figure']}.\n* chosen   + the other finalist (both re-run interleaved)")
-    print(f"{'':2}{'batch':>6} {'workers':>7} {'prefetch':>8} {'backend':>8} {'pin':>5} {'samples/s':>10} "
-          f"{'runs':>4} {'cpu %':>6} {'PSS MB':>7}")
+    print(
+        f"{'':2}{'batch':>6} {'workers':>7} {'prefetch':>8} {'backend':>8} {'pin':>5} {'samples/s':>10} "
+        f"{'runs':>4} {'cpu %':>6} {'PSS MB':>7}"
+    )
     for m in rows:
-        mark = "* " if all(m[k] == best[k] for k in DIMENSIONS) else \
-            "+ " if other and all(m[k] == other[k] for k in DIMENSIONS) else "  "
-        print(f"{mark}{m['batch_size']:>6} {m['num_workers']:>7} {m['prefetch_factor']:>8} {m['backend']:>8} "
-              f"{str(m['pin_memory']):>5} {m['samples_per_s']:>10.0f} {len(m['runs']):>4} {m['cpu_percent']:>6.0f} "
-              f"{m['peak_pss'] / 1e6:>7.0f}")
+        mark = (
+            "* "
+            if all(m[k] == best[k] for k in DIMENSIONS)
+            else "+ "
+            if other and all(m[k] == other[k] for k in DIMENSIONS)
+            else "  "
+        )
+        print(
+            f"{mark}{m['batch_size']:>6} {m['num_workers']:>7} {m['prefetch_factor']:>8} {m['backend']:>8} "
+            f"{str(m['pin_memory']):>5} {m['samples_per_s']:>10.0f} {len(m['runs']):>4} {m['cpu_percent']:>6.0f} "
+            f"{m['peak_pss'] / 1e6:>7.0f}"
+        )
     b = report["baseline"]
     if b["is_best"]:
         versus = "this is PyTorch's default (num_workers=0) itself: workers did not help on this machine"
     else:
-        versus = (f"{report['speedup_over_baseline']:.2f}x PyTorch's default (num_workers=0, batch {b['batch_size']}: "
-                  f"{b['samples_per_s']:.0f} samples/s, {_runs(b['runs'])})")
-    print(f"* chosen: {_config(best)}: {report['best_samples_per_s']:.0f} samples/s ({_runs(report['best_runs'])}); "
-          f"{versus}")
+        versus = (
+            f"{report['speedup_over_baseline']:.2f}x PyTorch's default (num_workers=0, batch {b['batch_size']}: "
+            f"{b['samples_per_s']:.0f} samples/s, {_runs(b['runs'])})"
+        )
+    print(
+        f"* chosen: {_config(best)}: {report['best_samples_per_s']:.0f} samples/s ({_runs(report['best_runs'])}); "
+        f"{versus}"
+    )
     for line in decision_lines(report):
         print(line)
     v = report["bottleneck"]
@@ -77,12 +95,16 @@ def print_table(report: dict) -> None:
     for w in report["warnings"]:
         print(f"warning: {w}")
     extra = "" if report["baseline_in_grid"] else " and the baseline"
-    print(f"measured {report['measured']} of {report['grid_size']} configurations ({report['search']} search){extra} "
-          f"in {report['elapsed_s']:.0f} s")
+    print(
+        f"measured {report['measured']} of {report['grid_size']} configurations ({report['search']} search){extra} "
+        f"in {report['elapsed_s']:.0f} s"
+    )
     if "model" in report:
         m = report["model"]
-        print(f"model {m['name']}: {m['samples_per_s']:.0f} samples/s at batch {m['batch_size']} "
-              f"(largest that fits: {m['max_batch_size']}); input-bound: {m['input_bound']}")
+        print(
+            f"model {m['name']}: {m['samples_per_s']:.0f} samples/s at batch {m['batch_size']} "
+            f"(largest that fits: {m['max_batch_size']}); input-bound: {m['input_bound']}"
+        )
 
 
 def figure(report: dict) -> Any:

@@ -26,9 +26,13 @@ class Space:
     values: dict = field(init=False)
 
     def __post_init__(self) -> None:
-        self.values = {"batch_size": sorted(set(self.batch_sizes)), "num_workers": sorted(set(self.workers)),
-                       "prefetch_factor": sorted(set(self.prefetch)), "backend": list(dict.fromkeys(self.backends)),
-                       "pin_memory": list(dict.fromkeys(self.pin))}
+        self.values = {
+            "batch_size": sorted(set(self.batch_sizes)),
+            "num_workers": sorted(set(self.workers)),
+            "prefetch_factor": sorted(set(self.prefetch)),
+            "backend": list(dict.fromkeys(self.backends)),
+            "pin_memory": list(dict.fromkeys(self.pin)),
+        }
         for name, vals in self.values.items():
             if not vals:
                 raise ValueError(f"no candidate values for {name}")

@@ -8,8 +8,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ...decode import MODULE_LIMIT, MaxPixels
-from ..storage import SharedArray, StringArray
 from ..base import ImageDataset
+from ..storage import SharedArray, StringArray
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
 from .fdpool import MAX_OPEN_FILES, FilePool
 from .files import expand_paths, read_meta
@@ -17,16 +17,19 @@ from .framing import TFRecordError, parse_record
 from .index import load_index
 
 
-def load_indexes(files: list[str], expected: dict[str, int],
-                 index_dir: str | None) -> list[tuple[np.ndarray, np.ndarray]]:
+def load_indexes(
+    files: list[str], expected: dict[str, int], index_dir: str | None
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The index of every file (validated, rebuilt when stale), checked against the sidecar counts."""
     indexes = []
     for path in tqdm(files, desc="reading TFRecord indexes", unit="file", delay=2):
         offsets, lengths, _ = load_index(path, index_dir)
         want = expected.get(path)
         if want is not None and want != len(offsets):
-            raise ValueError(f"{path}: {len(offsets)} records, but the dataset's metadata sidecar says {want} "
-                             "(file cut short or replaced?)")
+            raise ValueError(
+                f"{path}: {len(offsets)} records, but the dataset's metadata sidecar says {want} "
+                "(file cut short or replaced?)"
+            )
         indexes.append((offsets, lengths))
     return indexes
 
@@ -60,10 +63,20 @@ class TFRecordDataset(ImageDataset):
         ValueError: An incomplete shard set, GZIP files, or no records at all.
     """
 
-    def __init__(self, paths_or_glob: Any, transform: Any = None, *, image_key: str = IMAGE_KEY,
-                 label_key: str = LABEL_KEY, label_offset: int = 0, check_crc: bool = True,
-                 index_dir: str | None = None, decoder: str | None = None,
-                 max_open_files: int = MAX_OPEN_FILES, max_pixels: MaxPixels = MODULE_LIMIT) -> None:
+    def __init__(
+        self,
+        paths_or_glob: Any,
+        transform: Any = None,
+        *,
+        image_key: str = IMAGE_KEY,
+        label_key: str = LABEL_KEY,
+        label_offset: int = 0,
+        check_crc: bool = True,
+        index_dir: str | None = None,
+        decoder: str | None = None,
+        max_open_files: int = MAX_OPEN_FILES,
+        max_pixels: MaxPixels = MODULE_LIMIT,
+    ) -> None:
         files = expand_paths(paths_or_glob)
         for path in files:
             if path.endswith(".gz"):
@@ -72,8 +85,9 @@ class TFRecordDataset(ImageDataset):
         indexes = load_indexes(files, expected, index_dir)
         self.classes: list[str] | None = classes
         self.files = StringArray(files)
-        self._file_ids = SharedArray(np.concatenate([np.full(len(o), i, np.int32)
-                                                     for i, (o, _) in enumerate(indexes)]), np.int32)
+        self._file_ids = SharedArray(
+            np.concatenate([np.full(len(o), i, np.int32) for i, (o, _) in enumerate(indexes)]), np.int32
+        )
         self._offsets = SharedArray(np.concatenate([o for o, _ in indexes]), np.int64)
         self._lengths = SharedArray(np.concatenate([n for _, n in indexes]), np.int64)
         if len(self._offsets) == 0:
@@ -103,8 +117,12 @@ class TFRecordDataset(ImageDataset):
         buf = self._pool.pread(file_id, length, offset)
         path = self.files[file_id]
         if len(buf) < length:
-            raise TFRecordError(path, offset, f"truncated record at byte {offset}: the index says {length} "
-                                              f"bytes, the file has {len(buf)} (changed since it was opened?)")
+            raise TFRecordError(
+                path,
+                offset,
+                f"truncated record at byte {offset}: the index says {length} "
+                f"bytes, the file has {len(buf)} (changed since it was opened?)",
+            )
         data = parse_record(buf, path, offset, self.check_crc)
         image, label = example_fields(data, self.image_key, self.label_key, f"{path} record at byte {offset}")
         return image, label + self.label_offset
@@ -114,5 +132,9 @@ class TFRecordDataset(ImageDataset):
         self._pool.close()
 
     def summary(self) -> dict:
-        return {"type": type(self).__name__, "samples": len(self), "paths": list(self.files),
-                "classes": len(self.classes) if self.classes else None}
+        return {
+            "type": type(self).__name__,
+            "samples": len(self),
+            "paths": list(self.files),
+            "classes": len(self.classes) if self.classes else None,
+        }

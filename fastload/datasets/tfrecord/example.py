@@ -39,8 +39,9 @@ def example_fields(data: Any, image_key: str, label_key: str, where: str) -> tup
     return images[0], int(labels[0])
 
 
-def make_example(data: bytes, label: int, name: str, class_name: str | None, size: tuple[int, int],
-                 fmt: bytes) -> bytes:
+def make_example(
+    data: bytes, label: int, name: str, class_name: str | None, size: tuple[int, int], fmt: bytes
+) -> bytes:
     """A serialized tf.train.Example in the layout of TensorFlow's ImageNet build script.
 
     The class name goes in both ``image/class/synset`` and ``image/class/text`` (folder
@@ -55,9 +56,16 @@ def make_example(data: bytes, label: int, name: str, class_name: str | None, siz
         return pb.Feature(int64_list=pb.Int64List(value=[v]))
 
     h, w = size
-    feats = {IMAGE_KEY: b(data), "image/format": b(fmt), LABEL_KEY: i(label), "image/height": i(h),
-             "image/width": i(w), "image/channels": i(3), "image/colorspace": b(b"RGB"),
-             "image/filename": b(name.encode("utf-8", "surrogateescape"))}
+    feats = {
+        IMAGE_KEY: b(data),
+        "image/format": b(fmt),
+        LABEL_KEY: i(label),
+        "image/height": i(h),
+        "image/width": i(w),
+        "image/channels": i(3),
+        "image/colorspace": b(b"RGB"),
+        "image/filename": b(name.encode("utf-8", "surrogateescape")),
+    }
     if class_name is not None:
         feats["image/class/synset"] = b(class_name.encode())
         feats["image/class/text"] = b(class_name.encode())

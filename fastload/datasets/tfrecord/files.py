@@ -21,8 +21,11 @@ _MAX_META_BYTES = 64 << 20
 
 def record_files(folder: str) -> list[str]:
     """The record files of ``folder``: regular, not hidden, not an index or sidecar."""
-    return sorted(e.path for e in os.scandir(folder)
-                  if e.is_file() and not e.name.startswith(".") and not e.name.endswith(SIDE_SUFFIXES))
+    return sorted(
+        e.path
+        for e in os.scandir(folder)
+        if e.is_file() and not e.name.startswith(".") and not e.name.endswith(SIDE_SUFFIXES)
+    )
 
 
 def expand_paths(paths_or_glob: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
@@ -42,8 +45,7 @@ def expand_paths(paths_or_glob: str | os.PathLike | Sequence[str | os.PathLike])
             check_complete(item)
             found = record_files(item)
         elif any(c in item for c in "*?["):
-            found = sorted(f for f in glob.glob(item)
-                           if os.path.isfile(f) and not f.endswith(SIDE_SUFFIXES))
+            found = sorted(f for f in glob.glob(item) if os.path.isfile(f) and not f.endswith(SIDE_SUFFIXES))
             for folder in sorted({os.path.dirname(f) or "." for f in found}):
                 check_complete(folder)
         else:
@@ -80,9 +82,11 @@ def check_shard_sets(files: Sequence[str], where: str) -> None:
         if missing:
             names = [f"{stem}-{k:0{len(n_text)}d}-of-{n_text}{suffix}" for k in missing]
             shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-            raise ValueError(f"{where}: {len(missing)} of the {n} shards {stem}-*-of-{n_text}{suffix} are missing "
-                             f"in {folder or '.'}: {shown} (an incomplete copy or conversion?); to read "
-                             "a subset on purpose, pass the files as a list")
+            raise ValueError(
+                f"{where}: {len(missing)} of the {n} shards {stem}-*-of-{n_text}{suffix} are missing "
+                f"in {folder or '.'}: {shown} (an incomplete copy or conversion?); to read "
+                "a subset on purpose, pass the files as a list"
+            )
 
 
 def meta_path(folder: str, stem: str) -> str:
@@ -121,11 +125,15 @@ def read_meta(files: Sequence[str]) -> tuple[list[str] | None, dict[str, int]]:
             raise ValueError(f"{path}: not a fastload metadata sidecar: {e}") from e
         names = meta.get("classes") if isinstance(meta, dict) else None
         records = meta.get("records", {}) if isinstance(meta, dict) else None
-        if not (isinstance(names, list) and all(isinstance(c, str) for c in names)
-                and isinstance(records, dict)
-                and all(isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in records.items())):
-            raise ValueError(f"{path}: a metadata sidecar needs 'classes' (a list of strings) and "
-                             "'records' (shard name → count)")
+        if not (
+            isinstance(names, list)
+            and all(isinstance(c, str) for c in names)
+            and isinstance(records, dict)
+            and all(isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in records.items())
+        ):
+            raise ValueError(
+                f"{path}: a metadata sidecar needs 'classes' (a list of strings) and 'records' (shard name → count)"
+            )
         if names:
             if classes is not None and classes != names:
                 raise ValueError(f"{path}: class names differ from another shard set's")

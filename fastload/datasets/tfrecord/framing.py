@@ -75,19 +75,28 @@ def check_header(head: Any, path: str, offset: int, remaining: int | None) -> in
     if masked_crc(bytes(head[:8])) != length_crc:
         raise TFRecordError(path, offset, f"length CRC mismatch at byte {offset} (corrupt file or wrong index)")
     if length > MAX_RECORD_BYTES:
-        raise TFRecordError(path, offset, f"record at byte {offset} claims {length} bytes, more than any "
-                                          "record can hold (corrupt length)")
+        raise TFRecordError(
+            path,
+            offset,
+            f"record at byte {offset} claims {length} bytes, more than any record can hold (corrupt length)",
+        )
     if remaining is not None and OVERHEAD + length > remaining:
-        raise TFRecordError(path, offset, f"truncated record at byte {offset}: needs {OVERHEAD + length} "
-                                          f"bytes, the file has {remaining} left")
+        raise TFRecordError(
+            path,
+            offset,
+            f"truncated record at byte {offset}: needs {OVERHEAD + length} bytes, the file has {remaining} left",
+        )
     return length
 
 
 def check_data(view: memoryview, length: int, path: str, offset: int, check_crc: bool) -> memoryview:
     """The data of a record whose bytes after the header are ``view`` (data + CRC)."""
     if len(view) < length + 4:
-        raise TFRecordError(path, offset, f"truncated record at byte {offset}: needs {OVERHEAD + length} "
-                                          f"bytes, has {HEADER_BYTES + len(view)}")
+        raise TFRecordError(
+            path,
+            offset,
+            f"truncated record at byte {offset}: needs {OVERHEAD + length} bytes, has {HEADER_BYTES + len(view)}",
+        )
     data = view[:length]
     if check_crc and masked_crc(data) != struct.unpack_from("<I", view, length)[0]:
         raise TFRecordError(path, offset, f"data CRC mismatch in record at byte {offset}")
@@ -104,8 +113,11 @@ def parse_record(buf: Any, path: str, offset: int, check_data_crc: bool = True) 
     view = memoryview(buf)
     length = check_header(view[:HEADER_BYTES], path, offset, None)
     if OVERHEAD + length != len(view):
-        raise TFRecordError(path, offset, f"record at byte {offset} holds {OVERHEAD + length} bytes but the "
-                                          f"index says {len(view)} (stale index?)")
+        raise TFRecordError(
+            path,
+            offset,
+            f"record at byte {offset} holds {OVERHEAD + length} bytes but the index says {len(view)} (stale index?)",
+        )
     return check_data(view[HEADER_BYTES:], length, path, offset, check_data_crc)
 
 
@@ -131,8 +143,9 @@ def _read(f: BinaryIO, n: int, path: str, offset: int) -> bytes:
         raise TFRecordError(path, offset, f"unreadable compressed data near record at byte {offset}: {e}") from e
 
 
-def iter_records(f: BinaryIO, path: str, size: int | None = None, check_data_crc: bool = True,
-                 skip: int = 0) -> Iterator[tuple[int, memoryview | None]]:
+def iter_records(
+    f: BinaryIO, path: str, size: int | None = None, check_data_crc: bool = True, skip: int = 0
+) -> Iterator[tuple[int, memoryview | None]]:
     """(offset, data) for each record of an open file, read sequentially.
 
     Args:
@@ -160,8 +173,10 @@ def iter_records(f: BinaryIO, path: str, size: int | None = None, check_data_crc
                 _skip(f, length + 4, path, offset)
             yield offset, None
         else:
-            yield offset, check_data(memoryview(_read(f, length + 4, path, offset)), length, path, offset,
-                                     check_data_crc)
+            yield (
+                offset,
+                check_data(memoryview(_read(f, length + 4, path, offset)), length, path, offset, check_data_crc),
+            )
         offset += OVERHEAD + length
         k += 1
 
@@ -173,5 +188,6 @@ def _skip(f: BinaryIO, n: int, path: str, offset: int) -> None:
     except (EOFError, zlib.error, OSError) as e:
         raise TFRecordError(path, offset, f"unreadable compressed data near record at byte {offset}: {e}") from e
     if got != n:
-        raise TFRecordError(path, offset, f"truncated record at byte {offset}: needs {n + HEADER_BYTES} "
-                                          f"bytes, has {got + HEADER_BYTES}")
+        raise TFRecordError(
+            path, offset, f"truncated record at byte {offset}: needs {n + HEADER_BYTES} bytes, has {got + HEADER_BYTES}"
+        )

@@ -34,8 +34,11 @@ def _cache_file(data_path: str, folder: str, suffix: str) -> str:
 
 def index_candidates(data_path: str, index_dir: str | None = None) -> list[str]:
     """Where an index of ``data_path`` may be, in the order they are tried."""
-    return [data_path + INDEX_SUFFIX, data_path + ".index",
-            _cache_file(data_path, cache_folder("tfrecord-index", index_dir), INDEX_SUFFIX)]
+    return [
+        data_path + INDEX_SUFFIX,
+        data_path + ".index",
+        _cache_file(data_path, cache_folder("tfrecord-index", index_dir), INDEX_SUFFIX),
+    ]
 
 
 def index_problem(offsets: np.ndarray, lengths: np.ndarray, size: int) -> str | None:
@@ -95,8 +98,9 @@ def scan_index(data_path: str) -> tuple[np.ndarray, np.ndarray, TFRecordError | 
     return np.asarray(offsets, np.int64), lengths, error
 
 
-def load_index(data_path: str, index_dir: str | None = None, *,
-               allow_broken: bool = False) -> tuple[np.ndarray, np.ndarray, TFRecordError | None]:
+def load_index(
+    data_path: str, index_dir: str | None = None, *, allow_broken: bool = False
+) -> tuple[np.ndarray, np.ndarray, TFRecordError | None]:
     """The index of ``data_path``: a stored one that matches the file, or a fresh one.
 
     A fresh index is written beside the data when that folder is writable, else under
@@ -124,8 +128,7 @@ def load_index(data_path: str, index_dir: str | None = None, *,
             return offsets, lengths, None
         stale.append(f"{path} ({problem})")
     if stale:
-        warnings.warn(f"fastload: stale TFRecord index {'; '.join(stale)}: rebuilding", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(f"fastload: stale TFRecord index {'; '.join(stale)}: rebuilding", RuntimeWarning, stacklevel=3)
     offsets, lengths, broken = scan_index(data_path)
     if broken is not None:
         if not allow_broken:
@@ -139,8 +142,9 @@ def load_index(data_path: str, index_dir: str | None = None, *,
             return offsets, lengths, None
         except OSError as e:
             error = e
-    warnings.warn(f"fastload: cannot write an index of {data_path} ({error}); keeping it in memory",
-                  RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"fastload: cannot write an index of {data_path} ({error}); keeping it in memory", RuntimeWarning, stacklevel=3
+    )
     return offsets, lengths, None
 
 
@@ -167,8 +171,11 @@ def count_records(data_path: str, open_file, cache_dir: str | None = None) -> tu
                 count += 1
         except TFRecordError as e:
             count, error = count + 1, e
-    saved = {"path": os.path.abspath(data_path), "records": count,
-             "broken": None if error is None else [error.offset, error.problem]}
+    saved = {
+        "path": os.path.abspath(data_path),
+        "records": count,
+        "broken": None if error is None else [error.offset, error.problem],
+    }
     try:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         with open(f"{cache}.tmp{os.getpid()}", "w", encoding="utf-8") as f:

@@ -14,9 +14,9 @@ from tqdm import tqdm
 
 from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ...decode.clean import CleanMarks
-from ..storage import SharedArray, StringArray
 from ...transforms import as_compose
 from ..base import sample_rng
+from ..storage import SharedArray, StringArray
 from ..stream_slots import check_batch_size
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
 from .files import expand_paths, read_meta
@@ -103,10 +103,20 @@ class TFRecordStream:
 
     batch_slots = True  # on one rank, records_for(..., batch_size=) splits whole batches, unpadded
 
-    def __init__(self, paths_or_glob: Any, transform: Any = None, *, image_key: str = IMAGE_KEY,
-                 label_key: str = LABEL_KEY, label_offset: int = 0, check_crc: bool = True,
-                 compression: str | None = "auto", index_dir: str | None = None,
-                 decoder: str | None = None, max_pixels: MaxPixels = MODULE_LIMIT) -> None:
+    def __init__(
+        self,
+        paths_or_glob: Any,
+        transform: Any = None,
+        *,
+        image_key: str = IMAGE_KEY,
+        label_key: str = LABEL_KEY,
+        label_offset: int = 0,
+        check_crc: bool = True,
+        compression: str | None = "auto",
+        index_dir: str | None = None,
+        decoder: str | None = None,
+        max_pixels: MaxPixels = MODULE_LIMIT,
+    ) -> None:
         if compression not in ("auto", "gzip", None):
             raise ValueError(f"compression must be 'auto', 'gzip' or None, got {compression!r}")
         files = expand_paths(paths_or_glob)
@@ -124,11 +134,16 @@ class TFRecordStream:
                 n = len(off) + (broken is not None)
             if broken is not None:
                 self._broken[i] = broken
-                warnings.warn(f"fastload: {broken}; that record and any after it in the file are yielded "
-                              "as error records", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"fastload: {broken}; that record and any after it in the file are yielded as error records",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             elif expected.get(path, n) != n:
-                raise ValueError(f"{path}: {n} records, but the dataset's metadata sidecar says "
-                                 f"{expected[path]} (file cut short or replaced?)")
+                raise ValueError(
+                    f"{path}: {n} records, but the dataset's metadata sidecar says "
+                    f"{expected[path]} (file cut short or replaced?)"
+                )
             counts.append(n)
             offsets.append(off)
             lengths.append(length)
@@ -170,10 +185,13 @@ class TFRecordStream:
         shared = shared_prefixes(plan, seekable) if batch_size is None or few else 0
         if shared and not self._warned:
             self._warned = True
-            warnings.warn(f"fastload: {shared} GZIP file(s) are split between {num_slots} slots (fewer non-empty "
-                          "files than ranks × workers): slots decompress the part of a file before theirs. "
-                          "Write at least as many shards as slots to read every byte once.",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"fastload: {shared} GZIP file(s) are split between {num_slots} slots (fewer non-empty "
+                "files than ranks × workers): slots decompress the part of a file before theirs. "
+                "Write at least as many shards as slots to read every byte once.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return plan
 
     def slot_length(self, num_slots: int, *, drop_last: bool = False) -> int:
@@ -185,12 +203,12 @@ class TFRecordStream:
         check_slot(0, num_slots)
         sizes = [sum(s.stop - s.start for s in segments) for segments in self._plan(num_slots)]
         if min(sizes) == 0:
-            raise ValueError(f"{len(self)} records cannot fill {num_slots} slots (ranks × workers); "
-                             "use fewer workers")
+            raise ValueError(f"{len(self)} records cannot fill {num_slots} slots (ranks × workers); use fewer workers")
         return min(sizes) if drop_last else max(sizes)
 
-    def records_for(self, slot: int, num_slots: int, *, drop_last: bool = False,
-                    batch_size: int | None = None) -> Iterator[StreamRecord]:
+    def records_for(
+        self, slot: int, num_slots: int, *, drop_last: bool = False, batch_size: int | None = None
+    ) -> Iterator[StreamRecord]:
         """The records of ``slot`` (``rank * num_workers + worker`` of ``world_size * num_workers``).
 
         Yields exactly ``slot_length(num_slots, drop_last=drop_last)`` records in file order;
@@ -253,8 +271,12 @@ class TFRecordStream:
                 buf = f.read(length)
                 try:
                     if len(buf) < length:
-                        raise TFRecordError(path, offset, f"truncated record at byte {offset}: the index says "
-                                                          f"{length} bytes, the file has {len(buf)}")
+                        raise TFRecordError(
+                            path,
+                            offset,
+                            f"truncated record at byte {offset}: the index says "
+                            f"{length} bytes, the file has {len(buf)}",
+                        )
                     data = parse_record(buf, path, offset, self.check_crc)
                 except TFRecordError as e:
                     yield self._error(seg.file_id, k, where, e)
@@ -270,8 +292,11 @@ class TFRecordStream:
                 while k < seg.stop:
                     head = _read(f, HEADER_BYTES, path, offset)
                     if not head:
-                        raise TFRecordError(path, offset, f"the file ends after {k} records at byte {offset}, "
-                                                          f"but it had {count} when counted")
+                        raise TFRecordError(
+                            path,
+                            offset,
+                            f"the file ends after {k} records at byte {offset}, but it had {count} when counted",
+                        )
                     length = check_header(head, path, offset, None)
                     where = f"{path} record at byte {offset}"
                     if k < seg.start:
@@ -279,8 +304,12 @@ class TFRecordStream:
                     else:
                         rest = memoryview(_read(f, length + 4, path, offset))
                         if len(rest) < length + 4:  # the stream ended: nothing after can be framed
-                            raise TFRecordError(path, offset, f"truncated record at byte {offset}: needs "
-                                                f"{OVERHEAD + length} bytes, has {HEADER_BYTES + len(rest)}")
+                            raise TFRecordError(
+                                path,
+                                offset,
+                                f"truncated record at byte {offset}: needs "
+                                f"{OVERHEAD + length} bytes, has {HEADER_BYTES + len(rest)}",
+                            )
                         try:
                             data = check_data(rest, length, path, offset, self.check_crc)
                         except TFRecordError as e:
@@ -309,8 +338,15 @@ class TFRecordStream:
         if record.error is not None:
             raise record.error
         try:
-            return self.clean.decode(record.number, self.transform, record.image, get_decoder(self.decoder),
-                                     sample_rng(seed, epoch, record.number), out, self.max_pixels)
+            return self.clean.decode(
+                record.number,
+                self.transform,
+                record.image,
+                get_decoder(self.decoder),
+                sample_rng(seed, epoch, record.number),
+                out,
+                self.max_pixels,
+            )
         except DecodeError as e:
             raise DecodeError(f"record {record.number} ({record.where}): {e}") from e
 
@@ -320,5 +356,9 @@ class TFRecordStream:
             yield self.decode(record, 0, 0), record.label
 
     def summary(self) -> dict:
-        return {"type": type(self).__name__, "records": len(self), "paths": list(self.files),
-                "classes": len(self.classes) if self.classes else None}
+        return {
+            "type": type(self).__name__,
+            "records": len(self),
+            "paths": list(self.files),
+            "classes": len(self.classes) if self.classes else None,
+        }

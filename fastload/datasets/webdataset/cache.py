@@ -105,11 +105,13 @@ class ShardCache:
             tmp = self._reserve(shard, partial)
             try:
                 with open(tmp, "wb") as f:
+
                     def sink(chunk: bytes) -> None:
                         try:
                             f.write(chunk)
                         except OSError as e:
                             raise CacheError(f"{shard.url}: writing to the shard cache {self.root} failed: {e}") from e
+
                     write(sink)
                     f.flush()
                 got = os.path.getsize(tmp)

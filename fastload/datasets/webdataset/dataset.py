@@ -20,10 +20,10 @@ from ..tfrecord.index import cache_folder
 from ..tfrecord.slots import check_slot
 from .cache import ShardCache
 from .indexing import BUILDING, Indexing, finish_before_fork, warn_broken
-from .slots import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from .reader import SlotReader
 from .remote import DEFAULT_STALL_TIMEOUT, Remote, is_url
 from .sidecar import read_classes
+from .slots import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from .store import ShardStore
 from .table import MAX_TARGET_BYTES, SampleTable, TargetRule
 from .tar import ShardError
@@ -120,38 +120,67 @@ class WebDataset:
     elastic = True  # resumes on any number of ranks and workers
     batch_slots = True  # on one rank, records_for(..., batch_size=) splits whole batches, unpadded
 
-    def __init__(self, urls: Any, transform: Any = None, *, decoder: str | None = None,
-                 max_pixels: MaxPixels = MODULE_LIMIT,
-                 image_key: Sequence[str] = IMAGE_EXTS, label_key: Sequence[str] | None = TARGET_EXTS,
-                 json_key: str = "label", label_offset: int = 0, classes: Sequence[str] | None = None,
-                 window: int = 4, cache: bool = True, cache_dir: str | None = None,
-                 cache_limit: int = DEFAULT_CACHE_LIMIT, index_dir: str | None = None,
-                 storage_options: dict | None = None, retries: int = 5,
-                 stall_timeout: float | None = DEFAULT_STALL_TIMEOUT, download_timeout: float | None = None,
-                 ahead: int = 1, index_threads: int = 8, background_index: bool = True) -> None:
-        for name, value, low in (("window", window, 1), ("ahead", ahead, 0), ("retries", retries, 0),
-                                 ("index_threads", index_threads, 1)):
+    def __init__(
+        self,
+        urls: Any,
+        transform: Any = None,
+        *,
+        decoder: str | None = None,
+        max_pixels: MaxPixels = MODULE_LIMIT,
+        image_key: Sequence[str] = IMAGE_EXTS,
+        label_key: Sequence[str] | None = TARGET_EXTS,
+        json_key: str = "label",
+        label_offset: int = 0,
+        classes: Sequence[str] | None = None,
+        window: int = 4,
+        cache: bool = True,
+        cache_dir: str | None = None,
+        cache_limit: int = DEFAULT_CACHE_LIMIT,
+        index_dir: str | None = None,
+        storage_options: dict | None = None,
+        retries: int = 5,
+        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+        download_timeout: float | None = None,
+        ahead: int = 1,
+        index_threads: int = 8,
+        background_index: bool = True,
+    ) -> None:
+        for name, value, low in (
+            ("window", window, 1),
+            ("ahead", ahead, 0),
+            ("retries", retries, 0),
+            ("index_threads", index_threads, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        for name, value in (("stall_timeout", stall_timeout), ("download_timeout", download_timeout)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"{name} must be a number of seconds > 0 or None, got {value!r}")
+        for name, seconds in (("stall_timeout", stall_timeout), ("download_timeout", download_timeout)):
+            if seconds is not None and (
+                isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0
+            ):
+                raise ValueError(f"{name} must be a number of seconds > 0 or None, got {seconds!r}")
         image_exts = (image_key,) if isinstance(image_key, str) else tuple(image_key)
         target_exts = () if label_key is None else (label_key,) if isinstance(label_key, str) else tuple(label_key)
         if not image_exts:
             raise ValueError("image_key names no extension")
         self.urls = expand_urls(urls, storage_options or {})
         root = cache_folder("webdataset", cache_dir)
-        self.store = ShardStore(Remote(dict(storage_options or {}), retries, stall_timeout=stall_timeout,
-                                       download_timeout=download_timeout),
-                                ShardCache(root, cache_limit) if cache else None,
-                                index_dir or os.path.join(root, "index"))
+        self.store = ShardStore(
+            Remote(
+                dict(storage_options or {}), retries, stall_timeout=stall_timeout, download_timeout=download_timeout
+            ),
+            ShardCache(root, cache_limit) if cache else None,
+            index_dir or os.path.join(root, "index"),
+        )
         with ThreadPoolExecutor(min(index_threads, len(self.urls))) as pool:
             shards = list(pool.map(self.store.identify, self.urls))
         big = [s for s in shards if is_url(s.url) and self.store.cache is not None and not self.store.cache.fits(s)]
         if big:
-            warnings.warn(f"fastload: {len(big)} shard(s) exceed cache_limit={cache_limit} bytes (e.g. {big[0].url}, "
-                          f"{big[0].size} bytes) and are read straight from the network", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"fastload: {len(big)} shard(s) exceed cache_limit={cache_limit} bytes (e.g. {big[0].url}, "
+                f"{big[0].size} bytes) and are read straight from the network",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._exts = (image_exts, target_exts)
         background = background_index and any(is_url(s.url) for s in shards)
         self._indexing: Indexing | None = Indexing(self.store, shards, index_threads, background)
@@ -224,15 +253,25 @@ class WebDataset:
             raise ValueError(f"{len(self)} samples cannot fill {num_slots} slots (ranks × workers); use fewer workers")
         return slot_sizes(len(self), num_slots, drop_last)
 
-    def resumed_sizes(self, num_slots: int, *, drop_last: bool, order: Any,
-                      batch_size: int | None = None) -> list[int]:
+    def resumed_sizes(self, num_slots: int, *, drop_last: bool, order: Any, batch_size: int | None = None) -> list[int]:
         """Samples of each slot in the resumed pass ``order`` (arguments as for :meth:`records_for`)."""
-        slots = resumed_pass(self.table.counts.array, num_slots, order.history, order.epoch, order.seed,
-                             order.shuffle, order.batch_size, drop_last, self.window, batch_size is not None)
+        slots = resumed_pass(
+            self.table.counts.array,
+            num_slots,
+            order.history,
+            order.epoch,
+            order.seed,
+            order.shuffle,
+            order.batch_size,
+            drop_last,
+            self.window,
+            batch_size is not None,
+        )
         return [len(numbers) for numbers in slots]
 
-    def records_for(self, slot: int, num_slots: int, *, drop_last: bool = False, order: Any = None,
-                    batch_size: int | None = None) -> Iterator[ShardRecord]:
+    def records_for(
+        self, slot: int, num_slots: int, *, drop_last: bool = False, order: Any = None, batch_size: int | None = None
+    ) -> Iterator[ShardRecord]:
         """The samples of ``slot`` (``rank * num_workers + worker`` of ``world_size * num_workers``).
 
         Args:
@@ -252,8 +291,18 @@ class WebDataset:
             check_batch_size(batch_size)
         counts = self.table.counts.array
         if order is not None and order.history:
-            slots = resumed_pass(counts, num_slots, order.history, order.epoch, order.seed, order.shuffle,
-                                 order.batch_size, drop_last, self.window, batch_size is not None)
+            slots = resumed_pass(
+                counts,
+                num_slots,
+                order.history,
+                order.epoch,
+                order.seed,
+                order.shuffle,
+                order.batch_size,
+                drop_last,
+                self.window,
+                batch_size is not None,
+            )
             chunks = by_shards(slots[slot], self.table.shard.array, self.window)
         else:
             epoch, seed, shuffle = (order.epoch, order.seed, order.shuffle) if order is not None else (0, 0, False)
@@ -261,8 +310,11 @@ class WebDataset:
                 bounds = batch_ranges(len(self), num_slots, batch_size, drop_last)[slot]
                 chunks = first_pass(counts, slot, num_slots, epoch, seed, shuffle, self.window, bounds)
             else:
-                chunks = fit(first_pass(counts, slot, num_slots, epoch, seed, shuffle, self.window),
-                             self.slot_length(num_slots, drop_last=drop_last), np.zeros(0, np.int64))
+                chunks = fit(
+                    first_pass(counts, slot, num_slots, epoch, seed, shuffle, self.window),
+                    self.slot_length(num_slots, drop_last=drop_last),
+                    np.zeros(0, np.int64),
+                )
         return self._records(chunks)
 
     def _records(self, chunks: list[np.ndarray]) -> Iterator[ShardRecord]:
@@ -281,8 +333,9 @@ class WebDataset:
             ShardError: The sample has no target member, or one that is too large.
             ValueError: The target is not a label (see :class:`.table.TargetRule`).
         """
-        return self._target(record.number, lambda offset, size: record.reader.read(record.chunk, record.number,
-                                                                                   offset, size))
+        return self._target(
+            record.number, lambda offset, size: record.reader.read(record.chunk, record.number, offset, size)
+        )
 
     def _target(self, n: int, read: Callable[[int, int], bytes]) -> int:
         kind = int(self.table.target_kind.array[n])
@@ -327,8 +380,9 @@ class WebDataset:
                 raise ShardError(shard.url, offset + len(data), f"the member at byte {offset} needs {size} bytes")
             return data
 
-        return member(int(self.table.image_offset.array[index]), int(self.table.image_size.array[index])), \
-            self._target(index, member)
+        return member(int(self.table.image_offset.array[index]), int(self.table.image_size.array[index])), self._target(
+            index, member
+        )
 
     def describe(self, index: int) -> str:
         """``"<url> sample '<key>' at byte <offset>"``."""
@@ -344,11 +398,13 @@ class WebDataset:
         if record.error is not None:
             raise record.error
         n = record.number
-        data = record.reader.read(record.chunk, n, int(self.table.image_offset.array[n]),
-                                  int(self.table.image_size.array[n]))
+        data = record.reader.read(
+            record.chunk, n, int(self.table.image_offset.array[n]), int(self.table.image_size.array[n])
+        )
         try:
-            return self.transform.decode(data, get_decoder(self.decoder), sample_rng(seed, epoch, n), out,
-                                         self.max_pixels)
+            return self.transform.decode(
+                data, get_decoder(self.decoder), sample_rng(seed, epoch, n), out, self.max_pixels
+            )
         except DecodeError as e:
             raise DecodeError(f"sample {n} ({record.where}): {e}") from e
 
@@ -365,5 +421,10 @@ class WebDataset:
         return digest.hexdigest()[:16]
 
     def summary(self) -> dict:
-        return {"type": type(self).__name__, "samples": len(self), "shards": len(self.urls),
-                "classes": len(self.classes) if self.classes else None, "cache": self.store.cache is not None}
+        return {
+            "type": type(self).__name__,
+            "samples": len(self),
+            "shards": len(self.urls),
+            "classes": len(self.classes) if self.classes else None,
+            "cache": self.store.cache is not None,
+        }

@@ -40,8 +40,9 @@ def gunzip(chunks: Iterator[bytes], url: str) -> Iterator[bytes]:
             try:
                 out = d.decompress(chunk)
             except zlib.error as e:
-                raise ShardError(url, None, f"not gzip data, or corrupt: {e} (after {done} decompressed bytes)") \
-                    from None
+                raise ShardError(
+                    url, None, f"not gzip data, or corrupt: {e} (after {done} decompressed bytes)"
+                ) from None
             if out:
                 done += len(out)
                 yield out
@@ -49,8 +50,9 @@ def gunzip(chunks: Iterator[bytes], url: str) -> Iterator[bytes]:
             if d.eof:
                 chunk, d, started = d.unused_data, zlib.decompressobj(wbits=31), False
     if started:
-        raise ShardError(url, None, f"the gzip stream ends early, after {done} decompressed bytes (a truncated "
-                                    ".tar.gz)")
+        raise ShardError(
+            url, None, f"the gzip stream ends early, after {done} decompressed bytes (a truncated .tar.gz)"
+        )
 
 
 def span(chunks: Iterator[bytes], start: int, end: int) -> bytes:

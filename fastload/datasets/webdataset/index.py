@@ -49,8 +49,9 @@ class ShardId:
 
     def digest(self) -> str:
         """A file-name-safe key for caches."""
-        return hashlib.sha256(f"{self.url}\0{self.size}\0{self.version}".encode("utf-8", "surrogateescape")
-                              ).hexdigest()[:32]
+        return hashlib.sha256(
+            f"{self.url}\0{self.size}\0{self.version}".encode("utf-8", "surrogateescape")
+        ).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def group_members(members: Iterable[Member], url: str) -> ShardIndex:
             if not key_ids:  # nothing readable at all: not a shard
                 raise
             broken_offset, broken = (e.offset if e.offset is not None else 0), e.problem
-            parts = split_name(e.member) if getattr(e, "member", None) else None
+            parts = split_name(e.member) if e.member else None
             # the sample of the member it broke in; when not known, the last one read
             cut = key_ids.get(parts[0], -1) if parts is not None else rows[-1][0] if rows else -1
             break
@@ -136,8 +137,16 @@ def group_members(members: Iterable[Member], url: str) -> ShardIndex:
         table[:, 0] = renumber[table[:, 0]]
         keys = [keys[k] for k in order]
     table = table[np.argsort(table[:, 0], kind="stable")]  # rows grouped by sample, archive order within
-    return ShardIndex(keys, list(ext_ids), table[:, 0].astype(np.int32), table[:, 1].astype(np.int16),
-                      table[:, 2].copy(), table[:, 3].copy(), broken_offset, broken)
+    return ShardIndex(
+        keys,
+        list(ext_ids),
+        table[:, 0].astype(np.int32),
+        table[:, 1].astype(np.int16),
+        table[:, 2].copy(),
+        table[:, 3].copy(),
+        broken_offset,
+        broken,
+    )
 
 
 def _pack(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -158,11 +167,21 @@ def save_index(path: str, index: ShardIndex, shard: ShardId) -> None:
     exts_data, exts_offsets = _pack(index.exts)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}.npz"
-    np.savez(tmp, version=np.int64(FORMAT_VERSION), size=np.int64(shard.size), keys_data=keys_data,
-             keys_offsets=keys_offsets, exts_data=exts_data, exts_offsets=exts_offsets,
-             member_sample=index.member_sample, member_ext=index.member_ext, member_offset=index.member_offset,
-             member_size=index.member_size, broken_offset=np.int64(index.broken_offset),
-             broken=np.frombuffer(index.broken.encode(), np.uint8))
+    np.savez(
+        tmp,
+        version=np.int64(FORMAT_VERSION),
+        size=np.int64(shard.size),
+        keys_data=keys_data,
+        keys_offsets=keys_offsets,
+        exts_data=exts_data,
+        exts_offsets=exts_offsets,
+        member_sample=index.member_sample,
+        member_ext=index.member_ext,
+        member_offset=index.member_offset,
+        member_size=index.member_size,
+        broken_offset=np.int64(index.broken_offset),
+        broken=np.frombuffer(index.broken.encode(), np.uint8),
+    )
     os.replace(tmp, path)
 
 
@@ -173,16 +192,31 @@ def load_index(path: str, shard: ShardId) -> ShardIndex | None:
             if int(z["version"]) != FORMAT_VERSION or int(z["size"]) != shard.size:
                 return None
             keys, exts = _unpack(z["keys_data"], z["keys_offsets"]), _unpack(z["exts_data"], z["exts_offsets"])
-            index = ShardIndex(keys, exts, z["member_sample"].astype(np.int32), z["member_ext"].astype(np.int16),
-                               z["member_offset"].astype(np.int64), z["member_size"].astype(np.int64),
-                               int(z["broken_offset"]), z["broken"].tobytes().decode())
+            index = ShardIndex(
+                keys,
+                exts,
+                z["member_sample"].astype(np.int32),
+                z["member_ext"].astype(np.int16),
+                z["member_offset"].astype(np.int64),
+                z["member_size"].astype(np.int64),
+                int(z["broken_offset"]),
+                z["broken"].tobytes().decode(),
+            )
     except (OSError, KeyError, ValueError, TypeError):
         return None
     rows = {len(a) for a in (index.member_sample, index.member_ext, index.member_offset, index.member_size)}
     sample, size = index.member_sample, shard.size
-    ok = (len(rows) == 1 and (not len(sample) or (
-        sample.min() >= 0 and sample.max() < len(keys) and np.all(np.diff(sample) >= 0)
-        and index.member_ext.min() >= 0 and index.member_ext.max() < len(exts)
-        and index.member_offset.min() >= 0 and index.member_size.min() >= 0
-        and (shard.gzipped or np.all(index.member_offset + index.member_size <= size)))))
+    ok = len(rows) == 1 and (
+        not len(sample)
+        or (
+            sample.min() >= 0
+            and sample.max() < len(keys)
+            and np.all(np.diff(sample) >= 0)
+            and index.member_ext.min() >= 0
+            and index.member_ext.max() < len(exts)
+            and index.member_offset.min() >= 0
+            and index.member_size.min() >= 0
+            and (shard.gzipped or np.all(index.member_offset + index.member_size <= size))
+        )
+    )
     return index if ok else None

@@ -24,7 +24,6 @@ from tqdm import tqdm
 from .index import ShardId, ShardIndex
 from .store import ShardStore
 
-
 BUILDING = threading.RLock()  # one dataset's table is built by one thread
 _unfinished: weakref.WeakSet = weakref.WeakSet()  # datasets whose indexes are being made
 
@@ -101,8 +100,9 @@ class Indexing:
                     bar.update(self.done - bar.n)
                     waited += step
                     if timeout is not None and waited >= timeout:
-                        raise TimeoutError(f"indexing {self.total} shard(s) did not finish in {timeout} s "
-                                           f"({self.done} done)")
+                        raise TimeoutError(
+                            f"indexing {self.total} shard(s) did not finish in {timeout} s ({self.done} done)"
+                        )
                 bar.update(self.done - bar.n)
         if self._error is not None:
             raise self._error
@@ -113,5 +113,9 @@ class Indexing:
 def warn_broken(shards: list[ShardId], indexes: list[ShardIndex]) -> None:
     for shard, index in zip(shards, indexes):
         if index.broken_offset >= 0:
-            warnings.warn(f"fastload: {shard.url}: {index.broken} (at byte {index.broken_offset}); its last "
-                          "sample is yielded as an error record", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"fastload: {shard.url}: {index.broken} (at byte {index.broken_offset}); its last "
+                "sample is yielded as an error record",
+                RuntimeWarning,
+                stacklevel=4,
+            )

@@ -37,8 +37,9 @@ class Prepared:
         self.spans: dict[int, tuple[int, bytes]] = {}
         self.errors: dict[int, Exception] = {}
 
-    def put(self, shard: int, *, file: Any = None, span: tuple[int, bytes] | None = None,
-            error: Exception | None = None) -> None:
+    def put(
+        self, shard: int, *, file: Any = None, span: tuple[int, bytes] | None = None, error: Exception | None = None
+    ) -> None:
         with self._lock:
             if self.closed:
                 if file is not None:
@@ -134,10 +135,14 @@ class SlotReader:
             data = os.pread(prepared.files[shard].fileno(), size, offset)
         else:
             lo, span = prepared.spans[shard]
-            data = span[offset - lo:offset - lo + size]
+            data = span[offset - lo : offset - lo + size]
         if len(data) != size:
-            raise ShardError(url, offset + len(data), f"the member at byte {offset} needs {size} bytes, the "
-                                                      f"shard has {len(data)} of them (truncated since indexed?)")
+            raise ShardError(
+                url,
+                offset + len(data),
+                f"the member at byte {offset} needs {size} bytes, the "
+                f"shard has {len(data)} of them (truncated since indexed?)",
+            )
         return data
 
     def close(self) -> None:

@@ -62,7 +62,7 @@ def is_url(path: str) -> bool:
 
 
 def local_path(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def _with_timeouts(protocol: str, options: dict, stall_timeout: float | None) -> dict:
@@ -74,8 +74,9 @@ def _with_timeouts(protocol: str, options: dict, stall_timeout: float | None) ->
         import aiohttp
 
         client = dict(options.get("client_kwargs") or {})
-        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=stall_timeout,
-                                                           sock_read=stall_timeout))
+        client.setdefault(
+            "timeout", aiohttp.ClientTimeout(total=None, sock_connect=stall_timeout, sock_read=stall_timeout)
+        )
         return {**options, "client_kwargs": client}
     if protocol in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
@@ -95,8 +96,9 @@ def filesystem(url: str, storage_options: dict, stall_timeout: float | None = No
     try:
         import fsspec
     except ImportError as e:
-        raise ImportError("reading shards from URLs needs fsspec (and s3fs for s3://): "
-                          "pip install 'fastload[remote]'") from e
+        raise ImportError(
+            "reading shards from URLs needs fsspec (and s3fs for s3://): pip install 'fastload[remote]'"
+        ) from e
     try:
         options = _with_timeouts(url.split("://", 1)[0].lower(), storage_options, stall_timeout)
         return fsspec.core.url_to_fs(url, **options)
@@ -140,7 +142,7 @@ class Remote:
             raise DownloadError(url, offset, f"{what} took longer than download_timeout={self.download_timeout}s")
 
     def _wait(self, attempt: int, deadline: float | None = None) -> None:
-        pause = self.backoff_s * (2 ** attempt) * random.uniform(0.5, 1.0)
+        pause = self.backoff_s * (2**attempt) * random.uniform(0.5, 1.0)
         if deadline is not None:
             pause = min(pause, max(0.0, deadline - time.monotonic()))
         time.sleep(pause)
@@ -155,8 +157,9 @@ class Remote:
                 if is_missing(e):
                     raise _missing(url, offset) from e
                 if not transient(e) or attempt == self.retries:
-                    raise DownloadError(url, offset, f"{what} failed after {attempt + 1} attempt(s): "
-                                                     f"{describe(e)}") from e
+                    raise DownloadError(
+                        url, offset, f"{what} failed after {attempt + 1} attempt(s): {describe(e)}"
+                    ) from e
                 self._wait(attempt, deadline)
         raise AssertionError("unreachable")
 
@@ -184,8 +187,9 @@ class Remote:
         size = info.get("size")
         if not isinstance(size, int) or size < 0:
             raise DownloadError(url, 0, f"the server does not say the shard's size (got {size!r})")
-        version = next((str(info[k]) for k in ("ETag", "etag", "Last-Modified", "LastModified", "mtime")
-                        if info.get(k)), "")
+        version = next(
+            (str(info[k]) for k in ("ETag", "etag", "Last-Modified", "LastModified", "mtime") if info.get(k)), ""
+        )
         return ShardId(url, size, version)
 
     def _open_at(self, fs: Any, path: str, shard: ShardId, done: int) -> Any:
@@ -204,7 +208,7 @@ class Remote:
             headers["Range"] = f"bytes={done}-"
         f = fs.open(path, "rb", block_size=0, size=shard.size or None, headers=headers)
         response = getattr(f, "r", None)
-        if done and getattr(response, "status", None) == 206:
+        if done and response is not None and getattr(response, "status", None) == 206:
             got = str(response.headers.get("Content-Range", ""))
             if not got.startswith(f"bytes {done}-"):
                 f.close()
@@ -235,8 +239,11 @@ class Remote:
                         if not chunk:
                             raise EOFError(f"the connection closed after {done} of {shard.size} bytes")
                         if done + len(chunk) > shard.size:
-                            raise DownloadError(shard.url, done, f"the object is longer than the {shard.size} "
-                                                                 "bytes it had when indexed (replaced?)")
+                            raise DownloadError(
+                                shard.url,
+                                done,
+                                f"the object is longer than the {shard.size} bytes it had when indexed (replaced?)",
+                            )
                         done += len(chunk)
                         yield chunk
             except DownloadError:
@@ -246,9 +253,13 @@ class Remote:
                     raise _missing(shard.url, done) from e
                 failures = 1 if done > reached else failures + 1  # progress earns a fresh set of retries
                 if not transient(e) or failures > self.retries:
-                    raise DownloadError(shard.url, done, f"the download broke off after {done} of {shard.size} "
-                                                         f"bytes ({failures} failed attempt(s) since the last "
-                                                         f"progress): {describe(e)}") from e
+                    raise DownloadError(
+                        shard.url,
+                        done,
+                        f"the download broke off after {done} of {shard.size} "
+                        f"bytes ({failures} failed attempt(s) since the last "
+                        f"progress): {describe(e)}",
+                    ) from e
                 self._wait(failures - 1, deadline)
                 self._check(shard.url, done, deadline, f"the download of {shard.size} bytes")
 
@@ -258,13 +269,18 @@ class Remote:
         A server that ignores ranges sends the whole object; the span is cut from it.
         """
         fs, path = self.filesystem(shard.url)
-        data = self._retried(shard.url, f"reading bytes {start}-{end}",
-                             lambda: fs.cat_file(path, start=start, end=end), start)
+        data = self._retried(
+            shard.url, f"reading bytes {start}-{end}", lambda: fs.cat_file(path, start=start, end=end), start
+        )
         if len(data) != end - start and len(data) == shard.size:
             data = data[start:end]
         if len(data) != end - start:
-            raise DownloadError(shard.url, start + len(data), f"asked for bytes {start}-{end}, got {len(data)} bytes "
-                                                              "(the object is shorter than when it was indexed?)")
+            raise DownloadError(
+                shard.url,
+                start + len(data),
+                f"asked for bytes {start}-{end}, got {len(data)} bytes "
+                "(the object is shorter than when it was indexed?)",
+            )
         return data
 
     def small(self, url: str, limit: int) -> bytes | None:

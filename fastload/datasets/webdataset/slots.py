@@ -44,8 +44,16 @@ def slot_sizes(total: int, num_slots: int, drop_last: bool) -> int:
     return total // num_slots if drop_last else math.ceil(total / num_slots)
 
 
-def first_pass(counts: np.ndarray, slot: int, num_slots: int, epoch: int, seed: int, shuffle: bool,
-               window: int, bounds: tuple[int, int] | None = None) -> list[np.ndarray]:
+def first_pass(
+    counts: np.ndarray,
+    slot: int,
+    num_slots: int,
+    epoch: int,
+    seed: int,
+    shuffle: bool,
+    window: int,
+    bounds: tuple[int, int] | None = None,
+) -> list[np.ndarray]:
     """The sample numbers slot ``slot`` reads in a first pass, one array per window (unpadded):
     its share of the epoch's order, or the positions ``bounds`` (``[lo, hi)``) of it."""
     order = shard_order(len(counts), seed, epoch, shuffle)
@@ -61,7 +69,7 @@ def first_pass(counts: np.ndarray, slot: int, num_slots: int, epoch: int, seed: 
             segments.append(firsts[order[p]] + np.arange(a, b, dtype=np.int64))
     chunks = []
     for w in range(0, len(segments), window):
-        numbers = np.concatenate(segments[w:w + window])
+        numbers = np.concatenate(segments[w : w + window])
         if shuffle:
             rng = np.random.default_rng([seed, epoch, TAG_WINDOW, num_slots, slot, w // window])
             numbers = numbers[rng.permutation(len(numbers))]
@@ -92,8 +100,12 @@ def deal(order: np.ndarray, num_slots: int, drop_last: bool, batch_size: int | N
         return [order[lo:hi] for lo, hi in batch_ranges(len(order), num_slots, batch_size, drop_last)]
     total = len(order)
     length = slot_sizes(total, num_slots, drop_last)
-    return [np.concatenate(fit([order[s * total // num_slots:(s + 1) * total // num_slots]], length, order))
-            if length else order[:0] for s in range(num_slots)]
+    return [
+        np.concatenate(fit([order[s * total // num_slots : (s + 1) * total // num_slots]], length, order))
+        if length
+        else order[:0]
+        for s in range(num_slots)
+    ]
 
 
 def slots_of(stage: Any) -> tuple[int, int]:
@@ -117,27 +129,41 @@ def stage_leftover(slots: Sequence[np.ndarray], stage: Any, batch_size: int, dro
 
     num_slots, workers = slots_of(stage)
     if len(slots) != num_slots or len(stage.consumed) != stage.world_size:
-        raise ValueError(f"loader state: a stage of {stage.world_size} ranks × {workers} workers lists "
-                         f"{len(stage.consumed)} batch counts")
+        raise ValueError(
+            f"loader state: a stage of {stage.world_size} ranks × {workers} workers lists "
+            f"{len(stage.consumed)} batch counts"
+        )
     per_slot = [batch_count(len(numbers), batch_size, drop_last) for numbers in slots]
     visited, taken = [], []
     for rank, done in enumerate(stage.consumed):
-        has = sum(per_slot[rank * workers:(rank + 1) * workers])
+        has = sum(per_slot[rank * workers : (rank + 1) * workers])
         if done > has:
-            raise ValueError(f"loader state: rank {rank} of {stage.world_size} consumed {done} batches, but that "
-                             f"part of the epoch has {has}")
+            raise ValueError(
+                f"loader state: rank {rank} of {stage.world_size} consumed {done} batches, but that "
+                f"part of the epoch has {has}"
+            )
         for local in range(workers):
             numbers = slots[rank * workers + local]
-            visited.append(numbers[:per_slot[rank * workers + local] * batch_size])
-            taken.append(numbers[:slot_batches_done(done, local, workers) * batch_size])
+            visited.append(numbers[: per_slot[rank * workers + local] * batch_size])
+            taken.append(numbers[: slot_batches_done(done, local, workers) * batch_size])
     order = np.concatenate(visited) if visited else np.zeros(0, np.int64)
     _, first = np.unique(order, return_index=True)
     order = order[np.sort(first)]  # each sample once, where it was first visited
     return order[~np.isin(order, np.concatenate(taken))]
 
 
-def resumed_pass(counts: np.ndarray, num_slots: int, history: Sequence[Any], epoch: int, seed: int, shuffle: bool,
-                 batch_size: int, drop_last: bool, window: int, whole_batches: bool = False) -> list[np.ndarray]:
+def resumed_pass(
+    counts: np.ndarray,
+    num_slots: int,
+    history: Sequence[Any],
+    epoch: int,
+    seed: int,
+    shuffle: bool,
+    batch_size: int,
+    drop_last: bool,
+    window: int,
+    whole_batches: bool = False,
+) -> list[np.ndarray]:
     """Every slot's samples in the pass after ``history``: what no stage consumed, padded, or
     with ``whole_batches`` (the pass runs on one rank) in runs of whole batches."""
     total = int(np.sum(counts))
@@ -145,12 +171,18 @@ def resumed_pass(counts: np.ndarray, num_slots: int, history: Sequence[Any], epo
     empty = np.zeros(0, np.int64)
     if one_rank(history[0], batch_size):
         bounds = batch_ranges(total, first_slots, batch_size, drop_last)
-        slots = [np.concatenate([empty, *first_pass(counts, s, first_slots, epoch, seed, shuffle, window, bounds[s])])
-                 for s in range(first_slots)]
+        slots = [
+            np.concatenate([empty, *first_pass(counts, s, first_slots, epoch, seed, shuffle, window, bounds[s])])
+            for s in range(first_slots)
+        ]
     else:
         length = slot_sizes(total, first_slots, drop_last)
-        slots = [np.concatenate(fit(first_pass(counts, s, first_slots, epoch, seed, shuffle, window), length,
-                                    np.zeros(1, np.int64))) for s in range(first_slots)]
+        slots = [
+            np.concatenate(
+                fit(first_pass(counts, s, first_slots, epoch, seed, shuffle, window), length, np.zeros(1, np.int64))
+            )
+            for s in range(first_slots)
+        ]
     for k, stage in enumerate(history):
         if k:
             slots = deal(left, slots_of(stage)[0], drop_last, one_rank(stage, batch_size))

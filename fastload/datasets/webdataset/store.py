@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .cache import CacheError, CacheFull, ShardCache
-from .index import UNVALIDATED, ShardId, ShardIndex, group_members, load_index, save_index
-from .remote import Remote, is_url, local_path
 from .gz import file_chunks, gunzip
 from .gz import span as gz_span
+from .index import UNVALIDATED, ShardId, ShardIndex, group_members, load_index, save_index
+from .remote import Remote, is_url, local_path
 from .tar import file_source, iter_members
 
 
@@ -46,8 +46,8 @@ class _Tee:
             chunk = self._next()
             if chunk is None:
                 break
-            self.buf, self.pos = self.buf[self.pos:] + chunk, 0
-        out = self.buf[self.pos:self.pos + n]
+            self.buf, self.pos = self.buf[self.pos :] + chunk, 0
+        out = self.buf[self.pos : self.pos + n]
         self.pos += len(out)
         return out
 
@@ -100,8 +100,9 @@ class ShardStore:
 
     def _cache_error(self, error: CacheError) -> None:
         self.cache_failed = True
-        warnings.warn(f"fastload: {error}; this process reads shards without the cache from now on",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"fastload: {error}; this process reads shards without the cache from now on", RuntimeWarning, stacklevel=3
+        )
 
     def identify(self, url: str) -> ShardId:
         shard = self.remote.identify(url)
@@ -129,8 +130,11 @@ class ShardStore:
         try:
             save_index(path, index, shard)
         except OSError as e:  # costs a rescan next time, nothing else
-            warnings.warn(f"fastload: cannot store the index of {shard.url} under {self.index_dir}: {e}",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"fastload: cannot store the index of {shard.url} under {self.index_dir}: {e}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return index
 
     def _plain(self, shard: ShardId) -> Iterator[bytes]:

@@ -74,8 +74,9 @@ class TargetRule:
             return label
         offset = f" + label_offset {self.label_offset}" if self.label_offset else ""
         why = "negative" if label < 0 else "over the int64 range of labels"
-        raise ValueError(f"the .{ext} target {value!r:.80}{offset} is {why}; labels are class indexes, "
-                         f"0 <= label <= {MAX_LABEL}")
+        raise ValueError(
+            f"the .{ext} target {value!r:.80}{offset} is {why}; labels are class indexes, 0 <= label <= {MAX_LABEL}"
+        )
 
     def parse(self, data: bytes, kind: int) -> int:
         ext = self.exts[kind]
@@ -106,8 +107,9 @@ class SampleTable:
         image_exts, target_exts: Extensions in order of preference.
     """
 
-    def __init__(self, shards: list[ShardId], indexes: list[ShardIndex], image_exts: Sequence[str],
-                 target_exts: Sequence[str]) -> None:
+    def __init__(
+        self, shards: list[ShardId], indexes: list[ShardIndex], image_exts: Sequence[str], target_exts: Sequence[str]
+    ) -> None:
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "io", "is", "to", "ts", "tk", "problem")}
         keys: list[str] = []
         for i, index in enumerate(indexes):
@@ -163,7 +165,11 @@ class SampleTable:
     def span(self, numbers: np.ndarray) -> tuple[int, int]:
         """The byte range of the shard that holds the image and target members of ``numbers``."""
         starts = np.concatenate([self.image_offset.array[numbers], self.target_offset.array[numbers]])
-        ends = np.concatenate([self.image_offset.array[numbers] + self.image_size.array[numbers],
-                               self.target_offset.array[numbers] + self.target_size.array[numbers]])
+        ends = np.concatenate(
+            [
+                self.image_offset.array[numbers] + self.image_size.array[numbers],
+                self.target_offset.array[numbers] + self.target_size.array[numbers],
+            ]
+        )
         has = np.concatenate([self.problem.array[numbers] == OK, self.target_kind.array[numbers] >= 0])
         return (int(starts[has].min()), int(ends[has].max())) if has.any() else (0, 0)

@@ -33,11 +33,12 @@ class ShardError(ValueError):
     def __init__(self, url: str, offset: int | None = None, problem: str = "") -> None:
         if not problem and offset is None:  # DataLoader re-raises worker errors as type(e)(message)
             super().__init__(url)
-            self.url, self.offset, self.problem, self.member = "", None, url, None
+            self.url, self.offset, self.problem = "", None, url
+            self.member: str | None = None
             return
         super().__init__(f"{url}: {problem}" + (f" (at byte {offset})" if offset is not None else ""))
         self.url, self.offset, self.problem = url, offset, problem
-        self.member: str | None = None  # the member the archive breaks in, when known
+        self.member = None  # the member the archive breaks in, when known
 
     def __reduce__(self):
         return type(self), (self.url, self.offset, self.problem)
@@ -67,8 +68,9 @@ def _number(field: bytes, what: str, url: str, offset: int) -> int:
     try:
         return int(text, 8)
     except ValueError:
-        raise ShardError(url, offset, f"the {what} field {field!r} of a tar header is not octal "
-                                      "(not a tar file, or corrupt)") from None
+        raise ShardError(
+            url, offset, f"the {what} field {field!r} of a tar header is not octal (not a tar file, or corrupt)"
+        ) from None
 
 
 def check_header(block: bytes, url: str, offset: int) -> None:
@@ -90,7 +92,7 @@ def _pax(data: bytes, url: str, offset: int) -> dict[str, str]:
     """PAX records ``"<len> key=value\\n"``; only the fields that matter here are kept."""
     fields: dict[str, str] = {}
     pos = 0
-    while pos < len(data) and data[pos:pos + 1] != b"\0":
+    while pos < len(data) and data[pos : pos + 1] != b"\0":
         space = data.find(b" ", pos)
         try:
             length = int(data[pos:space])
@@ -98,7 +100,7 @@ def _pax(data: bytes, url: str, offset: int) -> dict[str, str]:
             raise ShardError(url, offset, "a malformed PAX header record") from None
         if space < 0 or length <= space - pos or pos + length > len(data):
             raise ShardError(url, offset, "a malformed PAX header record")
-        key, sep, value = data[space + 1:pos + length - 1].partition(b"=")
+        key, sep, value = data[space + 1 : pos + length - 1].partition(b"=")
         if not sep:
             raise ShardError(url, offset, "a malformed PAX header record")
         if key in (b"path", b"size"):
@@ -146,8 +148,11 @@ def iter_members(source: Source, url: str, size: int | None) -> Iterator[Member]
     while True:
         block = source.read(BLOCK)
         if len(block) < BLOCK:
-            raise ShardError(url, offset, f"the archive ends at byte {offset + len(block)} without its "
-                                          "end-of-archive block (truncated?)")
+            raise ShardError(
+                url,
+                offset,
+                f"the archive ends at byte {offset + len(block)} without its end-of-archive block (truncated?)",
+            )
         if block == ZERO_BLOCK:
             return
         check_header(block, url, offset)
@@ -161,20 +166,28 @@ def iter_members(source: Source, url: str, size: int | None) -> Iterator[Member]
                 raise ShardError(url, offset, "a PAX size that is not a number") from None
         padded = -(-length // BLOCK) * BLOCK
         if size is not None and data_at + length > size:
-            error = ShardError(url, offset, f"member {_text(block[:100])!r} needs {length} bytes from byte "
-                                            f"{data_at}, but the shard has {size} (truncated?)")
+            error = ShardError(
+                url,
+                offset,
+                f"member {_text(block[:100])!r} needs {length} bytes from byte "
+                f"{data_at}, but the shard has {size} (truncated?)",
+            )
             if kind in REGULAR:
                 error.member = long_name or pax.get("path") or _text(block[:100])  # which sample it cuts off
             raise error
         if kind in (b"L", b"x"):
             limit = MAX_NAME_BYTES if kind == b"L" else MAX_PAX_BYTES
             if length > limit:
-                raise ShardError(url, offset, f"a {'long name' if kind == b'L' else 'PAX header'} of {length} "
-                                              f"bytes (the limit is {limit})")
+                raise ShardError(
+                    url,
+                    offset,
+                    f"a {'long name' if kind == b'L' else 'PAX header'} of {length} bytes (the limit is {limit})",
+                )
             data = source.read(padded)
             if len(data) < padded:
-                raise ShardError(url, offset, f"the archive ends inside a header at byte {data_at + len(data)} "
-                                              "(truncated?)")
+                raise ShardError(
+                    url, offset, f"the archive ends inside a header at byte {data_at + len(data)} (truncated?)"
+                )
             if kind == b"L":
                 long_name = _text(data[:length])
             else:

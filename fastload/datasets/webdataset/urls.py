@@ -58,7 +58,7 @@ def expand_braces(pattern: str) -> list[str]:
             raise ValueError(f"unbalanced braces in {pattern!r}")
         return [pattern]
     end = _closing(pattern, start)
-    head, body, tail = pattern[:start], pattern[start + 1:end], pattern[end + 1:]
+    head, body, tail = pattern[:start], pattern[start + 1 : end], pattern[end + 1 :]
     values = _range(body, pattern)
     if values is None:
         parts = _split_top(body)
@@ -74,7 +74,8 @@ def _is_glob(path: str) -> bool:
 
 def expand_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], storage_options: dict) -> list[str]:
     """The shards named by ``urls``: a path or URL, a brace pattern, a glob (local or in object
-    storage), a folder of ``.tar`` (or ``.tar.gz``, ``.tgz``) files, or a list of these; in the order given, globs sorted.
+    storage), a folder of ``.tar`` (or ``.tar.gz``, ``.tgz``) files, or a list of these; in the
+    order given, globs sorted.
 
     Raises:
         FileNotFoundError: A glob or folder matches no shard.
@@ -86,8 +87,10 @@ def expand_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], storage_o
         for path in expand_braces(os.fspath(item)):
             if is_url(path) and _is_glob(path):
                 if path.split("://", 1)[0] in ("http", "https"):
-                    raise ValueError(f"{path}: a web server cannot be listed; name the shards with a brace pattern "
-                                     "(shard-{000000..000099}.tar) or a list")
+                    raise ValueError(
+                        f"{path}: a web server cannot be listed; name the shards with a brace pattern "
+                        "(shard-{000000..000099}.tar) or a list"
+                    )
                 fs, inner = filesystem(path, storage_options)
                 found = sorted(fs.glob(inner))
                 found = [fs.unstrip_protocol(f) for f in found if f.lower().endswith(SHARD_SUFFIXES)]
@@ -95,8 +98,11 @@ def expand_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], storage_o
                 found = sorted(f for f in glob.glob(local_path(path)) if os.path.isfile(f))
             elif not is_url(path) and os.path.isdir(local_path(path)):
                 folder = local_path(path)
-                found = sorted(os.path.join(folder, e.name) for e in os.scandir(folder)
-                               if e.is_file() and not e.name.startswith(".") and e.name.lower().endswith(SHARD_SUFFIXES))
+                found = sorted(
+                    os.path.join(folder, e.name)
+                    for e in os.scandir(folder)
+                    if e.is_file() and not e.name.startswith(".") and e.name.lower().endswith(SHARD_SUFFIXES)
+                )
             else:
                 out.append(path)
                 continue

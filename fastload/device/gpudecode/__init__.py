@@ -26,8 +26,17 @@ from .fetch import EncodingFetcher, gpu_decodable
 from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline
 from .stage import GpuDecodeStage
 
-__all__ = ["REGION_MAX_AREA", "EncodedBatch", "EncodingFetcher", "Geometry", "GpuDecodeStage", "GpuPipeline",
-           "check_setup", "gpu_decodable", "on_cpu_allowed"]
+__all__ = [
+    "REGION_MAX_AREA",
+    "EncodedBatch",
+    "EncodingFetcher",
+    "Geometry",
+    "GpuDecodeStage",
+    "GpuPipeline",
+    "check_setup",
+    "gpu_decodable",
+    "on_cpu_allowed",
+]
 
 ON_CPU = "FASTLOAD_GPU_DECODE_ON_CPU"
 
@@ -47,14 +56,19 @@ def check_setup(dataset: Any, device: torch.device, backend: str, streaming: boo
         ImportError: nvImageCodec is not installed (names the wheels).
     """
     if device.type != "cuda" and not (device.type == "cpu" and on_cpu_allowed()):
-        raise ValueError(f"decode='gpu' decodes on a CUDA device, but this Loader's device is {device}"
-                         f"{'' if torch.cuda.is_available() else ' (no CUDA here)'}: use decode='cpu'")
+        raise ValueError(
+            f"decode='gpu' decodes on a CUDA device, but this Loader's device is {device}"
+            f"{'' if torch.cuda.is_available() else ' (no CUDA here)'}: use decode='cpu'"
+        )
     if streaming:
-        raise ValueError("decode='gpu' needs a random-access dataset, not a stream; use decode='cpu' "
-                         "(or TFRecordDataset)")
+        raise ValueError(
+            "decode='gpu' needs a random-access dataset, not a stream; use decode='cpu' (or TFRecordDataset)"
+        )
     if backend != "process":
-        raise ValueError(f"decode='gpu' runs with backend='process' (workers only read bytes and plan crops), "
-                         f"got backend={backend!r}")
+        raise ValueError(
+            f"decode='gpu' runs with backend='process' (workers only read bytes and plan crops), "
+            f"got backend={backend!r}"
+        )
     pipeline = GpuPipeline.of(dataset)
     from ...decode import roi
     from .nvdecode import cuda_hint

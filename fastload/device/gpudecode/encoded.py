@@ -90,9 +90,15 @@ def _buffer(shape: tuple[int, ...]) -> torch.Tensor:
     return alloc_batch(shape, pin=False) if np.prod(shape) else torch.empty(shape, dtype=torch.uint8)
 
 
-def pack(encoded: list[EncodedRow], decoded: list[tuple[int, np.ndarray]], labels: torch.Tensor,
-         indices: torch.Tensor, epoch: int, skipped: tuple[SkippedSample, ...],
-         out_size: tuple[int, int]) -> EncodedBatch:
+def pack(
+    encoded: list[EncodedRow],
+    decoded: list[tuple[int, np.ndarray]],
+    labels: torch.Tensor,
+    indices: torch.Tensor,
+    epoch: int,
+    skipped: tuple[SkippedSample, ...],
+    out_size: tuple[int, int],
+) -> EncodedBatch:
     """The EncodedBatch of ``encoded`` rows and ``decoded`` (row, pixels) pairs; the two
     buffers are allocated where the batch goes next (shared memory in a worker)."""
     r = len(encoded)
@@ -114,10 +120,20 @@ def pack(encoded: list[EncodedRow], decoded: list[tuple[int, np.ndarray]], label
         return np.asarray(values, np.int64).reshape(r, width)
 
     return EncodedBatch(
-        data=data, offsets=offsets, rows=np.fromiter((e.row for e in encoded), np.int64, r),
+        data=data,
+        offsets=offsets,
+        rows=np.fromiter((e.row for e in encoded), np.int64, r),
         sizes=table([(e.height, e.width) for e in encoded], 2),
         regions=table([g.region if g.region is not None else (-1, -1, -1, -1) for g in geometry], 4),
-        boxes=table([g.box for g in geometry], 4), resize=table([g.resize for g in geometry], 2),
-        windows=table([g.window for g in geometry], 2), flips=np.fromiter((e.flip for e in encoded), bool, r),
-        decoded=pixels, decoded_rows=np.fromiter((j for j, _ in decoded), np.int64, len(decoded)),
-        labels=labels, indices=indices, epoch=epoch, skipped=skipped, out_size=tuple(out_size))
+        boxes=table([g.box for g in geometry], 4),
+        resize=table([g.resize for g in geometry], 2),
+        windows=table([g.window for g in geometry], 2),
+        flips=np.fromiter((e.flip for e in encoded), bool, r),
+        decoded=pixels,
+        decoded_rows=np.fromiter((j for j, _ in decoded), np.int64, len(decoded)),
+        labels=labels,
+        indices=indices,
+        epoch=epoch,
+        skipped=skipped,
+        out_size=tuple(out_size),
+    )

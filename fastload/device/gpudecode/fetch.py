@@ -14,9 +14,9 @@ import torch
 
 from ...decode import ImageHeader
 from ...decode.header import check_jpeg_complete
-from ...sources.sampler import BatchRequest
 from ...sources.fetch import BatchFetcher, describe, put
 from ...sources.inflight import InFlight
+from ...sources.sampler import BatchRequest
 from ...targets import Target, TargetSpec, as_target, fill
 from .encoded import EncodedBatch, EncodedRow, pack
 from .pipeline import GpuPipeline

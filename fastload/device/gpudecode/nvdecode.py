@@ -53,13 +53,20 @@ class BatchDecoder:
             kinds = (nv.BackendKind.HW_GPU_ONLY, nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU)
             index = device.index if device.index is not None else torch.cuda.current_device()
             try:
-                self._decoder = nv.Decoder(device_id=index, max_num_cpu_threads=threads,
-                                           backends=[nv.Backend(k) for k in kinds], options=OPTIONS)
+                self._decoder = nv.Decoder(
+                    device_id=index,
+                    max_num_cpu_threads=threads,
+                    backends=[nv.Backend(k) for k in kinds],
+                    options=OPTIONS,
+                )
             except Exception as e:
                 raise ImportError(f"nvImageCodec cannot decode on {device} ({e}); {cuda_hint()}") from e
         else:
-            self._decoder = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=threads,
-                                       backends=[nv.Backend(nv.BackendKind.CPU_ONLY)])
+            self._decoder = nv.Decoder(
+                device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY,
+                max_num_cpu_threads=threads,
+                backends=[nv.Backend(nv.BackendKind.CPU_ONLY)],
+            )
         self._nv = nv
 
     def decode(self, batch: EncodedBatch, cuda_stream: int = 0) -> tuple[list[torch.Tensor | None], list[Any]]:

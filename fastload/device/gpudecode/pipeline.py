@@ -66,21 +66,28 @@ class GpuPipeline:
         from ...datasets.base import plannable
 
         if not plannable(dataset):
-            raise TypeError(f"decode='gpu' needs a fastload dataset (ImageFolder, ImageList, LMDBDataset, "
-                            f"TFRecordDataset) that does not override load, got {type(dataset).__name__}; "
-                            "use decode='cpu'")
+            raise TypeError(
+                f"decode='gpu' needs a fastload dataset (ImageFolder, ImageList, LMDBDataset, "
+                f"TFRecordDataset) that does not override load, got {type(dataset).__name__}; "
+                "use decode='cpu'"
+            )
         ts = list(dataset.transform.transforms)
         if not ts or not isinstance(ts[0], (RandomResizedCrop, ResizedCenterCrop)):
-            raise ValueError(f"decode='gpu' runs RandomResizedCrop or Resize + CenterCrop first "
-                             f"(fl.transforms.train() / eval()), got {dataset.transform!r}; {_USE_CPU}")
+            raise ValueError(
+                f"decode='gpu' runs RandomResizedCrop or Resize + CenterCrop first "
+                f"(fl.transforms.train() / eval()), got {dataset.transform!r}; {_USE_CPU}"
+            )
         crop = ts[0]
         if not crop.antialias:
-            raise ValueError(f"decode='gpu' resizes with antialiasing only, got {crop!r}; use antialias=True "
-                             f"or decode='cpu'")
+            raise ValueError(
+                f"decode='gpu' resizes with antialiasing only, got {crop!r}; use antialias=True or decode='cpu'"
+            )
         rest = ts[1:]
         if len(rest) > 1 or (rest and not isinstance(rest[0], RandomHorizontalFlip)):
-            raise ValueError(f"decode='gpu' runs at most a RandomHorizontalFlip after the crop, got "
-                             f"{dataset.transform!r}; {_USE_CPU}")
+            raise ValueError(
+                f"decode='gpu' runs at most a RandomHorizontalFlip after the crop, got "
+                f"{dataset.transform!r}; {_USE_CPU}"
+            )
         return cls(crop, rest[0] if rest else None, crop.size)
 
     def geometry(self, crop: Crop, height: int, width: int) -> Geometry:
@@ -90,8 +97,9 @@ class GpuPipeline:
             # (its window resize computes exactly these output pixels).
             rh, rw = self.crop.resize.out_size(height, width)
             ch, cw = self.crop.size
-            return Geometry(None, (0, 0, height, width), (rh, rw),
-                            (int(round((rh - ch) / 2)), int(round((rw - cw) / 2))))
+            return Geometry(
+                None, (0, 0, height, width), (rh, rw), (int(round((rh - ch) / 2)), int(round((rw - cw) / 2)))
+            )
         # RandomResizedCrop: whole pixels, as Crop.apply cuts them from a full-size decode.
         y0, x0 = min(int(round(crop.top)), height - 1), min(int(round(crop.left)), width - 1)
         y1 = max(min(int(round(crop.top + crop.height)), height), y0 + 1)

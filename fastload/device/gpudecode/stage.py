@@ -21,8 +21,8 @@ from __future__ import annotations
 import time
 import weakref
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,13 +31,12 @@ import torch
 import torch.nn.functional as F
 
 from ...batch import SkippedSample
-from ..normalize import Normalizer
-from ..prefetch import Stats
 from ...sources.fetch import BatchFetcher, describe, put
 from ...targets import fill
+from ..normalize import Normalizer
+from ..prefetch import Stats
 from .encoded import EncodedBatch
 from .nvdecode import BatchDecoder
-
 
 CLOSE_WAIT_S = 2.0  # close() waits this long for the batch being decoded (a fall-back load may hang)
 
@@ -70,9 +69,16 @@ class GpuDecodeStage:
             path's kernel) and float32 on CUDA (the CUDA kernel takes floats; rounded once).
     """
 
-    def __init__(self, device: torch.device, depth: int, normalizer: Normalizer, indices: bool,
-                 fetcher: BatchFetcher, on_skipped: Callable[[tuple[SkippedSample, ...]], None] | None = None,
-                 resize_dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        depth: int,
+        normalizer: Normalizer,
+        indices: bool,
+        fetcher: BatchFetcher,
+        on_skipped: Callable[[tuple[SkippedSample, ...]], None] | None = None,
+        resize_dtype: torch.dtype | None = None,
+    ) -> None:
         self.device = device
         self.resize_dtype = resize_dtype or (torch.uint8 if device.type == "cpu" else torch.float32)
         self.depth = depth
@@ -84,8 +90,7 @@ class GpuDecodeStage:
         # A bound method is held weakly: the Loader's would keep the Loader alive through its stage.
         self._on_skipped: Callable[[], Any] | None = None
         if on_skipped is not None:
-            self._on_skipped = (weakref.WeakMethod(on_skipped) if hasattr(on_skipped, "__self__")
-                                else lambda: on_skipped)
+            self._on_skipped = weakref.WeakMethod(on_skipped) if hasattr(on_skipped, "__self__") else lambda: on_skipped
         self._stream: Any = None  # made at the first pass, on the device of that pass
         self._decoder: BatchDecoder | None = None
         self._executor: ThreadPoolExecutor | None = None  # the thread that decodes and launches (CUDA)
@@ -205,8 +210,13 @@ class GpuDecodeStage:
                 continue
             y0, x0, y1, x1 = (int(v) for v in batch.boxes[r])
             x = img[y0:y1, x0:x1].permute(2, 0, 1).unsqueeze(0)
-            x = F.interpolate(x if work is torch.uint8 else x.float(), size=tuple(int(v) for v in batch.resize[r]),
-                              mode="bilinear", antialias=True, align_corners=False)
+            x = F.interpolate(
+                x if work is torch.uint8 else x.float(),
+                size=tuple(int(v) for v in batch.resize[r]),
+                mode="bilinear",
+                antialias=True,
+                align_corners=False,
+            )
             wy, wx = (int(v) for v in batch.windows[r])
             rows[j].copy_(x[0, :, wy : wy + out_h, wx : wx + out_w])
             if batch.flips[r]:
@@ -229,8 +239,9 @@ class GpuDecodeStage:
         keep += [tensors, batch]
         return _Decoded(images, self._to_device(labels), indices.clone() if self.indices else None, None, keep)
 
-    def _load_on_cpu(self, batch: EncodedBatch, refused: list[int], labels: torch.Tensor,
-                     indices: torch.Tensor) -> torch.Tensor:
+    def _load_on_cpu(
+        self, batch: EncodedBatch, refused: list[int], labels: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
         """The refused encoded rows loaded by the CPU path (updating ``labels`` and
         ``indices`` where a row was replaced), as uint8 M×H×W×3."""
         out = torch.empty((len(refused), *batch.out_size, 3), dtype=torch.uint8)
@@ -241,8 +252,11 @@ class GpuDecodeStage:
             j, slot = int(batch.rows[r]), pixels[k]
             item = self.fetcher.load(int(batch.indices[j]), batch.epoch, consumer, slot)
             put(slot, item, self.fetcher.dataset)
-            fill(labels[j : j + 1], [item.label], lambda _: f"sample {item.index} "
-                 f"({describe(self.fetcher.dataset, item.index)})")
+            fill(
+                labels[j : j + 1],
+                [item.label],
+                lambda _: f"sample {item.index} ({describe(self.fetcher.dataset, item.index)})",
+            )
             indices[j] = item.index
             skipped.extend(item.skipped)
         self.fallbacks += len(refused)

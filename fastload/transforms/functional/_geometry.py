@@ -18,8 +18,12 @@ import numpy as np
 
 from ._utils import Fill, check_image, contiguous, cv2_interpolation, fill_values, like
 
-BORDERS = {"constant": cv2.BORDER_CONSTANT, "edge": cv2.BORDER_REPLICATE, "reflect": cv2.BORDER_REFLECT_101,
-            "symmetric": cv2.BORDER_REFLECT}
+BORDERS = {
+    "constant": cv2.BORDER_CONSTANT,
+    "edge": cv2.BORDER_REPLICATE,
+    "reflect": cv2.BORDER_REFLECT_101,
+    "symmetric": cv2.BORDER_REFLECT,
+}
 
 
 def horizontal_flip(inpt: np.ndarray) -> np.ndarray:
@@ -59,8 +63,9 @@ def parse_padding(padding: Any) -> tuple[int, int, int, int]:
     return p[0], p[1], p[2], p[3]
 
 
-def pad(inpt: np.ndarray, padding: int | Sequence[int], fill: Fill = None,
-        padding_mode: str = "constant") -> np.ndarray:
+def pad(
+    inpt: np.ndarray, padding: int | Sequence[int], fill: Fill = None, padding_mode: str = "constant"
+) -> np.ndarray:
     """Pads the borders.
 
     Args:
@@ -89,14 +94,19 @@ def crop(inpt: np.ndarray, top: int, left: int, height: int, width: int) -> np.n
     bottom, right = top + height, left + width
     if top >= 0 and left >= 0 and bottom <= h and right <= w:
         return inpt[top:bottom, left:right]
-    inside = inpt[max(top, 0):max(bottom, 0), max(left, 0):max(right, 0)]
-    pads = [max(min(right, 0) - left, 0), max(min(bottom, 0) - top, 0),
-            max(right - max(w, left), 0), max(bottom - max(h, top), 0)]
+    inside = inpt[max(top, 0) : max(bottom, 0), max(left, 0) : max(right, 0)]
+    pads = [
+        max(min(right, 0) - left, 0),
+        max(min(bottom, 0) - top, 0),
+        max(right - max(w, left), 0),
+        max(bottom - max(h, top), 0),
+    ]
     return pad(inside, pads)
 
 
-def _inverse_matrix(center: Sequence[float], angle: float, translate: Sequence[float], scale: float,
-                    shear: Sequence[float]) -> list[float]:
+def _inverse_matrix(
+    center: Sequence[float], angle: float, translate: Sequence[float], scale: float, shear: Sequence[float]
+) -> list[float]:
     """torchvision's inverse of T * C * Rotate*Scale*Shear * C^-1, in coordinates centred on
     the image (6 numbers, row-major 2×3)."""
     rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
@@ -123,8 +133,10 @@ def _warp(img: np.ndarray, m: list[float], out_w: int, out_h: int, interpolation
     flag = cv2_interpolation(interpolation)
     h, w = img.shape[:2]
     ox, oy, ix, iy = (out_w - 1) * 0.5, (out_h - 1) * 0.5, (w - 1) * 0.5, (h - 1) * 0.5
-    inverse = np.array([[m[0], m[1], m[2] + ix - m[0] * ox - m[1] * oy],
-                        [m[3], m[4], m[5] + iy - m[3] * ox - m[4] * oy]], dtype=np.float64)
+    inverse = np.array(
+        [[m[0], m[1], m[2] + ix - m[0] * ox - m[1] * oy], [m[3], m[4], m[5] + iy - m[3] * ox - m[4] * oy]],
+        dtype=np.float64,
+    )
     value = fill_values(fill, c)
     if flag == cv2.INTER_NEAREST and _axis_aligned(m):
         taken = _take_on_ties(img, m, out_w, out_h, value)
@@ -133,15 +145,17 @@ def _warp(img: np.ndarray, m: list[float], out_w: int, out_h: int, interpolation
     src, size, flags = contiguous(img), (out_w, out_h), flag | cv2.WARP_INVERSE_MAP
     if fill is None or flag == cv2.INTER_NEAREST:
         # torchvision rounds the (float) fill into the uint8 result, as OpenCV does.
-        out = cv2.warpAffine(src, inverse, size, flags=flags, borderMode=cv2.BORDER_CONSTANT,
-                             borderValue=value if c <= 4 else value[:4])
+        out = cv2.warpAffine(
+            src, inverse, size, flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=value if c <= 4 else value[:4]
+        )
         return like(out, img)
     # Bilinear with a fill: torchvision samples the image with zeros outside and a mask of
     # ones alike, then takes image * mask + fill * (1 - mask), so its edge pixels are
     # darker than a constant border's; do the same.
     sampled = cv2.warpAffine(src, inverse, size, flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    mask = cv2.warpAffine(np.ones((h, w), np.float32), inverse, size, flags=flags,
-                          borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    mask = cv2.warpAffine(
+        np.ones((h, w), np.float32), inverse, size, flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+    )
     sampled = sampled.reshape(out_h, out_w, c).astype(np.float32)
     mask = mask[:, :, None]
     out = sampled * mask + np.array(value, np.float32) * (1 - mask)
@@ -202,8 +216,16 @@ def _centre_offset(center: Sequence[float] | None, w: int, h: int) -> list[float
     return [float(center[0]) - w * 0.5, float(center[1]) - h * 0.5]
 
 
-def affine(inpt: np.ndarray, angle: float, translate: Sequence[float], scale: float, shear: float | Sequence[float],
-           interpolation: Any = "nearest", fill: Fill = None, center: Sequence[float] | None = None) -> np.ndarray:
+def affine(
+    inpt: np.ndarray,
+    angle: float,
+    translate: Sequence[float],
+    scale: float,
+    shear: float | Sequence[float],
+    interpolation: Any = "nearest",
+    fill: Fill = None,
+    center: Sequence[float] | None = None,
+) -> np.ndarray:
     """Rotation, translation, scale and shear about ``center``, as torchvision's affine.
 
     Args:
@@ -247,8 +269,14 @@ def _expanded_size(m: list[float], w: int, h: int) -> tuple[int, int]:
     return int(size[0]), int(size[1])
 
 
-def rotate(inpt: np.ndarray, angle: float, interpolation: Any = "nearest", expand: bool = False,
-           center: Sequence[float] | None = None, fill: Fill = None) -> np.ndarray:
+def rotate(
+    inpt: np.ndarray,
+    angle: float,
+    interpolation: Any = "nearest",
+    expand: bool = False,
+    center: Sequence[float] | None = None,
+    fill: Fill = None,
+) -> np.ndarray:
     """Rotates by ``angle`` degrees counter-clockwise.
 
     Args:

@@ -17,8 +17,9 @@ def _kernel1d(size: int, sigma: float) -> np.ndarray:
     return (k / k.sum()).astype(np.float32)
 
 
-def gaussian_blur(inpt: np.ndarray, kernel_size: int | Sequence[int],
-                  sigma: float | Sequence[float] | None = None) -> np.ndarray:
+def gaussian_blur(
+    inpt: np.ndarray, kernel_size: int | Sequence[int], sigma: float | Sequence[float] | None = None
+) -> np.ndarray:
     """Separable Gaussian blur with reflected borders (torchvision's 'reflect': edge not repeated).
 
     Args:

@@ -54,8 +54,10 @@ def interpolation_name(interpolation: Any) -> str:
     if isinstance(name, (int, np.integer)) and not isinstance(name, bool):
         name = _PIL_MODES.get(int(name), name)
     if name not in _CV2_MODES:
-        raise ValueError(f"interpolation must be 'nearest' or 'bilinear' (or torchvision's InterpolationMode "
-                         f"of those), got {interpolation!r}")
+        raise ValueError(
+            f"interpolation must be 'nearest' or 'bilinear' (or torchvision's InterpolationMode "
+            f"of those), got {interpolation!r}"
+        )
     return name
 
 
@@ -85,7 +87,10 @@ def check_fill(fill: Fill) -> float | list[float] | None:
         return None
     if isinstance(fill, (int, float, np.integer, np.floating)) and not isinstance(fill, bool):
         return float(fill)
-    if (isinstance(fill, (list, tuple)) and fill
-            and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in fill)):
+    if (
+        isinstance(fill, (list, tuple))
+        and fill
+        and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in fill)
+    ):
         return [float(v) for v in fill]
     raise TypeError(f"fill must be None, a number or a sequence of numbers, got {fill!r}")
