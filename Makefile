@@ -23,12 +23,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The long runs CI makes after make test (marked slow, so make test leaves them out): the
-# docs site built strictly and opened in Chromium, the examples under torchrun, the wheel
-# installed in a clean venv. (Other slow tests, e.g. the benchmarks', are run by hand.)
-SLOW_CI_TESTS := tests/test_docs.py tests/test_examples.py tests/test_package.py
+# Every test marked slow (docs build and browser check, examples under torchrun, the wheel in a
+# clean venv, the GPU suite's dry run, spawned-worker benchmarks): .ci/run runs them after make test.
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -n 0 -m slow $(SLOW_CI_TESTS)
+	$(PY) -m pytest -q -n 0 -m slow
 
 # Static checks on the package, the examples and the tools: ruff (lint, then format
 # check) and mypy, with the configuration in pyproject.toml.

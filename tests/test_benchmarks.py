@@ -15,7 +15,11 @@ from run_all import BENCHMARKS  # noqa: E402
 
 # tests/test_bench_<name>.py check their output (test_bench_wds.py: bench_wds and wds_shuffle)
 OWN_TESTS = ("bench_resize", "bench_decode_plan", "bench_wds", "wds_shuffle", "bench_augment")
-SLOW = ("bench_spawn_start",)  # spawned workers: most of a minute even in --quick mode
+SLOW = (
+    "bench_spawn_start",  # spawned workers: most of a minute even in --quick mode
+    "bench_loader",  # every peer and switch: about 20 s in --quick mode
+    "bench_recipe",  # timm's create_loader beside fastload: about 10 s
+)  # make test-slow (.ci/run) runs them
 
 
 @pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.slow) if e.split()[0] in SLOW else e

@@ -94,6 +94,7 @@ def test_failed_calls_show_the_output_of_the_failing_call(tmp_path):
     assert "call 'tests': failed step(s) cuda-tests" in message and "transfer" not in message
 
 
+@pytest.mark.slow  # a venv-less pytest run of the suite's steps, about 14 s: make test-slow
 def test_pytest_steps_run_without_xdist(tmp_path):
     """The device image may lack pytest-xdist, whose -n 2 pyproject's addopts name: the suite's
     pytest steps must still run their tests (here xdist is hidden from this Python and pytest)."""

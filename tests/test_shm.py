@@ -81,6 +81,7 @@ print(json.dumps({"before": before, "after": after, "memfds": held}))
 """
 
 
+@pytest.mark.slow  # about 20 s: run by make test-slow (.ci/run)
 def test_loaders_closed_dropped_passes_ended_and_workers_killed_leave_dev_shm_as_it_was():
     proc = run_with_private_shm(LEAKS, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
