@@ -86,7 +86,7 @@ def main() -> None:
     before, after = result[PIPELINES[1]], result[PIPELINES[0]]
     print(f"before / after: {before / after:.1f}x; timm-style DataLoader / fastload: "
           f"{result[PIPELINES[2]] / after:.1f}x")
-    report("spawn_start", args, {"rounds": runs, "median_s": result, "workers": workers,
+    report("bench_spawn_start", args, {"rounds": runs, "median_s": result, "workers": workers,
                                  "batch_size": args.batch_size, "photos": photo_set_record(root)})
 
 

@@ -10,7 +10,6 @@ import pytest
 import refs
 import torch
 from conftest import photo_jpegs
-from scipy import stats
 
 import fastload as fl
 import fastload.transforms as T
@@ -19,6 +18,7 @@ from fastload.transforms import _augment_ops as ops
 from fastload.transforms import _policies
 
 tv = refs.torchvision()
+stats = pytest.importorskip("scipy.stats", reason="the statistical tests need scipy (the dev extra)")
 import torchvision.transforms.v2 as V2
 
 
