@@ -255,7 +255,11 @@ class WebDataset:
 
     def resumed_sizes(self, num_slots: int, *, drop_last: bool, order: Any, batch_size: int | None = None) -> list[int]:
         """Samples of each slot in the resumed pass ``order`` (arguments as for :meth:`records_for`)."""
-        slots = resumed_pass(
+        return [len(numbers) for numbers in self._resumed(num_slots, drop_last, order, batch_size is not None)]
+
+    def _resumed(self, num_slots: int, drop_last: bool, order: Any, one_rank: bool) -> list:
+        """Each slot's sample numbers in the resumed pass ``order``."""
+        return resumed_pass(
             self.table.counts.array,
             num_slots,
             order.history,
@@ -265,9 +269,8 @@ class WebDataset:
             order.batch_size,
             drop_last,
             self.window,
-            batch_size is not None,
+            one_rank,
         )
-        return [len(numbers) for numbers in slots]
 
     def records_for(
         self, slot: int, num_slots: int, *, drop_last: bool = False, order: Any = None, batch_size: int | None = None
@@ -291,18 +294,7 @@ class WebDataset:
             check_batch_size(batch_size)
         counts = self.table.counts.array
         if order is not None and order.history:
-            slots = resumed_pass(
-                counts,
-                num_slots,
-                order.history,
-                order.epoch,
-                order.seed,
-                order.shuffle,
-                order.batch_size,
-                drop_last,
-                self.window,
-                batch_size is not None,
-            )
+            slots = self._resumed(num_slots, drop_last, order, batch_size is not None)
             chunks = by_shards(slots[slot], self.table.shard.array, self.window)
         else:
             epoch, seed, shuffle = (order.epoch, order.seed, order.shuffle) if order is not None else (0, 0, False)
