@@ -44,6 +44,15 @@ from .geometry import RandomCrop, RandomVerticalFlip
 from .multiview import MultiView, ViewSteps
 from .presets import eval, train  # noqa: A004
 from .random_apply import RandomApply
+from .single_ops import (
+    Grayscale,
+    Pad,
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomInvert,
+    RandomPosterize,
+)
 from .ssl import dino
 from .timm_config import parse_auto_augment
 from .timm_policies import TimmAugMix, TimmAutoAugment, TimmOp, TimmRandAugment, timm_augment
@@ -58,12 +67,19 @@ __all__ = [
     "Crop",
     "DecodeSteps",
     "GaussianBlur",
+    "Grayscale",
     "MultiView",
+    "Pad",
     "RandAugment",
+    "RandomAdjustSharpness",
     "RandomApply",
+    "RandomAutocontrast",
     "RandomCrop",
+    "RandomEqualize",
     "RandomGrayscale",
     "RandomHorizontalFlip",
+    "RandomInvert",
+    "RandomPosterize",
     "RandomResizedCrop",
     "RandomSolarize",
     "RandomVerticalFlip",

@@ -41,6 +41,14 @@ SAME_NAME = (
     "TrivialAugmentWide",
     "AutoAugment",
     "AugMix",
+    "RandomApply",
+    "RandomInvert",
+    "RandomPosterize",
+    "RandomEqualize",
+    "RandomAutocontrast",
+    "RandomAdjustSharpness",
+    "Grayscale",
+    "Pad",
 )
 
 
