@@ -32,6 +32,7 @@ so its pixels, never depends on which worker or process decoded it.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +45,6 @@ from . import roi
 from .costs import (
     DEFAULT_COSTS,
     SCALE_KEYS,
-    cache_dir,
     calibration_disabled,
     decode_features,
     load_or_calibrate,
@@ -288,12 +288,14 @@ class Planner:
 
 _lock = threading.Lock()
 _planner: Planner | None = None
-_planner_source: tuple[str, bool] | None = None  # where _planner's costs came from
+_planner_source: tuple[str | None, ...] | None = None  # the environment _planner's costs came from
+_SOURCE_VARIABLES = ("XDG_CACHE_HOME", "FASTLOAD_CACHE_DIR", "FASTLOAD_NO_CALIBRATION")
 
 
-def _costs_source() -> tuple[str, bool]:
-    """Where this process's costs come from now: the cache folder, or DEFAULT_COSTS."""
-    return cache_dir(), calibration_disabled()
+def _costs_source() -> tuple[str | None, ...]:
+    """The variables that say where this process's costs come from (:func:`.costs.cache_dir`,
+    :func:`.costs.calibration_disabled`): read per sample, so plain lookups, no path work."""
+    return tuple(os.environ.get(name) for name in _SOURCE_VARIABLES)
 
 
 def get_planner() -> Planner:
@@ -307,7 +309,7 @@ def get_planner() -> Planner:
     if _planner is None or _planner_source != source:
         with _lock:
             if _planner is None or _planner_source != source:
-                costs = DEFAULT_COSTS if source[1] else load_or_calibrate()
+                costs = DEFAULT_COSTS if calibration_disabled() else load_or_calibrate()
                 _planner, _planner_source = Planner(costs, roi.available()), source
     return _planner
 
