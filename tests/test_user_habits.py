@@ -217,15 +217,7 @@ def test_thread_backend_holds_no_finished_batches(ds):
         gc.collect()
         return sum(type(o) is _Job for o in gc.get_objects())
 
-    # Earlier tests may leave jobs of stuck samples behind, and decode threads of their
-    # loaders still winding down (which may make one more job): let those end first.
-    import threading
-    import time
-
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and any(t.name.startswith("fastload-decode") for t in threading.enumerate()):
-        time.sleep(0.05)
-    before = jobs()
+    before = jobs()  # earlier tests may leave jobs of stuck samples behind
     with _loader(ds, "thread", normalize=True, batch_size=2, prefetch_factor=2) as loader:
         alive = [jobs() - before for _ in loader]
     # prefetch_factor x workers jobs ahead, plus the one handed over: not one per batch of the epoch

@@ -120,6 +120,9 @@ class _Pool:
                 return
             job, j = task
             job.run(j, fetcher, worker)
+            # An idle thread must not keep the job it ran (and its batch buffer) alive while it
+            # waits for the next task: the consumer may long be done with that batch.
+            del task, job
 
     def submit(self, job: _Job, first: int = 0) -> None:
         for j in range(first, len(job.loaded)):
