@@ -79,7 +79,7 @@ def pinning_on(device: Any) -> Any:
     None: no change). CUDA pins host memory in the current device's context: pinned from a
     thread whose current device is another GPU, it makes a context there (a DDP rank whose
     loader is built before ``set_device`` would put one on GPU 0)."""
-    if device is None or getattr(device, "type", None) != "cuda":
+    if device is None or torch.device(device).type != "cuda":
         return contextlib.nullcontext()
     return torch.cuda.device(device)
 

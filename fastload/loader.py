@@ -13,6 +13,7 @@ import torch
 from .augment.apply import BatchTransforms
 from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig, resolve_device
+from .datasets.protocols import Loadable, RecordStream
 from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
 from .device.normalize import Normalizer
@@ -86,7 +87,7 @@ class Loader(DataLoaderAttributes):
         self._closed = True  # until construction succeeds (for __del__)
         self._batch_transforms = BatchTransforms.of(batch_transform)
         samples = dataset
-        if not is_stream(dataset) and not (callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")):
+        if not isinstance(dataset, (RecordStream, Loadable)):
             samples = SubsetDataset.of(dataset) or WrappedDataset(dataset)
         if not is_stream(samples) and len(samples) == 0:
             raise ValueError("dataset is empty")

@@ -8,11 +8,8 @@ import numpy as np
 import torch
 
 from .base import accepts_out
+from .protocols import Loadable, name_of
 from .storage import SharedArray
-
-
-def _loadable(dataset: Any) -> bool:
-    return callable(getattr(dataset, "load", None)) and hasattr(dataset, "__len__")
 
 
 class SubsetDataset(torch.utils.data.Dataset):
@@ -48,7 +45,7 @@ class SubsetDataset(torch.utils.data.Dataset):
         inner = cls.of(base)
         if inner is not None:
             return cls(inner.dataset, inner.indices.array[np.asarray(dataset.indices, dtype=np.int64)])
-        return cls(base, dataset.indices) if _loadable(base) else None
+        return cls(base, dataset.indices) if isinstance(base, Loadable) else None
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -63,9 +60,7 @@ class SubsetDataset(torch.utils.data.Dataset):
         return self.dataset.load(original, epoch, seed)
 
     def describe(self, index: int) -> str:
-        name = getattr(self.dataset, "describe", None)
-        original = int(self.indices[index])
-        return str(name(original)) if callable(name) else f"sample {original}"
+        return name_of(self.dataset, int(self.indices[index]))
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         image, target = self.load(int(index))

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ..config import LoaderConfig
+from ..datasets.protocols import is_stream, traits_of
 from .fetch import BatchFetcher
 from .handoff import SlotTable
 from .inflight import InFlight
@@ -18,11 +19,6 @@ from .stream import StreamSource
 from .thread import ThreadSource
 
 DEVICE_AHEAD = 2  # batches the device stage copies ahead of the consumer (a fixed part of the pipeline)
-
-
-def is_stream(dataset: Any) -> bool:
-    """A record stream (read in order by slots, e.g. TFRecordStream), not an indexed dataset."""
-    return callable(getattr(dataset, "records_for", None))
 
 
 def build_source(
@@ -62,7 +58,7 @@ def build_source(
         pin_device=device if pin else None,
     )
     if is_stream(samples):
-        if (cfg.shuffle and not getattr(samples, "shuffles", False)) or cfg.backend != "process":
+        if (cfg.shuffle and not traits_of(samples).shuffles) or cfg.backend != "process":
             raise ValueError(
                 "a stream is read in file order by worker processes: use shuffle=False, "
                 "backend='process' (or TFRecordDataset for random access)"

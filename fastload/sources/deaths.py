@@ -27,6 +27,7 @@ _tables: weakref.WeakSet = weakref.WeakSet()  # in-flight tables of the running 
 _retired: deque[int] = deque(maxlen=_RETIRED_KEPT)
 _pending: list[tuple[frozenset[int], RuntimeError]] = []
 _waiting = 0  # > 0 while the main thread waits inside a fastload next()
+_handlers: weakref.WeakSet = weakref.WeakSet()  # the SIGCHLD handlers fastload installed
 
 
 def _ours() -> set[int]:
@@ -49,7 +50,7 @@ def _wrap(previous: Any) -> Any:
             elif not pids <= set(_retired):
                 raise
 
-    on_child.fastload = True  # type: ignore[attr-defined]
+    _handlers.add(on_child)
     return on_child
 
 
@@ -60,7 +61,7 @@ def watch(table: InFlight) -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # signal handlers can only be set from the main thread
     current = signal.getsignal(signal.SIGCHLD)
-    if not getattr(current, "fastload", False):
+    if current not in _handlers:
         signal.signal(signal.SIGCHLD, _wrap(current))
 
 

@@ -16,6 +16,7 @@ from torch.utils.data import get_worker_info
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image, write_row
 from ..datasets.base import accepts_out, plannable, sample_name, sample_rng
+from ..datasets.protocols import name_of
 from ..targets import Target, TargetSpec, as_target, fill
 from ..views import SampleShape, batch_shape, map_images, numpy_rows, row, shape_of
 from .batched import Prepared, prepare
@@ -28,13 +29,7 @@ MAX_REPLACEMENTS = 10
 
 def describe(dataset: Any, index: int) -> str:
     """The dataset's name for sample ``index`` (path, key or record), else "sample N"."""
-    name = getattr(dataset, "describe", None)
-    if name is not None:
-        try:
-            return str(name(index))
-        except Exception:  # naming must never hide the real error
-            pass
-    return f"sample {index}"
+    return name_of(dataset, index)
 
 
 def name_error(dataset: Any, index: int, error: Exception) -> Exception:

@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from .fetch import describe
+from ..datasets.protocols import Describes, Fingerprinted, is_stream, name_of
+from ..datasets.subset import SubsetDataset
+from ..datasets.wrap import WrappedDataset
 from .sampler import BatchRequest, batched, deal, epoch_order, rank_count
 
 VERSION = 1
@@ -370,7 +372,7 @@ def stream_plan(
 
 def dataset_size(dataset: Any) -> int:
     """Samples of a dataset, or records of a stream (one slot holds them all)."""
-    return len(dataset) if hasattr(dataset, "__len__") else int(dataset.slot_length(1))
+    return int(dataset.slot_length(1)) if is_stream(dataset) else len(dataset)
 
 
 def fingerprint(dataset: Any) -> str:
@@ -380,16 +382,15 @@ def fingerprint(dataset: Any) -> str:
     (``describe``: paths, keys, record offsets) of up to 16 samples spread over it, relative
     to their common folder, so moving the data elsewhere keeps the fingerprint.
     """
-    own = getattr(dataset, "fingerprint", None)
-    if callable(own):
-        return str(own())
+    if isinstance(dataset, Fingerprinted):
+        return str(dataset.fingerprint())
     n = dataset_size(dataset)
     names: list[str] = []
-    if callable(getattr(dataset, "describe", None)):
+    if isinstance(dataset, Describes):
         picks = sorted({int(i) for i in np.linspace(0, n - 1, min(n, FINGERPRINT_SAMPLES)).round()})
-        names = [describe(dataset, i) for i in picks]
+        names = [name_of(dataset, i) for i in picks]
         if names == [f"sample {i}" for i in picks]:  # a dataset that cannot name its samples: its type
-            inner = type(getattr(dataset, "dataset", dataset))
+            inner = type(dataset.dataset if isinstance(dataset, (WrappedDataset, SubsetDataset)) else dataset)
             names = [f"{inner.__module__}.{inner.__qualname__}"]
         cut = os.path.commonprefix(names).rfind("/") + 1
         names = [name[cut:] for name in names]

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import batch_buffer, check_image
+from ..datasets.protocols import ResumedSizes, traits_of
 from ..datasets.stream_slots import batch_count, slot_batches_done
 from ..views import numpy_rows, row, shape_of
 from .failures import CLOSED
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 def whole_batches(stream: Any, world_size: int) -> bool:
     """Whether the stream's slots are runs of whole batches, unpadded: on one rank, where no
     other rank's batch count must be matched, when the stream can (``batch_slots = True``)."""
-    return world_size == 1 and getattr(stream, "batch_slots", False)
+    return world_size == 1 and traits_of(stream).whole_batches
 
 
 @dataclass(frozen=True)
@@ -216,9 +217,9 @@ class StreamSource:
             self.world_size,
             self.options.num_workers,
             len(self),
-            elastic=getattr(self.stream, "elastic", False),
+            elastic=traits_of(self.stream).elastic,
         )
-        if not plan.history or not hasattr(self.stream, "resumed_sizes"):
+        if not plan.history or not isinstance(self.stream, ResumedSizes):
             return plan
         # What the earlier stages left is re-dealt: this rank's batches are those of its slots.
         workers = max(1, self.options.num_workers)

@@ -16,6 +16,7 @@ from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve
 from ...decode.clean import CleanMarks
 from ...transforms import as_compose
 from ..base import sample_rng
+from ..protocols import StreamTraits
 from ..storage import SharedArray, StringArray
 from ..stream_slots import check_batch_size
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
@@ -101,7 +102,7 @@ class TFRecordStream:
         classes: Class names from the metadata sidecar fastload's converter writes, else None.
     """
 
-    batch_slots = True  # on one rank, records_for(..., batch_size=) splits whole batches, unpadded
+    traits = StreamTraits(whole_batches=True)  # on one rank, records_for(..., batch_size=) splits whole batches
 
     def __init__(
         self,

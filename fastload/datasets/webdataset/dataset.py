@@ -15,6 +15,7 @@ import numpy as np
 from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ...transforms import as_compose
 from ..base import sample_rng
+from ..protocols import StreamTraits
 from ..stream_slots import batch_ranges, check_batch_size
 from ..tfrecord.index import cache_folder
 from ..tfrecord.slots import check_slot
@@ -116,9 +117,9 @@ class WebDataset:
         ValueError: No samples, or bad arguments.
     """
 
-    shuffles = True  # the Loader's shuffle=True orders it (shards and windows)
-    elastic = True  # resumes on any number of ranks and workers
-    batch_slots = True  # on one rank, records_for(..., batch_size=) splits whole batches, unpadded
+    #: Shuffled by the Loader's shuffle=True (shards and windows), resumed on any number of ranks
+    #: and workers, and on one rank split into whole batches (records_for(..., batch_size=)).
+    traits = StreamTraits(shuffles=True, elastic=True, whole_batches=True)
 
     def __init__(
         self,
