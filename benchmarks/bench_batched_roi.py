@@ -32,7 +32,7 @@ from common import parser, photo_folder, report
 
 import fastload as fl
 from fastload.decode import get_decoder, plan, roi
-from fastload.sources.sampler import BatchRequest
+from fastload.sources.request import BatchRequest
 from fastload.sources import BatchFetcher, InFlight
 from fastload.sources.batched import decode_regions, plan_all
 

@@ -27,7 +27,8 @@ from .loading.skips import SkipLog
 from .sources import build_source, is_stream, resume
 from .sources.build import DEVICE_AHEAD
 from .sources.failures import is_worker_failure, worker_failure
-from .sources.sampler import EpochRequests, RankSampler, resolve_rank
+from .sources.request import PassRequest
+from .sources.sampler import RankSampler, resolve_rank
 from .sources.watchdog import Watchdog
 
 
@@ -98,8 +99,6 @@ class Loader(DataLoaderAttributes):
         cfg, self.profile = resolve_auto(base.replace(**keywords.options), keywords.options, samples)
         cfg, self._seed_drawn = compat.resolve_seed(cfg, keywords.generator)
         self.config = cfg
-        # Epochs asked for through loader.sampler / batch_sampler, or the DistributedSampler given.
-        self._epoch_requests = EpochRequests(keywords.distributed)
         self.device = resolve_device(cfg.device)
         # A GPU not named by index is this process's, re-read at each pass (see _follow_device).
         unindexed = cfg.device is None or torch.device(cfg.device).index is None
@@ -120,7 +119,8 @@ class Loader(DataLoaderAttributes):
             )  # the log, not the Loader: no cycle
         else:
             self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD, normalizer, cfg.return_index)
-        self._progress = Progress()
+        # The epoch, also as loader.sampler / batch_sampler and the DistributedSampler given set it.
+        self._progress = Progress(keywords.distributed)
         # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
         # back would make a cycle that keeps a dropped Loader and its workers alive until gc runs.
         self._pass_ref: weakref.ref[Pass] | None = None
@@ -149,22 +149,16 @@ class Loader(DataLoaderAttributes):
         After ``load_state_dict``, ``set_epoch`` of the state's epoch keeps the resumed pass;
         another epoch drops it, with a warning."""
         self._progress.set_epoch(epoch)
-        self._epoch_requests.clear()
-        self._show_epoch(self._progress.next_epoch)
-
-    def _show_epoch(self, epoch: int) -> None:
-        if self._source.sampler is not None:
-            self._source.sampler.epoch = epoch
 
     def _adopt_sampler_epoch(self) -> None:
         """An epoch set through a sampler since the last pass (or ``set_epoch``) wins, also
         the current one: ``loader.sampler.set_epoch`` or a given DistributedSampler's."""
-        requested = self._epoch_requests.take()
+        requested = self._progress.take_request()
         if requested is not None:
             self.set_epoch(requested)
 
     def _attach_source(self) -> None:
-        """A source (and samplers) for the current rank, world size and seeds."""
+        """A source (and samplers) for the current device, rank, world size and seeds."""
         cfg = self.config
         make_fetcher = None
         if self._gpu is not None:  # workers read bytes and draw crops; the device stage decodes
@@ -178,18 +172,29 @@ class Loader(DataLoaderAttributes):
             self.world_size,
             self.device,
             order_seed=compat.order_seed(cfg, self._seed_drawn, self.world_size),
-            epochs=self._epoch_requests,
+            epochs=self._progress,
             make_fetcher=make_fetcher,
         )
         if self._gpu is not None:
             self._prefetcher.fetcher = self._source.fetcher  # decodes what the GPU decoder refuses
-        # DataLoader's sampler: this rank's samples (len), set_epoch; None for a stream.
-        self.sampler = RankSampler(self._source.sampler) if self._source.sampler is not None else None
-        self._show_epoch(self._progress.next_epoch)
+        self._show_sampler()
         self._watchdog = Watchdog(self._source.inflight, self._source.dataset, cfg.stall_warning)
 
+    def _show_sampler(self) -> None:
+        # DataLoader's sampler: this rank's samples (len), set_epoch; None for a stream.
+        self.sampler = RankSampler(self._source.sampler) if self._source.sampler is not None else None
+
+    def _reshard(self) -> None:
+        """This rank's share dealt anew for a changed rank, world size or order seed: the
+        workers stay (each request carries what fixes its batch)."""
+        self._adopt_sampler_epoch()
+        self._end_pass()
+        order = compat.order_seed(self.config, self._seed_drawn, self.world_size)
+        self._source.reshard(self.rank, self.world_size, order)
+        self._show_sampler()
+
     def _rebuild_source(self) -> None:
-        """A new source for a changed rank, world size or seed (an epoch asked for stays pending)."""
+        """A new source for a changed device (an epoch asked for stays pending)."""
         self._adopt_sampler_epoch()
         self._end_pass()
         self._watchdog.stop()
@@ -202,7 +207,7 @@ class Loader(DataLoaderAttributes):
         rank, world_size = resolve_rank(self.config.rank, self.config.world_size)
         if (rank, world_size) != (self.rank, self.world_size):
             self.rank, self.world_size = rank, world_size
-            self._rebuild_source()
+            self._reshard()
 
     def _follow_device(self) -> None:
         """An unindexed CUDA device follows the process's GPU: Lightning and torchrun scripts
@@ -227,18 +232,18 @@ class Loader(DataLoaderAttributes):
         self._follow_rank()
         self._follow_device()
         self._adopt_sampler_epoch()
-        position, plan = self._progress.start_pass()
+        position, resumed = self._progress.start_pass()
         self._skips.new_pass()
-        self._show_epoch(position.epoch)
-        current = Pass(self, self._run(position, plan))
+        run = PassRequest(position.epoch, self.config.seed, position.batch_number(self.rank, self.world_size), resumed)
+        current = Pass(self, self._run(position, run))
         self._pass_ref = weakref.ref(current)
         return current
 
-    def _run(self, position: Position, plan: resume.Plan | None) -> Iterator[tuple[torch.Tensor, ...]]:
+    def _run(self, position: Position, run: PassRequest) -> Iterator[tuple[torch.Tensor, ...]]:
         # A generator method: the pass holds a reference to the Loader, so
         # `for x, y in Loader(...)` keeps the loader alive until the loop ends.
         source = self._source
-        outputs = self._prefetcher.run(self._observed(source.batches(position.epoch, plan)))
+        outputs = self._prefetcher.run(self._observed(source.batches(run)))
         try:
             for out in outputs:
                 if self._batch_transforms is not None:
@@ -327,13 +332,11 @@ class Loader(DataLoaderAttributes):
             seeds = resume.seeds(merged, keep_order_seed=self.config.shuffle_seed)
             if seeds != (self.config.seed, self.config.shuffle_seed):
                 self.config = self.config.replace(seed=seeds[0], shuffle_seed=seeds[1])
-                self._rebuild_source()
+                self._rebuild_source()  # TEMP: the fetchers still hold the seed
         resume.check_matches(merged, self._settings())
-        plan = self._source.resume_plan(merged)
+        resumed = self._source.resume_point(merged)
         self._end_pass()
-        self._epoch_requests.clear()  # a sampler's set_epoch before this does not undo it
-        self._progress.resume(merged["epoch"], plan)
-        self._show_epoch(merged["epoch"])
+        self._progress.resume(merged["epoch"], resumed)
 
     def stats(self) -> dict:
         """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""

@@ -8,7 +8,7 @@ import torch
 
 import fastload as fl
 from fastload.decode import costs, plan, roi
-from fastload.sources.sampler import BatchRequest
+from fastload.sources.request import BatchRequest
 from fastload.sources import BatchFetcher, InFlight
 
 from conftest import jpeg_bytes, make_image

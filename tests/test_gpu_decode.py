@@ -25,7 +25,7 @@ from PIL import Image
 import fastload as fl
 from fastload.decode import roi
 from fastload.device.gpudecode import EncodingFetcher, GpuDecodeStage, GpuPipeline, nvdecode
-from fastload.sources.sampler import BatchRequest
+from fastload.sources.request import BatchRequest
 from fastload.sources import InFlight
 
 from conftest import jpeg_bytes, make_image, photo_jpegs, png_bytes

@@ -179,13 +179,13 @@ class _LosesABatch:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batch_lost_in_transit_becomes_a_worker_error(folder, workers):
-    from fastload.sources import ProcessSource
+    from fastload.sources import PassRequest, ProcessSource
 
     loader = fl.Loader(fl.ImageFolder(folder), batch_size=4, num_workers=workers, device="cpu")
     source = loader._source
     assert isinstance(source, ProcessSource)
     source._loader = _LosesABatch()
-    batches = source.batches(0)
+    batches = source.batches(PassRequest(0, 0))
     assert next(batches) == "batch"
     if workers == 0:  # in-process loading keeps the dataset's own error
         with pytest.raises(ConnectionResetError):

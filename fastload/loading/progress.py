@@ -1,9 +1,15 @@
-"""Where a Loader is in training: the epoch of each pass, what is consumed of it, and a resumed pass."""
+"""Where a Loader is in training: the epoch of each pass, what is consumed of it, and a resumed pass.
+
+:class:`Progress` is the one place the Loader's epoch is kept. Its samplers
+(``loader.sampler``, ``loader.batch_sampler``) read and set it through it; batch sources
+get the epoch with each pass and every batch request carries it.
+"""
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from ..sources import resume
 from ..sources.sampler import check_epoch
@@ -29,54 +35,93 @@ class Position:
 
 
 class Progress:
-    """The epoch counter of a Loader.
+    """The epoch counter of a Loader, and the epoch its samplers report.
 
     Each pass is a new epoch unless ``set_epoch`` said which; a loaded state makes the next
-    pass the rest of its epoch (a :class:`~fastload.sources.resume.Plan`).
+    pass the rest of its epoch (a :class:`~fastload.sources.resume.ResumePoint`). Epochs set
+    through a sampler (``loader.sampler.set_epoch``, what Lightning calls) or a watched
+    DistributedSampler's ``set_epoch`` (what a DataLoader script calls) are requests the
+    Loader adopts when it next looks (:meth:`take_request`; the last one wins).
+
+    Args:
+        watched: A DistributedSampler whose ``epoch`` is followed: each change, and its epoch
+            when the Loader first looks, is a request.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, watched: Any = None) -> None:
         self.next_epoch = 0
         self.epoch: int | None = None  # of the current (or last) pass
         self.position: Position | None = None  # of the current (or interrupted) pass
-        self.plan: resume.Plan | None = None  # the next pass, from a loaded state
+        self.resumed: resume.ResumePoint | None = None  # the next pass, from a loaded state
+        self.shown = 0  # what the samplers report: the pass under way, or the next one set
+        self._requested: int | None = None
+        self._watched = watched
+        self._seen: Any = None  # so the watched sampler's epoch at the first look counts
+
+    # ---- the samplers' side (fastload.sources.sampler.EpochClock)
+
+    def request(self, epoch: int) -> None:
+        """A sampler's ``set_epoch``: shown at once, adopted when the Loader next looks."""
+        self._requested = self.shown = check_epoch(epoch)
+
+    def take_request(self) -> int | None:
+        """The epoch asked for through a sampler since the last look, or None."""
+        requested, self._requested = self._requested, None
+        if requested is None and self._watched is not None and self._watched.epoch != self._seen:
+            requested = check_epoch(self._watched.epoch)
+        self._forget_requests()
+        return requested
+
+    def _forget_requests(self) -> None:
+        """Forgets what samplers asked so far (a later call of the Loader's own wins)."""
+        self._requested = None
+        if self._watched is not None:
+            self._seen = self._watched.epoch
+
+    # ---- the Loader's side
 
     def set_epoch(self, epoch: int) -> None:
-        self.next_epoch = check_epoch(epoch)
+        self.next_epoch = self.shown = check_epoch(epoch)
         self.position = None
-        if self.plan is not None and self.plan.epoch != self.next_epoch:
+        self._forget_requests()
+        if self.resumed is not None and self.resumed.epoch != self.next_epoch:
             warnings.warn(
-                f"fastload: set_epoch({epoch}) after load_state_dict of epoch {self.plan.epoch}: the "
-                f"resumed rest of epoch {self.plan.epoch} is dropped and epoch {epoch} runs whole "
-                f"(call set_epoch({self.plan.epoch}), or none, to resume)",
+                f"fastload: set_epoch({epoch}) after load_state_dict of epoch {self.resumed.epoch}: the "
+                f"resumed rest of epoch {self.resumed.epoch} is dropped and epoch {epoch} runs whole "
+                f"(call set_epoch({self.resumed.epoch}), or none, to resume)",
                 RuntimeWarning,
                 stacklevel=user_stacklevel(),
             )
-            self.plan = None
+            self.resumed = None
 
-    def start_pass(self) -> tuple[Position, resume.Plan | None]:
-        """The new pass's position and, for a resumed epoch, its plan."""
+    def start_pass(self) -> tuple[Position, resume.ResumePoint | None]:
+        """The new pass's position and, for a resumed epoch, where it resumes."""
         self.epoch, self.next_epoch = self.next_epoch, self.next_epoch + 1
-        plan, self.plan = self.plan, None
-        self.position = Position(self.epoch) if plan is None else Position(self.epoch, plan.history, plan.start)
-        return self.position, plan
+        self.shown = self.epoch
+        resumed, self.resumed = self.resumed, None
+        self.position = (
+            Position(self.epoch) if resumed is None else Position(self.epoch, resumed.history, resumed.start)
+        )
+        return self.position, resumed
 
     def next_pass_length(self, full: int) -> int:
         """Batches of the next pass: ``full``, or what is left of a resumed epoch."""
-        plan = self.plan
-        if plan is None:
-            return full
-        if plan.length is not None:
-            return plan.length
-        return len(plan.requests) if plan.history else max(0, full - plan.start)
+        return full if self.resumed is None else self.resumed.length(full)
 
     def where(self) -> Position:
         """The pass under way (or interrupted), else the next one."""
         pos = self.position
         if pos is None or pos.done:
-            plan = self.plan
-            pos = Position(self.next_epoch) if plan is None else Position(plan.epoch, plan.history, plan.start)
+            resumed = self.resumed
+            pos = (
+                Position(self.next_epoch)
+                if resumed is None
+                else Position(resumed.epoch, resumed.history, resumed.start)
+            )
         return pos
 
-    def resume(self, epoch: int, plan: resume.Plan | None) -> None:
-        self.next_epoch, self.plan, self.position = epoch, plan, None
+    def resume(self, epoch: int, resumed: resume.ResumePoint | None) -> None:
+        """The next pass is (the rest of) ``epoch``; a sampler's ``set_epoch`` before this does not undo it."""
+        self.next_epoch, self.resumed, self.position = epoch, resumed, None
+        self.shown = epoch
+        self._forget_requests()

@@ -2,7 +2,8 @@
 
 Every source implements :class:`BatchSource`, and :func:`build_source` picks one from the
 dataset and the config, so the Loader never asks which kind it holds. The Loader owns the
-epoch counter and passes the epoch in; the device stage consumes the HostBatches.
+epoch counter and passes each pass's epoch and seed in (:class:`PassRequest`); every batch
+request carries them to the workers. The device stage consumes the HostBatches.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from .build import build_source, is_stream
 from .fetch import BatchFetcher
 from .inflight import Busy, InFlight
 from .process import ProcessSource, WorkerOptions
+from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
 from .stream import StreamSource
 from .thread import ThreadSource
 
 if TYPE_CHECKING:
-    from .resume import Plan
+    from .resume import ResumePoint
 
 
 class BatchSource(Protocol):
@@ -41,11 +43,15 @@ class BatchSource(Protocol):
     def __len__(self) -> int:
         """This rank's batches per epoch."""
 
-    def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
-        """One pass: epoch ``epoch``, or the rest of it that ``plan`` (from :meth:`resume_plan`) says."""
+    def batches(self, run: PassRequest) -> Iterator[HostBatch]:
+        """One pass: epoch ``run.epoch``, or the rest of it that ``run.resumed`` (from
+        :meth:`resume_point`) says, its draws from ``run.seed``."""
 
-    def resume_plan(self, state: dict) -> Plan | None:
-        """The next pass after a merged, checked loader state (None: a normal pass of its epoch)."""
+    def resume_point(self, state: dict) -> ResumePoint | None:
+        """Where the next pass starts after a merged, checked loader state (None: a normal pass of its epoch)."""
+
+    def reshard(self, rank: int, world_size: int, order_seed: int) -> None:
+        """This rank's share from the next pass on, for another rank, world size or order seed."""
 
     def state_fields(self) -> dict:
         """What a state of this source must also record to be resumed (e.g. a stream's workers)."""
@@ -59,9 +65,11 @@ class BatchSource(Protocol):
 
 __all__ = [
     "BatchFetcher",
+    "BatchRequest",
     "BatchSource",
     "Busy",
     "InFlight",
+    "PassRequest",
     "ProcessSource",
     "StreamSource",
     "ThreadSource",

@@ -42,13 +42,13 @@ class Prepared:
     pixels: np.ndarray | None
 
 
-def plan_all(fetcher: BatchFetcher, indices: list[int], epoch: int, worker: int) -> list[SamplePlan | None]:
+def plan_all(fetcher: BatchFetcher, indices: list[int], epoch: int, worker: int, seed: int) -> list[SamplePlan | None]:
     """Each sample's plan, or None where planning failed (loading it meets the error again)."""
     plans: list[SamplePlan | None] = []
     for index in indices:
         fetcher.inflight.begin(worker, index, epoch)
         try:
-            plans.append(fetcher.dataset.plan(index, epoch, fetcher.seed))
+            plans.append(fetcher.dataset.plan(index, epoch, seed))
         except Exception:  # the per-sample path meets it again and applies the error policy
             plans.append(None)
         finally:
@@ -87,6 +87,6 @@ def decode_regions(
 def prepare(fetcher: BatchFetcher, request: BatchRequest, worker: int = 0) -> dict[tuple[int, int], Prepared]:
     """The samples of ``request`` planned, their regions decoded in one call, by (index, epoch)."""
     indices, epoch = [int(i) for i in request.indices], request.epoch
-    plans = plan_all(fetcher, indices, epoch, worker)
+    plans = plan_all(fetcher, indices, epoch, worker, request.seed)
     pixels = decode_regions(fetcher, plans, epoch, worker)
     return {(p.index, epoch): Prepared(p, pixels.get(j)) for j, p in enumerate(plans) if p is not None}

@@ -13,7 +13,7 @@ from .fetch import BatchFetcher
 from .handoff import SlotTable
 from .inflight import InFlight
 from .process import ProcessSource, WorkerOptions
-from .sampler import EpochRequests, ShardedBatchSampler
+from .sampler import EpochClock, ShardedBatchSampler
 from .start import worker_start_method
 from .stream import StreamSource
 from .thread import ThreadSource
@@ -29,7 +29,7 @@ def build_source(
     device: torch.device,
     *,
     order_seed: int | None = None,
-    epochs: EpochRequests | None = None,
+    epochs: EpochClock | None = None,
     make_fetcher: Callable[[InFlight], BatchFetcher] | None = None,
 ) -> Any:
     """The :class:`~fastload.sources.BatchSource` that runs ``samples`` under ``cfg``.
@@ -40,7 +40,7 @@ def build_source(
         rank, world_size: This rank among all.
         device: Where batches go (pinning and buffer reuse depend on it).
         order_seed: Seed of the shuffle order (default: ``cfg.seed``).
-        epochs: Where the sampler reports its ``set_epoch`` calls (the Loader's).
+        epochs: Where the sampler keeps its epoch (the Loader's progress).
         make_fetcher: Makes the workers' fetcher from the in-flight table instead of the
             default one (``decode="gpu"``: the device stage's, whose workers send encoded
             batches; the Loader passes it in, so this layer imports nothing above it).
@@ -68,7 +68,6 @@ def build_source(
             batch_size=cfg.batch_size,
             drop_last=cfg.drop_last,
             on_error=cfg.on_error,
-            seed=cfg.seed,
             rank=rank,
             world_size=world_size,
             options=options,
@@ -83,7 +82,7 @@ def build_source(
         rank=rank,
         world_size=world_size,
         drop_uneven=cfg.drop_uneven,
-        requests=epochs,
+        epochs=epochs,
     )
     threads = cfg.backend == "thread"
     # A row for this process too where it loads samples itself (threads; GPU decode's fall-backs).

@@ -85,7 +85,13 @@ class BatchFetcher(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def _load_one(
-        self, index: int, epoch: int, worker: int, out: np.ndarray | tuple | None, shape: SampleShape | None = None
+        self,
+        index: int,
+        epoch: int,
+        seed: int,
+        worker: int,
+        out: np.ndarray | tuple | None,
+        shape: SampleShape | None = None,
     ) -> tuple[np.ndarray | tuple, Target]:
         self.inflight.begin(worker, index, epoch)
         try:
@@ -93,9 +99,9 @@ class BatchFetcher(torch.utils.data.Dataset):
             if prepared is not None:
                 image, target = self.dataset.finish(prepared.plan, prepared.pixels, out), prepared.plan.label
             elif out is None or not self._writes_in_place:
-                image, target = self.dataset.load(index, epoch, self.seed)
+                image, target = self.dataset.load(index, epoch, seed)
             else:
-                image, target = self.dataset.load(index, epoch, self.seed, out=out)
+                image, target = self.dataset.load(index, epoch, seed, out=out)
         finally:
             self.inflight.end(worker)
         # A bad image is an error of its sample, so the error policy applies to it too.
@@ -115,11 +121,14 @@ class BatchFetcher(torch.utils.data.Dataset):
         worker: int = 0,
         out: np.ndarray | tuple | None = None,
         shape: SampleShape | None = None,
+        seed: int | None = None,
     ) -> Loaded:
         """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow;
-        an image not of ``out``'s shape (or ``shape``) is an error of its sample."""
+        an image not of ``out``'s shape (or ``shape``) is an error of its sample. ``seed``: of the
+        draws (default: the fetcher's)."""
+        seed = self.seed if seed is None else seed
         try:
-            image, label = self._load_one(index, epoch, worker, out, shape)
+            image, label = self._load_one(index, epoch, seed, worker, out, shape)
             return Loaded(image, label, index, [])
         except Exception as e:
             if self.on_error == "raise":
@@ -127,14 +136,14 @@ class BatchFetcher(torch.utils.data.Dataset):
             error: Exception = e
         skipped = [self._skipped(epoch, index, error)]
         failed = {index}
-        rng = sample_rng(self.seed, epoch, index)
+        rng = sample_rng(seed, epoch, index)
         n = len(self.dataset)
         for _ in range(MAX_REPLACEMENTS):
             other = int(rng.integers(n))
             while other in failed and len(failed) < n:
                 other = int(rng.integers(n))
             try:
-                image, label = self._load_one(other, epoch, worker, out, shape)
+                image, label = self._load_one(other, epoch, seed, worker, out, shape)
                 return Loaded(image, label, other, skipped)
             except Exception as e:
                 skipped.append(self._skipped(epoch, other, e))
@@ -167,12 +176,12 @@ class BatchFetcher(torch.utils.data.Dataset):
         Raises:
             ValueError: The first three samples have three different shapes.
         """
-        indices, epoch = request.indices, request.epoch
+        indices, epoch, seed = request.indices, request.epoch, request.seed
         if self._shape_epoch == epoch:
-            return [self.load(int(indices[0]), epoch, worker, shape=self._shape)]
+            return [self.load(int(indices[0]), epoch, worker, shape=self._shape, seed=seed)]
         loaded: list[Loaded] = []
         for index in indices[:3]:
-            loaded.append(self.load(int(index), epoch, worker))
+            loaded.append(self.load(int(index), epoch, worker, seed=seed))
             shapes = [shape_of(item.image) for item in loaded]
             common = max(set(shapes), key=shapes.count)
             if shapes.count(common) >= 2:
@@ -189,7 +198,7 @@ class BatchFetcher(torch.utils.data.Dataset):
             common = shape_of(loaded[0].image)
         self._shape, self._shape_epoch = common, epoch
         return [
-            item if shape_of(item.image) == common else self.load(item.index, epoch, worker, shape=common)
+            item if shape_of(item.image) == common else self.load(item.index, epoch, worker, shape=common, seed=seed)
             for item in loaded
         ]
 
@@ -223,7 +232,7 @@ class BatchFetcher(torch.utils.data.Dataset):
             put(row(rows, j), item, self.dataset)
         for j in range(len(loaded), len(indices)):
             slot = row(rows, j)
-            item = self.load(int(indices[j]), request.epoch, worker, slot)
+            item = self.load(int(indices[j]), request.epoch, worker, slot, seed=request.seed)
             put(slot, item, self.dataset)
             loaded.append(item)
         return collated(images, loaded, request.epoch, dataset=self.dataset)
@@ -233,7 +242,7 @@ class BatchFetcher(torch.utils.data.Dataset):
         return self.fetch(request, info.id if info is not None else 0)
 
     def __getitem__(self, index: int) -> tuple[np.ndarray | tuple, Target]:
-        item = self.load(int(index), 0)
+        item = self.load(int(index), 0, seed=0)
         return item.image, item.label
 
 

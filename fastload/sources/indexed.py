@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
+from . import resume
 from .fetch import BatchFetcher
-from .sampler import BatchRequest, ShardedBatchSampler
-
-if TYPE_CHECKING:
-    from .resume import Plan
+from .request import BatchRequest, PassRequest
+from .sampler import ShardedBatchSampler
 
 
 class IndexedSource:
@@ -28,14 +28,18 @@ class IndexedSource:
     def __len__(self) -> int:
         return len(self.sampler)
 
-    def requests(self, epoch: int, plan: Plan | None) -> list[BatchRequest] | None:
-        """A resumed pass's explicit requests (None: the sampler's own for ``epoch``)."""
-        return None if plan is None else list(plan.requests)
+    def requests(self, run: PassRequest) -> Iterator[BatchRequest]:
+        """The batch requests of pass ``run``: its epoch's, or the rest of it that ``run.resumed`` says."""
+        if run.resumed is None:
+            return self.sampler.requests(run.epoch, run.seed)
+        return run.resumed.requests(run.seed, self.sampler.rank, run.first)
 
-    def resume_plan(self, state: dict) -> Plan | None:
-        from . import resume
+    def reshard(self, rank: int, world_size: int, order_seed: int) -> None:
+        """Deals this rank's share anew for another rank, world size or order seed (no new workers)."""
+        self.sampler = self.sampler.resharded(rank, world_size, order_seed)
 
-        return resume.plan(state, self.sampler.num_samples, self.sampler.rank, self.sampler.world_size)
+    def resume_point(self, state: dict) -> resume.IndexedResume | None:
+        return resume.indexed_resume(state, self.sampler.num_samples, self.sampler.rank, self.sampler.world_size)
 
     def state_fields(self) -> dict:
         return {}

@@ -6,10 +6,10 @@ import multiprocessing
 import random
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,10 +23,8 @@ from .fetch import BatchFetcher
 from .handoff import detached
 from .indexed import IndexedSource
 from .inflight import InFlight
-from .sampler import BatchRequest, ShardedBatchSampler
-
-if TYPE_CHECKING:
-    from .resume import Plan
+from .request import BatchRequest, PassRequest
+from .sampler import ShardedBatchSampler
 
 CLOSE_WAIT_S = 3.0  # close() returns after this even if a worker is stuck in a sample
 
@@ -99,19 +97,15 @@ def identity(batch: Any) -> Any:
     return batch
 
 
-class _EpochRequests:
-    """The DataLoader's batch sampler: one pass's requests, set by the source before each pass
-    (the sampler's epoch, or an explicit list such as a resumed epoch's)."""
+class PassRequests:
+    """The DataLoader's batch sampler: the requests of the pass under way, set by the source
+    before each pass."""
 
-    def __init__(self, sampler: ShardedBatchSampler) -> None:
-        self.sampler, self.epoch = sampler, 0
-        self.explicit: list[BatchRequest] | None = None
+    def __init__(self) -> None:
+        self.current: Iterable[BatchRequest] = ()
 
     def __iter__(self) -> Iterator[BatchRequest]:
-        return iter(self.explicit) if self.explicit is not None else self.sampler.requests(self.epoch)
-
-    def __len__(self) -> int:
-        return len(self.explicit) if self.explicit is not None else len(self.sampler)
+        return iter(self.current)
 
 
 def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, Any]:
@@ -213,7 +207,7 @@ class ProcessSource(IndexedSource):
     def __init__(self, fetcher: BatchFetcher, sampler: ShardedBatchSampler, options: WorkerOptions) -> None:
         self.fetcher, self.options, self.sampler = fetcher, options, sampler
         self.inflight = fetcher.inflight
-        self._requests = _EpochRequests(sampler)
+        self._requests = PassRequests()
         self._closed = threading.Event()  # seen by a pass running in another thread
         self._loader: DataLoader | None = self._new_loader()
 
@@ -222,12 +216,11 @@ class ProcessSource(IndexedSource):
             self.fetcher, batch_sampler=self._requests, **dataloader_options(self.options, self.options.persistent)
         )
 
-    def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
-        """One pass: the sampler's requests of ``epoch``, or the rest of it that ``plan`` says."""
+    def batches(self, run: PassRequest) -> Iterator[HostBatch]:
+        """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
         if self._loader is None:
             raise RuntimeError(CLOSED)
-        self._requests.epoch = epoch
-        self._requests.explicit = self.requests(epoch, plan)
+        self._requests.current = self.requests(run)
         if not self.options.persistent:
             self._renew_slots()  # new workers each pass
         try:

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
 from ..datasets.protocols import Describes, Fingerprinted, is_stream, name_of
 from ..datasets.subset import SubsetDataset
 from ..datasets.wrap import WrappedDataset
-from .sampler import BatchRequest, batched, deal, epoch_order, rank_count
+from .request import BatchRequest, batched
+from .sampler import deal, epoch_order, rank_count
 
 VERSION = 1
 SETTINGS = ("seed", "shuffle_seed", "batch_size", "shuffle", "drop_last", "drop_uneven")
@@ -67,14 +68,55 @@ class Stage:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The next pass after a state was loaded: its epoch, and what is already consumed of it."""
+class IndexedResume:
+    """The rest of an interrupted epoch of an indexed dataset, for one rank.
+
+    Attributes:
+        epoch: The interrupted epoch.
+        history: The stages that consumed part of it.
+        indices: This rank's samples in the resumed pass, in order.
+        batch_size: Cuts them into batches (the last may be short).
+    """
 
     epoch: int
-    history: tuple[Stage, ...] = ()  # map-style: the stages that consumed part of the epoch
-    requests: tuple[BatchRequest, ...] = ()  # map-style: this rank's batches of the resumed pass
-    start: int = 0  # streams: this rank's batches already handed out
-    length: int | None = None  # streams resumed after other stages: this rank's batches of the pass
+    history: tuple[Stage, ...]
+    indices: np.ndarray
+    batch_size: int
+
+    start = 0  # the pass's first batch is batch 0 of its own stage
+
+    def length(self, full: int) -> int:
+        """Batches of the resumed pass (``full``: of a whole epoch, unused here)."""
+        return -(-len(self.indices) // self.batch_size)
+
+    def requests(self, seed: int, rank: int, first: int = 0) -> Iterator[BatchRequest]:
+        """The pass's batch requests, their draws from ``seed``, numbered from ``first``."""
+        return batched(self.epoch, self.indices, self.batch_size, seed=seed, rank=rank, first=first)
+
+
+@dataclass(frozen=True)
+class StreamResume:
+    """The rest of an interrupted epoch of a stream, for one rank.
+
+    Attributes:
+        epoch: The interrupted epoch.
+        history: Earlier stages of it on other ranks or workers, which an elastic stream re-deals.
+        start: This rank's batches already handed out in the last stage, which it goes on with.
+        remaining: This rank's batches of a pass resumed after ``history`` (None: ``full - start``).
+    """
+
+    epoch: int
+    history: tuple[Stage, ...] = ()
+    start: int = 0
+    remaining: int | None = None
+
+    def length(self, full: int) -> int:
+        """Batches of the resumed pass, of an epoch of ``full`` batches."""
+        return self.remaining if self.remaining is not None else max(0, full - self.start)
+
+
+#: Where the next pass starts after a state was loaded.
+ResumePoint = Union[IndexedResume, StreamResume]
 
 
 def remaining(
@@ -326,7 +368,7 @@ def stages(state: dict) -> tuple[Stage, ...]:
     return compact(out)
 
 
-def plan(state: dict, num_samples: int, rank: int, world_size: int) -> Plan | None:
+def indexed_resume(state: dict, num_samples: int, rank: int, world_size: int) -> IndexedResume | None:
     """The pass a map-style loader (rank ``rank`` of ``world_size``) runs after loading ``state``
     (merged and checked): the rest of the interrupted epoch (possibly no batch at all), or
     None when nothing of it was consumed (a normal pass of ``state["epoch"]``)."""
@@ -341,12 +383,12 @@ def plan(state: dict, num_samples: int, rank: int, world_size: int) -> Plan | No
         return None
     order = epoch_order(num_samples, state["shuffle_seed"], epoch, state["shuffle"])
     mine = resumed_indices(order, done, rank, world_size, batch_size, drop_last, drop_uneven)
-    return Plan(epoch, done, tuple(batched(epoch, mine, batch_size)))
+    return IndexedResume(epoch, done, mine, batch_size)
 
 
-def stream_plan(
+def stream_resume(
     state: dict, rank: int, world_size: int, num_workers: int, num_batches: int, elastic: bool = False
-) -> Plan:
+) -> StreamResume:
     """The pass a stream loader (``num_batches`` per epoch) runs after loading ``state``.
 
     On the ranks and workers of the run that saved it, where every rank stopped at the same
@@ -367,7 +409,7 @@ def stream_plan(
         )
     if start > num_batches:
         raise ValueError(f"loader state: {start} batches consumed, but the stream's epoch has {num_batches}")
-    return Plan(state["epoch"], history=history, start=start)
+    return StreamResume(state["epoch"], history=history, start=start)
 
 
 def dataset_size(dataset: Any) -> int:

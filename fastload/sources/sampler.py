@@ -1,7 +1,8 @@
 """Batches of indices for one rank, with DistributedSampler's semantics.
 
-Each batch carries its epoch, so workers (persistent or not, in any process) derive
-augmentation randomness from (seed, epoch, index) without being told about set_epoch.
+Each batch request carries its epoch and seed, so workers (persistent or not, in any process)
+derive augmentation randomness from (seed, epoch, index) without being told about set_epoch.
+The epoch a sampler reports is its :class:`EpochClock`'s: the Loader's progress, which owns it.
 ``loader.batch_sampler`` is a :class:`ShardedBatchSampler` (its ``len()`` counts batches);
 ``loader.sampler`` is a :class:`RankSampler` over it (its ``len()`` counts this rank's
 samples, as DataLoader's sampler does).
@@ -11,17 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Protocol
 
 import numpy as np
 import torch.distributed as dist
 
 from ..config import check_rank
-
-
-class BatchRequest(NamedTuple):
-    epoch: int
-    indices: np.ndarray  # int64
+from .request import BatchRequest, batched
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -84,44 +81,26 @@ def deal(
     return order[rank:total:world_size].astype(np.int64, copy=False)
 
 
-def batched(epoch: int, indices: np.ndarray, batch_size: int, start: int = 0) -> Iterator[BatchRequest]:
-    """``indices`` cut into requests of ``batch_size`` (the last may be short), from batch ``start`` on."""
-    for first in range(start * batch_size, len(indices), batch_size):
-        yield BatchRequest(epoch, indices[first : first + batch_size])
+class EpochClock(Protocol):
+    """Where a sampler reads and sets its epoch: the Loader's progress
+    (:class:`fastload.loading.progress.Progress`), which owns it; a sampler of its own holds one."""
 
-
-class EpochRequests:
-    """Epochs asked for through the samplers since the Loader last looked (the last one wins):
-    ``loader.sampler.set_epoch`` / ``loader.batch_sampler.set_epoch`` (what Lightning
-    calls), and the ``set_epoch`` of a DistributedSampler the Loader was given, which it
-    watches (a DataLoader script calls that one).
-
-    Args:
-        watched: An object whose ``epoch`` attribute is followed (a DistributedSampler):
-            each change, and its epoch when the Loader first looks, is a request.
-    """
-
-    def __init__(self, watched: Any = None) -> None:
-        self.pending: int | None = None
-        self._watched = watched
-        self._seen: Any = None  # so the watched sampler's epoch at the first look counts
+    @property
+    def shown(self) -> int:
+        """The epoch a sampler reports (of the pass under way, or the next one)."""
 
     def request(self, epoch: int) -> None:
-        self.pending = check_epoch(epoch)
+        """A sampler's ``set_epoch(epoch)``."""
 
-    def take(self) -> int | None:
-        """The epoch asked for since the last ``take``/``clear``, or None."""
-        pending, self.pending = self.pending, None
-        if pending is None and self._watched is not None and self._watched.epoch != self._seen:
-            pending = check_epoch(self._watched.epoch)
-        self.clear()
-        return pending
 
-    def clear(self) -> None:
-        """Forgets what was asked so far (a later call of the Loader's own wins)."""
-        self.pending = None
-        if self._watched is not None:
-            self._seen = self._watched.epoch
+class OwnEpoch:
+    """The epoch of a sampler used on its own (no Loader)."""
+
+    def __init__(self) -> None:
+        self.shown = 0
+
+    def request(self, epoch: int) -> None:
+        self.shown = epoch
 
 
 class ShardedBatchSampler:
@@ -142,7 +121,7 @@ class ShardedBatchSampler:
         rank: This rank.
         world_size: Number of ranks.
         drop_uneven: See above.
-        requests: Where ``set_epoch`` calls are also reported (the Loader's).
+        epochs: Where the epoch is kept (the Loader's progress); default: the sampler's own.
     """
 
     def __init__(
@@ -156,7 +135,7 @@ class ShardedBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         drop_uneven: bool = False,
-        requests: EpochRequests | None = None,
+        epochs: EpochClock | None = None,
     ) -> None:
         if num_samples <= 0:
             raise ValueError(f"num_samples must be positive, got {num_samples}")
@@ -171,8 +150,7 @@ class ShardedBatchSampler:
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
-        self.epoch = 0
-        self._requests = requests
+        self._epochs: EpochClock = OwnEpoch() if epochs is None else epochs
         self.per_rank, self.num_batches = rank_count(num_samples, world_size, batch_size, drop_last, drop_uneven)
         if self.num_batches == 0:
             why = "with drop_last=True" if drop_last else "with DistributedSampler's drop_last=True (drop_uneven)"
@@ -181,12 +159,29 @@ class ShardedBatchSampler:
                 f"{'batch_size=' + str(batch_size) if drop_last else 'one sample per rank'} {why}"
             )
 
+    def resharded(self, rank: int, world_size: int, seed: int) -> ShardedBatchSampler:
+        """This sampler for another rank, world size or order seed (its epoch kept where it is)."""
+        return ShardedBatchSampler(
+            self.num_samples,
+            self.batch_size,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_uneven=self.drop_uneven,
+            epochs=self._epochs,
+        )
+
+    @property
+    def epoch(self) -> int:
+        """The epoch set (on a Loader's sampler: of its pass under way, or its next one)."""
+        return self._epochs.shown
+
     def set_epoch(self, epoch: int) -> None:
         """Epoch used when iterating the sampler itself (``requests`` takes it explicitly);
         on a Loader's sampler, also the epoch of the Loader's next pass."""
-        self.epoch = check_epoch(epoch)
-        if self._requests is not None:
-            self._requests.request(self.epoch)
+        self._epochs.request(check_epoch(epoch))
 
     def rank_indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's indices for ``epoch`` (default: the one set), in order."""
@@ -206,9 +201,9 @@ class ShardedBatchSampler:
             order, self.rank, self.world_size, batch_size, drop_last, drop_uneven=self.drop_uneven or self.drop_last
         )
 
-    def requests(self, epoch: int, start: int = 0) -> Iterator[BatchRequest]:
-        """This rank's batches of ``epoch``, from batch number ``start`` on."""
-        return batched(epoch, self.rank_indices(epoch), self.batch_size, start)
+    def requests(self, epoch: int, seed: int = 0) -> Iterator[BatchRequest]:
+        """This rank's batches of ``epoch``, their draws from ``seed``."""
+        return batched(epoch, self.rank_indices(epoch), self.batch_size, seed=seed, rank=self.rank)
 
     def __iter__(self) -> Iterator[BatchRequest]:
         return self.requests(self.epoch)

@@ -14,7 +14,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, get_worker_info
@@ -24,13 +24,13 @@ from ..collate import batch_buffer, check_image
 from ..datasets.protocols import ResumedSizes, traits_of
 from ..datasets.stream_slots import batch_count, slot_batches_done
 from ..views import numpy_rows, row, shape_of
+from . import resume
 from .failures import CLOSED
 from .fetch import Loaded, collated, put
 from .inflight import InFlight
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
-
-if TYPE_CHECKING:
-    from .resume import Plan
+from .request import PassRequest
+from .resume import StreamResume
 
 
 def whole_batches(stream: Any, world_size: int) -> bool:
@@ -167,7 +167,7 @@ class StreamSource:
             ranks and workers (both take a :class:`StreamOrder`; ``resumed_sizes`` then
             gives ``len`` of such a pass), with ``batch_slots = True`` split whole batches
             on one rank (``records_for(..., batch_size=...)``).
-        batch_size, drop_last, on_error, seed, shuffle: As in LoaderConfig.
+        batch_size, drop_last, on_error, shuffle: As in LoaderConfig.
         rank, world_size: This rank among all.
         options: Worker count and settings (workers are started each epoch).
     """
@@ -179,14 +179,13 @@ class StreamSource:
         batch_size: int,
         drop_last: bool,
         on_error: str,
-        seed: int,
         rank: int,
         world_size: int,
         options: WorkerOptions,
         shuffle: bool = False,
     ) -> None:
         self.stream, self.batch_size, self.drop_last, self.shuffle = stream, batch_size, drop_last, shuffle
-        self.on_error, self.seed, self.rank, self.world_size = on_error, seed, rank, world_size
+        self.on_error, self.rank, self.world_size = on_error, rank, world_size
         self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
         self.inflight = InFlight(max(1, options.num_workers))
         self._closed = False
@@ -196,9 +195,7 @@ class StreamSource:
 
     @property
     def num_samples(self) -> int:
-        from .resume import dataset_size
-
-        return dataset_size(self.stream)
+        return resume.dataset_size(self.stream)
 
     def __len__(self) -> int:
         if whole_batches(self.stream, self.world_size):
@@ -208,10 +205,12 @@ class StreamSource:
         per_worker = per_slot // self.batch_size if self.drop_last else math.ceil(per_slot / self.batch_size)
         return workers * per_worker
 
-    def resume_plan(self, state: dict) -> Plan:
-        from . import resume
+    def reshard(self, rank: int, world_size: int, order_seed: int) -> None:
+        """Reads this rank's slots of another world size from the next pass on."""
+        self.rank, self.world_size = rank, world_size
 
-        plan = resume.stream_plan(
+    def resume_point(self, state: dict) -> StreamResume:
+        plan = resume.stream_resume(
             state,
             self.rank,
             self.world_size,
@@ -223,12 +222,12 @@ class StreamSource:
             return plan
         # What the earlier stages left is re-dealt: this rank's batches are those of its slots.
         workers = max(1, self.options.num_workers)
-        order = StreamOrder(plan.epoch, self.seed, self.shuffle, self.batch_size, tuple(plan.history))
+        order = StreamOrder(plan.epoch, state["seed"], self.shuffle, self.batch_size, tuple(plan.history))
         layout = {"batch_size": self.batch_size} if whole_batches(self.stream, self.world_size) else {}
         sizes = self.stream.resumed_sizes(self.world_size * workers, drop_last=self.drop_last, order=order, **layout)
         mine = sizes[self.rank * workers : (self.rank + 1) * workers]
         return dataclasses.replace(
-            plan, length=sum(batch_count(n, self.batch_size, self.drop_last) for n in mine) - plan.start
+            plan, remaining=sum(batch_count(n, self.batch_size, self.drop_last) for n in mine) - plan.start
         )
 
     def state_fields(self) -> dict:
@@ -237,19 +236,21 @@ class StreamSource:
     def restart(self) -> None:
         """Nothing to restart: every pass starts its own workers."""
 
-    def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
-        """One epoch's batches of this rank, from its batch number ``plan.start`` on; after the
-        stages ``plan.history`` of the epoch, when it resumes one run on other ranks or workers."""
+    def batches(self, run: PassRequest) -> Iterator[HostBatch]:
+        """One epoch's batches of this rank, from its batch number ``run.resumed.start`` on; after
+        the stages ``run.resumed.history`` of the epoch, when it resumes one run on other ranks or workers."""
         if self._closed:
             raise RuntimeError(CLOSED)
+        plan = run.resumed
         start, history = (0, ()) if plan is None else (plan.start, tuple(plan.history))
+        epoch = run.epoch
         order = None
         if self.shuffle or history:
-            order = StreamOrder(epoch, self.seed, self.shuffle, self.batch_size, history)
+            order = StreamOrder(epoch, run.seed, self.shuffle, self.batch_size, history)
         data = _SlotBatches(
             self.stream,
             epoch,
-            self.seed,
+            run.seed,
             self.rank,
             self.world_size,
             self.batch_size,

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -24,11 +24,9 @@ from ..views import SampleShape, batch_shape, from_numpy, map_images, numpy_rows
 from .failures import CLOSED, worker_failure
 from .fetch import BatchFetcher, Loaded, collated, put
 from .indexed import IndexedSource
+from .request import BatchRequest, PassRequest
 from .ring import BufferRing, RingLease
-from .sampler import BatchRequest, ShardedBatchSampler
-
-if TYPE_CHECKING:
-    from .resume import Plan
+from .sampler import ShardedBatchSampler
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 WAIT_S = 0.1  # result waits wake this often so Ctrl-C and timeouts are prompt
@@ -61,7 +59,9 @@ class _Job:
         try:
             if not self.cancelled and self.error is None and self.loaded[j] is None:
                 slot = row(self.rows, j)
-                item = fetcher.load(int(self.request.indices[j]), self.request.epoch, worker, slot)
+                item = fetcher.load(
+                    int(self.request.indices[j]), self.request.epoch, worker, slot, seed=self.request.seed
+                )
                 copies = put(slot, item, fetcher.dataset)
                 self.loaded[j] = item
         except BaseException as e:  # re-raised in the consumer, with its traceback
@@ -235,16 +235,15 @@ class ThreadSource(IndexedSource):
         batch.lease, job.lease = job.lease, None
         return batch
 
-    def batches(self, epoch: int, plan: Plan | None = None) -> Iterator[HostBatch]:
-        """One pass: the sampler's requests of ``epoch``, or the rest of it that ``plan`` says."""
+    def batches(self, run: PassRequest) -> Iterator[HostBatch]:
+        """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
         if self._pool is None:
             raise RuntimeError(CLOSED)
         self._cancel()
         self.fetcher.new_pass()
         if self.ring is not None:
             self.ring.release_all()
-        explicit = self.requests(epoch, plan)
-        requests = self.sampler.requests(epoch) if explicit is None else iter(explicit)
+        requests = self.requests(run)
         pending = self._pending = deque()
         try:
             for request in requests:

@@ -46,11 +46,11 @@ class EncodingFetcher(BatchFetcher):
         super().__init__(dataset, seed, on_error, inflight)
         self.pipeline = pipeline
 
-    def _plan_row(self, row: int, index: int, epoch: int, worker: int) -> tuple[EncodedRow, Target] | None:
+    def _plan_row(self, row: int, index: int, epoch: int, seed: int, worker: int) -> tuple[EncodedRow, Target] | None:
         """Sample ``index`` planned for the GPU, or None when the CPU path must load it."""
         self.inflight.begin(worker, index, epoch)
         try:
-            plan = self.dataset.plan(index, epoch, self.seed)
+            plan = self.dataset.plan(index, epoch, seed)
             header = plan.header
             if not gpu_decodable(header):
                 return None
@@ -73,14 +73,14 @@ class EncodingFetcher(BatchFetcher):
         indices = np.empty(n, np.int64)
         skipped = []
         for j, index in enumerate(int(i) for i in request.indices):
-            planned = self._plan_row(j, index, epoch, worker)
+            planned = self._plan_row(j, index, epoch, request.seed, worker)
             if planned is not None:
                 encoded.append(planned[0])
                 targets.append(planned[1])
                 indices[j] = index
                 continue
             image = np.empty((out_h, out_w, 3), np.uint8)
-            item = self.load(index, epoch, worker, image)  # the CPU path, as decode="cpu" loads it
+            item = self.load(index, epoch, worker, image, seed=request.seed)  # the CPU path, as decode="cpu" loads it
             put(image, item, self.dataset)
             decoded.append((j, image))
             targets.append(item.label)
