@@ -9,7 +9,7 @@ thread), every row timed on the same batch before the next batch, rounds repeate
   (:meth:`fastload.ImageDataset.known_clean`): full (or DCT-scaled) decodes only;
 * "batch, per-sample path, region": known clean, a region decode per sample, one call each;
 * "batch, batched path, region": known clean, the batch's regions in one call
-  (:mod:`fastload.sources.batched`);
+  (:mod:`fastload.sources.batchplan`);
 * the stages of the batched path: plan (read, header, crop, decode plan), the region
   decodes (one call per sample vs one per batch, the same regions) against a full decode
   of the same images, finish (the other decodes, resize, flip).
@@ -32,9 +32,10 @@ from common import parser, photo_folder, report
 
 import fastload as fl
 from fastload.decode import get_decoder, plan, roi
+from fastload.sources.batchplan import BatchPlan, decode_regions, plan_row
+from fastload.sources.maker import BatchMaker
+from fastload.sources.pools import PlainPool
 from fastload.sources.request import BatchRequest
-from fastload.sources import BatchFetcher, InFlight
-from fastload.sources.batched import decode_regions, plan_all
 
 
 class KnownClean(fl.ImageFolder):
@@ -45,7 +46,7 @@ class KnownClean(fl.ImageFolder):
 
 
 class KnownCleanPerSample(KnownClean):
-    def load(self, index, epoch=0, seed=0, out=None):  # an override: the fetcher keeps the per-sample path
+    def load(self, index, epoch=0, seed=0, out=None):  # an override: the sources keep the per-sample path
         return super().load(index, epoch, seed, out)
 
 
@@ -71,13 +72,14 @@ def main() -> None:
     datasets = {"batch, per-sample path, no region": fl.ImageFolder(root, tf),
                 "batch, per-sample path, region": KnownCleanPerSample(root, tf),
                 "batch, batched path, region": KnownClean(root, tf)}
-    fetchers = {name: BatchFetcher(ds, 0, "raise", InFlight(1)) for name, ds in datasets.items()}
+    makers = {name: BatchMaker.of(ds) for name, ds in datasets.items()}
     clean = datasets["batch, batched path, region"]
-    stage_fetcher = fetchers["batch, batched path, region"]
+    stage_loader = makers["batch, batched path, region"].loader
+    pool = PlainPool(pin=False)
     rd = roi.get_region_decoder()
     n = len(clean) // batch * batch
     full = get_decoder()
-    rows = [*fetchers, "stage: plan", "stage: full decode of the region-planned images",
+    rows = [*makers, "stage: plan", "stage: full decode of the region-planned images",
             "stage: region decode, one call per sample", "stage: region decode, one call per batch", "stage: finish"]
     wall = {r: [] for r in rows}
     cpu_t = {r: [] for r in rows}
@@ -88,23 +90,26 @@ def main() -> None:
         wall[name][-1] += w - start[0]
         cpu_t[name][-1] += c - start[1]
 
-    for name, f in fetchers.items():  # warm up: decoders, planner, files in the page cache
-        f.fetch(BatchRequest(0, np.arange(batch)))
+    for m in makers.values():  # warm up: decoders, planner, files in the page cache
+        m.make(BatchRequest(0, np.arange(batch)), 0, pool)
     for _ in range(rounds):
         for r in rows:
             wall[r].append(0.0)
             cpu_t[r].append(0.0)
         for k, first in enumerate(range(0, n, batch)):
             request = BatchRequest(1, np.arange(first, first + batch))
-            names = list(fetchers)
+            names = list(makers)
             for name in names[k % 3 :] + names[: k % 3]:
                 start = clocks()
-                fetchers[name].fetch(request)
+                makers[name].make(request, 0, pool)
                 record(name, start)
             start = clocks()
-            plans = plan_all(stage_fetcher, list(range(first, first + batch)), 1, 0)
+            planned = BatchPlan.of(request)
+            for j in range(len(planned)):
+                plan_row(stage_loader, planned, j, 0)
             record("stage: plan", start)
-            group = [pl for pl in plans if pl.region is not None]
+            plans = [r.plan for r in planned.rows]
+            group = [pl for pl in plans if pl is not None and pl.region is not None]
             regions += len(group)
             start = clocks()
             for pl in group:
@@ -115,12 +120,12 @@ def main() -> None:
                 rd.decode(pl.data, *pl.region)
             record("stage: region decode, one call per sample", start)
             start = clocks()
-            pixels = decode_regions(stage_fetcher, plans, 1, 0)
+            decode_regions(stage_loader, planned, 0)
             record("stage: region decode, one call per batch", start)
             out = np.empty((args.size, args.size, 3), np.uint8)
             start = clocks()
-            for j, pl in enumerate(plans):
-                clean.finish(pl, pixels.get(j), out)
+            for r in planned.rows:
+                clean.finish(r.plan, r.pixels, out)
             record("stage: finish", start)
     share = regions / (n * rounds)
     base_name = "batch, per-sample path, no region"

@@ -8,18 +8,35 @@ which hands a reused buffer back to its source only once it is safe to rewrite.
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
-from .views import Images, batch_len, map_images, shape_of
+from .views import Images, SampleShape, batch_len, map_images, shape_of
 
 
 class Lease(Protocol):
     """A reused host buffer lent to the consumer; ``release`` gives it back."""
 
     def release(self, event: Any = None) -> None: ...
+
+
+class SharedLease(ABC):
+    """A lease of a buffer that another process maps: a batch holding one may travel to that
+    process, where its images are read from the buffer (:meth:`images`) rather than sent.
+    A lease of any other kind keeps its batch in this process."""
+
+    shape: SampleShape  # of the batch the buffer holds
+
+    @abstractmethod
+    def images(self) -> Images:
+        """The batch's pixels in the buffer, mapped in this process."""
+
+    @abstractmethod
+    def release(self, event: Any = None) -> None:
+        """Gives the buffer back (once ``event``, if given, has completed)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,23 @@ class SampleError(RuntimeError):
 
     def __reduce__(self):  # crosses process boundaries from DataLoader workers
         return type(self), (self.args[0], self.index, self.where)
+
+
+def error_kind(error: BaseException) -> str:
+    """The name of ``error``'s type as users know it: a dataset's named error by the type it
+    names (``DecodeError`` for :class:`fastload.datasets.base.SampleDecodeError`)."""
+    if isinstance(error, SampleError):
+        named = next((t for t in type(error).__mro__ if not issubclass(t, SampleError)), RuntimeError)
+        if named not in (RuntimeError, Exception, BaseException, object):
+            return named.__name__
+    return type(error).__name__
+
+
+def names_sample(error: BaseException, index: int) -> bool:
+    """Whether ``error`` already names sample ``index`` (a SampleError of it: the loader adds
+    no second name). Datasets name theirs with SampleError subclasses of the error's own type
+    (e.g. :class:`fastload.datasets.base.SampleDecodeError`)."""
+    return isinstance(error, SampleError) and error.index == index
 
 
 @dataclass
@@ -98,12 +132,13 @@ class HostBatch:
         return pinned
 
     def __reduce__(self):
-        # A worker's slot lease travels with its batch (fastload.sources.handoff), and carries
-        # its images: the receiver maps the slot. A lease of a buffer of this process cannot.
-        if self.lease is not None and not getattr(self.lease, "travels", False):
+        # A shared lease travels with its batch (a worker's buffer, fastload.sources.handoff), and
+        # carries its images: the receiver maps the buffer. A lease of this process's memory cannot.
+        lease = self.lease
+        if lease is not None and not isinstance(lease, SharedLease):
             raise TypeError("a HostBatch holding a reused buffer cannot leave its process")
-        in_slot = getattr(self.lease, "carries_images", False) and shape_of(self.images) == self.lease.shape
-        images = None if in_slot else map_images(travelling, self.images)
+        in_buffer = isinstance(lease, SharedLease) and shape_of(self.images) == lease.shape
+        images = None if in_buffer else map_images(travelling, self.images)
         return _arrived, (
             images,
             travelling(self.labels),

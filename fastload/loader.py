@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Iterator, Sequence
-from functools import partial
 from typing import Any
 
 import torch
@@ -160,11 +159,7 @@ class Loader(DataLoaderAttributes):
     def _attach_source(self) -> None:
         """A source (and samplers) for the current device, rank, world size and seeds."""
         cfg = self.config
-        make_fetcher = None
-        if self._gpu is not None:  # workers read bytes and draw crops; the device stage decodes
-            from .device.gpudecode import EncodingFetcher
-
-            make_fetcher = partial(EncodingFetcher, self._samples, cfg.seed, cfg.on_error, pipeline=self._gpu)
+        # With decode="gpu" workers read bytes and draw crops; the device stage decodes.
         self._source = build_source(
             self._samples,
             cfg,
@@ -173,10 +168,10 @@ class Loader(DataLoaderAttributes):
             self.device,
             order_seed=compat.order_seed(cfg, self._seed_drawn, self.world_size),
             epochs=self._progress,
-            make_fetcher=make_fetcher,
+            gpu=self._gpu,
         )
         if self._gpu is not None:
-            self._prefetcher.fetcher = self._source.fetcher  # decodes what the GPU decoder refuses
+            self._prefetcher.fetcher = self._source.maker.loader  # decodes what the GPU decoder refuses
         self._show_sampler()
         self._watchdog = Watchdog(self._source.inflight, self._source.dataset, cfg.stall_warning)
 
@@ -332,7 +327,7 @@ class Loader(DataLoaderAttributes):
             seeds = resume.seeds(merged, keep_order_seed=self.config.shuffle_seed)
             if seeds != (self.config.seed, self.config.shuffle_seed):
                 self.config = self.config.replace(seed=seeds[0], shuffle_seed=seeds[1])
-                self._rebuild_source()  # TEMP: the fetchers still hold the seed
+                self._reshard()  # the order may change; the seed travels with each request
         resume.check_matches(merged, self._settings())
         resumed = self._source.resume_point(merged)
         self._end_pass()

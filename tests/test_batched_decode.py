@@ -8,8 +8,9 @@ import torch
 
 import fastload as fl
 from fastload.decode import costs, plan, roi
+from fastload.sources.maker import BatchMaker
+from fastload.sources.pools import PlainPool
 from fastload.sources.request import BatchRequest
-from fastload.sources import BatchFetcher, InFlight
 
 from conftest import jpeg_bytes, make_image
 
@@ -65,7 +66,7 @@ def regions_win(monkeypatch):
 
 
 def _fetch(ds, indices, on_error="raise", epoch=3):
-    return BatchFetcher(ds, 7, on_error, InFlight(1)).fetch(BatchRequest(epoch, np.asarray(indices)))
+    return BatchMaker.of(ds, on_error).make(BatchRequest(epoch, np.asarray(indices), seed=7), 0, PlainPool())
 
 
 @ROI
@@ -135,10 +136,10 @@ def test_a_failing_region_gets_the_per_sample_paths_error_or_replacement(tmp_pat
 @ROI
 def test_a_plan_left_by_a_failed_batch_serves_no_other_epoch(tmp_path, regions_win):
     root = _folder(tmp_path, 8, bad={3: _truncated})
-    fetcher = BatchFetcher(Clean(root, fl.transforms.train(64)), 7, "raise", InFlight(1))
+    maker = BatchMaker.of(Clean(root, fl.transforms.train(64)))
     with pytest.raises(fl.DecodeError):
-        fetcher.fetch(BatchRequest(1, np.arange(8)))  # stops at sample 3: samples 4-7 stay planned
-    again = fetcher.load(5, 2)
+        maker.make(BatchRequest(1, np.arange(8), seed=7), 0, PlainPool())  # stops at sample 3: 4-7 stay planned
+    again = maker.loader.load(5, 2, seed=7)
     want, _ = CleanPerSample(root, fl.transforms.train(64)).load(5, 2, 7)
     assert np.array_equal(again.image, want)
 
@@ -169,3 +170,19 @@ def test_decode_batch_equals_decode_and_marks_what_it_cannot_decode():
     assert out[1] is None
     for k in (0, 2):
         assert np.array_equal(out[k], rd.decode(datas[k], *regions[k]))
+
+
+@ROI
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_every_backend_decodes_a_batchs_regions_in_one_call(tmp_path, regions_win, backend):
+    """The thread backend runs the batch plan too (issue 33): its batches' regions are decoded
+    in one call per batch, with the pixels of the per-sample path."""
+    root = _folder(tmp_path)
+    opts = dict(batch_size=4, device="cpu", normalize=False, seed=7, return_index=True, backend=backend)
+    with fl.Loader(Clean(root, fl.transforms.train(64)), num_workers=2 if backend == "thread" else 0, **opts) as ld:
+        got = [tuple(t.clone() for t in out) for out in ld]
+    assert regions_win["batch"] == 3 and regions_win["single"] == 0, "one call per batch of 4"
+    with fl.Loader(CleanPerSample(root, fl.transforms.train(64)), num_workers=0, **{**opts, "backend": "process"}) as ld:
+        want = [tuple(t.clone() for t in out) for out in ld]
+    assert regions_win["single"] == 12
+    assert all(torch.equal(a, b) for x, y in zip(got, want) for a, b in zip(x, y))

@@ -105,6 +105,6 @@ def test_process_worker_slots_are_reused_and_copied_to_the_gpu_only_from_pinned_
         for _ in range(2):
             for x, y in ld:
                 read_on_consumer(x, y)
-        reused, new = ld._source.fetcher.slots.counts
+        reused, new = ld._source.pool.table.counts
     assert reused > 0
     assert sum(sim.pageable_copies.values()) == 0 and ld.stats()["unpinned_batches"] == 0

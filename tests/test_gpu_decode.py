@@ -24,9 +24,13 @@ from PIL import Image
 
 import fastload as fl
 from fastload.decode import roi
-from fastload.device.gpudecode import EncodingFetcher, GpuDecodeStage, GpuPipeline, nvdecode
-from fastload.sources.request import BatchRequest
+from fastload.device.gpudecode import GpuDecodeStage, GpuPipeline, nvdecode
 from fastload.sources import InFlight
+from fastload.sources.fetch import SampleLoader
+from fastload.sources.packed import PackMaker
+from fastload.sources.pools import PlainPool
+from fastload.sources.request import BatchRequest
+from fastload.sources.samples import Samples
 
 from conftest import jpeg_bytes, make_image, photo_jpegs, png_bytes
 
@@ -113,11 +117,16 @@ def test_gpu_stage_on_cpu_is_within_tolerance_of_the_default_cpu_path(tmp_path, 
     _assert_same([(x * std * 255, y, i) for x, y, i in gpu], [(x * std * 255, y, i) for x, y, i in cpu], exact=False)
 
 
+def _packed(ds, inflight):
+    """(the row loader, the EncodedBatch of every sample): as the workers make it."""
+    maker = PackMaker(SampleLoader(Samples(ds), "raise", inflight), GpuPipeline.of(ds))
+    return maker.loader, maker.make(BatchRequest(0, np.arange(len(ds))), 0, PlainPool(pin=False))
+
+
 def test_workers_send_bytes_for_the_gpu_and_pixels_for_what_it_cannot_take(tmp_path):
     files = {**_photos(4), **_odd_ones()}
     ds = fl.ImageFolder(_write(tmp_path, files), fl.transforms.train(64))
-    fetcher = EncodingFetcher(ds, 0, "raise", InFlight(1), GpuPipeline.of(ds))
-    batch = fetcher.fetch(BatchRequest(0, np.arange(len(ds))))
+    batch = _packed(ds, InFlight(1))[1]
     names = [os.path.basename(ds.describe(i)) for i in range(len(ds))]
     on_cpu = sorted(names[j] for j in batch.decoded_rows)
     assert on_cpu == ["cmyk.jpg", "png.png", "progressive.jpg"]
@@ -130,8 +139,7 @@ def test_the_float_resize_cuda_runs_is_the_uint8_one_to_a_level(tmp_path):
     """CUDA's antialiased kernel takes floats: the stage resizes in float32 there and rounds
     once. Run here on the CPU, that branch stays within one level of the uint8 kernel."""
     ds = fl.ImageFolder(_write(tmp_path, {**_photos(6), **_odd_ones()}), fl.transforms.train(64))
-    fetcher = EncodingFetcher(ds, 0, "raise", InFlight(2), GpuPipeline.of(ds))
-    batch = fetcher.fetch(BatchRequest(0, np.arange(len(ds))))
+    fetcher, batch = _packed(ds, InFlight(2))
     out = {}
     for dtype in (torch.uint8, torch.float32):
         stage = GpuDecodeStage(torch.device("cpu"), 1, fl.Normalizer(normalize=False), False, fetcher,

@@ -34,7 +34,7 @@ def loader(ds, **kw):
 
 
 def slots(loader: fl.Loader) -> SlotTable:
-    return loader._source.fetcher.slots
+    return loader._source.pool.table
 
 
 def test_batches_the_consumer_holds_keep_their_pixels_while_slots_are_reused():

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..batch import SampleError
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ..decode.clean import CleanMarks
 from ..transforms import Compose, MultiView, as_compose
@@ -20,6 +21,13 @@ def sample_name(index: int, where: str | None) -> str:
     """ "sample N (where)" for messages; "sample N" alone when ``where`` adds nothing."""
     plain = f"sample {index}"
     return f"{plain} ({where})" if where and where != plain else plain
+
+
+class SampleDecodeError(DecodeError, SampleError):
+    """A DecodeError that names its sample (``index``, ``where``): the loader adds no second name."""
+
+    def __init__(self, message: str, index: int | None = None, where: str | None = None) -> None:
+        SampleError.__init__(self, message, index, where)
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
@@ -104,9 +112,8 @@ class ImageDataset(torch.utils.data.Dataset):
         return self.clean.is_clean(index)
 
     def _named(self, index: int, error: DecodeError) -> DecodeError:
-        named = DecodeError(f"{sample_name(index, self.describe(index))}: {error}")
-        named.sample_index = index  # the loader adds no second name
-        return named
+        where = self.describe(index)
+        return SampleDecodeError(f"{sample_name(index, where)}: {error}", index, where)
 
     def plan(self, index: int, epoch: int = 0, seed: int = 0) -> SamplePlan:
         """Reads sample ``index``, checks its header and draws its crop with the rng of

@@ -110,6 +110,18 @@ class RecordStream(Protocol):
 
 
 @runtime_checkable
+class PlansRecords(Protocol):
+    """A stream whose ``decode(record, ...)`` is ``finish(plan_record(record, ...))``, pixel for
+    pixel: its batches are planned first (regions decoded in one call) like an indexed dataset's."""
+
+    def plan_record(self, record: Any, epoch: int, seed: int) -> SamplePlan: ...
+
+    def finish(
+        self, plan: SamplePlan, pixels: np.ndarray | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray: ...
+
+
+@runtime_checkable
 class DeclaresTraits(Protocol):
     """A stream that can do more than read its slots (see :class:`StreamTraits`)."""
 

@@ -4,7 +4,7 @@ A dataset that plans (:class:`Plannable`, every :class:`~fastload.ImageDataset`)
 ``load(index, epoch, seed, out)`` in two: :meth:`~Plannable.plan` reads the bytes and the
 header and draws the crop, and :meth:`~Plannable.finish` decodes, resizes and applies the
 later transforms. Between the two a batch source may decode the regions of many samples
-in one call (:mod:`fastload.sources.batched`) or hand the bytes to the GPU
+in one call (:mod:`fastload.sources.batchplan`) or hand the bytes to the GPU
 (:mod:`fastload.device.gpudecode`). ``finish(plan(i, e, s))`` is ``load(i, e, s)`` pixel for
 pixel: the same draws from the same generator, in the same order.
 """

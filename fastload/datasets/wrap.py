@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..batch import SampleError
 from ..transforms import as_compose
 from ..views import contiguous
 from .base import sample_name, sample_rng
@@ -25,6 +26,20 @@ CHANNELS = (1, 3, 4)
 _IMAGE_KEYS = ("image", "img")
 _TARGET_KEYS = ("label", "target", "labels", "targets")
 _PATH_KEYS = ("path", "file", "filename", "image_path")
+
+
+class SampleTypeError(TypeError, SampleError):
+    """A TypeError that names its sample: the loader adds no second name."""
+
+    def __init__(self, message: str, index: int | None = None, where: str | None = None) -> None:
+        SampleError.__init__(self, message, index, where)
+
+
+class SampleKeyError(KeyError, SampleError):
+    """A KeyError that names its sample: the loader adds no second name."""
+
+    def __init__(self, message: str, index: int | None = None, where: str | None = None) -> None:
+        SampleError.__init__(self, message, index, where)
 
 
 def to_hwc_uint8(image: Any) -> np.ndarray:
@@ -160,9 +175,8 @@ class WrappedDataset(torch.utils.data.Dataset):
             # Named here, with the cause unnamed: the loader raises the named error as it
             # is, and on_error="skip" records the cause beside the sample's name.
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            named = type(e)(f"{sample_name(index, path)}: {text}")
-            named.sample_index = index
-            raise named from e
+            kind = SampleKeyError if isinstance(e, KeyError) else SampleTypeError
+            raise kind(f"{sample_name(index, path)}: {text}", index, path) from e
         if self.transform.transforms:
             image = self.transform(image, sample_rng(seed, epoch, index))
         return image, target

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..config import LoaderConfig
 from ..datasets.protocols import is_stream, traits_of
-from .fetch import BatchFetcher
-from .handoff import SlotTable
+from .batchplan import cpu_executor
+from .fetch import SampleLoader
+from .handoff import SlotPool, SlotTable
 from .inflight import InFlight
-from .process import ProcessSource, WorkerOptions
+from .maker import BatchMaker
+from .packed import GpuRows, PackMaker
+from .pools import BufferPool, PlainPool
+from .process import Maker, ProcessSource, WorkerOptions
 from .sampler import EpochClock, ShardedBatchSampler
+from .samples import Samples
 from .start import worker_start_method
 from .stream import StreamSource
 from .thread import ThreadSource
@@ -30,9 +34,13 @@ def build_source(
     *,
     order_seed: int | None = None,
     epochs: EpochClock | None = None,
-    make_fetcher: Callable[[InFlight], BatchFetcher] | None = None,
+    gpu: GpuRows | None = None,
 ) -> Any:
     """The :class:`~fastload.sources.BatchSource` that runs ``samples`` under ``cfg``.
+
+    Backends differ in where a batch is made (worker processes, threads, this process) and
+    which pool lends its buffers; what makes it is chosen here, once: the GPU's packing
+    where ``gpu`` is given, else the CPU executor :func:`~fastload.sources.batchplan.cpu_executor` picks.
 
     Args:
         samples: A fastload dataset (``load``), a wrapped user dataset, or a stream.
@@ -41,9 +49,8 @@ def build_source(
         device: Where batches go (pinning and buffer reuse depend on it).
         order_seed: Seed of the shuffle order (default: ``cfg.seed``).
         epochs: Where the sampler keeps its epoch (the Loader's progress).
-        make_fetcher: Makes the workers' fetcher from the in-flight table instead of the
-            default one (``decode="gpu"``: the device stage's, whose workers send encoded
-            batches; the Loader passes it in, so this layer imports nothing above it).
+        gpu: ``decode="gpu"``: the transforms as the device runs them; workers then pack
+            batches for it (:class:`~fastload.sources.packed.PackMaker`) instead of decoding.
     """
     pin = bool(cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda") and torch.cuda.is_available()
     workers = int(cfg.num_workers)
@@ -86,21 +93,13 @@ def build_source(
     )
     threads = cfg.backend == "thread"
     # A row for this process too where it loads samples itself (threads; GPU decode's fall-backs).
-    inflight = InFlight(workers + 1 if threads or make_fetcher is not None else max(1, workers))
-    if make_fetcher is not None:
-        fetcher: BatchFetcher = make_fetcher(inflight)
-    else:
-        # A worker has at most prefetch_factor batches in flight, and one is being copied
-        # out of its slot; one more slot spares a fresh buffer when a copy-out lags.
-        slots = (
-            SlotTable(workers, cfg.prefetch_factor + 2) if workers > 0 and not threads and SlotTable.supported else None
-        )
-        fetcher = BatchFetcher(samples, cfg.seed, cfg.on_error, inflight, slots)
+    inflight = InFlight(workers + 1 if threads or gpu is not None else max(1, workers))
+    loader = SampleLoader(Samples(samples), cfg.on_error, inflight)
     if threads:
         # prefetch_factor means what it means for processes: batches ahead per worker.
         # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
         return ThreadSource(
-            fetcher,
+            BatchMaker(loader, cpu_executor(loader.samples)),
             sampler,
             workers,
             workers * cfg.prefetch_factor,
@@ -110,4 +109,11 @@ def build_source(
             device_ahead=DEVICE_AHEAD,
             pin_device=options.pin_device,
         )
-    return ProcessSource(fetcher, sampler, options)
+    maker: Maker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(loader.samples))
+    # A worker has at most prefetch_factor batches in flight, and one is being copied out of
+    # its slot; one more slot spares a fresh buffer when a copy-out lags. GPU batches are
+    # packed bytes: a new buffer each.
+    pool: BufferPool = PlainPool(pin=False if gpu is not None else None)
+    if workers > 0 and gpu is None and SlotTable.supported:
+        pool = SlotPool(SlotTable(workers, cfg.prefetch_factor + 2))
+    return ProcessSource(maker, pool, sampler, options)

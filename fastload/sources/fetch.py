@@ -1,28 +1,29 @@
-"""Batch request → HostBatch: the one place samples are loaded, named, replaced and collated.
+"""One sample into its batch row under the error policy: the one place samples are loaded and named.
 
-Every backend goes through :class:`BatchFetcher`, so error policy, error messages,
-in-flight tracking and the collate into a batch buffer are the same everywhere.
+Every batch source, every executor and the device's fall-backs load a row through
+:class:`SampleLoader`: a planned sample is finished, any other loaded whole; the image is
+checked (uint8 H×W×C of the batch's shape) and the target normalized; an error is named
+once (:class:`~fastload.SampleError`, whose ``index`` says which sample it names) and then
+raised (``on_error="raise"``) or the sample replaced by a deterministic random other one
+(``"skip"``), reported with the batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-import torch
-from torch.utils.data import get_worker_info
 
-from ..batch import HostBatch, SampleError, SkippedSample
-from ..collate import batch_buffer, check_image, write_row
-from ..datasets.base import accepts_out, plannable, sample_name, sample_rng
+from ..batch import SampleError, SkippedSample, error_kind, names_sample
+from ..collate import check_image, write_row
+from ..datasets.base import sample_rng
 from ..datasets.protocols import name_of
-from ..targets import Target, TargetSpec, as_target, fill
-from ..views import SampleShape, batch_shape, map_images, numpy_rows, row, shape_of
-from .batched import Prepared, prepare
-from .handoff import SlotTable
+from ..datasets.sampleplan import SamplePlan
+from ..targets import Target, as_target
+from ..views import SampleShape, shape_of
 from .inflight import InFlight
-from .sampler import BatchRequest
+from .samples import RecordSamples, Samples
 
 MAX_REPLACEMENTS = 10
 
@@ -32,19 +33,9 @@ def describe(dataset: Any, index: int) -> str:
     return name_of(dataset, index)
 
 
-def name_error(dataset: Any, index: int, error: Exception) -> Exception:
-    """``error`` if it already names sample ``index``, else a SampleError that does."""
-    if getattr(error, "sample_index", None) == index:
-        return error
-    where = describe(dataset, index)
-    named = SampleError(f"{sample_name(index, where)}: {type(error).__name__}: {error}", index, where)
-    named.__cause__ = error
-    return named
-
-
 @dataclass
 class Loaded:
-    """One sample as loaded into (or beside) its batch slot."""
+    """One sample as loaded into (or beside) its batch row."""
 
     image: np.ndarray | tuple[np.ndarray, ...]  # a tuple: one array per view (a multi-view transform)
     label: Target  # int (the fast path), float or numeric array: see fastload.targets
@@ -52,56 +43,51 @@ class Loaded:
     skipped: list[SkippedSample]
 
 
-class BatchFetcher(torch.utils.data.Dataset):
-    """Loads samples with the error policy and collates them into one uint8 batch.
+class SampleLoader:
+    """Loads samples into batch rows with the error policy.
 
-    Also the torch Dataset handed to DataLoader workers: its ``__getitems__`` turns a
-    BatchRequest into a HostBatch in the worker.
+    A sample is named by its key: its index, or a stream's record. A stream's failed record
+    is not replaced here but by its slot's neighbour (:mod:`fastload.sources.stream`): its
+    source takes the named error from :meth:`try_load`.
 
     Args:
-        dataset: Anything with ``__len__`` and ``load(index, epoch, seed, out=None)``.
-        seed: Base seed for augmentation randomness.
+        samples: The dataset's samples (:class:`~fastload.sources.samples.Samples` or
+            :class:`~fastload.sources.samples.RecordSamples`).
         on_error: "raise" (the error names the sample) or "skip" (replace the sample by
             a deterministic random other one, reported with the batch).
         inflight: Table the loading worker marks (for the watchdog and worker deaths).
-        slots: Batch buffers each worker process reuses (see :mod:`.handoff`); None: a new
-            buffer per batch.
     """
 
-    def __init__(
-        self, dataset: Any, seed: int, on_error: str, inflight: InFlight, slots: SlotTable | None = None
-    ) -> None:
-        self.dataset, self.seed, self.on_error, self.inflight = dataset, seed, on_error, inflight
-        self.slots = slots
-        self._writes_in_place = accepts_out(dataset.load)
-        self._shape: SampleShape | None = None  # of one sample, learnt by head()
-        self._shape_epoch: int | None = None
-        # A dataset that plans has each batch planned first, its regions decoded in one
-        # call; _load_one then finishes those samples (fastload/sources/batched.py).
-        self._plans = plannable(dataset)
-        self._prepared: dict[tuple[int, int], Prepared] = {}
+    def __init__(self, samples: Samples | RecordSamples, on_error: str, inflight: InFlight) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.samples, self.on_error, self.inflight = samples, on_error, inflight
 
-    def __len__(self) -> int:
-        return len(self.dataset)
+    @property
+    def dataset(self) -> Any:
+        return self.samples.dataset
 
-    def _load_one(
+    def title(self, key: Any) -> str:
+        """ "sample N (its name)" (a stream's: "record N (where)") for messages."""
+        return self.samples.title(key)
+
+    def _one(
         self,
-        index: int,
+        key: Any,
         epoch: int,
         seed: int,
         worker: int,
-        out: np.ndarray | tuple | None,
-        shape: SampleShape | None = None,
+        out: Any,
+        shape: SampleShape | None,
+        plan: SamplePlan | None = None,
+        pixels: np.ndarray | None = None,
     ) -> tuple[np.ndarray | tuple, Target]:
-        self.inflight.begin(worker, index, epoch)
+        self.inflight.begin(worker, self.samples.number(key), epoch)
         try:
-            prepared = self._prepared.pop((index, epoch), None)
-            if prepared is not None:
-                image, target = self.dataset.finish(prepared.plan, prepared.pixels, out), prepared.plan.label
-            elif out is None or not self._writes_in_place:
-                image, target = self.dataset.load(index, epoch, seed)
+            if plan is not None:
+                image, target = self.samples.finish(plan, pixels, out)
             else:
-                image, target = self.dataset.load(index, epoch, seed, out=out)
+                image, target = self.samples.load(key, epoch, seed, out)
         finally:
             self.inflight.end(worker)
         # A bad image is an error of its sample, so the error policy applies to it too.
@@ -119,34 +105,37 @@ class BatchFetcher(torch.utils.data.Dataset):
         index: int,
         epoch: int,
         worker: int = 0,
-        out: np.ndarray | tuple | None = None,
+        out: Any = None,
         shape: SampleShape | None = None,
-        seed: int | None = None,
+        *,
+        seed: int,
+        plan: SamplePlan | None = None,
+        pixels: np.ndarray | None = None,
     ) -> Loaded:
-        """Sample ``index`` (or its replacement), written into ``out`` where the transforms allow;
-        an image not of ``out``'s shape (or ``shape``) is an error of its sample. ``seed``: of the
-        draws (default: the fetcher's)."""
-        seed = self.seed if seed is None else seed
+        """Sample ``index`` (or its replacement) with the draws of (``seed``, ``epoch``), written
+        into ``out`` where the transforms allow; finished from ``plan`` (and its region's
+        ``pixels``) when it was planned. An image not of ``out``'s shape (or ``shape``) is an
+        error of its sample."""
         try:
-            image, label = self._load_one(index, epoch, seed, worker, out, shape)
+            image, label = self._one(index, epoch, seed, worker, out, shape, plan, pixels)
             return Loaded(image, label, index, [])
         except Exception as e:
             if self.on_error == "raise":
-                raise name_error(self.dataset, index, e) from e
+                raise self.named(index, e) from e
             error: Exception = e
-        skipped = [self._skipped(epoch, index, error)]
+        skipped = [self.skipped(epoch, index, error)]
         failed = {index}
         rng = sample_rng(seed, epoch, index)
-        n = len(self.dataset)
+        n = len(cast(Samples, self.samples))  # replacements are drawn by index (a stream's are its neighbours)
         for _ in range(MAX_REPLACEMENTS):
             other = int(rng.integers(n))
             while other in failed and len(failed) < n:
                 other = int(rng.integers(n))
             try:
-                image, label = self._load_one(other, epoch, seed, worker, out, shape)
+                image, label = self._one(other, epoch, seed, worker, out, shape)
                 return Loaded(image, label, other, skipped)
             except Exception as e:
-                skipped.append(self._skipped(epoch, other, e))
+                skipped.append(self.skipped(epoch, other, e))
                 failed.add(other)
                 error = e
         raise SampleError(
@@ -155,122 +144,50 @@ class BatchFetcher(torch.utils.data.Dataset):
             skipped[0].where,
         ) from error
 
-    def _skipped(self, epoch: int, index: int, error: Exception) -> SkippedSample:
-        # An error that already names its sample (DecodeError from the dataset) is reported
-        # by its cause, so the record does not say the name twice.
-        named = getattr(error, "sample_index", None) == index and error.__cause__ is not None
-        shown = error.__cause__ if named else error
-        return SkippedSample(epoch, index, describe(self.dataset, index), f"{type(error).__name__}: {shown}")
-
-    def new_pass(self) -> None:
-        """The next head() learns the sample shape again (a transform may have changed)."""
-        self._shape_epoch = None
-
-    def head(self, request: BatchRequest, worker: int = 0) -> list[Loaded]:
-        """The first sample(s) of a batch, loaded beside it, all of the batch's sample shape.
-
-        The shape is learnt once per epoch and process, by majority: a first sample of an odd
-        shape is then the error of that sample (raised, or replaced under "skip"), not of
-        every other sample of the batch.
-
-        Raises:
-            ValueError: The first three samples have three different shapes.
-        """
-        indices, epoch, seed = request.indices, request.epoch, request.seed
-        if self._shape_epoch == epoch:
-            return [self.load(int(indices[0]), epoch, worker, shape=self._shape, seed=seed)]
-        loaded: list[Loaded] = []
-        for index in indices[:3]:
-            loaded.append(self.load(int(index), epoch, worker, seed=seed))
-            shapes = [shape_of(item.image) for item in loaded]
-            common = max(set(shapes), key=shapes.count)
-            if shapes.count(common) >= 2:
-                break
-        else:
-            if len(loaded) == 3:
-                named = ", ".join(
-                    f"sample {i.index} ({describe(self.dataset, i.index)}) {shape_of(i.image)}" for i in loaded
-                )
-                raise ValueError(
-                    f"the first samples of a batch differ in shape: {named}; use a transform with a "
-                    "fixed output size (e.g. RandomResizedCrop or CenterCrop)"
-                )
-            common = shape_of(loaded[0].image)
-        self._shape, self._shape_epoch = common, epoch
-        return [
-            item if shape_of(item.image) == common else self.load(item.index, epoch, worker, shape=common, seed=seed)
-            for item in loaded
-        ]
-
-    def fetch(self, request: BatchRequest, worker: int = 0, pin: bool | None = None) -> HostBatch:
-        """Loads and collates one batch: the head fixes the shape, the rest are written
-        straight into their rows."""
-        indices = request.indices
-        if self._plans:
-            self._prepared = prepare(self, request, worker)
-        loaded = self.head(request, worker)
-        sample = shape_of(loaded[0].image)
-        if self.slots is None or get_worker_info() is None:
-            return self._fill(request, loaded, batch_buffer(len(indices), sample, pin=pin), worker)
-        images, lease = self.slots.buffer(worker, batch_shape(len(indices), sample))
+    def try_load(
+        self,
+        key: Any,
+        epoch: int,
+        worker: int = 0,
+        out: Any = None,
+        *,
+        seed: int,
+        plan: SamplePlan | None = None,
+        pixels: np.ndarray | None = None,
+    ) -> Loaded | Exception:
+        """The sample of ``key``, or its error (named, under ``on_error="raise"``: raised)."""
         try:
-            batch = self._fill(request, loaded, images, worker)
-        except BaseException:
-            if lease is not None:  # never sent: the slot is free again
-                self.slots.free(worker, lease.slot, lease.owner)
-            raise
-        batch.lease = lease
-        return batch
+            image, label = self._one(key, epoch, seed, worker, out, None, plan, pixels)
+            return Loaded(image, label, self.samples.number(key), [])
+        except Exception as e:
+            if self.on_error == "raise":
+                raise self.named(key, e) from e
+            return e
 
-    def _fill(
-        self, request: BatchRequest, loaded: list[Loaded], images: torch.Tensor | tuple, worker: int
-    ) -> HostBatch:
-        """The batch of ``request`` in ``images``: the ``loaded`` head copied in, the rest loaded
-        straight into their rows."""
-        indices, rows = request.indices, numpy_rows(images)
-        for j, item in enumerate(loaded):
-            put(row(rows, j), item, self.dataset)
-        for j in range(len(loaded), len(indices)):
-            slot = row(rows, j)
-            item = self.load(int(indices[j]), request.epoch, worker, slot, seed=request.seed)
-            put(slot, item, self.dataset)
-            loaded.append(item)
-        return collated(images, loaded, request.epoch, dataset=self.dataset)
+    def named(self, key: Any, error: Exception) -> Exception:
+        """``error`` if it already names the sample of ``key``, else a SampleError that does."""
+        number = self.samples.number(key)
+        if names_sample(error, number):
+            return error
+        named = SampleError(f"{self.title(key)}: {error_kind(error)}: {error}", number, self.samples.name(key))
+        named.__cause__ = error
+        return named
 
-    def __getitems__(self, request: BatchRequest) -> HostBatch:
-        info = get_worker_info()
-        return self.fetch(request, info.id if info is not None else 0)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray | tuple, Target]:
-        item = self.load(int(index), 0, seed=0)
-        return item.image, item.label
+    def skipped(self, epoch: int, key: Any, error: Exception) -> SkippedSample:
+        """The record of a sample that failed under ``on_error="skip"``."""
+        # An error that already names its sample (a dataset's DecodeError) is reported by its
+        # cause, so the record does not say the name twice.
+        number = self.samples.number(key)
+        shown = error.__cause__ if names_sample(error, number) and error.__cause__ is not None else error
+        return SkippedSample(epoch, number, self.samples.name(key), f"{error_kind(error)}: {shown}")
 
 
-def put(slot: np.ndarray | tuple, item: Loaded, dataset: Any) -> int:
-    """Writes ``item`` into its batch row (see :func:`fastload.collate.write_row`)."""
+#: The name the device side knows the row loader by (``GpuDecodeStage``'s fall-backs).
+BatchFetcher = SampleLoader
+
+
+def put(slot: Any, item: Loaded, loader: SampleLoader) -> int:
+    """Writes ``item`` into its batch row (see :func:`fastload.collate.write_row`); the copies made."""
     if item.image is slot:
         return 0
-    return write_row(slot, item.image, sample_name(item.index, describe(dataset, item.index)))
-
-
-def collated(
-    images: torch.Tensor | tuple,
-    loaded: list[Loaded],
-    epoch: int,
-    labels: torch.Tensor | None = None,
-    indices: torch.Tensor | None = None,
-    dataset: Any = None,
-) -> HostBatch:
-    """The HostBatch of ``loaded`` samples whose pixels are already in ``images``; targets
-    go into ``labels`` (else a new tensor shaped by the first sample's target)."""
-    n = len(loaded)
-    labels = TargetSpec.of(loaded[0].label).alloc(n) if labels is None else labels[:n]
-    indices = torch.empty(n, dtype=torch.int64) if indices is None else indices[:n]
-    fill(
-        labels,
-        [item.label for item in loaded],
-        lambda j: sample_name(loaded[j].index, describe(dataset, loaded[j].index)),
-    )
-    indices.numpy()[:] = [item.index for item in loaded]
-    skipped = tuple(s for item in loaded for s in item.skipped)
-    return HostBatch(map_images(lambda t: t[:n], images), labels, indices, epoch, skipped)
+    return write_row(slot, item.image, loader.samples.title_of(item.index))

@@ -33,9 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..batch import HostBatch
+from ..batch import HostBatch, SharedLease
 from ..collate import alloc_batch
-from ..views import Images, SampleShape, map_images, shapes
+from ..targets import TargetSpec
+from ..views import Images, SampleShape, batch_shape, map_images, shapes
+from .pools import BatchBuffers, Writers
 from .segments import SUPPORTED, Segments
 
 FREE = 0  # a busy slot holds the pid of the worker process that lent it
@@ -140,17 +142,14 @@ class SlotTable:
         self._segments.close()
 
 
-class SlotLease:
+class SlotLease(SharedLease):
     """Worker ``worker``'s slot ``slot`` of table ``table_id``, lent with one batch of ``shape``
     by process ``owner``.
 
-    The batch's pixels travel as this lease (see :meth:`images`). Only the copy that arrives
-    in the main process frees the slot: on :meth:`release`, or when it is collected
-    unreleased (its batch was dropped unread).
+    The batch's pixels travel as this lease (see :meth:`images`): the main process maps the
+    slot. Only the copy that arrives in the main process frees the slot: on :meth:`release`,
+    or when it is collected unreleased (its batch was dropped unread).
     """
-
-    travels = True  # a HostBatch may carry this lease to another process
-    carries_images = True  # ... and its images are the slot's: the receiver maps them (fastload.batch)
 
     def __init__(
         self, table_id: str, worker: int, slot: int, owner: int, shape: SampleShape = (), received: bool = False
@@ -192,10 +191,48 @@ class SlotLease:
             pass
 
 
-def detached(batch: HostBatch) -> HostBatch:
+class SlotPool:
+    """The :class:`~fastload.sources.pools.BufferPool` of worker processes: each worker's own
+    slots of ``table`` (a batch that finds none free is built in the worker's own memory).
+
+    Args:
+        table: The slots, made by the main process before the workers start.
+    """
+
+    def __init__(self, table: SlotTable) -> None:
+        self.table = table
+
+    def lease(
+        self,
+        n: int,
+        sample: SampleShape,
+        target: TargetSpec | None = None,
+        *,
+        worker: int = 0,
+        until: Writers | None = None,
+    ) -> BatchBuffers:
+        images, lease = self.table.buffer(worker, batch_shape(n, sample))
+        return BatchBuffers(images, lease=lease)
+
+    def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:
+        """Frees the slot of a batch that was never sent."""
+        lease = buffers.lease
+        if isinstance(lease, SlotLease):
+            self.table.free(worker, lease.slot, lease.owner)
+
+    def renew(self) -> None:
+        """Fresh slots for a new generation of workers (the old ones' memory goes with them)."""
+        old, self.table = self.table, self.table.renewed()
+        old.close()  # forked workers inherited descriptors of their own
+
+    def close(self) -> None:
+        self.table.close()
+
+
+def detached(batch: Any) -> Any:
     """``batch`` with its images copied out of a worker's slot and the slot freed; ``batch``
-    itself when its images are its own."""
-    if not isinstance(getattr(batch, "lease", None), SlotLease):
+    itself when its images are its own (or it is not a HostBatch)."""
+    if not isinstance(batch, HostBatch) or not isinstance(batch.lease, SlotLease):
         return batch
     images = map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), batch.images)
     own = dataclasses.replace(batch, images=images, lease=None)

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import resume
-from .fetch import BatchFetcher
 from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
 
@@ -14,12 +13,12 @@ from .sampler import ShardedBatchSampler
 class IndexedSource:
     """The sampler side of a :class:`~fastload.sources.BatchSource` over an indexed dataset."""
 
-    fetcher: BatchFetcher
+    maker: Any  # a BatchMaker or PackMaker: its loader names the samples
     sampler: ShardedBatchSampler
 
     @property
     def dataset(self) -> Any:
-        return self.fetcher.dataset
+        return self.maker.loader.dataset
 
     @property
     def num_samples(self) -> int:

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -19,12 +19,21 @@ from ..batch import HostBatch
 from ..collate import pinning_on
 from . import deaths
 from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
-from .fetch import BatchFetcher
-from .handoff import detached
+from .fetch import SampleLoader
+from .handoff import SlotPool, detached
 from .indexed import IndexedSource
 from .inflight import InFlight
+from .pools import BufferPool
 from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
+
+
+@runtime_checkable
+class Tracked(Protocol):
+    """A dataset DataLoader's workers run that marks the samples in flight (the workers register)."""
+
+    inflight: InFlight
+
 
 CLOSE_WAIT_S = 3.0  # close() returns after this even if a worker is stuck in a sample
 
@@ -66,9 +75,8 @@ def worker_init(worker_id: int) -> None:
     # worker that is stopped. Set here, the strategy applies to this worker process only.
     torch.multiprocessing.set_sharing_strategy("file_system")
     info = get_worker_info()
-    inflight = getattr(info.dataset, "inflight", None) if info is not None else None
-    if inflight is not None:
-        inflight.register(info.id)
+    if info is not None and isinstance(info.dataset, Tracked):
+        info.dataset.inflight.register(info.id)
     seed = info.seed if info is not None else worker_id
     np.random.seed(seed % 2**32)
     random.seed(seed)
@@ -195,25 +203,57 @@ def worker_batches(
         drop_in_background(box)
 
 
-class ProcessSource(IndexedSource):
-    """HostBatches built by torch DataLoader workers (or the main process with 0 workers).
+class Maker(Protocol):
+    """Makes a batch from a request: a :class:`~fastload.sources.maker.BatchMaker` (a HostBatch),
+    or the GPU's :class:`~fastload.sources.packed.PackMaker` (an EncodedBatch for the device)."""
+
+    loader: SampleLoader
+
+    def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> Any: ...
+
+
+class WorkerBatches(torch.utils.data.Dataset):
+    """The torch Dataset DataLoader's workers run: a batch request in, a batch out.
 
     Args:
-        fetcher: Builds a batch from a request, in the worker.
+        maker: Makes the batch, in the worker (or in the main process with 0 workers).
+        pool: Lends its buffers (each worker's slots, or a new buffer per batch).
+    """
+
+    def __init__(self, maker: Maker, pool: BufferPool) -> None:
+        self.maker, self.pool = maker, pool
+
+    @property
+    def inflight(self) -> InFlight:
+        return self.maker.loader.inflight
+
+    def __getitems__(self, request: BatchRequest) -> Any:
+        info = get_worker_info()
+        return self.maker.make(request, info.id if info is not None else 0, self.pool)
+
+
+class ProcessSource(IndexedSource):
+    """Batches made by torch DataLoader workers (or the main process with 0 workers).
+
+    Args:
+        maker: Makes a batch from a request, in the worker.
+        pool: Lends the batches' buffers there.
         sampler: This rank's requests per epoch.
         options: Worker count, prefetch, persistence, start method, timeout, pinning.
     """
 
-    def __init__(self, fetcher: BatchFetcher, sampler: ShardedBatchSampler, options: WorkerOptions) -> None:
-        self.fetcher, self.options, self.sampler = fetcher, options, sampler
-        self.inflight = fetcher.inflight
+    def __init__(self, maker: Maker, pool: BufferPool, sampler: ShardedBatchSampler, options: WorkerOptions) -> None:
+        self.maker, self.pool, self.options, self.sampler = maker, pool, options, sampler
+        self.inflight = maker.loader.inflight
         self._requests = PassRequests()
         self._closed = threading.Event()  # seen by a pass running in another thread
         self._loader: DataLoader | None = self._new_loader()
 
     def _new_loader(self) -> DataLoader:
         return DataLoader(
-            self.fetcher, batch_sampler=self._requests, **dataloader_options(self.options, self.options.persistent)
+            WorkerBatches(self.maker, self.pool),
+            batch_sampler=self._requests,
+            **dataloader_options(self.options, self.options.persistent),
         )
 
     def batches(self, run: PassRequest) -> Iterator[HostBatch]:
@@ -229,7 +269,7 @@ class ProcessSource(IndexedSource):
                 start_workers(self._loader, self.options),
                 self.options,
                 self.inflight,
-                self.fetcher.dataset,
+                self.dataset,
                 self._closed,
             ):
                 yield detached(batch)
@@ -250,10 +290,8 @@ class ProcessSource(IndexedSource):
             drop_in_background(holder, wait_s=0)
 
     def _renew_slots(self) -> None:
-        old = self.fetcher.slots
-        if old is not None:
-            self.fetcher.slots = old.renewed()
-            old.close()  # its memory goes with the old workers (forked ones inherited descriptors of their own)
+        if isinstance(self.pool, SlotPool):
+            self.pool.renew()  # the old slots' memory goes with the old workers
 
     def close(self) -> None:
         """Shuts the workers down; returns within a few seconds even if one is stuck."""
@@ -264,5 +302,5 @@ class ProcessSource(IndexedSource):
         holder: list = [self._loader]
         self._loader = None
         drop_in_background(holder)
-        if self.fetcher.slots is not None:
-            self.fetcher.slots.close()
+        if isinstance(self.pool, SlotPool):
+            self.pool.close()

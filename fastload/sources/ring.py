@@ -9,15 +9,16 @@ cannot notify, so the ring waits on the one it needs with ``synchronize()``.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..collate import alloc_batch
+from ..collate import alloc_batch, pinning_on
 from ..targets import INT_LABELS, TargetSpec
-from ..views import Images, SampleShape, shapes
+from ..views import Images, SampleShape, batch_shape, map_images, shapes
 from .failures import CLOSED
+from .pools import BatchBuffers, Writers
 
 SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed when all is well)
 
@@ -37,7 +38,6 @@ class _Slot:
     held: bool = False  # lent to the consumer
     writers: Any = None  # the job writing into it: has ``finished()``
     event: Any = None  # CUDA event recorded after its copy
-    generation: int = field(default=0)
     released: int = 0  # release order: copies run in order, so the oldest event completes first
 
 
@@ -133,3 +133,50 @@ class BufferRing:
             for s in self._slots:
                 s.held = False
             self._cond.notify_all()
+
+
+class RingPool:
+    """The thread backend's :class:`~fastload.sources.pools.BufferPool`: a :class:`BufferRing`
+    of ``count`` batches of ``batch_size`` rows, made (again) when the sample shape or the
+    targets' spec of a pass differ from its own.
+
+    Args:
+        count: Buffers in the ring.
+        batch_size: Rows of each buffer (a short batch uses the first rows).
+        pin: Pin the buffers (for asynchronous copies to CUDA).
+        device: The CUDA device they are pinned for (see :func:`fastload.collate.pinning_on`).
+        closed: Set when the source closes: a lease waiting for a buffer gives up.
+    """
+
+    def __init__(self, count: int, batch_size: int, pin: bool, device: Any, closed: threading.Event) -> None:
+        self.count, self.batch_size, self.pin, self.device, self.closed = count, batch_size, pin, device, closed
+        self.ring: BufferRing | None = None
+
+    def lease(
+        self,
+        n: int,
+        sample: SampleShape,
+        target: TargetSpec | None = None,
+        *,
+        worker: int = 0,
+        until: Writers | None = None,
+    ) -> BatchBuffers:
+        shape = batch_shape(self.batch_size, sample)
+        ring = self.ring
+        if ring is None or ring.shape != shape or (target is not None and ring.target != target):
+            with pinning_on(self.device if self.pin else None):
+                ring = self.ring = BufferRing(self.count, shape, self.pin, target or INT_LABELS)
+        slot = ring.acquire(until, self.closed)
+        buffers = ring.buffers(slot)
+        images = map_images(lambda t: t[:n], buffers.images)
+        return BatchBuffers(images, buffers.labels, buffers.indices, ring.target, RingLease(ring, slot))
+
+    def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:
+        """Gives the slot back (reused once its writers have finished)."""
+        if buffers.lease is not None:
+            buffers.lease.release()
+
+    def release_all(self) -> None:
+        """Slots an abandoned pass never gave back (their writers and events still gate them)."""
+        if self.ring is not None:
+            self.ring.release_all()

@@ -16,21 +16,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError, SkippedSample
-from ..collate import batch_buffer, check_image
+from ..collate import check_image
 from ..datasets.protocols import ResumedSizes, traits_of
 from ..datasets.stream_slots import batch_count, slot_batches_done
 from ..views import numpy_rows, row, shape_of
 from . import resume
+from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
 from .failures import CLOSED
-from .fetch import Loaded, collated, put
+from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
+from .maker import collate
+from .pools import BufferPool, PlainPool
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
-from .request import PassRequest
+from .request import BatchRequest, PassRequest
 from .resume import StreamResume
+from .samples import RecordSamples
 
 
 def whole_batches(stream: Any, world_size: int) -> bool:
@@ -59,8 +64,99 @@ class StreamOrder:
     history: tuple = ()
 
 
-class _SlotBatches(torch.utils.data.IterableDataset):
-    """One epoch of one rank: each worker batches its slot's records.
+class StreamMaker:
+    """Makes one reading slot's batches from its records, with the batch machinery every source
+    uses: a batch request of the slot's next records is planned (where the stream plans its
+    records), its regions decoded in one call (:mod:`fastload.sources.batchplan`), each record
+    finished under the error policy (:class:`~fastload.sources.fetch.SampleLoader`) and the
+    batch collated into a buffer of ``pool`` (:func:`fastload.sources.maker.collate`).
+
+    Under ``on_error="skip"`` a failed record is replaced by its slot's good neighbour (the
+    last good record before it, else the first one after it), so a slot's count, and its
+    rank's batch count, stays the same.
+
+    Args:
+        loader: Loads records with the error policy (its samples: the stream's records).
+        executor: Plans and decodes a batch as a whole (or not).
+        batch_size, drop_last: As in LoaderConfig.
+        pool: Lends the batches' buffers.
+    """
+
+    def __init__(
+        self, loader: SampleLoader, executor: CpuExecutor, batch_size: int, drop_last: bool, pool: BufferPool
+    ) -> None:
+        self.loader, self.executor, self.batch_size, self.drop_last = loader, executor, batch_size, drop_last
+        self.pool = pool
+
+    def _loaded(self, records: Iterator[Any], epoch: int, seed: int, rank: int, worker: int) -> Iterator[Any]:
+        """Each record's sample, or (under "skip") the record of its failure, a batch at a time.
+
+        A record is read as soon as it comes (planned, or loaded whole): a slot's reader may
+        let go of its bytes once the slot's records are all read."""
+        plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank))
+        done: list[Loaded | Exception] = []
+        number = 0
+        for record in itertools.chain(records, [None]):
+            if record is not None:
+                plan.rows.append(Row(record, int(record.number)))
+                j = len(plan) - 1
+                if self.executor.plans:
+                    plan_row(self.loader, plan, j, worker)
+                else:
+                    done.append(self.loader.try_load(record, epoch, worker, seed=seed))
+            if len(plan) == self.batch_size or (record is None and len(plan)):
+                if self.executor.plans:
+                    self.executor.decode_batch(self.loader, plan, worker)
+                    for j in range(len(plan)):
+                        r = plan.take(j)
+                        done.append(self.loader.try_load(r.key, epoch, worker, seed=seed, plan=r.plan, pixels=r.pixels))
+                for r, got in zip(plan.rows, done):
+                    yield got if isinstance(got, Loaded) else self.loader.skipped(epoch, r.key, got)
+                number += 1
+                plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank, number))
+                done = []
+
+    def batches(
+        self, records: Iterator[Any], epoch: int, seed: int, rank: int, slot: int, worker: int
+    ) -> Iterator[HostBatch]:
+        """The batches of slot ``slot``'s ``records`` (in worker ``worker``)."""
+        last: Loaded | None = None
+        owed: list[SkippedSample] = []
+        ready: list[Loaded] = []
+        for got in self._loaded(records, epoch, seed, rank, worker):
+            if isinstance(got, SkippedSample):
+                if last is None:
+                    owed.append(got)
+                else:
+                    ready.append(Loaded(last.image, last.label, last.index, [got]))
+            else:
+                ready += [Loaded(got.image, got.label, got.index, [skip]) for skip in owed]
+                owed, last = [], got
+                ready.append(got)
+            while len(ready) >= self.batch_size:
+                yield self._collate(ready[: self.batch_size], epoch, worker)
+                del ready[: self.batch_size]
+        if owed:
+            raise SampleError(
+                f"on_error='skip': every record of stream slot {slot} failed; first: {owed[0]}",
+                owed[0].index,
+                owed[0].where,
+            )
+        if ready and not self.drop_last:
+            yield self._collate(ready, epoch, worker)
+
+    def _collate(self, items: list[Loaded], epoch: int, worker: int) -> HostBatch:
+        """``items`` (decoded beside their rows) into one batch, of the first one's shape."""
+        check_image(items[0].image, self.loader.samples.title_of(items[0].index))
+        buffers = self.pool.lease(len(items), shape_of(items[0].image), worker=worker)
+        rows = numpy_rows(buffers.images)
+        for j, item in enumerate(items):
+            put(row(rows, j), item, self.loader)
+        return collate(buffers, items, epoch, self.loader)
+
+
+class SlotRecords(torch.utils.data.IterableDataset):
+    """One epoch of one rank: each DataLoader worker batches its reading slot's records.
 
     A pass resumed after ``start`` batches of the rank leaves each slot's batches among
     them out, by record position (the records are read past, not decoded), and worker i
@@ -70,92 +166,33 @@ class _SlotBatches(torch.utils.data.IterableDataset):
 
     def __init__(
         self,
-        stream: Any,
+        maker: StreamMaker,
         epoch: int,
         seed: int,
         rank: int,
         world_size: int,
-        batch_size: int,
-        drop_last: bool,
-        on_error: str,
-        inflight: InFlight,
         start: int = 0,
         order: StreamOrder | None = None,
     ) -> None:
         super().__init__()
-        self.stream, self.epoch, self.seed = stream, epoch, seed
-        self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
-        self.drop_last, self.on_error, self.inflight = drop_last, on_error, inflight
+        self.maker, self.epoch, self.seed, self.rank, self.world_size = maker, epoch, seed, rank, world_size
         self.start, self.order = start, order
-        self.layout = {"batch_size": batch_size} if whole_batches(stream, world_size) else {}
+        self.stream = maker.loader.dataset
+        self.layout = {"batch_size": maker.batch_size} if whole_batches(self.stream, world_size) else {}
 
-    def _load(self, record: Any, worker: int) -> Loaded:
-        self.inflight.begin(worker, record.number, self.epoch)
-        try:
-            if record.error is not None:
-                raise record.error
-            return Loaded(self.stream.decode(record, self.epoch, self.seed), int(record.label), record.number, [])
-        except Exception as e:
-            if getattr(e, "sample_index", None) == record.number or self.on_error != "raise":
-                raise
-            raise SampleError(
-                f"record {record.number} ({record.where}): {type(e).__name__}: {e}", record.number, record.where
-            ) from e
-        finally:
-            self.inflight.end(worker)
-
-    def _samples(self, worker: int, slot: int, slots: int, skip: int = 0) -> Iterator[Loaded]:
-        """The slot's samples after its first ``skip`` records; under "skip" a failed record is
-        replaced by a good neighbour, so the count (and the rank's batch count) stays the same."""
-        last: Loaded | None = None
-        owed: list[SkippedSample] = []
-        ordered = {} if self.order is None else {"order": self.order}
-        records = self.stream.records_for(slot, slots, drop_last=self.drop_last, **ordered, **self.layout)
-        for record in itertools.islice(records, skip, None):
-            try:
-                item = self._load(record, worker)
-            except Exception as e:
-                if self.on_error == "raise":
-                    raise
-                skip = SkippedSample(self.epoch, record.number, record.where, f"{type(e).__name__}: {e}")
-                if last is None:
-                    owed.append(skip)
-                    continue
-                yield Loaded(last.image, last.label, last.index, [skip])
-                continue
-            for skip in owed:
-                yield Loaded(item.image, item.label, item.index, [skip])
-            owed, last = [], item
-            yield item
-        if owed:
-            raise SampleError(
-                f"on_error='skip': every record of stream slot {slot} failed; first: {owed[0]}",
-                owed[0].index,
-                owed[0].where,
-            )
+    @property
+    def inflight(self) -> InFlight:
+        return self.maker.loader.inflight
 
     def __iter__(self) -> Iterator[HostBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         local = (worker + self.start) % workers
         slot, slots = self.rank * workers + local, self.world_size * workers
-        skip = slot_batches_done(self.start, local, workers) * self.batch_size
-        items: list[Loaded] = []
-        for item in self._samples(worker, slot, slots, skip):
-            items.append(item)
-            if len(items) == self.batch_size:
-                yield self._collate(items)
-                items = []
-        if items and not self.drop_last:
-            yield self._collate(items)
-
-    def _collate(self, items: list[Loaded]) -> HostBatch:
-        check_image(items[0].image, f"record {items[0].index}")
-        images = batch_buffer(len(items), shape_of(items[0].image))
-        rows = numpy_rows(images)
-        for j, item in enumerate(items):
-            put(row(rows, j), item, None)
-        return collated(images, items, self.epoch)
+        skip = slot_batches_done(self.start, local, workers) * self.maker.batch_size
+        ordered = {} if self.order is None else {"order": self.order}
+        records = self.stream.records_for(slot, slots, drop_last=self.maker.drop_last, **ordered, **self.layout)
+        return self.maker.batches(itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, slot, worker)
 
 
 class StreamSource:
@@ -188,6 +225,9 @@ class StreamSource:
         self.on_error, self.rank, self.world_size = on_error, rank, world_size
         self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
         self.inflight = InFlight(max(1, options.num_workers))
+        samples = RecordSamples(stream)
+        loader = SampleLoader(samples, on_error, self.inflight)
+        self.maker = StreamMaker(loader, cpu_executor(samples), batch_size, drop_last, PlainPool())
         self._closed = False
 
     dataset = None  # records name themselves
@@ -247,19 +287,7 @@ class StreamSource:
         order = None
         if self.shuffle or history:
             order = StreamOrder(epoch, run.seed, self.shuffle, self.batch_size, history)
-        data = _SlotBatches(
-            self.stream,
-            epoch,
-            run.seed,
-            self.rank,
-            self.world_size,
-            self.batch_size,
-            self.drop_last,
-            self.on_error,
-            self.inflight,
-            start,
-            order,
-        )
+        data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
         yield from worker_batches(start_workers(loader, self.options), self.options, self.inflight, None)
 

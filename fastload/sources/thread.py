@@ -1,8 +1,11 @@
 """Thread backend: decode threads write samples straight into reused (pinned) batch buffers.
 
 PyTurboJPEG, OpenCV and Pillow release the GIL while decoding, so threads decode in
-parallel with no shared-memory hop and no pin-memory copy. Each batch is a job of one
-task per sample; a ring slot is reused only when its job has finished (also a job of an
+parallel with no shared-memory hop and no pin-memory copy. Each batch is a job run by the
+same :class:`~fastload.sources.maker.BatchMaker` as the process backend's, its steps spread
+over the threads: a task per row plans it (where the executor plans ahead), the last of
+them decodes the batch's regions in one call, then a task per row finishes it into its
+buffer row. A ring buffer is reused only when its job has finished (also a job of an
 abandoned pass), its consumer released it and its copy to the GPU is done.
 """
 
@@ -15,17 +18,16 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from ..batch import HostBatch
-from ..collate import batch_buffer, pinning_on
-from ..targets import TargetSpec
-from ..views import SampleShape, batch_shape, from_numpy, map_images, numpy_rows, row, shape_of
+from ..views import numpy_rows, row
+from .batchplan import BatchPlan
 from .failures import CLOSED, worker_failure
-from .fetch import BatchFetcher, Loaded, collated, put
+from .fetch import Loaded, put
 from .indexed import IndexedSource
+from .maker import BatchMaker
+from .pools import BatchBuffers, BufferPool, PlainPool
 from .request import BatchRequest, PassRequest
-from .ring import BufferRing, RingLease
+from .ring import RingPool
 from .sampler import ShardedBatchSampler
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
@@ -33,49 +35,92 @@ WAIT_S = 0.1  # result waits wake this often so Ctrl-C and timeouts are prompt
 
 
 class _Job:
-    """One batch being decoded: a task per sample, results in order, first error kept.
+    """One batch being made: a planning task per row (where the rows are planned ahead), then a
+    finishing task per row; results in order, first error kept.
 
-    ``lease`` is the ring slot the rows live in (None for a one-off buffer).
+    Args:
+        plan: The batch's plan.
+        maker: Plans and loads its rows.
+        first: Rows already loaded (the head of a pass, by the consumer).
+        planned: Its rows are planned (and the batch decoded) already, or need not be.
     """
 
-    def __init__(self, request: BatchRequest, ring: BufferRing | None) -> None:
-        self.request, self.ring = request, ring
-        self.rows: Any = np.empty(0, np.uint8)  # the batch's numpy rows (a tuple of them per view)
-        self.buffers: Any = None  # the ring slot's SlotBuffers, or None for a one-off buffer
-        self.lease: RingLease | None = None
-        self.loaded: list[Loaded | None] = [None] * len(request.indices)
+    def __init__(self, plan: BatchPlan, maker: BatchMaker, first: int, planned: bool) -> None:
+        self.plan, self.maker, self.first = plan, maker, first
+        self.buffers: BatchBuffers | None = None
+        self.rows: Any = None  # the batch's numpy rows (a tuple of them per view)
+        self.loaded: list[Loaded | None] = [None] * len(plan)
         self.error: BaseException | None = None
         self.cancelled = False
         self.copies = 0
-        self._left = len(request.indices)
+        self._to_plan = 0 if planned else len(plan) - first
+        self._left = len(plan) - first
+        self.on_done: Any = None  # called once its last task has ended (a waiting lease looks again)
         self._lock = threading.Lock()
         self._done = threading.Event()
+        if self._left == 0:
+            self._done.set()
+
+    @property
+    def request(self) -> BatchRequest:
+        return self.plan.request
 
     def finished(self) -> bool:
         return self._done.is_set()
 
-    def run(self, j: int, fetcher: BatchFetcher, worker: int) -> None:
+    def tasks(self) -> list[tuple[_Job, str, int]]:
+        """The tasks to submit now: the planning ones, else the finishing ones."""
+        kind = "plan" if self._to_plan else "load"
+        return [(self, kind, j) for j in range(self.first, len(self.plan))]
+
+    def run(self, kind: str, j: int, worker: int) -> list[tuple[_Job, str, int]]:
+        """Runs one task; returns the tasks it makes due (the last planning task: the loads)."""
+        return self._plan(j, worker) if kind == "plan" else self._load(j, worker)
+
+    def _plan(self, j: int, worker: int) -> list[tuple[_Job, str, int]]:
+        try:
+            if not self.cancelled and self.error is None:
+                self.maker.plan_row(self.plan, j, worker)
+        except BaseException as e:  # re-raised in the consumer, with its traceback
+            self.error = self.error or e
+        with self._lock:
+            self._to_plan -= 1
+            last = self._to_plan == 0
+        if not last:
+            return []
+        try:
+            if not self.cancelled and self.error is None:
+                self.maker.decode_batch(self.plan, worker)
+        except BaseException as e:
+            self.error = self.error or e
+        if self.cancelled or self.error is not None:
+            self._ended(self._left)  # nothing more will run: its buffer may be lent again
+            return []
+        return self.tasks()
+
+    def _load(self, j: int, worker: int) -> list[tuple[_Job, str, int]]:
         copies = 0
         try:
             if not self.cancelled and self.error is None and self.loaded[j] is None:
                 slot = row(self.rows, j)
-                item = fetcher.load(
-                    int(self.request.indices[j]), self.request.epoch, worker, slot, seed=self.request.seed
-                )
-                copies = put(slot, item, fetcher.dataset)
+                item = self.maker.load_row(self.plan, j, worker, slot)
+                copies = put(slot, item, self.maker.loader)
                 self.loaded[j] = item
         except BaseException as e:  # re-raised in the consumer, with its traceback
-            if self.error is None:
-                self.error = e
+            self.error = self.error or e
         finally:
-            with self._lock:
-                self.copies += copies
-                self._left -= 1
-                last = self._left == 0
-            if last:
-                self._done.set()
-                if self.ring is not None:
-                    self.ring.writers_finished()
+            self._ended(1, copies)
+        return []
+
+    def _ended(self, tasks: int, copies: int = 0) -> None:
+        with self._lock:
+            self.copies += copies
+            self._left -= tasks
+            last = self._left == 0
+        if last:
+            self._done.set()
+            if self.on_done is not None:
+                self.on_done()
 
     def wait(self, timeout: float, on_timeout, closed: threading.Event) -> None:
         deadline = time.monotonic() + timeout if timeout else None
@@ -93,40 +138,40 @@ class _Job:
             )
 
     def cancel(self) -> None:
-        """Stops its tasks that have not started and gives its slot back (reused only once
+        """Stops its tasks that have not started and gives its buffer back (reused only once
         the tasks already running have ended)."""
         self.cancelled = True
-        lease, self.lease = self.lease, None
-        if lease is not None:
-            lease.release()
+        buffers, self.buffers = self.buffers, None
+        if buffers is not None and buffers.lease is not None:
+            buffers.lease.release()
 
 
 class _Pool:
-    """Daemon threads running (job, sample) tasks; never blocks interpreter exit."""
+    """Daemon threads running (job, task, row) tasks; never blocks interpreter exit."""
 
-    def __init__(self, fetcher: BatchFetcher, threads: int) -> None:
+    def __init__(self, threads: int) -> None:
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._threads = [
-            threading.Thread(target=self._work, args=(fetcher, i), name=f"fastload-decode-{i}", daemon=True)
+            threading.Thread(target=self._work, args=(i,), name=f"fastload-decode-{i}", daemon=True)
             for i in range(threads)
         ]
         for t in self._threads:
             t.start()
 
-    def _work(self, fetcher: BatchFetcher, worker: int) -> None:
+    def _work(self, worker: int) -> None:
         while True:
             task = self._tasks.get()
             if task is None:
                 return
-            job, j = task
-            job.run(j, fetcher, worker)
+            job, kind, j = task
+            self.submit(job.run(kind, j, worker))
             # An idle thread must not keep the job it ran (and its batch buffer) alive while it
             # waits for the next task: the consumer may long be done with that batch.
             del task, job
 
-    def submit(self, job: _Job, first: int = 0) -> None:
-        for j in range(first, len(job.loaded)):
-            self._tasks.put((job, j))
+    def submit(self, tasks: list) -> None:
+        for task in tasks:
+            self._tasks.put(task)
 
     def shutdown(self, wait_s: float) -> None:
         for _ in self._threads:
@@ -137,23 +182,25 @@ class _Pool:
 
 
 class ThreadSource(IndexedSource):
-    """HostBatches decoded by a pool of threads in this process.
+    """HostBatches made by a pool of threads in this process.
 
     Args:
-        fetcher: Loads samples with the error policy.
+        maker: Makes the batches (its loader's in-flight table needs a row per thread and one
+            for the consumer).
         sampler: This rank's requests per epoch.
         num_threads: Decoding threads.
-        prefetch: Batches being decoded ahead of the consumer.
-        pin: Pin the ring buffers (for CUDA).
-        reuse: Reuse buffers; off when the consumer keeps views of the uint8 batch.
+        prefetch: Batches being made ahead of the consumer.
+        pin: Pin the buffers (for CUDA).
+        reuse: Reuse buffers (a ring); off when the consumer keeps views of the uint8 batch.
         timeout: Seconds to wait for a batch (0: forever).
         device_ahead: Batches the consumer's device stage holds beyond the one handed out
             (their buffers come back once their copies are done).
+        pin_device: The CUDA device buffers are pinned for (see :func:`fastload.collate.pinning_on`).
     """
 
     def __init__(
         self,
-        fetcher: BatchFetcher,
+        maker: BatchMaker,
         sampler: ShardedBatchSampler,
         num_threads: int,
         prefetch: int,
@@ -166,83 +213,73 @@ class ThreadSource(IndexedSource):
     ) -> None:
         if num_threads < 1:
             raise ValueError(f"the thread backend needs num_workers >= 1, got {num_threads}")
-        if len(fetcher.inflight) < num_threads + 1:
+        if len(maker.inflight) < num_threads + 1:
             raise ValueError("the in-flight table needs a row per thread plus one for the consumer")
-        self.fetcher, self.sampler, self.inflight = fetcher, sampler, fetcher.inflight
-        self.prefetch, self.pin, self.reuse, self.timeout = prefetch, pin, reuse, timeout
-        self.device_ahead = device_ahead
-        self.pin_device = pin_device  # the CUDA device buffers are pinned for (see pinning_on)
-        self.ring: BufferRing | None = None
-        self.copies = 0  # samples decoded beside their slot and copied in
-        self._consumer = num_threads  # the in-flight row of the consumer thread
-        self._pool: _Pool | None = _Pool(fetcher, num_threads)
-        self._pending: deque[_Job] = deque()  # the current pass's jobs, in order
-        self._shape: SampleShape | None = None  # of one sample, learnt at each pass's start
+        self.maker, self.sampler, self.inflight = maker, sampler, maker.inflight
+        self.prefetch, self.timeout = prefetch, timeout
         self._closed = threading.Event()
-
-    def _ring_slots(self) -> int:
         # decoding ahead + held by the device stage + the batch handed over
-        return self.prefetch + self.device_ahead + 1
+        slots = prefetch + device_ahead + 1
+        self.pool: BufferPool = (
+            RingPool(slots, sampler.batch_size, pin, pin_device, self._closed) if reuse else PlainPool(pin, pin_device)
+        )
+        self.copies = 0  # samples decoded beside their row and copied in
+        self._consumer = num_threads  # the in-flight row of the consumer thread
+        self._threads: _Pool | None = _Pool(num_threads)
+        self._pending: deque[_Job] = deque()  # the current pass's jobs, in order
+
+    @property
+    def ring(self) -> Any:
+        """The ring of reused buffers (None until the first batch, or without reuse)."""
+        return self.pool.ring if isinstance(self.pool, RingPool) else None
 
     def _start(self, request: BatchRequest, first_of_pass: bool) -> _Job:
-        """Allocates the batch's rows and submits its samples."""
-        if self._pool is None:
+        """Leases the batch's buffer and submits its tasks."""
+        if self._threads is None:
             raise RuntimeError(CLOSED)
-        n = len(request.indices)
+        maker = self.maker
         head: list[Loaded] = []
-        if first_of_pass or self._shape is None:
+        if first_of_pass:
             # The head of a pass fixes the shape (a transform may have changed between passes):
-            # load it here, then write the rest in place.
-            head = self.fetcher.head(request, self._consumer)
-            self._shape = shape_of(head[0].image)
-            target = TargetSpec.of(head[0].label)
-            shape = batch_shape(self.sampler.batch_size, self._shape)
-            if self.reuse and (self.ring is None or self.ring.shape != shape or self.ring.target != target):
-                with pinning_on(self.pin_device if self.pin else None):
-                    self.ring = BufferRing(self._ring_slots(), shape, self.pin, target)
-        job = _Job(request, self.ring if self.reuse else None)
-        if self.ring is not None and self.reuse:
-            slot = self.ring.acquire(job, self._closed)
-            job.buffers = self.ring.buffers(slot)
-            job.rows = numpy_rows(map_images(lambda t: t[:n], job.buffers.images))
-            job.lease = RingLease(self.ring, slot)
+            # planned and loaded here, as a worker process makes a batch; the rest in place.
+            plan = maker.plan(request, self._consumer)
+            head = maker.head(plan, self._consumer)
+            job = _Job(plan, maker, len(head), planned=True)
         else:
-            with pinning_on(self.pin_device if self.pin else None):
-                job.rows = numpy_rows(batch_buffer(n, self._shape, pin=self.pin))
+            plan = maker.plan(request, ahead=False)
+            job = _Job(plan, maker, 0, planned=not maker.executor.plans)
+        job.buffers = maker.lease(plan, head, self.pool, self._consumer, until=job)
+        if isinstance(self.pool, RingPool) and self.pool.ring is not None:
+            job.on_done = self.pool.ring.writers_finished
+        job.rows = numpy_rows(job.buffers.images)
         for j, item in enumerate(head):
-            self.copies += put(row(job.rows, j), item, self.fetcher.dataset)
+            self.copies += put(row(job.rows, j), item, maker.loader)
             job.loaded[j] = item
-            job.run(j, self.fetcher, self._consumer)  # counts the task done (already loaded)
-        self._pool.submit(job, len(head))
+        self._threads.submit(job.tasks())
         return job
 
     def _finish(self, job: _Job) -> HostBatch:
         def timed_out() -> RuntimeError:
             return worker_failure(
-                RuntimeError(f"thread backend timed out after {self.timeout} s"),
-                self.fetcher.inflight,
-                self.fetcher.dataset,
+                RuntimeError(f"thread backend timed out after {self.timeout} s"), self.inflight, self.dataset
             )
 
         job.wait(self.timeout, timed_out, self._closed)
         self.copies += job.copies
+        buffers, job.buffers = job.buffers, None
+        if buffers is None:  # cancelled since it was started
+            raise RuntimeError(CLOSED)
         loaded = [item for item in job.loaded if item is not None]
-        images = from_numpy(job.rows) if job.buffers is None else job.buffers.images
-        labels = indices = None
-        if job.buffers is not None:
-            labels, indices = job.buffers.labels, job.buffers.indices
-        batch = collated(images, loaded, job.request.epoch, labels, indices, self.fetcher.dataset)
-        batch.lease, job.lease = job.lease, None
-        return batch
+        return self.maker.collate(buffers, loaded, job.request)
 
     def batches(self, run: PassRequest) -> Iterator[HostBatch]:
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
-        if self._pool is None:
+        if self._threads is None:
             raise RuntimeError(CLOSED)
         self._cancel()
-        self.fetcher.new_pass()
-        if self.ring is not None:
-            self.ring.release_all()
+        self.maker.new_pass()
+        if isinstance(self.pool, RingPool):
+            self.pool.release_all()
         requests = self.requests(run)
         pending = self._pending = deque()
         try:
@@ -263,7 +300,7 @@ class ThreadSource(IndexedSource):
                 yield batch
         finally:
             for job in pending:
-                job.cancel()  # its tasks end at once; its slot waits for those running
+                job.cancel()  # its tasks end at once; its buffer waits for those running
             pending.clear()
 
     def _cancel(self) -> None:
@@ -276,9 +313,9 @@ class ThreadSource(IndexedSource):
 
     def close(self) -> None:
         """Stops the threads; returns within a few seconds even if one is stuck in a sample."""
-        pool, self._pool = self._pool, None
-        if pool is None:
+        threads, self._threads = self._threads, None
+        if threads is None:
             return
         self._closed.set()
         self._cancel()
-        pool.shutdown(JOIN_S)
+        threads.shutdown(JOIN_S)

@@ -21,15 +21,13 @@ from typing import Any
 
 import torch
 
-from .encoded import EncodedBatch
-from .fetch import EncodingFetcher, gpu_decodable
+from .encoded import EncodedBatch, gpu_decodable
 from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline
 from .stage import GpuDecodeStage
 
 __all__ = [
     "REGION_MAX_AREA",
     "EncodedBatch",
-    "EncodingFetcher",
     "Geometry",
     "GpuDecodeStage",
     "GpuPipeline",

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ...batch import SkippedSample
-from ...sources.fetch import BatchFetcher, describe, put
+from ...sources.fetch import BatchFetcher, put
 from ...targets import fill
 from ..normalize import Normalizer
 from ..prefetch import Stats
@@ -250,13 +250,9 @@ class GpuDecodeStage:
         consumer = len(self.fetcher.inflight) - 1  # the in-flight row kept for this process
         for k, r in enumerate(refused):
             j, slot = int(batch.rows[r]), pixels[k]
-            item = self.fetcher.load(int(batch.indices[j]), batch.epoch, consumer, slot)
-            put(slot, item, self.fetcher.dataset)
-            fill(
-                labels[j : j + 1],
-                [item.label],
-                lambda _: f"sample {item.index} ({describe(self.fetcher.dataset, item.index)})",
-            )
+            item = self.fetcher.load(int(batch.indices[j]), batch.epoch, consumer, slot, seed=batch.seed)
+            put(slot, item, self.fetcher)
+            fill(labels[j : j + 1], [item.label], lambda _: self.fetcher.samples.title_of(item.index))
             indices[j] = item.index
             skipped.extend(item.skipped)
         self.fallbacks += len(refused)

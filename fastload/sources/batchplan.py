@@ -1,0 +1,145 @@
+"""A batch request as a batch plan, and the CPU executors that decode one.
+
+A :class:`BatchPlan` holds a row per sample of a request: for a dataset that plans
+(:class:`~fastload.datasets.protocols.Plans`), its :class:`~fastload.datasets.sampleplan.SamplePlan`
+(bytes read, header checked, crop drawn, decode chosen) and, where its region was decoded
+with the batch's, those pixels; for any other dataset (a user's own), just the index it
+loads. The :class:`~fastload.sources.fetch.SampleLoader` then finishes each row into its
+batch row under the error policy.
+
+How the plan is decoded is the executor's (:func:`cpu_executor` chooses, once):
+
+- :class:`PerSample`: nothing is planned ahead; each row is loaded whole (the dataset
+  plans and finishes it on its own).
+- :class:`BatchedRegions`: every row is planned first, and the regions of the rows planned
+  for a region decode are decoded in one nvImageCodec call
+  (:meth:`RegionDecoder.decode_batch <fastload.decode.roi.RegionDecoder.decode_batch>`);
+  finishing a row then does the rest (the other decodes, resize, flip).
+
+Plans, draws, pixels, errors, replacements and their order are those of the per-sample
+path, sample for sample: a row whose planning fails is loaded whole and meets its error
+again there; a region the batched call could not decode, or one of a JPEG cut short (whose
+region above the cut would decode), is decoded alone when its row is finished, where it
+fails as on the per-sample path. (The GPU's worker side, :mod:`fastload.sources.packed`,
+plans rows the same way and packs them instead.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from ..datasets.sampleplan import SamplePlan
+from ..decode import DecodeError, roi
+from ..decode.header import check_jpeg_complete
+from .fetch import SampleLoader
+from .request import BatchRequest
+from .samples import RecordSamples, Samples
+
+#: Fewer region plans than this in a batch are decoded one by one (nothing to share).
+MIN_BATCH = 2
+
+
+@dataclass
+class Row:
+    """One row of a batch plan: the sample it loads and how far it was prepared."""
+
+    key: Any  # what names the sample to its dataset: an index, or a stream's record
+    index: int  # the sample's number (its index, or its record's): names it, seeds its draws
+    plan: SamplePlan | None = None  # None: loaded whole (not planned, or its planning failed)
+    pixels: np.ndarray | None = None  # its planned region, decoded with the batch's
+
+
+@dataclass
+class BatchPlan:
+    """The rows of one batch request."""
+
+    request: BatchRequest
+    rows: list[Row] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, request: BatchRequest) -> BatchPlan:
+        if request.records:
+            return cls(request, [Row(r, int(i)) for r, i in zip(request.records, request.indices)])
+        return cls(request, [Row(int(i), int(i)) for i in request.indices])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, j: int) -> Row:
+        """Row ``j``, its plan handed out once (a plan's generator draws as it is finished)."""
+        row = self.rows[j]
+        self.rows[j] = Row(row.key, row.index)
+        return row
+
+
+def plan_row(loader: SampleLoader, plan: BatchPlan, j: int, worker: int) -> None:
+    """Plans row ``j``; a row whose planning fails stays unplanned (loading it meets the error again)."""
+    row, request = plan.rows[j], plan.request
+    loader.inflight.begin(worker, row.index, request.epoch)
+    try:
+        row.plan = loader.samples.plan(row.key, request.epoch, request.seed)
+    except Exception:  # the per-sample path meets it again and applies the error policy
+        pass
+    finally:
+        loader.inflight.end(worker)
+
+
+def complete(data) -> bool:
+    """Whether ``data`` ends like a whole JPEG (the per-sample region path checks this first)."""
+    try:
+        check_jpeg_complete(data)
+        return True
+    except DecodeError:
+        return False
+
+
+def decode_regions(loader: SampleLoader, plan: BatchPlan, worker: int) -> int:
+    """The planned regions of ``plan`` decoded in one call, into their rows (a region the call
+    could not decode is left to the row's finish); the number decoded."""
+    group, datas, regions = [], [], []
+    for r in plan.rows:
+        if r.plan is not None and r.plan.region is not None and complete(r.plan.data):
+            group.append(r)
+            datas.append(r.plan.data)
+            regions.append(r.plan.region)
+    if len(group) < MIN_BATCH:
+        return 0
+    # The watchdog names one sample of the call: a stall here is the whole group's.
+    loader.inflight.begin(worker, group[0].index, plan.request.epoch)
+    try:
+        decoded = roi.get_region_decoder().decode_batch(datas, regions)
+    finally:
+        loader.inflight.end(worker)
+    for row, pixels in zip(group, decoded):
+        row.pixels = pixels
+    return sum(p is not None for p in decoded)
+
+
+class PerSample:
+    """Each row loaded whole, one by one: nothing planned ahead."""
+
+    plans = False
+
+    def decode_batch(self, loader: SampleLoader, plan: BatchPlan, worker: int) -> None:
+        """Nothing is decoded for the batch as a whole."""
+
+
+class BatchedRegions:
+    """Every row planned first, the planned regions decoded in one call, then each row finished."""
+
+    plans = True
+
+    def decode_batch(self, loader: SampleLoader, plan: BatchPlan, worker: int) -> None:
+        decode_regions(loader, plan, worker)
+
+
+CpuExecutor = Union[PerSample, BatchedRegions]
+
+
+def cpu_executor(samples: Samples | RecordSamples) -> CpuExecutor:
+    """How batches of ``samples`` are decoded on the CPU: in batches of regions where the
+    dataset plans and region decode is available, else sample by sample."""
+    return BatchedRegions() if samples.plans and roi.available() else PerSample()

@@ -1,0 +1,253 @@
+"""The worker side of ``decode="gpu"``: a batch plan packed for the device, bytes and geometry.
+
+Each row is planned by the same machinery as every batch (:mod:`fastload.sources.batchplan`:
+the same reads, the same draws from the same generator). Rows the GPU decoder takes
+("encoded rows": a baseline JPEG, grey or colour, whole) travel as their JPEG bytes, end to
+end in one shared-memory buffer, with each row's geometry and flip; the others (not a JPEG,
+CMYK, progressive, cut short, or failing to plan) are loaded by the CPU path in the worker,
+under the error policy, straight into a buffer of final pixels ("decoded rows"). Small
+per-row values are numpy arrays, pickled with the batch; the two large buffers are tensors
+in shared memory, so nothing large is copied on the way. The device decodes the encoded rows
+(:mod:`fastload.device.gpudecode`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+import numpy as np
+import torch
+
+from ..batch import SkippedSample
+from ..collate import alloc_batch
+from ..decode import ImageHeader
+from ..decode.header import check_jpeg_complete
+from ..decode.resize import Crop
+from ..targets import Target, TargetSpec, as_target, fill
+from ..views import numpy_rows, row
+from .batchplan import BatchPlan, plan_row
+from .fetch import SampleLoader, put
+from .pools import BufferPool
+from .request import BatchRequest
+
+
+class RowGeometry(Protocol):
+    """How the device turns one decoded image into its batch row (see
+    :class:`fastload.device.gpudecode.pipeline.Geometry`)."""
+
+    region: tuple[int, int, int, int] | None
+    box: tuple[int, int, int, int]
+    resize: tuple[int, int]
+    window: tuple[int, int]
+
+
+class Flip(Protocol):
+    def draw(self, rng: np.random.Generator) -> bool: ...
+
+
+class GpuRows(Protocol):
+    """The transforms as the device runs them: each row's geometry, its flip, the output size
+    (:class:`fastload.device.gpudecode.GpuPipeline`)."""
+
+    flip: Flip | None
+    out_size: tuple[int, int]
+
+    def geometry(self, crop: Crop, height: int, width: int) -> RowGeometry: ...
+
+
+def gpu_decodable(header: ImageHeader) -> bool:
+    """Whether the GPU decoder gets this image: a baseline JPEG, grey or colour.
+
+    CMYK/YCCK, progressive JPEGs (which nvJPEG's GPU-only and hardware decoders refuse)
+    and other formats are decoded on the CPU, in the worker.
+    """
+    return header.format == "jpeg" and header.components in (1, 3) and not header.progressive
+
+
+@dataclass
+class EncodedBatch:
+    """One batch of N rows: R encoded, M already decoded (R + M = N).
+
+    Attributes:
+        data: uint8, the encoded rows' bytes end to end.
+        offsets: int64 R+1: encoded row r is ``data[offsets[r]:offsets[r + 1]]``.
+        rows: int64 R: the batch row of each encoded image.
+        sizes: int64 R×2: full-size (height, width), from each header.
+        regions: int64 R×4: (y0, x0, y1, x1) to decode as a region; -1s: a full decode.
+        boxes: int64 R×4: (y0, x0, y1, x1) cut from the decoded pixels.
+        resize: int64 R×2: (height, width) the box is resized to.
+        windows: int64 R×2: (top, left) of the output inside the resized box.
+        flips: bool R: flipped left-right after the resize.
+        decoded: uint8 M×H×W×C: the decoded rows, final pixels.
+        decoded_rows: int64 M: their batch rows.
+        labels: The N targets, as in :class:`fastload.HostBatch`.
+        indices: int64 N: the dataset index of each row (after replacements).
+        epoch: The epoch of the batch.
+        skipped: Samples replaced under ``on_error="skip"``.
+        out_size: (H, W) of every row.
+        seed: The seed of the batch's draws (a row the decoder refuses is loaded with it).
+    """
+
+    data: torch.Tensor
+    offsets: np.ndarray
+    rows: np.ndarray
+    sizes: np.ndarray
+    regions: np.ndarray
+    boxes: np.ndarray
+    resize: np.ndarray
+    windows: np.ndarray
+    flips: np.ndarray
+    decoded: torch.Tensor
+    decoded_rows: np.ndarray
+    labels: torch.Tensor
+    indices: torch.Tensor
+    epoch: int
+    skipped: tuple[SkippedSample, ...]
+    out_size: tuple[int, int]
+    seed: int = 0
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def encoded(self, r: int) -> np.ndarray:
+        """The bytes of encoded row ``r`` (a view)."""
+        return self.data.numpy()[self.offsets[r] : self.offsets[r + 1]]
+
+    def region(self, r: int) -> tuple[int, int, int, int] | None:
+        """The region of encoded row ``r``, or None for a full decode."""
+        y0, x0, y1, x1 = (int(v) for v in self.regions[r])
+        return None if y0 < 0 else (y0, x0, y1, x1)
+
+
+@dataclass
+class EncodedRow:
+    """One row the GPU will decode, as the worker planned it."""
+
+    row: int
+    data: bytes | np.ndarray
+    height: int
+    width: int
+    geometry: RowGeometry
+    flip: bool
+
+
+def _buffer(shape: tuple[int, ...]) -> torch.Tensor:
+    # Shared memory in a worker; an empty one needs none.
+    return alloc_batch(shape, pin=False) if np.prod(shape) else torch.empty(shape, dtype=torch.uint8)
+
+
+def pack(
+    encoded: list[EncodedRow],
+    decoded: list[int],
+    pixels: torch.Tensor,
+    labels: torch.Tensor,
+    indices: torch.Tensor,
+    epoch: int,
+    skipped: tuple[SkippedSample, ...],
+    out_size: tuple[int, int],
+    seed: int = 0,
+) -> EncodedBatch:
+    """The EncodedBatch of ``encoded`` rows and the rows ``decoded`` on the CPU, whose final
+    pixels ``pixels`` holds; the bytes go into a buffer allocated where the batch goes next
+    (shared memory in a worker)."""
+    r = len(encoded)
+    lengths = np.fromiter((len(e.data) for e in encoded), np.int64, r)
+    offsets = np.zeros(r + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = _buffer((int(offsets[-1]),))
+    flat = data.numpy()
+    for e, start, end in zip(encoded, offsets[:-1], offsets[1:]):
+        flat[start:end] = np.frombuffer(e.data, np.uint8) if isinstance(e.data, (bytes, bytearray)) else e.data
+    geometry = [e.geometry for e in encoded]
+
+    def table(values: list, width: int) -> np.ndarray:
+        return np.asarray(values, np.int64).reshape(r, width)
+
+    return EncodedBatch(
+        data=data,
+        offsets=offsets,
+        rows=np.fromiter((e.row for e in encoded), np.int64, r),
+        sizes=table([(e.height, e.width) for e in encoded], 2),
+        regions=table([g.region if g.region is not None else (-1, -1, -1, -1) for g in geometry], 4),
+        boxes=table([g.box for g in geometry], 4),
+        resize=table([g.resize for g in geometry], 2),
+        windows=table([g.window for g in geometry], 2),
+        flips=np.fromiter((e.flip for e in encoded), bool, r),
+        decoded=pixels,
+        decoded_rows=np.asarray(decoded, np.int64),
+        labels=labels,
+        indices=indices,
+        epoch=epoch,
+        skipped=skipped,
+        out_size=(int(out_size[0]), int(out_size[1])),
+        seed=seed,
+    )
+
+
+class PackMaker:
+    """Makes :class:`EncodedBatch` es from batch requests, in the workers (the GPU's executor).
+
+    Args:
+        loader: Plans rows and loads on the CPU those the GPU does not take, with the error policy.
+        rows: The transforms as the device runs them.
+    """
+
+    def __init__(self, loader: SampleLoader, rows: GpuRows) -> None:
+        self.loader, self.rows = loader, rows
+
+    def _encoded(self, plan: BatchPlan, j: int) -> tuple[EncodedRow, Target] | None:
+        """Row ``j`` packed for the GPU, or None when the CPU path must load it (its plan untouched)."""
+        sample = plan.rows[j].plan
+        if sample is None or sample.crop is None:  # the device's transforms always crop first
+            return None
+        header = sample.header
+        try:
+            if not gpu_decodable(header):
+                return None
+            check_jpeg_complete(sample.data)  # a JPEG cut short is the CPU path's error to report
+            geometry = self.rows.geometry(sample.crop, header.height, header.width)
+            flip = self.rows.flip.draw(sample.rng) if self.rows.flip is not None else False  # last: may not fail
+            return EncodedRow(j, sample.data, header.height, header.width, geometry, flip), as_target(sample.label)
+        except Exception:  # the CPU path meets it again and applies the error policy
+            return None
+
+    def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> EncodedBatch:
+        """The EncodedBatch of ``request``: bytes for the GPU, pixels for the rest."""
+        plan = BatchPlan.of(request)
+        n, (out_h, out_w) = len(plan), self.rows.out_size
+        for j in range(n):
+            plan_row(self.loader, plan, j, worker)
+        packed = [self._encoded(plan, j) for j in range(n)]
+        cpu = [j for j in range(n) if packed[j] is None]
+        pixels = _buffer((0, out_h, out_w, 3))
+        if cpu:
+            pixels = cast(torch.Tensor, pool.lease(len(cpu), (out_h, out_w, 3), worker=worker).images)
+        rows = numpy_rows(pixels)
+        targets: list[Target] = [0] * n
+        indices = np.asarray(request.indices, np.int64).copy()
+        skipped: list[SkippedSample] = []
+        for k, j in enumerate(cpu):  # the CPU path, as decode="cpu" loads them, from their plans
+            r, slot = plan.take(j), row(rows, k)
+            item = self.loader.load(r.index, request.epoch, worker, slot, seed=request.seed, plan=r.plan)
+            put(slot, item, self.loader)
+            targets[j], indices[j] = item.label, item.index
+            skipped.extend(item.skipped)
+        encoded = []
+        for j, entry in enumerate(packed):
+            if entry is not None:
+                encoded.append(entry[0])
+                targets[j] = entry[1]
+        labels = TargetSpec.of(targets[0]).alloc(n)
+        fill(labels, targets, lambda j: self.loader.samples.title_of(int(indices[j])))
+        return pack(
+            encoded,
+            cpu,
+            pixels,
+            labels,
+            torch.from_numpy(indices),
+            request.epoch,
+            tuple(skipped),
+            (out_h, out_w),
+            request.seed,
+        )

@@ -1,0 +1,109 @@
+"""How a batch source reaches a dataset's samples: planned where the dataset plans, else loaded whole.
+
+:class:`Samples` (an indexed dataset, samples keyed by index) and :class:`RecordSamples` (a
+stream, keyed by the records its slots read) read the dataset's declared protocols once
+(:mod:`fastload.datasets.protocols`) and offer a batch source the same few things:
+:meth:`~Samples.plan` a sample (bytes read, header checked, crop drawn:
+:class:`~fastload.datasets.sampleplan.SamplePlan`), :meth:`~Samples.finish` a planned one
+(decode, resize, the later transforms), :meth:`~Samples.load` one whole (a dataset that does
+not plan, e.g. a user's own through :class:`~fastload.WrappedDataset`; or a sample whose
+planning failed, which then meets its error where the policy applies), and name it.
+``finish(plan(k))`` is ``load(k)`` pixel for pixel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..datasets.base import accepts_out, plannable, sample_name
+from ..datasets.protocols import PlansRecords, name_of
+from ..datasets.sampleplan import SamplePlan
+
+
+class Samples:
+    """A dataset's samples as a batch source loads them.
+
+    Args:
+        dataset: A fastload dataset, a wrapped user dataset, or anything with ``__len__`` and
+            ``load(index, epoch, seed[, out=])`` (:class:`~fastload.datasets.protocols.Loadable`).
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.plans = plannable(dataset)  # its load is finish(plan(...)): a batch may be planned first
+        self._out = accepts_out(dataset.load)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def name(self, index: int) -> str:
+        """The dataset's name for sample ``index`` (path, key or record), else "sample N"."""
+        return name_of(self.dataset, index)
+
+    def number(self, index: int) -> int:
+        """The sample's number: its index (seeds its draws, names it in the in-flight table)."""
+        return index
+
+    def title(self, index: int) -> str:
+        """ "sample N (its name)", for messages."""
+        return sample_name(index, self.name(index))
+
+    title_of = title  # a loaded sample, by its number
+
+    def plan(self, index: int, epoch: int, seed: int) -> SamplePlan:
+        """Sample ``index`` read, its header checked and its crop drawn (only where :attr:`plans`)."""
+        return self.dataset.plan(index, epoch, seed)
+
+    def finish(self, plan: SamplePlan, pixels: np.ndarray | None, out: Any) -> tuple[Any, Any]:
+        """(image, target) of a planned sample, written into ``out`` where the transforms allow;
+        ``pixels``: its planned region, already decoded."""
+        return self.dataset.finish(plan, pixels, out), plan.label
+
+    def load(self, index: int, epoch: int, seed: int, out: Any = None) -> tuple[Any, Any]:
+        """(image, target) of sample ``index``, loaded whole (into ``out`` where it can)."""
+        if out is None or not self._out:
+            return self.dataset.load(index, epoch, seed)
+        return self.dataset.load(index, epoch, seed, out=out)
+
+
+class RecordSamples:
+    """A stream's samples, keyed by the records its reading slots yield (each with its number,
+    name, target and read error, see :class:`~fastload.datasets.protocols.RecordStream`).
+
+    Args:
+        stream: The stream; one that plans its records (:class:`~fastload.datasets.protocols.PlansRecords`)
+            has its batches planned first, like an indexed dataset that plans.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.dataset = stream
+        self.plans = isinstance(stream, PlansRecords)
+
+    def name(self, record: Any) -> str:
+        return str(record.where)
+
+    def number(self, record: Any) -> int:
+        return int(record.number)
+
+    def title(self, record: Any) -> str:
+        """ "record N (where)", for messages."""
+        return f"record {record.number} ({record.where})"
+
+    def title_of(self, number: int) -> str:
+        """ "record N": a loaded sample, by its number."""
+        return f"record {number}"
+
+    def plan(self, record: Any, epoch: int, seed: int) -> SamplePlan:
+        """The record read, its header checked and its crop drawn (raises its read error)."""
+        return self.dataset.plan_record(record, epoch, seed)
+
+    def finish(self, plan: SamplePlan, pixels: np.ndarray | None, out: Any) -> tuple[Any, Any]:
+        return self.dataset.finish(plan, pixels, out), plan.label
+
+    def load(self, record: Any, epoch: int, seed: int, out: Any = None) -> tuple[Any, Any]:
+        """(image, target) of ``record``, decoded whole (raises its read error)."""
+        if record.error is not None:
+            raise record.error
+        return self.dataset.decode(record, epoch, seed), int(record.label)
