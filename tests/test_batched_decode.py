@@ -43,11 +43,17 @@ def _folder(root, n=12, bad=None):
     return str(root)
 
 
+def _regions_everywhere():
+    """This process's planner takes a region decode wherever it is allowed (until the
+    environment names another costs cache)."""
+    free = dict(costs.DEFAULT_COSTS, decode={**costs.DEFAULT_COSTS["decode"], "region": [0.0, 0.0, 0.0]})
+    plan.set_planner(plan.Planner(free, region=True))
+
+
 @pytest.fixture
 def regions_win(monkeypatch):
     """A planner that takes a region decode wherever it is allowed."""
-    free = dict(costs.DEFAULT_COSTS, decode={**costs.DEFAULT_COSTS["decode"], "region": [0.0, 0.0, 0.0]})
-    plan.set_planner(plan.Planner(free, region=True))
+    _regions_everywhere()
     calls = {"batch": 0, "single": 0}
     batch, single = roi.RegionDecoder.decode_batch, roi.RegionDecoder.decode
 
@@ -182,7 +188,42 @@ def test_every_backend_decodes_a_batchs_regions_in_one_call(tmp_path, regions_wi
     with fl.Loader(Clean(root, fl.transforms.train(64)), num_workers=2 if backend == "thread" else 0, **opts) as ld:
         got = [tuple(t.clone() for t in out) for out in ld]
     assert regions_win["batch"] == 3 and regions_win["single"] == 0, "one call per batch of 4"
-    with fl.Loader(CleanPerSample(root, fl.transforms.train(64)), num_workers=0, **{**opts, "backend": "process"}) as ld:
+    per_sample = CleanPerSample(root, fl.transforms.train(64))
+    with fl.Loader(per_sample, num_workers=0, **{**opts, "backend": "process"}) as ld:
         want = [tuple(t.clone() for t in out) for out in ld]
     assert regions_win["single"] == 12
     assert all(torch.equal(a, b) for x, y in zip(got, want) for a, b in zip(x, y))
+
+
+@ROI
+@pytest.mark.parametrize("kind", ["webdataset", "tfrecord"])
+def test_streams_decode_a_batchs_regions_in_one_call(tmp_path, regions_win, monkeypatch, kind):
+    """Streams plan their records like any source (issue 33): once a record is known clean, a
+    batch's regions are decoded in one call, with the pixels of decoding each alone."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _regions_everywhere()  # again: the planner follows the cache the environment names
+    if kind == "webdataset":
+        from wds_servers import write_shards
+
+        write_shards(tmp_path / "shards", [6, 6], size=(150, 200))
+        make = lambda: fl.WebDataset(str(tmp_path / "shards"), fl.transforms.train(64))  # noqa: E731
+    else:
+        pytest.importorskip("tfrecord")
+        from fastload.convert import convert
+
+        convert(_folder(tmp_path / "f"), str(tmp_path / "records"), "tfrecord", shards=2, progress=False)
+        make = lambda: fl.TFRecordStream(str(tmp_path / "records"), fl.transforms.train(64))  # noqa: E731
+    opts = dict(batch_size=4, device="cpu", normalize=False, seed=7, num_workers=0)
+
+    def two_epochs():  # the first decodes every record strictly (and marks it clean)
+        with fl.Loader(make(), **opts) as ld:
+            return [x.clone() for epoch in range(2) for x, _ in ld]
+
+    batched = two_epochs()
+    assert regions_win["batch"] == 3, "one call per batch of the second epoch"
+    from fastload.sources import batchplan
+
+    monkeypatch.setattr(batchplan, "MIN_BATCH", 10**6)  # every region decoded alone
+    alone = two_epochs()
+    assert regions_win["batch"] == 3 and regions_win["single"] == 12
+    assert all(torch.equal(a, b) for a, b in zip(batched, alone))

@@ -96,8 +96,12 @@ class RecordSamples:
         return f"record {number}"
 
     def plan(self, record: Any, epoch: int, seed: int) -> SamplePlan:
-        """The record read, its header checked and its crop drawn (raises its read error)."""
-        return self.dataset.plan_record(record, epoch, seed)
+        """The record read (its image, then its target), its header checked and its crop drawn
+        (raises its read error). Read now, in the slot's order: a reader may let go of a shard's
+        bytes once its records are read."""
+        plan = self.dataset.plan_record(record, epoch, seed)
+        plan.label = int(record.label)
+        return plan
 
     def finish(self, plan: SamplePlan, pixels: np.ndarray | None, out: Any) -> tuple[Any, Any]:
         return self.dataset.finish(plan, pixels, out), plan.label
@@ -106,4 +110,6 @@ class RecordSamples:
         """(image, target) of ``record``, decoded whole (raises its read error)."""
         if record.error is not None:
             raise record.error
+        if self.plans:
+            return self.dataset.finish(self.dataset.plan_record(record, epoch, seed)), int(record.label)
         return self.dataset.decode(record, epoch, seed), int(record.label)

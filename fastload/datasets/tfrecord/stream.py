@@ -12,11 +12,11 @@ from typing import Any, BinaryIO
 import numpy as np
 from tqdm import tqdm
 
-from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
+from ...decode import MODULE_LIMIT, MaxPixels, get_decoder, resolve_max_pixels
 from ...decode.clean import CleanMarks
 from ...transforms import as_compose
-from ..base import sample_rng
 from ..protocols import StreamTraits
+from ..records import PlannedRecords
 from ..storage import SharedArray, StringArray
 from ..stream_slots import check_batch_size
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
@@ -62,7 +62,7 @@ def open_file(path: str, gz: bool) -> BinaryIO:
     return gzip.open(path, "rb") if gz else open(path, "rb")
 
 
-class TFRecordStream:
+class TFRecordStream(PlannedRecords):
     """Records of TFRecord files (GZIP or plain) read in file order, split into equal slots.
 
     A slot is one reader, ``rank * num_workers + worker`` of ``world_size * num_workers``.
@@ -324,32 +324,9 @@ class TFRecordStream:
                     where = f"{path} record at byte {offset}" if j == k else f"record {j} of {path}"
                     yield self._error(seg.file_id, j, where, e)
 
-    def decode(self, record: StreamRecord, epoch: int, seed: int, *, out: np.ndarray | None = None) -> np.ndarray:
-        """Decodes and transforms ``record`` with the rng of (seed, epoch, record.number).
-
-        Args:
-            record: A record from :meth:`records_for`.
-            epoch, seed: Select the augmentation draws.
-            out: Written into where the transforms allow (the result is then ``out``).
-
-        Raises:
-            DecodeError: The image does not decode (the message names ``record.where``).
-            Exception: ``record.error``, for a record that could not be read.
-        """
-        if record.error is not None:
-            raise record.error
-        try:
-            return self.clean.decode(
-                record.number,
-                self.transform,
-                record.image,
-                get_decoder(self.decoder),
-                sample_rng(seed, epoch, record.number),
-                out,
-                self.max_pixels,
-            )
-        except DecodeError as e:
-            raise DecodeError(f"record {record.number} ({record.where}): {e}") from e
+    def record_bytes(self, record: StreamRecord) -> Any:
+        """The record's encoded image (read with the record)."""
+        return record.image
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, int]]:
         """(image, label) of every record, epoch 0, seed 0, in one process; raises on a bad record."""

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
+from ...decode import MODULE_LIMIT, MaxPixels, get_decoder, resolve_max_pixels
+from ...decode.clean import CleanMarks
 from ...transforms import as_compose
-from ..base import sample_rng
 from ..protocols import StreamTraits
+from ..records import PlannedRecords
 from ..stream_slots import batch_ranges, check_batch_size
 from ..tfrecord.index import cache_folder
 from ..tfrecord.slots import check_slot
@@ -60,7 +61,7 @@ class ShardRecord:
         return self.stream.target(self)
 
 
-class WebDataset:
+class WebDataset(PlannedRecords):
     """WebDataset-layout tar shards read as a stream: each sample once per epoch over all ranks
     and workers, with equal batch counts on every rank, shuffled by (seed, epoch), resumable.
 
@@ -209,12 +210,14 @@ class WebDataset:
             table = SampleTable(indexing.shards, indexes, *self._exts)
             if len(table) == 0:
                 raise ValueError(f"no samples in {self.urls[:3]}{' ...' if len(self.urls) > 3 else ''}")
+            # Samples that decoded clean, shared by the workers: only those get region decodes.
+            self.clean = CleanMarks(len(table))
             self.table, self._indexing = table, None
 
     def __getattr__(self, name: str) -> Any:
-        if name == "table" and self.__dict__.get("_indexing") is not None:  # still being indexed
+        if name in ("table", "clean") and self.__dict__.get("_indexing") is not None:  # still being indexed
             self._build_table()
-            return self.table
+            return getattr(self, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def wait_indexed(self, timeout: float | None = None) -> None:
@@ -381,25 +384,19 @@ class WebDataset:
         """``"<url> sample '<key>' at byte <offset>"``."""
         return self.table.where(index)
 
-    def decode(self, record: ShardRecord, epoch: int, seed: int, *, out: np.ndarray | None = None) -> np.ndarray:
-        """Reads and decodes ``record``'s image, transformed with the rng of (seed, epoch, record.number).
+    def record_bytes(self, record: ShardRecord) -> bytes:
+        """``record``'s encoded image, read from its shard.
 
         Raises:
-            DecodeError: The image does not decode (the message names ``record.where``).
             ShardError, DownloadError, FileNotFoundError: Its shard cannot be read.
         """
-        if record.error is not None:
-            raise record.error
         n = record.number
-        data = record.reader.read(
+        return record.reader.read(
             record.chunk, n, int(self.table.image_offset.array[n]), int(self.table.image_size.array[n])
         )
-        try:
-            return self.transform.decode(
-                data, get_decoder(self.decoder), sample_rng(seed, epoch, n), out, self.max_pixels
-            )
-        except DecodeError as e:
-            raise DecodeError(f"sample {n} ({record.where}): {e}") from e
+
+    def record_name(self, record: ShardRecord) -> str:
+        return f"sample {record.number} ({record.where})"
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, int]]:
         """(image, label) of every sample in storage order, epoch 0, seed 0, in one process."""
