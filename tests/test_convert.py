@@ -44,7 +44,7 @@ def test_folder_to_tfrecord_round_trip_in_tensorflow_layout(folder, tmp_path):
     src, back = fl.ImageFolder(folder), fl.TFRecordDataset(os.path.join(dst, "data-*"), fl.transforms.train(16))
     assert _pairs(back) == _pairs(src)
     assert _loader_labels(back) == src.labels.tolist()
-    from fastload.datasets.tfrecord_dataset import example_pb2
+    from fastload.datasets.tfrecord import example_pb2
 
     with open(os.path.join(dst, files[0]), "rb") as f:
         f.seek(12)

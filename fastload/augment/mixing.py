@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-PARTNERS = ("flip", "roll")
-
 
 @dataclass(frozen=True)
 class MixParams:

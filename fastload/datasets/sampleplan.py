@@ -1,8 +1,8 @@
 """A sample planned but not yet decoded: the seam that lets a batch be decoded in one call.
 
-A dataset that plans (:class:`Plannable`, every :class:`~fastload.ImageDataset`) splits
-``load(index, epoch, seed, out)`` in two: :meth:`~Plannable.plan` reads the bytes and the
-header and draws the crop, and :meth:`~Plannable.finish` decodes, resizes and applies the
+A dataset that plans (:class:`~fastload.datasets.protocols.Plans`, every
+:class:`~fastload.ImageDataset`) splits ``load(index, epoch, seed, out)`` in two: ``plan``
+reads the bytes and the header and draws the crop, and ``finish`` decodes, resizes and applies the
 later transforms. Between the two a batch source may decode the regions of many samples
 in one call (:mod:`fastload.sources.batchplan`) or hand the bytes to the GPU
 (:mod:`fastload.device.gpudecode`). ``finish(plan(i, e, s))`` is ``load(i, e, s)`` pixel for
@@ -12,7 +12,7 @@ pixel: the same draws from the same generator, in the same order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ..transforms import DecodeSteps, ViewSteps
 
 @dataclass
 class SamplePlan:
-    """One sample between :meth:`Plannable.plan` and :meth:`Plannable.finish`.
+    """One sample between a dataset's ``plan`` and its ``finish``.
 
     Attributes:
         index: The dataset index.
@@ -52,16 +52,3 @@ class SamplePlan:
     def region(self) -> tuple[int, int, int, int] | None:
         """(y0, x0, y1, x1) when a region decode was planned, else None."""
         return self.steps.region
-
-
-@runtime_checkable
-class Plannable(Protocol):
-    """A dataset whose ``load`` is ``finish(plan(...))``."""
-
-    def plan(self, index: int, epoch: int = 0, seed: int = 0) -> SamplePlan: ...
-
-    def finish(
-        self, plan: SamplePlan, pixels: np.ndarray | None = None, out: np.ndarray | None = None
-    ) -> np.ndarray: ...
-
-    def describe(self, index: int) -> str: ...

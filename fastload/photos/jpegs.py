@@ -6,8 +6,8 @@ scikit-image ships (:mod:`fastload.photos.bundled`) into JPEGs with ImageNet-lik
 statistics: mostly 4:2:0 chroma, quality 75–95, shorter side 256–512 px, a few
 progressive and grayscale files. :func:`jpeg_stats` measures what a folder holds.
 
-:func:`photo_like` / :func:`make_sample_dataset` make 1/f noise images (≈3 bits/pixel,
-far noisier than photos): fine for tests, misleading for speed measurements.
+:func:`photo_like` makes 1/f noise images (≈3 bits/pixel, far noisier than photos): fine for
+tests, misleading for speed measurements.
 """
 
 from __future__ import annotations
@@ -339,37 +339,3 @@ def photo_like(rng: np.random.Generator, height: int, width: int, tint: np.ndarr
         cv2.ellipse(img, center, axes, float(rng.uniform(0, 180)), 0, 360, color, -1, cv2.LINE_AA)
     img += 4 * rng.standard_normal(img.shape, dtype=np.float32)
     return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def make_sample_dataset(
-    root: str, num_images: int = 320, num_classes: int = 8, seed: int = 0, quality: int = 90, progress: bool = True
-) -> str:
-    """Writes synthetic ``root/<class>/<n>.jpg`` (shorter side 256–512 px) unless already complete.
-
-    For tests only: noise-heavy images decode unlike photographs (use
-    :func:`make_photo_dataset` to measure speed).
-
-    Returns:
-        ``root``.
-    """
-    if num_images < num_classes or num_classes < 1:
-        raise ValueError(f"need num_classes >= 1 and num_images >= num_classes, got {num_images}, {num_classes}")
-    marker = os.path.join(root, MARKER)
-    if os.path.exists(marker):
-        return root
-    tints = np.random.default_rng((seed, 1 << 20)).uniform(-1, 1, (num_classes, 3))
-    for i in tqdm(range(num_images), desc=f"sample dataset → {root}", disable=not progress, unit="img"):
-        rng = np.random.default_rng((seed, i))
-        label = i % num_classes
-        short = int(rng.integers(256, 513))
-        long = int(short * rng.uniform(1.0, 1.5))
-        h, w = (short, long) if rng.random() < 0.75 else (long, short)
-        rgb = photo_like(rng, h, w, tints[label])
-        ok, enc = cv2.imencode(".jpg", rgb[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
-        assert ok
-        folder = os.path.join(root, f"class_{label:02d}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{i:05d}.jpg"), "wb") as f:
-            f.write(enc.tobytes())
-    open(marker, "w").close()
-    return root

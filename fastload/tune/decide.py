@@ -61,7 +61,6 @@ _T99 = (
     2.756,
     2.750,
 )
-OUTCOMES = ("single", "separated", "equivalent", "tied")
 
 
 def key(config: Config) -> tuple:
@@ -140,7 +139,7 @@ class Decision:
 
     chosen: Config
     other: Config | None  # the other finalist
-    outcome: str  # one of OUTCOMES
+    outcome: str  # "single", "separated", "equivalent" or "tied"
     comparison: Comparison | None  # chosen against other
     rounds: int
     elapsed_s: float

@@ -65,9 +65,6 @@ class FilePool:
         for file_id in idle[: max(0, len(self._open) - keep)]:
             os.close(self._open.pop(file_id)[0])
 
-    def open_count(self) -> int:
-        return len(self._open)
-
     def close(self) -> None:
         """Closes every idle descriptor."""
         with self._lock:
