@@ -19,12 +19,12 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from fastload.batch import HostBatch
 from fastload.collate import alloc_batch
-from fastload.sources.handoff import SlotTable, detached
+from fastload.sources.handoff import BufferTable, detached
 from fastload.sources.process import worker_init
 
 
 class Batches(torch.utils.data.Dataset):
-    def __init__(self, count: int, shape: tuple[int, ...], slots: SlotTable | None) -> None:
+    def __init__(self, count: int, shape: tuple[int, ...], slots: BufferTable | None) -> None:
         self.count, self.shape, self.slots = count, shape, slots
 
     def __len__(self) -> int:
@@ -56,22 +56,32 @@ def main() -> None:
     count, rounds = (8, 1) if args.quick else (100, 5)
     shape = (32, 224, 224, 3) if args.quick else (128, 224, 224, 3)
     loaders = {}
-    for name, slots in (("new shared memory per batch", None), ("reused slot, copied out", SlotTable(2, 4))):
-        loaders[name] = DataLoader(Batches(count, shape, slots), batch_size=None, num_workers=2,
-                                   worker_init_fn=worker_init, persistent_workers=True, prefetch_factor=2)
+    for name, slots in (("new shared memory per batch", None), ("reused slot, copied out", BufferTable(2, 4))):
+        loaders[name] = DataLoader(
+            Batches(count, shape, slots),
+            batch_size=None,
+            num_workers=2,
+            worker_init_fn=worker_init,
+            persistent_workers=True,
+            prefetch_factor=2,
+        )
         epoch(loaders[name])  # warm-up: workers started
     runs: dict = {name: [] for name in loaders}
     for r in range(rounds):
         for name, loader in loaders.items() if r % 2 == 0 else reversed(loaders.items()):
             runs[name].append(epoch(loader))
-    print(f"hand-off of a {'x'.join(map(str, shape))} uint8 batch ({np.prod(shape) / 1e6:.1f} MB), 2 workers, "
-          f"median of {rounds} alternating rounds of {count} batches:")
+    print(
+        f"hand-off of a {'x'.join(map(str, shape))} uint8 batch ({np.prod(shape) / 1e6:.1f} MB), 2 workers, "
+        f"median of {rounds} alternating rounds of {count} batches:"
+    )
     med = {name: (median([r[0] for r in v]), median([r[1] for r in v])) for name, v in runs.items()}
     for name, (wall, cpu) in med.items():
         print(f"  {name:30s} {wall:7.2f} ms wall  {cpu:7.2f} ms CPU (all processes) per batch")
     old, new = med["new shared memory per batch"], med["reused slot, copied out"]
-    print(f"reused slots: {old[1] / new[1]:.1f}x less CPU per batch, {(old[1] - new[1]) / shape[0] * 1e3:.0f} µs "
-          f"of CPU saved per image")
+    print(
+        f"reused slots: {old[1] / new[1]:.1f}x less CPU per batch, {(old[1] - new[1]) / shape[0] * 1e3:.0f} µs "
+        f"of CPU saved per image"
+    )
     report("bench_handoff", args, {"ms_per_batch": med, "rounds": runs, "shape": shape})
 
 

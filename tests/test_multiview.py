@@ -14,7 +14,7 @@ from fastload.datasets.base import sample_rng
 from fastload.decode import costs, get_decoder, plan, read_header, roi
 from fastload.decode.resize import PHASE_TOL, Crop, phase_error
 from fastload.sources import ring
-from fastload.sources.handoff import SlotTable
+from fastload.sources.handoff import BufferTable
 
 import refs
 from conftest import jpeg_bytes, make_image, photo_jpegs, write_folder
@@ -216,19 +216,19 @@ def test_fast_collate_batches_each_view():
         assert np.array_equal(big[i].numpy(), a) and np.array_equal(small[i].numpy(), b)
 
 
-def test_a_process_slot_holds_every_view_and_is_reused():
-    table = SlotTable(1, 1)
+def test_a_process_buffer_holds_every_view_and_is_reused():
+    table = BufferTable(1, 1)
     shape = ((4, 8, 8, 3), (4, 4, 4, 3))
     (a, b), lease = table.buffer(0, shape)
     assert a.shape == shape[0] and b.shape == shape[1] and lease is not None
-    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()  # one slot
+    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()  # one buffer
     assert b.data_ptr() - a.data_ptr() == a.numel()  # one after the other, not overlapping
     a.fill_(1)
     b.fill_(2)
     assert int(a.sum()) == a.numel() and int(b.sum()) == 2 * b.numel()
-    table.free(0, lease.slot, lease.owner)
+    table.free(0, lease.buffer, lease.owner)
     (a2, _), lease2 = table.buffer(0, shape)
-    assert lease2.slot == lease.slot and a2.data_ptr() == a.data_ptr() and table.counts == (1, 0)
+    assert lease2.buffer == lease.buffer and a2.data_ptr() == a.data_ptr() and table.counts == (1, 0)
 
 
 def test_pinning_a_batch_pins_every_view(monkeypatch):

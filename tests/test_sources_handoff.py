@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fastload as fl
-from fastload.sources.handoff import SlotTable
+from fastload.sources.handoff import BufferTable
 
 
 class Pixels(torch.utils.data.Dataset):
@@ -33,7 +33,7 @@ def loader(ds, **kw):
     return fl.Loader(ds, **kw)
 
 
-def slots(loader: fl.Loader) -> SlotTable:
+def slots(loader: fl.Loader) -> BufferTable:
     return loader._source.pool.table
 
 
@@ -81,7 +81,7 @@ def test_failed_batches_give_their_slots_back(tmp_path):
 
 
 def test_a_worker_without_a_free_slot_takes_a_new_buffer():
-    table = SlotTable(workers=1, slots=2)
+    table = BufferTable(workers=1, per_worker=2)
     a, lease_a = table.buffer(0, (2, 4, 4, 3))
     b, lease_b = table.buffer(0, (2, 4, 4, 3))
     c, lease_c = table.buffer(0, (2, 4, 4, 3))
@@ -89,18 +89,18 @@ def test_a_worker_without_a_free_slot_takes_a_new_buffer():
     assert a.data_ptr() != b.data_ptr() and table.counts == (0, 1)
     lease_a.release()  # made here, not received: only the receiving process frees a slot
     assert table.buffer(0, (2, 4, 4, 3))[1] is None
-    table.free(0, lease_a.slot, lease_a.owner)
+    table.free(0, lease_a.buffer, lease_a.owner)
     again, _ = table.buffer(0, (1, 4, 4, 3))
     assert again.data_ptr() == a.data_ptr() and again.shape == (1, 4, 4, 3) and table.counts == (1, 2)
 
 
 def test_a_late_release_from_a_dead_worker_leaves_its_successors_slot_lent():
-    table = SlotTable(workers=1, slots=1)
+    table = BufferTable(workers=1, per_worker=1)
     _, lease = table.buffer(0, (1, 2, 2, 3))
     received = pickle.loads(pickle.dumps(lease))  # the main process's copy of the lease
-    table.free(0, lease.slot, lease.owner)  # the worker died; its successor lent the slot again:
-    table._rows[0, lease.slot] = lease.owner + 1
+    table.free(0, lease.buffer, lease.owner)  # the worker died; its successor lent the slot again:
+    table._rows[0, lease.buffer] = lease.owner + 1
     received.release()  # the dead worker's batch is dropped only now
     assert table.buffer(0, (1, 2, 2, 3))[1] is None  # still lent: a new buffer, not the lent one
-    table.free(0, lease.slot, lease.owner + 1)
+    table.free(0, lease.buffer, lease.owner + 1)
     assert table.buffer(0, (1, 2, 2, 3))[1] is not None

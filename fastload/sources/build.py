@@ -10,7 +10,7 @@ from ..config import LoaderConfig
 from ..datasets.protocols import is_stream, traits_of
 from .batchplan import cpu_executor
 from .fetch import SampleLoader
-from .handoff import SlotPool, SlotTable
+from .handoff import BufferTable, SharedPool
 from .inflight import InFlight
 from .maker import BatchMaker
 from .packed import GpuRows, PackMaker
@@ -114,6 +114,6 @@ def build_source(
     # its slot; one more slot spares a fresh buffer when a copy-out lags. GPU batches are
     # packed bytes: a new buffer each.
     pool: BufferPool = PlainPool(pin=False if gpu is not None else None)
-    if workers > 0 and gpu is None and SlotTable.supported:
-        pool = SlotPool(SlotTable(workers, cfg.prefetch_factor + 2))
+    if workers > 0 and gpu is None and BufferTable.supported:
+        pool = SharedPool(BufferTable(workers, cfg.prefetch_factor + 2))
     return ProcessSource(maker, pool, sampler, options)

@@ -186,8 +186,8 @@ class SampleLoader:
 BatchFetcher = SampleLoader
 
 
-def put(slot: Any, item: Loaded, loader: SampleLoader) -> int:
-    """Writes ``item`` into its batch row (see :func:`fastload.collate.write_row`); the copies made."""
-    if item.image is slot:
+def put(into: Any, item: Loaded, loader: SampleLoader) -> int:
+    """Writes ``item`` into its batch row ``into`` (see :func:`fastload.collate.write_row`); the copies made."""
+    if item.image is into:
         return 0
-    return write_row(slot, item.image, loader.samples.title_of(item.index))
+    return write_row(into, item.image, loader.samples.title_of(item.index))

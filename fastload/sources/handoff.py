@@ -3,22 +3,22 @@
 A new shared-memory batch costs its worker a page fault and a zeroed page every 4 KiB
 (shared memory gets no huge pages), and the main process as many faults again when it
 reads the batch, then both unmap it. ``benchmarks/bench_handoff.py`` measured 25 ms of
-CPU per 128×224×224×3 batch that way against 10 ms with a reused slot copied out on
+CPU per 128×224×224×3 batch that way against 10 ms with a reused buffer copied out on
 arrival: about 115 µs per image, a tenth of what the training pipeline spends on one.
 
-So each worker keeps a few buffers (slots), and a flag per slot in a table shared with
+So each worker keeps a few buffers, and a flag per buffer in a table shared with
 the main process says whether the main process is done with it. The main process copies
-each batch out of its slot as soon as it receives it (DataLoader's pin-memory thread
-into pinned memory, else :func:`detached`) and frees the slot then; a batch that
-DataLoader drops unread (a pass cut short) frees its slot when it is collected. Slots
+each batch out of its buffer as soon as it receives it (DataLoader's pin-memory thread
+into pinned memory, else :func:`detached`) and frees the buffer then; a batch that
+DataLoader drops unread (a pass cut short) frees its buffer when it is collected. Buffers
 never make a worker wait: with none free, it builds the batch in its own memory, which
 travels by value (a copy through the pipe).
 
-The slots and the flags are memfd segments the main process makes
-(:mod:`fastload.sources.segments`): nothing of them is in ``/dev/shm``, a batch in a slot
-travels as its slot's number (the main process maps the same memory), and the memory goes
+The buffers and the flags are memfd segments the main process makes
+(:mod:`fastload.sources.segments`): nothing of them is in ``/dev/shm``, a batch in a buffer
+travels as its buffer's number (the main process maps the same memory), and the memory goes
 when the table is closed and the workers are gone, however they ended. Where memfd is
-missing (not Linux), there are no slots: workers send torch shared memory as before.
+missing (not Linux), there are no buffers: workers send torch shared memory as before.
 """
 
 from __future__ import annotations
@@ -40,149 +40,149 @@ from ..views import Images, SampleShape, batch_shape, map_images, shapes
 from .pools import BatchBuffers, Writers
 from .segments import SUPPORTED, Segments
 
-FREE = 0  # a busy slot holds the pid of the worker process that lent it
-_REUSED, _NEW = -2, -1  # counter columns after the flags: batches in a reused slot, in a new buffer
+FREE = 0  # a busy buffer holds the pid of the worker process that lent it
+_REUSED, _NEW = -2, -1  # counter columns after the flags: batches in a reused buffer, in a new buffer
 
 #: The tables of this process, by id: a lease that arrives from a worker finds its table here.
-_TABLES: weakref.WeakValueDictionary[str, SlotTable] = weakref.WeakValueDictionary()
+_TABLES: weakref.WeakValueDictionary[str, BufferTable] = weakref.WeakValueDictionary()
 
 
-class SlotTable:
-    """A row of slot flags per worker and the slots themselves, in memfd segments made by
+class BufferTable:
+    """A row of buffer flags per worker and the buffers themselves, in memfd segments made by
     the main process before the workers start.
 
     Args:
         workers: Worker processes.
-        slots: Buffers each worker may keep (enough for the batches it can have in flight).
+        per_worker: Buffers each worker may keep (enough for the batches it can have in flight).
     """
 
     supported = SUPPORTED
 
-    def __init__(self, workers: int, slots: int) -> None:
-        if workers < 1 or slots < 1:
-            raise ValueError(f"workers and slots must be >= 1, got {workers} and {slots}")
-        # Segment 0 holds the flags; segment 1 + w * slots + k is worker w's slot k.
-        segments = Segments(f"fastload-slots-{os.getpid()}", 1 + workers * slots)
-        self._setup(uuid.uuid4().hex, workers, slots, segments)
+    def __init__(self, workers: int, per_worker: int) -> None:
+        if workers < 1 or per_worker < 1:
+            raise ValueError(f"workers and per_worker must be >= 1, got {workers} and {per_worker}")
+        # Segment 0 holds the flags; segment 1 + w * per_worker + k is worker w's buffer k.
+        segments = Segments(f"fastload-buffers-{os.getpid()}", 1 + workers * per_worker)
+        self._setup(uuid.uuid4().hex, workers, per_worker, segments)
 
-    def renewed(self) -> SlotTable:
-        """A table of the same size with every slot free, for a new generation of workers (slots
+    def renewed(self) -> BufferTable:
+        """A table of the same size with every buffer free, for a new generation of workers (buffers
         the old one lost with a killed worker or an unread batch are not carried over). Close
         this one once its workers are gone."""
-        return SlotTable(self.workers, self.slots)
+        return BufferTable(self.workers, self.per_worker)
 
-    def _setup(self, table_id: str, workers: int, slots: int, segments: Segments) -> None:
-        self.id, self.workers, self.slots, self._segments = table_id, workers, slots, segments
+    def _setup(self, table_id: str, workers: int, per_worker: int, segments: Segments) -> None:
+        self.id, self.workers, self.per_worker, self._segments = table_id, workers, per_worker, segments
         try:
-            flags = segments.map(0, workers * (slots + 2) * 8, grow=True)
-            self._rows = np.frombuffer(flags, dtype=np.int64).reshape(workers, slots + 2)
+            flags = segments.map(0, workers * (per_worker + 2) * 8, grow=True)
+            self._rows = np.frombuffer(flags, dtype=np.int64).reshape(workers, per_worker + 2)
         except OSError:  # not reachable from here (a hardened /proc): every batch in a new buffer
-            self._rows = np.zeros((workers, slots + 2), dtype=np.int64)
-            self._rows[:, :slots] = -3  # never FREE
+            self._rows = np.zeros((workers, per_worker + 2), dtype=np.int64)
+            self._rows[:, :per_worker] = -3  # never FREE
         _TABLES[table_id] = self
 
     def __getstate__(self) -> tuple[str, int, int, Segments]:
-        return self.id, self.workers, self.slots, self._segments
+        return self.id, self.workers, self.per_worker, self._segments
 
     def __setstate__(self, state: tuple[str, int, int, Segments]) -> None:
         self._setup(*state)
 
     @property
     def counts(self) -> tuple[int, int]:
-        """(batches built in a reused slot, batches built in a new buffer), all workers."""
+        """(batches built in a reused buffer, batches built in a new buffer), all workers."""
         return int(self._rows[:, _REUSED].sum()), int(self._rows[:, _NEW].sum())
 
-    def _slot(self, worker: int, slot: int, shape: SampleShape, grow: bool) -> Images:
-        """The slot's memory viewed as ``shape``: one tensor, or one per view, one after another."""
+    def _view(self, worker: int, buffer: int, shape: SampleShape, grow: bool) -> Images:
+        """The buffer's memory viewed as ``shape``: one tensor, or one per view, one after another."""
         per_view = shapes(shape)
         sizes = [math.prod(v) for v in per_view]
-        mapped = self._segments.map(1 + worker * self.slots + slot, sum(sizes), grow)
+        mapped = self._segments.map(1 + worker * self.per_worker + buffer, sum(sizes), grow)
         flat = torch.frombuffer(mapped, dtype=torch.uint8, count=sum(sizes))
         views = [part.view(v) for part, v in zip(flat.split(sizes), per_view)]
         return tuple(views) if len(views) > 1 or _multi(shape) else views[0]
 
-    def buffer(self, worker: int, shape: SampleShape) -> tuple[Images, SlotLease | None]:
-        """A uint8 tensor of ``shape`` for worker ``worker``'s next batch: a free slot of its
+    def buffer(self, worker: int, shape: SampleShape) -> tuple[Images, BufferLease | None]:
+        """A uint8 tensor of ``shape`` for worker ``worker``'s next batch: a free buffer of its
         own (with the lease that frees it), else memory of this process (no lease). A tuple of
-        shapes (a multi-view batch) gives a tuple of tensors, one after another in one slot."""
+        shapes (a multi-view batch) gives a tuple of tensors, one after another in one buffer."""
         row = self._rows[worker]
         shape = _canonical(shape)
         nbytes = sum(math.prod(v) for v in shapes(shape))
-        for k in range(self.slots if nbytes else 0):
+        for k in range(self.per_worker if nbytes else 0):
             if row[k] != FREE:
                 continue
-            reused = self._segments.mapped(1 + worker * self.slots + k) >= nbytes
+            reused = self._segments.mapped(1 + worker * self.per_worker + k) >= nbytes
             try:
-                images = self._slot(worker, k, shape, grow=True)
+                images = self._view(worker, k, shape, grow=True)
             except OSError:  # cannot be reached or grown (no memory): this batch by value instead
                 break
             row[_REUSED] += reused
             row[k] = os.getpid()
-            return images, SlotLease(self.id, worker, k, os.getpid(), shape)
+            return images, BufferLease(self.id, worker, k, os.getpid(), shape)
         row[_NEW] += 1
         # Not shared memory: it travels by value (fastload.batch), so nothing is left behind
         # in /dev/shm when it is never received.
         own = tuple(torch.from_numpy(np.empty(v, dtype=np.uint8)) for v in shapes(shape))
         return (own if _multi(shape) else own[0]), None
 
-    def images(self, worker: int, slot: int, shape: SampleShape) -> Images:
-        """The pixels a worker left in its slot, as this process maps them."""
-        return self._slot(worker, slot, _canonical(shape), grow=False)
+    def images(self, worker: int, buffer: int, shape: SampleShape) -> Images:
+        """The pixels a worker left in its buffer, as this process maps them."""
+        return self._view(worker, buffer, _canonical(shape), grow=False)
 
-    def free(self, worker: int, slot: int, owner: int) -> None:
-        """Frees the slot if process ``owner`` still holds it: a late release of a batch of a
-        dead worker must not free the slot its successor (same worker number) has lent since."""
-        if self._rows[worker, slot] == owner:
-            self._rows[worker, slot] = FREE
+    def free(self, worker: int, buffer: int, owner: int) -> None:
+        """Frees the buffer if process ``owner`` still holds it: a late release of a batch of a
+        dead worker must not free the buffer its successor (same worker number) has lent since."""
+        if self._rows[worker, buffer] == owner:
+            self._rows[worker, buffer] = FREE
 
     def close(self) -> None:
         """Lets go of the segments here (idempotent): their memory goes once the workers that
-        use them are gone and no batch still views a slot."""
+        use them are gone and no batch still views a buffer."""
         self._rows = self._rows.copy()  # the flags' mapping goes too; a late release writes here, harmlessly
         self._segments.close()
 
 
-class SlotLease(SharedLease):
-    """Worker ``worker``'s slot ``slot`` of table ``table_id``, lent with one batch of ``shape``
+class BufferLease(SharedLease):
+    """Worker ``worker``'s buffer ``buffer`` of table ``table_id``, lent with one batch of ``shape``
     by process ``owner``.
 
     The batch's pixels travel as this lease (see :meth:`images`): the main process maps the
-    slot. Only the copy that arrives in the main process frees the slot: on :meth:`release`,
+    buffer. Only the copy that arrives in the main process frees the buffer: on :meth:`release`,
     or when it is collected unreleased (its batch was dropped unread).
     """
 
     def __init__(
-        self, table_id: str, worker: int, slot: int, owner: int, shape: SampleShape = (), received: bool = False
+        self, table_id: str, worker: int, buffer: int, owner: int, shape: SampleShape = (), received: bool = False
     ) -> None:
-        self.table_id, self.worker, self.slot, self.owner = table_id, worker, slot, int(owner)
+        self.table_id, self.worker, self.buffer, self.owner = table_id, worker, buffer, int(owner)
         self.shape = _canonical(shape)
         self._open = received
 
     def __reduce__(self) -> tuple[Any, tuple[str, int, int, int, SampleShape, bool]]:
-        return SlotLease, (self.table_id, self.worker, self.slot, self.owner, self.shape, True)
+        return BufferLease, (self.table_id, self.worker, self.buffer, self.owner, self.shape, True)
 
     def images(self) -> Images:
-        """The batch's pixels in the slot, mapped in this process.
+        """The batch's pixels in the buffer, mapped in this process.
 
         Raises:
-            RuntimeError: This process no longer holds the slot table (its workers were replaced).
+            RuntimeError: This process no longer holds the buffer table (its workers were replaced).
         """
         table = _TABLES.get(self.table_id)
         if table is None:
             raise RuntimeError(
-                f"a batch arrived in a slot of table {self.table_id}, which this process no longer holds"
+                f"a batch arrived in a buffer of table {self.table_id}, which this process no longer holds"
             )
-        return table.images(self.worker, self.slot, self.shape)
+        return table.images(self.worker, self.buffer, self.shape)
 
     def release(self, event: Any = None) -> None:
         if not self._open:
             return
         self._open = False
-        if event is not None:  # a copy out of the slot may still be running
+        if event is not None:  # a copy out of the buffer may still be running
             event.synchronize()
         table = _TABLES.get(self.table_id)
         if table is not None:
-            table.free(self.worker, self.slot, self.owner)
+            table.free(self.worker, self.buffer, self.owner)
 
     def __del__(self) -> None:
         try:
@@ -191,15 +191,15 @@ class SlotLease(SharedLease):
             pass
 
 
-class SlotPool:
+class SharedPool:
     """The :class:`~fastload.sources.pools.BufferPool` of worker processes: each worker's own
-    slots of ``table`` (a batch that finds none free is built in the worker's own memory).
+    buffers of ``table`` (a batch that finds none free is built in the worker's own memory).
 
     Args:
-        table: The slots, made by the main process before the workers start.
+        table: The buffers, made by the main process before the workers start.
     """
 
-    def __init__(self, table: SlotTable) -> None:
+    def __init__(self, table: BufferTable) -> None:
         self.table = table
 
     def lease(
@@ -215,13 +215,13 @@ class SlotPool:
         return BatchBuffers(images, lease=lease)
 
     def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:
-        """Frees the slot of a batch that was never sent."""
+        """Frees the buffer of a batch that was never sent."""
         lease = buffers.lease
-        if isinstance(lease, SlotLease):
-            self.table.free(worker, lease.slot, lease.owner)
+        if isinstance(lease, BufferLease):
+            self.table.free(worker, lease.buffer, lease.owner)
 
     def renew(self) -> None:
-        """Fresh slots for a new generation of workers (the old ones' memory goes with them)."""
+        """Fresh buffers for a new generation of workers (the old ones' memory goes with them)."""
         old, self.table = self.table, self.table.renewed()
         old.close()  # forked workers inherited descriptors of their own
 
@@ -230,9 +230,9 @@ class SlotPool:
 
 
 def detached(batch: Any) -> Any:
-    """``batch`` with its images copied out of a worker's slot and the slot freed; ``batch``
+    """``batch`` with its images copied out of a worker's buffer and the buffer freed; ``batch``
     itself when its images are its own (or it is not a HostBatch)."""
-    if not isinstance(batch, HostBatch) or not isinstance(batch.lease, SlotLease):
+    if not isinstance(batch, HostBatch) or not isinstance(batch.lease, BufferLease):
         return batch
     images = map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), batch.images)
     own = dataclasses.replace(batch, images=images, lease=None)

@@ -141,9 +141,9 @@ class BatchMaker:
                 put(row(rows, j), item, self.loader)
                 loaded.append(item)
             for j in range(len(head), len(plan)):
-                slot = row(rows, j)
-                item = self.load_row(plan, j, worker, slot)
-                put(slot, item, self.loader)
+                into = row(rows, j)
+                item = self.load_row(plan, j, worker, into)
+                put(into, item, self.loader)
                 loaded.append(item)
             return self.collate(buffers, loaded, request)
         except BaseException:

@@ -228,9 +228,9 @@ class PackMaker:
         indices = np.asarray(request.indices, np.int64).copy()
         skipped: list[SkippedSample] = []
         for k, j in enumerate(cpu):  # the CPU path, as decode="cpu" loads them, from their plans
-            r, slot = plan.take(j), row(rows, k)
-            item = self.loader.load(r.index, request.epoch, worker, slot, seed=request.seed, plan=r.plan)
-            put(slot, item, self.loader)
+            r, into = plan.take(j), row(rows, k)
+            item = self.loader.load(r.index, request.epoch, worker, into, seed=request.seed, plan=r.plan)
+            put(into, item, self.loader)
             targets[j], indices[j] = item.label, item.index
             skipped.extend(item.skipped)
         encoded = []

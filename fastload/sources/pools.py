@@ -7,7 +7,7 @@ passed) and the pool may then lend the buffer again.
 
 - :class:`PlainPool`: a new buffer per batch (:func:`fastload.collate.batch_buffer`: shared
   memory in a DataLoader worker, pinned memory in the main process where asked): no lease.
-- :class:`fastload.sources.handoff.SlotPool`: each worker process's reused memfd buffers,
+- :class:`fastload.sources.handoff.SharedPool`: each worker process's reused memfd buffers,
   which the main process maps (a :class:`~fastload.batch.SharedLease` travels with the batch).
 - :class:`fastload.sources.ring.RingPool`: the thread backend's ring of pinned buffers, each
   reused once its writers, its consumer and its copy to the device are done.

@@ -20,7 +20,7 @@ from ..collate import pinning_on
 from . import deaths
 from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import SampleLoader
-from .handoff import SlotPool, detached
+from .handoff import SharedPool, detached
 from .indexed import IndexedSource
 from .inflight import InFlight
 from .pools import BufferPool
@@ -187,7 +187,7 @@ def worker_batches(
             except StopIteration:
                 return
             except Exception as e:
-                if closed is not None and closed.is_set():  # e.g. a batch arriving in a slot close() let go of
+                if closed is not None and closed.is_set():  # e.g. a batch arriving in a buffer close() let go of
                     raise RuntimeError(CLOSED) from None
                 if options.num_workers == 0:
                     raise  # loaded in this process: keep the whole traceback
@@ -217,7 +217,7 @@ class WorkerBatches(torch.utils.data.Dataset):
 
     Args:
         maker: Makes the batch, in the worker (or in the main process with 0 workers).
-        pool: Lends its buffers (each worker's slots, or a new buffer per batch).
+        pool: Lends its buffers (each worker's own, or a new buffer per batch).
     """
 
     def __init__(self, maker: Maker, pool: BufferPool) -> None:
@@ -262,9 +262,9 @@ class ProcessSource(IndexedSource):
             raise RuntimeError(CLOSED)
         self._requests.current = self.requests(run)
         if not self.options.persistent:
-            self._renew_slots()  # new workers each pass
+            self._renew_buffers()  # new workers each pass
         try:
-            # Out of the worker's slot at once (the pin-memory thread has copied a pinned batch).
+            # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
             for batch in worker_batches(
                 start_workers(self._loader, self.options),
                 self.options,
@@ -282,15 +282,15 @@ class ProcessSource(IndexedSource):
         after one of them died)."""
         if self._loader is not None:
             deaths.retire(self.inflight)
-            self._renew_slots()
+            self._renew_buffers()
             holder = [self._loader]
             self._loader = self._new_loader()
             # The failure is raised at once: a stuck worker's shutdown (DataLoader waits 5 s
             # before terminating it) goes on in the background, not inside the timeout.
             drop_in_background(holder, wait_s=0)
 
-    def _renew_slots(self) -> None:
-        if isinstance(self.pool, SlotPool):
+    def _renew_buffers(self) -> None:
+        if isinstance(self.pool, SharedPool):
             self.pool.renew()  # the old slots' memory goes with the old workers
 
     def close(self) -> None:
@@ -302,5 +302,5 @@ class ProcessSource(IndexedSource):
         holder: list = [self._loader]
         self._loader = None
         drop_in_background(holder)
-        if isinstance(self.pool, SlotPool):
+        if isinstance(self.pool, SharedPool):
             self.pool.close()

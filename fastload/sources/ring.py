@@ -1,6 +1,6 @@
-"""A ring of reused batch buffers whose slots come back only when nobody touches them.
+"""A ring of reused batch buffers, each lent again only when nobody touches it.
 
-A slot is rewritten only after (1) every decode task writing into it has finished —
+A buffer is rewritten only after (1) every decode task writing into it has finished —
 also the tasks of an abandoned pass — and (2) the consumer released it, and (3) the
 CUDA event recorded after its host-to-device copy, if any, has completed. Events
 cannot notify, so the ring waits on the one it needs with ``synchronize()``.
@@ -24,7 +24,7 @@ SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed wh
 
 
 @dataclass
-class SlotBuffers:
+class RingBuffers:
     """The pinned (with CUDA) host memory of one batch."""
 
     images: Images  # a tuple of them for a multi-view batch
@@ -33,8 +33,8 @@ class SlotBuffers:
 
 
 @dataclass
-class _Slot:
-    buffers: SlotBuffers
+class _Buffer:
+    buffers: RingBuffers
     held: bool = False  # lent to the consumer
     writers: Any = None  # the job writing into it: has ``finished()``
     event: Any = None  # CUDA event recorded after its copy
@@ -42,13 +42,13 @@ class _Slot:
 
 
 class RingLease:
-    """Gives a slot back to its ring (see :class:`fastload.batch.Lease`)."""
+    """Gives a buffer back to its ring (see :class:`fastload.batch.Lease`)."""
 
-    def __init__(self, ring: BufferRing, slot: int) -> None:
-        self._ring, self._slot = ring, slot
+    def __init__(self, ring: BufferRing, buffer: int) -> None:
+        self._ring, self._buffer = ring, buffer
 
     def release(self, event: Any = None) -> None:
-        self._ring.release(self._slot, event)
+        self._ring.release(self._buffer, event)
 
 
 class BufferRing:
@@ -75,32 +75,32 @@ class BufferRing:
             views = tuple(alloc_batch(v, pin=pin) for v in per_view)
             return views if isinstance(shape[0], tuple) else views[0]
 
-        self._slots = [
-            _Slot(SlotBuffers(images(), targets.alloc(n, place), alloc_batch((n,), torch.int64, pin=pin)))
+        self._buffers = [
+            _Buffer(RingBuffers(images(), targets.alloc(n, place), alloc_batch((n,), torch.int64, pin=pin)))
             for _ in range(count)
         ]
         self._cond = threading.Condition()
         self._releases = 0
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return len(self._buffers)
 
-    def buffers(self, slot: int) -> SlotBuffers:
-        return self._slots[slot].buffers
+    def buffers(self, buffer: int) -> RingBuffers:
+        return self._buffers[buffer].buffers
 
     def acquire(self, writers: Any, closed: threading.Event | None = None) -> int:
-        """A free slot, now lent to ``writers`` (whose ``finished()`` gates its reuse) and
+        """A free buffer, now lent to ``writers`` (whose ``finished()`` gates its reuse) and
         then to the consumer; waits for one if none is free.
 
         Raises:
             RuntimeError: ``closed`` was set while waiting.
         """
         while True:
-            oldest: _Slot | None = None
+            oldest: _Buffer | None = None
             if closed is not None and closed.is_set():
                 raise RuntimeError(CLOSED)
             with self._cond:
-                for i, s in enumerate(self._slots):
+                for i, s in enumerate(self._buffers):
                     if s.held or (s.writers is not None and not s.writers.finished()):
                         continue
                     if s.event is None or s.event.query():
@@ -115,10 +115,10 @@ class BufferRing:
                     continue
             waiting_on.synchronize()  # outside the lock: the copy ends on its own
 
-    def release(self, slot: int, event: Any = None) -> None:
+    def release(self, buffer: int, event: Any = None) -> None:
         with self._cond:
             self._releases += 1
-            s = self._slots[slot]
+            s = self._buffers[buffer]
             s.held, s.event, s.released = False, event, self._releases
             self._cond.notify_all()
 
@@ -128,9 +128,9 @@ class BufferRing:
             self._cond.notify_all()
 
     def release_all(self) -> None:
-        """Slots an abandoned pass never gave back; their writers and events still gate them."""
+        """Buffers an abandoned pass never gave back; their writers and events still gate them."""
         with self._cond:
-            for s in self._slots:
+            for s in self._buffers:
                 s.held = False
             self._cond.notify_all()
 
@@ -166,17 +166,17 @@ class RingPool:
         if ring is None or ring.shape != shape or (target is not None and ring.target != target):
             with pinning_on(self.device if self.pin else None):
                 ring = self.ring = BufferRing(self.count, shape, self.pin, target or INT_LABELS)
-        slot = ring.acquire(until, self.closed)
-        buffers = ring.buffers(slot)
+        buffer = ring.acquire(until, self.closed)
+        buffers = ring.buffers(buffer)
         images = map_images(lambda t: t[:n], buffers.images)
-        return BatchBuffers(images, buffers.labels, buffers.indices, ring.target, RingLease(ring, slot))
+        return BatchBuffers(images, buffers.labels, buffers.indices, ring.target, RingLease(ring, buffer))
 
     def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:
-        """Gives the slot back (reused once its writers have finished)."""
+        """Gives the buffer back (reused once its writers have finished)."""
         if buffers.lease is not None:
             buffers.lease.release()
 
     def release_all(self) -> None:
-        """Slots an abandoned pass never gave back (their writers and events still gate them)."""
+        """Buffers an abandoned pass never gave back (their writers and events still gate them)."""
         if self.ring is not None:
             self.ring.release_all()

@@ -188,11 +188,11 @@ class SlotRecords(torch.utils.data.IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         local = (worker + self.start) % workers
-        slot, slots = self.rank * workers + local, self.world_size * workers
+        into, slots = self.rank * workers + local, self.world_size * workers
         skip = slot_batches_done(self.start, local, workers) * self.maker.batch_size
         ordered = {} if self.order is None else {"order": self.order}
-        records = self.stream.records_for(slot, slots, drop_last=self.maker.drop_last, **ordered, **self.layout)
-        return self.maker.batches(itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, slot, worker)
+        records = self.stream.records_for(into, slots, drop_last=self.maker.drop_last, **ordered, **self.layout)
+        return self.maker.batches(itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, into, worker)
 
 
 class StreamSource:

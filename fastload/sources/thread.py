@@ -102,9 +102,9 @@ class _Job:
         copies = 0
         try:
             if not self.cancelled and self.error is None and self.loaded[j] is None:
-                slot = row(self.rows, j)
-                item = self.maker.load_row(self.plan, j, worker, slot)
-                copies = put(slot, item, self.maker.loader)
+                into = row(self.rows, j)
+                item = self.maker.load_row(self.plan, j, worker, into)
+                copies = put(into, item, self.maker.loader)
                 self.loaded[j] = item
         except BaseException as e:  # re-raised in the consumer, with its traceback
             self.error = self.error or e
@@ -219,9 +219,9 @@ class ThreadSource(IndexedSource):
         self.prefetch, self.timeout = prefetch, timeout
         self._closed = threading.Event()
         # decoding ahead + held by the device stage + the batch handed over
-        slots = prefetch + device_ahead + 1
+        count = prefetch + device_ahead + 1
         self.pool: BufferPool = (
-            RingPool(slots, sampler.batch_size, pin, pin_device, self._closed) if reuse else PlainPool(pin, pin_device)
+            RingPool(count, sampler.batch_size, pin, pin_device, self._closed) if reuse else PlainPool(pin, pin_device)
         )
         self.copies = 0  # samples decoded beside their row and copied in
         self._consumer = num_threads  # the in-flight row of the consumer thread
