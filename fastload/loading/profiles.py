@@ -6,10 +6,12 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Sized
 from typing import Any
 
 import torch
 
+from ..datasets.protocols import Summarized
 from ..system import available_cpus, cpu_model, cpus_per_rank, local_world_size
 
 APPLIED = ("num_workers", "backend", "prefetch_factor")  # what num_workers="auto" takes from a profile
@@ -26,11 +28,11 @@ def machine_key() -> dict:
 
 
 def dataset_key(dataset: Any) -> dict:
-    summary = dataset.summary() if hasattr(dataset, "summary") else {"type": type(dataset).__name__}
+    summary = dataset.summary() if isinstance(dataset, Summarized) else {"type": type(dataset).__name__}
     where = summary.get("root") or summary.get("path") or summary.get("paths")
     return {
         "type": summary.get("type"),
-        "samples": len(dataset) if hasattr(dataset, "__len__") else None,
+        "samples": len(dataset) if isinstance(dataset, Sized) else None,
         "where": os.path.abspath(where) if isinstance(where, str) else where,
     }
 

@@ -15,6 +15,7 @@ from tqdm import tqdm
 from .. import transforms
 from ..config import LoaderConfig
 from ..datasets.open import detect, open_dataset
+from ..datasets.protocols import Loadable, Summarized
 from ..system import cpu_model, cpus_per_rank
 from .decide import decide, key
 from .measure import bottleneck, measure_loader
@@ -138,7 +139,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     )
     tf = transforms.train(args.size) if args.transform == "train" else transforms.eval(args.size)
     dataset = open_tuned(args, tf)
-    if not hasattr(dataset, "load"):
+    if not isinstance(dataset, Loadable):
         raise ValueError(stream_refusal(args.dataset, dataset))
     grid = space.grid()
     bar = tqdm(total=len(grid), desc="tuning", unit="config", disable=None if progress else True)
@@ -202,7 +203,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
             "cpus": cpus_per_rank(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         },
-        "dataset": dataset.summary() if hasattr(dataset, "summary") else {"path": args.dataset},
+        "dataset": dataset.summary() if isinstance(dataset, Summarized) else {"path": args.dataset},
         "search": "grid" if args.grid else "adaptive",
         "seconds_per_config": args.seconds,
         "measured": len(measured),

@@ -217,7 +217,7 @@ class WebDataset(PlannedRecords):
     def __getattr__(self, name: str) -> Any:
         if name in ("table", "clean") and self.__dict__.get("_indexing") is not None:  # still being indexed
             self._build_table()
-            return getattr(self, name)
+            return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def wait_indexed(self, timeout: float | None = None) -> None:
