@@ -15,7 +15,7 @@ from tqdm import tqdm
 from .. import transforms
 from ..config import LoaderConfig
 from ..datasets.open import detect, open_dataset
-from ..datasets.protocols import Loadable, Summarized
+from ..datasets.protocols import Summarized, is_stream
 from ..system import cpu_model, cpus_per_rank
 from .decide import decide, key
 from .measure import bottleneck, measure_loader
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     )
     tf = transforms.train(args.size) if args.transform == "train" else transforms.eval(args.size)
     dataset = open_tuned(args, tf)
-    if not isinstance(dataset, Loadable):
+    if is_stream(dataset):
         raise ValueError(stream_refusal(args.dataset, dataset))
     grid = space.grid()
     bar = tqdm(total=len(grid), desc="tuning", unit="config", disable=None if progress else True)
