@@ -24,7 +24,7 @@ from .loading.profiles import resolve_auto
 from .loading.progress import Position, Progress
 from .loading.skips import SkipLog
 from .sources import build_source, is_stream, resume
-from .sources.build import DEVICE_AHEAD
+from .sources.build import DEVICE_AHEAD, pin_memory
 from .sources.failures import is_worker_failure, worker_failure
 from .sources.request import PassRequest
 from .sources.sampler import RankSampler, resolve_rank
@@ -104,7 +104,7 @@ class Loader(DataLoaderAttributes):
         self._device_follows = self.device.type == "cuda" and unindexed
         self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
         self.num_workers = int(cfg.num_workers)
-        self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
+        self.pin_memory = pin_memory(cfg.pin_memory, self.device)
         self._skips = SkipLog()
         self.skipped: list[SkippedSample] = self._skips.items  # what on_error="skip" replaced (the latest 10,000)
         self._gpu = None  # the GPU decode pipeline (decode="gpu")

@@ -25,6 +25,12 @@ from .thread import ThreadSource
 DEVICE_AHEAD = 2  # batches the device stage copies ahead of the consumer (a fixed part of the pipeline)
 
 
+def pin_memory(requested: bool | None, device: torch.device) -> bool:
+    """Whether batches for ``device`` are to be pinned: as ``requested``, by default when
+    they go to a CUDA device (the Loader's ``pin_memory``; its sources pin only where CUDA is)."""
+    return bool(requested) if requested is not None else device.type == "cuda"
+
+
 def build_source(
     samples: Any,
     cfg: LoaderConfig,
@@ -52,7 +58,7 @@ def build_source(
         gpu: ``decode="gpu"``: the transforms as the device runs them; workers then pack
             batches for it (:class:`~fastload.sources.packed.PackMaker`) instead of decoding.
     """
-    pin = bool(cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda") and torch.cuda.is_available()
+    pin = pin_memory(cfg.pin_memory, device) and torch.cuda.is_available()
     workers = int(cfg.num_workers)
     options = WorkerOptions(
         workers,
