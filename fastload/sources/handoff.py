@@ -35,9 +35,8 @@ import torch
 
 from ..batch import HostBatch, SharedLease
 from ..collate import alloc_batch
-from ..targets import TargetSpec
 from ..views import Images, SampleShape, batch_shape, map_images, shapes
-from .pools import BatchBuffers, Writers
+from .pools import BatchBuffers, Need
 from .segments import SUPPORTED, Segments
 
 FREE = 0  # a busy buffer holds the pid of the worker process that lent it
@@ -202,16 +201,8 @@ class SharedPool:
     def __init__(self, table: BufferTable) -> None:
         self.table = table
 
-    def lease(
-        self,
-        n: int,
-        sample: SampleShape,
-        target: TargetSpec | None = None,
-        *,
-        worker: int = 0,
-        until: Writers | None = None,
-    ) -> BatchBuffers:
-        images, lease = self.table.buffer(worker, batch_shape(n, sample))
+    def lease(self, need: Need) -> BatchBuffers:
+        images, lease = self.table.buffer(need.worker, batch_shape(need.n, need.sample))
         return BatchBuffers(images, lease=lease)
 
     def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:

@@ -20,7 +20,7 @@ from ..views import SampleShape, map_images, numpy_rows, row, shape_of
 from .batchplan import BatchPlan, CpuExecutor, cpu_executor, plan_row
 from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
-from .pools import BatchBuffers, BufferPool, Writers
+from .pools import BatchBuffers, BufferPool, Need, Writers
 from .request import BatchRequest
 from .samples import Samples
 
@@ -127,7 +127,7 @@ class BatchMaker:
         shape = self.shape(plan.request.epoch)
         if shape is None:
             raise RuntimeError("lease() before the head of the epoch fixed the sample shape")
-        return pool.lease(len(plan), shape, target, worker=worker, until=until)
+        return pool.lease(Need(len(plan), shape, target, worker, until))
 
     def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> HostBatch:
         """Plans, loads and collates one batch into buffers leased from ``pool``."""

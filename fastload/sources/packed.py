@@ -28,7 +28,7 @@ from ..targets import Target, TargetSpec, as_target, fill
 from ..views import numpy_rows, row
 from .batchplan import BatchPlan, plan_row
 from .fetch import SampleLoader, put
-from .pools import BufferPool
+from .pools import BufferPool, Need
 from .request import BatchRequest
 
 
@@ -222,7 +222,7 @@ class PackMaker:
         cpu = [j for j in range(n) if packed[j] is None]
         pixels = _buffer((0, out_h, out_w, 3))
         if cpu:
-            pixels = cast(torch.Tensor, pool.lease(len(cpu), (out_h, out_w, 3), worker=worker).images)
+            pixels = cast(torch.Tensor, pool.lease(Need(len(cpu), (out_h, out_w, 3), worker=worker)).images)
         rows = numpy_rows(pixels)
         targets: list[Target] = [0] * n
         indices = np.asarray(request.indices, np.int64).copy()

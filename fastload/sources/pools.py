@@ -33,6 +33,25 @@ class Writers(Protocol):
     def finished(self) -> bool: ...
 
 
+@dataclass(frozen=True)
+class Need:
+    """What one batch needs of a pool.
+
+    Attributes:
+        n: Its rows.
+        sample: The shape of one sample (one per view).
+        target: The spec of its targets, where known (its first sample's).
+        worker: The worker that writes it (a process's index among the workers).
+        until: What writes into it from other threads: it is lent again only once this has finished.
+    """
+
+    n: int
+    sample: SampleShape
+    target: TargetSpec | None = None
+    worker: int = 0
+    until: Writers | None = None
+
+
 @dataclass
 class BatchBuffers:
     """The memory of one batch of ``n`` rows.
@@ -56,17 +75,8 @@ class BatchBuffers:
 class BufferPool(Protocol):
     """Lends batch buffers."""
 
-    def lease(
-        self,
-        n: int,
-        sample: SampleShape,
-        target: TargetSpec | None = None,
-        *,
-        worker: int = 0,
-        until: Writers | None = None,
-    ) -> BatchBuffers:
-        """Buffers for ``n`` samples of shape ``sample`` (targets of spec ``target`` where
-        known), for worker ``worker``; with ``until``, lent again only once it has finished."""
+    def lease(self, need: Need) -> BatchBuffers:
+        """Buffers for ``need.n`` samples of shape ``need.sample``."""
 
     def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:
         """Takes back buffers whose batch was never handed on (it failed while being made)."""
@@ -84,17 +94,9 @@ class PlainPool:
     def __init__(self, pin: bool | None = None, device: Any = None) -> None:
         self.pin, self.device = pin, device
 
-    def lease(
-        self,
-        n: int,
-        sample: SampleShape,
-        target: TargetSpec | None = None,
-        *,
-        worker: int = 0,
-        until: Writers | None = None,
-    ) -> BatchBuffers:
+    def lease(self, need: Need) -> BatchBuffers:
         with pinning_on(self.device if self.pin else None):
-            return BatchBuffers(batch_buffer(n, sample, pin=self.pin))
+            return BatchBuffers(batch_buffer(need.n, need.sample, pin=self.pin))
 
     def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:
         """Nothing to take back: the memory goes with the batch."""

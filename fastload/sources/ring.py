@@ -18,7 +18,7 @@ from ..collate import alloc_batch, pinning_on
 from ..targets import INT_LABELS, TargetSpec
 from ..views import Images, SampleShape, batch_shape, map_images, shapes
 from .failures import CLOSED
-from .pools import BatchBuffers, Writers
+from .pools import BatchBuffers, Need
 
 SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed when all is well)
 
@@ -152,23 +152,15 @@ class RingPool:
         self.count, self.batch_size, self.pin, self.device, self.closed = count, batch_size, pin, device, closed
         self.ring: BufferRing | None = None
 
-    def lease(
-        self,
-        n: int,
-        sample: SampleShape,
-        target: TargetSpec | None = None,
-        *,
-        worker: int = 0,
-        until: Writers | None = None,
-    ) -> BatchBuffers:
-        shape = batch_shape(self.batch_size, sample)
+    def lease(self, need: Need) -> BatchBuffers:
+        shape, target = batch_shape(self.batch_size, need.sample), need.target
         ring = self.ring
         if ring is None or ring.shape != shape or (target is not None and ring.target != target):
             with pinning_on(self.device if self.pin else None):
                 ring = self.ring = BufferRing(self.count, shape, self.pin, target or INT_LABELS)
-        buffer = ring.acquire(until, self.closed)
+        buffer = ring.acquire(need.until, self.closed)
         buffers = ring.buffers(buffer)
-        images = map_images(lambda t: t[:n], buffers.images)
+        images = map_images(lambda t: t[: need.n], buffers.images)
         return BatchBuffers(images, buffers.labels, buffers.indices, ring.target, RingLease(ring, buffer))
 
     def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:

@@ -10,6 +10,7 @@ samples, as DataLoader's sampler does).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator
 from typing import Protocol
@@ -141,37 +142,32 @@ class ShardedBatchSampler:
             raise ValueError(f"num_samples must be positive, got {num_samples}")
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        check_rank(rank, world_size)
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.drop_uneven = drop_uneven
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
         self._epochs: EpochClock = OwnEpoch() if epochs is None else epochs
-        self.per_rank, self.num_batches = rank_count(num_samples, world_size, batch_size, drop_last, drop_uneven)
+        self._deal(seed, rank, world_size)
+
+    def _deal(self, seed: int, rank: int, world_size: int) -> None:
+        """This rank's share of the order of ``seed``: its sample and batch counts, checked."""
+        check_rank(rank, world_size)
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        n, drop_last = self.num_samples, self.drop_last
+        self.per_rank, self.num_batches = rank_count(n, world_size, self.batch_size, drop_last, self.drop_uneven)
         if self.num_batches == 0:
             why = "with drop_last=True" if drop_last else "with DistributedSampler's drop_last=True (drop_uneven)"
             raise ValueError(
-                f"no batch to yield: {num_samples} samples over {world_size} rank(s) is fewer than "
-                f"{'batch_size=' + str(batch_size) if drop_last else 'one sample per rank'} {why}"
+                f"no batch to yield: {n} samples over {world_size} rank(s) is fewer than "
+                f"{'batch_size=' + str(self.batch_size) if drop_last else 'one sample per rank'} {why}"
             )
 
     def resharded(self, rank: int, world_size: int, seed: int) -> ShardedBatchSampler:
         """This sampler for another rank, world size or order seed (its epoch kept where it is)."""
-        return ShardedBatchSampler(
-            self.num_samples,
-            self.batch_size,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_uneven=self.drop_uneven,
-            epochs=self._epochs,
-        )
+        new = copy.copy(self)
+        new._deal(seed, rank, world_size)
+        return new
 
     @property
     def epoch(self) -> int:

@@ -31,7 +31,7 @@ from .failures import CLOSED
 from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
 from .maker import collate
-from .pools import BufferPool, PlainPool
+from .pools import BufferPool, Need, PlainPool
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 from .request import BatchRequest, PassRequest
 from .resume import StreamResume
@@ -148,7 +148,7 @@ class StreamMaker:
     def _collate(self, items: list[Loaded], epoch: int, worker: int) -> HostBatch:
         """``items`` (decoded beside their rows) into one batch, of the first one's shape."""
         check_image(items[0].image, self.loader.samples.title_of(items[0].index))
-        buffers = self.pool.lease(len(items), shape_of(items[0].image), worker=worker)
+        buffers = self.pool.lease(Need(len(items), shape_of(items[0].image), worker=worker))
         rows = numpy_rows(buffers.images)
         for j, item in enumerate(items):
             put(row(rows, j), item, self.loader)
