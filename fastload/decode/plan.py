@@ -37,7 +37,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -53,9 +53,7 @@ from .costs import (
 )
 from .header import ImageHeader, check_jpeg_complete
 from .libjpeg import scaled_size, scratch
-
-if TYPE_CHECKING:
-    from .resize import Crop
+from .resize import PHASE_TOL, Crop, phase_error
 
 #: A DCT-scaled decode is used only when the crop keeps at least this many decoded
 #: pixels per output pixel (on each side). Measured on real photos against Pillow's
@@ -186,88 +184,62 @@ class Planner:
 
     def predict(self, header: ImageHeader, crop: Crop, key: str) -> float:
         """Predicted µs of plan ``key`` (decode, crop and resize) for ``crop`` of the image."""
-        path, x = resize_features(header, crop, key)
-        return _lin(self._decode[key], decode_features(header, crop, key)) + _lin(self._resize[path], x)
+        return self._price(header, crop, (crop,), key)
 
-    def choose(self, header: ImageHeader, crop: Crop, scales: bool = True, region_ok: bool = True) -> DecodePlan:
-        """The cheapest plan for ``crop`` of the JPEG described by ``header``.
+    def _price(self, header: ImageHeader, union: Crop, crops: Sequence[Crop], key: str) -> float:
+        """µs of one decode of plan ``key`` for ``union`` (the crops' bounding box) and each crop's resize."""
+        cost = _lin(self._decode[key], decode_features(header, union, key))
+        for c in crops:
+            path, x = resize_features(header, c, key)
+            cost += _lin(self._resize[path], x)
+        return cost
+
+    def choose(
+        self, header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True, region_ok: bool = True
+    ) -> DecodePlan:
+        """The cheapest single decode serving ``crops`` (one crop, or the views of a
+        multi-view transform) of the JPEG described by ``header``.
+
+        Each plan is priced as one decode plus every crop's resize; a DCT scale or fast
+        upsampling must suit every crop; a region is the crops' union box.
 
         Args:
             header: The image's header (``nbytes`` set, as :func:`read_header` does).
-            crop: The crop and the size it is resized to.
+            crops: The crop(s) and the size each is resized to.
             scales: Allow DCT-scaled and fast-upsampled decodes (False: only plans with a
                 full decode's pixels).
             region_ok: The sample is known to decode clean, so a region decode may serve
                 it; when one would, and this is False, the full decode does (same pixels).
         """
-        full = self.predict(header, crop, "full")
+        if isinstance(crops, Crop):
+            crops = (crops,)
+        if len(crops) == 1:
+            union = crops[0]
+        else:
+            top, left = min(c.top for c in crops), min(c.left for c in crops)
+            union = Crop(
+                top, left, max(c.top + c.height for c in crops) - top, max(c.left + c.width for c in crops) - left, 1, 1
+            )
+        decode, price = self._decode, self._price
+        full = price(header, union, crops, "full")
         best_cost, best_key = full, "full"
-        if scales and "fast" in self._decode and crop.antialias and not crop.window:
-            cost = self.predict(header, crop, "fast")
+        antialiased = [c for c in crops if c.antialias]
+        windows = any(c.window for c in antialiased)
+        if scales and "fast" in decode and len(antialiased) == len(crops) and not windows:
+            cost = price(header, union, crops, "fast")
             if cost < best_cost:
                 best_cost, best_key = cost, "fast"
         if scales and min(header.height, header.width) >= 8:  # smaller: scales collide in size
-            need = MIN_RATIO if crop.antialias else 1.0
-            ratio = min(crop.height / crop.out_h, crop.width / crop.out_w)
-            window = crop.window and crop.antialias
-            for f, key in self._scales:  # descending: stop at the first too small
-                if ratio * f < need:
-                    break
-                cost = self.predict(header, crop, key)
-                if cost < best_cost and (window or not crop.antialias or self._phase_ok(crop, f)):
-                    best_cost, best_key = cost, key
-        if self._region and not (crop.window and crop.antialias) and header.components == 3 and not header.progressive:
-            cost = self.predict(header, crop, "region")
-            if cost < best_cost:
-                best_cost, best_key = cost, "region"
-        if best_key != "full" and best_cost > (1 - self.margin) * full:
-            return DecodePlan(_ONE, None, full)
-        if best_key == "region" and not region_ok:
-            return DecodePlan(_ONE, None, full)
-        return plan_for_key(best_key, header, crop, best_cost)
-
-    def choose_shared(
-        self, header: ImageHeader, crops: Sequence[Crop], scales: bool = True, region_ok: bool = True
-    ) -> DecodePlan:
-        """The cheapest single decode serving every crop of ``crops`` (the views of a
-        multi-view transform), as :meth:`choose` for one: each plan is priced as one decode
-        plus every crop's resize; a DCT scale or fast upsampling must suit every crop; a
-        region is the crops' union box."""
-        from .resize import Crop
-
-        if len(crops) == 1:
-            return self.choose(header, crops[0], scales, region_ok)
-        top, left = min(c.top for c in crops), min(c.left for c in crops)
-        union = Crop(
-            top, left, max(c.top + c.height for c in crops) - top, max(c.left + c.width for c in crops) - left, 1, 1
-        )
-
-        def price(key: str) -> float:
-            resizes = (resize_features(header, c, key) for c in crops)
-            return _lin(self._decode[key], decode_features(header, union, key)) + sum(
-                _lin(self._resize[path], x) for path, x in resizes
-            )
-
-        full = price("full")
-        best_cost, best_key = full, "full"
-        windows = any(c.window and c.antialias for c in crops)
-        if scales and "fast" in self._decode and all(c.antialias and not c.window for c in crops):
-            cost = price("fast")
-            if cost < best_cost:
-                best_cost, best_key = cost, "fast"
-        if scales and min(header.height, header.width) >= 8:
+            # Each crop's decoded pixels per output pixel at full size, and the least it may keep.
+            ratios = [(min(c.height / c.out_h, c.width / c.out_w), MIN_RATIO if c.antialias else 1.0) for c in crops]
             for f, key in self._scales:  # descending: stop at the first scale too small for a crop
-                if not all(
-                    min(c.height / c.out_h, c.width / c.out_w) * f >= (MIN_RATIO if c.antialias else 1.0) for c in crops
-                ):
+                if any(r * f < need for r, need in ratios):
                     break
-                cost = price(key)
-                if cost < best_cost and all(
-                    (c.window and c.antialias) or not c.antialias or self._phase_ok(c, f) for c in crops
-                ):
+                cost = price(header, union, crops, key)
+                if cost < best_cost and all(c.window or self._phase_ok(c, f) for c in antialiased):
                     best_cost, best_key = cost, key
         if self._region and not windows and header.components == 3 and not header.progressive:
-            cost = price("region")
+            cost = price(header, union, crops, "region")
             if cost < best_cost:
                 best_cost, best_key = cost, "region"
         if best_key != "full" and best_cost > (1 - self.margin) * full:
@@ -278,8 +250,6 @@ class Planner:
 
     @staticmethod
     def _phase_ok(crop: Crop, s: float) -> bool:
-        from .resize import PHASE_TOL, phase_error
-
         return (
             phase_error(crop.top * s, crop.height * s / crop.out_h) <= PHASE_TOL
             and phase_error(crop.left * s, crop.width * s / crop.out_w) <= PHASE_TOL
@@ -323,22 +293,8 @@ def set_planner(planner: Planner | None) -> None:
         _planner, _planner_source = planner, _costs_source()
 
 
-def recalibrate() -> Planner:
-    """Calibrates again, rewrites the cache and replaces this process's planner (other
-    processes keep theirs until restarted)."""
-    global _planner, _planner_source
-    with _lock:
-        _planner, _planner_source = Planner(load_or_calibrate(redo=True), roi.available()), _costs_source()
-    return _planner
-
-
-def choose(header: ImageHeader, crop: Crop, scales: bool = True, region_ok: bool = True) -> DecodePlan:
-    """The process planner's plan for ``crop`` of the image with ``header``."""
-    return get_planner().choose(header, crop, scales, region_ok)
-
-
-def choose_shared(
-    header: ImageHeader, crops: Sequence[Crop], scales: bool = True, region_ok: bool = True
+def choose(
+    header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True, region_ok: bool = True
 ) -> DecodePlan:
-    """The process planner's single decode serving every crop of ``crops``."""
-    return get_planner().choose_shared(header, crops, scales, region_ok)
+    """The process planner's single decode serving ``crops`` (one crop or several)."""
+    return get_planner().choose(header, crops, scales, region_ok)
