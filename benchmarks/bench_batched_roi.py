@@ -5,10 +5,10 @@ Training preset (RandomResizedCrop + flip, antialiased), batches of ``--batch-si
 photos, one core (the process is pinned to one CPU, torch and nvImageCodec to one
 thread), every row timed on the same batch before the next batch, rounds repeated:
 
-* "batch, per-sample path, no region": what every sample gets until it is known clean
-  (:meth:`fastload.ImageDataset.known_clean`): full (or DCT-scaled) decodes only;
-* "batch, per-sample path, region": known clean, a region decode per sample, one call each;
-* "batch, batched path, region": known clean, the batch's regions in one call
+* "batch, per-sample path, no region": the default, strict: full (or DCT-scaled) decodes only;
+* "batch, per-sample path, region": files trusted (``FASTLOAD_ROI=trusted``: region decode
+  cannot see corrupt data, ``bench_damage.py``), a region decode per sample, one call each;
+* "batch, batched path, region": files trusted, the batch's regions in one call
   (:mod:`fastload.sources.batched`);
 * the stages of the batched path: plan (read, header, crop, decode plan), the region
   decodes (one call per sample vs one per batch, the same regions) against a full decode
@@ -37,14 +37,7 @@ from fastload.sources import BatchFetcher, InFlight
 from fastload.sources.batched import decode_regions, plan_all
 
 
-class KnownClean(fl.ImageFolder):
-    """Every sample known clean: what the shared clean bitmap says after a strict epoch."""
-
-    def known_clean(self, index: int) -> bool:
-        return True
-
-
-class KnownCleanPerSample(KnownClean):
+class PerSample(fl.ImageFolder):
     def load(self, index, epoch=0, seed=0, out=None):  # an override: the fetcher keeps the per-sample path
         return super().load(index, epoch, seed, out)
 
@@ -69,8 +62,12 @@ def main() -> None:
     rounds = 1 if args.quick else args.rounds
     tf = fl.transforms.train(args.size)
     datasets = {"batch, per-sample path, no region": fl.ImageFolder(root, tf),
-                "batch, per-sample path, region": KnownCleanPerSample(root, tf),
-                "batch, batched path, region": KnownClean(root, tf)}
+                "batch, per-sample path, region": PerSample(root, tf),
+                "batch, batched path, region": fl.ImageFolder(root, tf)}
+    fitted = plan.get_planner().costs
+    # Each row's planner, set before it runs: the default (strict), or one for trusted files.
+    planners = {name: plan.Planner(fitted, region="no region" not in name) for name in datasets}
+    trusted = planners["batch, batched path, region"]
     fetchers = {name: BatchFetcher(ds, 0, "raise", InFlight(1)) for name, ds in datasets.items()}
     clean = datasets["batch, batched path, region"]
     stage_fetcher = fetchers["batch, batched path, region"]
@@ -89,6 +86,7 @@ def main() -> None:
         cpu_t[name][-1] += c - start[1]
 
     for name, f in fetchers.items():  # warm up: decoders, planner, files in the page cache
+        plan.set_planner(planners[name])
         f.fetch(BatchRequest(0, np.arange(batch)))
     for _ in range(rounds):
         for r in rows:
@@ -98,9 +96,11 @@ def main() -> None:
             request = BatchRequest(1, np.arange(first, first + batch))
             names = list(fetchers)
             for name in names[k % 3 :] + names[: k % 3]:
+                plan.set_planner(planners[name])
                 start = clocks()
                 fetchers[name].fetch(request)
                 record(name, start)
+            plan.set_planner(trusted)
             start = clocks()
             plans = plan_all(stage_fetcher, list(range(first, first + batch)), 1, 0)
             record("stage: plan", start)
@@ -127,7 +127,7 @@ def main() -> None:
     best = {r: (min(wall[r]) / n * 1e6, min(cpu_t[r]) / n * 1e6) for r in rows}
     print(f"{n} photos from {root}, batches of {batch}, RandomResizedCrop({args.size}) + flip, one core "
           f"(cpu {cpu}), {rounds} interleaved rounds, best round; region plans: {share:.0%} of samples; "
-          f"planner costs: {'calibrated' if 'seconds' in plan.get_planner().costs else 'built-in'}")
+          f"planner costs: {'calibrated' if 'seconds' in fitted else 'built-in'}")
     print(f"  {'row':46s} {'wall us/img':>12s} {'cpu us/img':>11s}  vs no-region path (cpu)")
     for r in rows:
         w, c = best[r]

@@ -83,8 +83,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         strict = "strict" if name in JPEG_BACKENDS else "JPEG not strict"
         print(f"decoder {name}: ok ({detail}{strict})")
     print(f"default decoder: {default_backend()}{_measured()}")
-    if roi.available():
-        region = f"nvImageCodec {roi.version()} (CPU), for samples known to decode clean"
+    if roi.trusted():
+        region = f"nvImageCodec {roi.version()} (CPU), planned: FASTLOAD_ROI=trusted (not strict)"
+    elif roi.available():
+        region = f"nvImageCodec {roi.version()} (CPU), not planned: it cannot see corrupt data (FASTLOAD_ROI=trusted)"
     else:
         try:
             roi.module()

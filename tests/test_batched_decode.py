@@ -16,14 +16,7 @@ from conftest import jpeg_bytes, make_image
 ROI = pytest.mark.skipif(not roi.available(), reason="region decode needs: pip install 'fastload[roi]'")
 
 
-class Clean(fl.ImageFolder):
-    """Every sample known clean (as the shared clean bitmap will say after a strict pass);
-    even indices only with ``even``, so odd ones get the other plans."""
-
-    even = False
-
-    def known_clean(self, index):
-        return index % 2 == 0 if self.even else True
+Clean = fl.ImageFolder  # its files trusted: the fixture's planner plans region decodes
 
 
 class CleanPerSample(Clean):
@@ -44,7 +37,7 @@ def _folder(root, n=12, bad=None):
 
 @pytest.fixture
 def regions_win(monkeypatch):
-    """A planner that takes a region decode wherever it is allowed."""
+    """A planner for trusted files (FASTLOAD_ROI=trusted) that takes a region decode wherever one may serve."""
     free = dict(costs.DEFAULT_COSTS, decode={**costs.DEFAULT_COSTS["decode"], "region": [0.0, 0.0, 0.0]})
     plan.set_planner(plan.Planner(free, region=True))
     calls = {"batch": 0, "single": 0}
@@ -69,27 +62,25 @@ def _fetch(ds, indices, on_error="raise", epoch=3):
 
 
 @ROI
-@pytest.mark.parametrize("even", [False, True])
-def test_batched_regions_are_byte_identical_to_the_per_sample_path(tmp_path, regions_win, even):
+def test_batched_regions_are_byte_identical_to_the_per_sample_path(tmp_path, regions_win):
     root = _folder(tmp_path)
-    Clean.even = CleanPerSample.even = even
-    try:
-        batched = _fetch(Clean(root, fl.transforms.train(64)), range(12))
-        assert regions_win == {"batch": 1, "single": 0}, "one call for the whole batch's regions"
-        per_sample = _fetch(CleanPerSample(root, fl.transforms.train(64)), range(12))
-        assert regions_win["single"] == (6 if even else 12)
-        kinds = [Clean(root, fl.transforms.train(64)).plan(i, 3, 7).steps.plan.kind for i in range(12)]
-    finally:
-        Clean.even = CleanPerSample.even = False
-    assert kinds.count("region") == (6 if even else 12)
+    batched = _fetch(Clean(root, fl.transforms.train(64)), range(12))
+    assert regions_win == {"batch": 1, "single": 0}, "one call for the whole batch's regions"
+    per_sample = _fetch(CleanPerSample(root, fl.transforms.train(64)), range(12))
+    assert regions_win["single"] == 12
+    kinds = [Clean(root, fl.transforms.train(64)).plan(i, 3, 7).steps.plan.kind for i in range(12)]
+    assert kinds.count("region") == 12
     assert torch.equal(batched.images, per_sample.images)
     assert torch.equal(batched.labels, per_sample.labels) and torch.equal(batched.indices, per_sample.indices)
 
 
 @ROI
-def test_region_decode_only_for_samples_known_clean(tmp_path, regions_win):
-    """The strictness contract: a dataset that knows no sample clean (the stub) gets no
-    region decode, batched or not."""
+def test_no_region_decode_unless_the_files_are_trusted(tmp_path, regions_win, monkeypatch):
+    """The strictness contract: the process planner (FASTLOAD_ROI not 'trusted') plans no
+    region decode, batched or not, even where one would cost nothing."""
+    monkeypatch.setattr(plan, "DEFAULT_COSTS", plan.get_planner().costs)  # the fixture's free regions
+    monkeypatch.setenv("FASTLOAD_NO_CALIBRATION", "1")
+    plan.set_planner(None)
     root = _folder(tmp_path, 6)
     ds = fl.ImageFolder(root, fl.transforms.train(64))
     assert all(ds.plan(i, 0, 0).region is None for i in range(6))

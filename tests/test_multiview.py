@@ -132,7 +132,7 @@ def test_the_planned_region_serves_every_view(planner_reset):
     dec, kinds = get_decoder(), []
     for i, data in enumerate(photo_jpegs((600, 900), 1, seed=8)[:6]):
         rng = sample_rng(0, 0, i)
-        steps = mv.plan_decode(data, dec, rng, region_ok=True)
+        steps = mv.plan_decode(data, dec, rng)
         kinds.append(steps.plan.kind)
         if steps.region is not None:
             y0, x0, y1, x1 = steps.region
@@ -180,7 +180,6 @@ def test_the_shared_plan_suits_every_crop():
     corner = [Crop(10, 20, 100, 120, 32, 32), Crop(150, 40, 90, 60, 32, 32)]
     shared = regional.choose(header, corner)
     assert shared.kind == "region" and shared.region == (10, 20, 240, 140)
-    assert regional.choose(header, corner, region_ok=False).kind != "region"
 
 
 def test_bad_arguments_are_named():

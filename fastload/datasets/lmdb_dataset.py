@@ -151,7 +151,7 @@ class LMDBDataset(ImageDataset):
             backend, without workers, and in this constructor). False: read the map
             directly everywhere (files you trust; saves a copy and a pipe round trip per
             read).
-        buffers: Zero-copy reads; the image is decoded before the transaction ends.
+        buffers: Zero-copy reads: the image bytes are copied once, out of the map, in the transaction.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
             readahead=False, meminit=False``.
@@ -269,17 +269,6 @@ class LMDBDataset(ImageDataset):
         with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
             data, label = self._split(self._value(txn, index), index)
             return bytes(data), label
-
-    def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-        self.check_index(index)
-        if self._guarded():
-            data, label = self._split(self._guarded_value(index), index)
-            return self.decode_sample(index, data, epoch, seed, out), label
-        with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
-            data, label = self._split(self._value(txn, index), index)
-            img = self.decode_sample(index, data, epoch, seed, out)
-        # Decoders allocate their output, so nothing returned points into the map.
-        return img, label
 
     def summary(self) -> dict:
         return {**super().summary(), "path": self.path, "layout": "fastload" if self._parse is None else "foreign"}

@@ -1,18 +1,19 @@
 """A sample planned but not yet decoded: the seam that lets a batch be decoded in one call.
 
-A dataset that plans (:class:`Plannable`, every :class:`~fastload.ImageDataset`) splits
-``load(index, epoch, seed, out)`` in two: :meth:`~Plannable.plan` reads the bytes and the
-header and draws the crop, and :meth:`~Plannable.finish` decodes, resizes and applies the
-later transforms. Between the two a batch source may decode the regions of many samples
-in one call (:mod:`fastload.sources.batched`) or hand the bytes to the GPU
-(:mod:`fastload.device.gpudecode`). ``finish(plan(i, e, s))`` is ``load(i, e, s)`` pixel for
-pixel: the same draws from the same generator, in the same order.
+Every :class:`~fastload.ImageDataset` splits ``load(index, epoch, seed, out)`` in two:
+:meth:`~fastload.ImageDataset.plan` reads the bytes and the header, draws the crop and
+chooses the decode, and :meth:`~fastload.ImageDataset.finish` decodes, resizes and applies
+the later transforms; ``load`` is ``finish(plan(...))``, so ``ds[i]``, a worker's sample
+and a batch planned ahead decode alike. Between the two a batch source may decode the
+regions of many samples in one call (:mod:`fastload.sources.batched`) or hand the bytes
+to the GPU (:mod:`fastload.device.gpudecode`). Every plan is as strict as a full decode:
+no sample decodes that a full strict decode would refuse (:mod:`fastload.decode.plan`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from ..transforms import DecodeSteps, ViewSteps
 
 @dataclass
 class SamplePlan:
-    """One sample between :meth:`Plannable.plan` and :meth:`Plannable.finish`.
+    """One sample between :meth:`ImageDataset.plan <fastload.ImageDataset.plan>` and
+    :meth:`ImageDataset.finish <fastload.ImageDataset.finish>`.
 
     Attributes:
         index: The dataset index.
@@ -52,16 +54,3 @@ class SamplePlan:
     def region(self) -> tuple[int, int, int, int] | None:
         """(y0, x0, y1, x1) when a region decode was planned, else None."""
         return self.steps.region
-
-
-@runtime_checkable
-class Plannable(Protocol):
-    """A dataset whose ``load`` is ``finish(plan(...))``."""
-
-    def plan(self, index: int, epoch: int = 0, seed: int = 0) -> SamplePlan: ...
-
-    def finish(
-        self, plan: SamplePlan, pixels: np.ndarray | None = None, out: np.ndarray | None = None
-    ) -> np.ndarray: ...
-
-    def describe(self, index: int) -> str: ...

@@ -13,11 +13,14 @@ that the calibration cannot tell apart from it):
 * a DCT-scaled decode at n/8 (libjpeg-turbo), when the crop is still at least
   :data:`MIN_RATIO` times its output size at that scale and the resize can start on
   the crop's exact phase (:func:`fastload.decode.resize.phase_error`);
-* a region decode (:mod:`fastload.decode.roi`, when installed): the crop's pixels
-  exactly, only for samples already known to decode clean (``region_ok``): region
-  decode cannot see libjpeg's warnings, so the first decode of a sample is a strict one
-  (:mod:`fastload.decode.clean`). Where region would win but is not allowed, the plan is
-  the full decode, whose pixels are the region's: the plan's pixels never depend on it.
+* a region decode (:mod:`fastload.decode.roi`): the crop's pixels exactly, only under
+  ``FASTLOAD_ROI=trusted``, for files known intact. nvImageCodec's region decode fails on
+  none of libjpeg's corrupt-data warnings and never reads the data below the crop, so it
+  lets through damage that every other plan refuses (``benchmarks/bench_damage.py``
+  measures it); by default it is never planned, and every plan detects what the full
+  strict decode detects: libjpeg-turbo entropy-decodes every block at any DCT scale and
+  fails on its warnings. Its pixels are the full decode's, so the switch changes speed
+  and strictness, never pixels.
 
 Costs are linear models (µs) of the bytes and pixels each plan decodes and resizes,
 fitted per plan by :func:`fastload.decode.costs.calibrate` on photographs, end to end
@@ -108,11 +111,6 @@ class DecodePlan:
         """Where the decoded pixels start in the full-size image."""
         return (self.region[0], self.region[1]) if self.region is not None else (0, 0)
 
-    @property
-    def strict(self) -> bool:
-        """Whether libjpeg's warnings are seen (every plan but a region decode)."""
-        return self.region is None
-
     def decode(
         self, data: Any, decoder: Any, header: ImageHeader, max_pixels: int | None = None, out: np.ndarray | None = None
     ) -> np.ndarray:
@@ -194,9 +192,7 @@ class Planner:
             cost += _lin(self._resize[path], x)
         return cost
 
-    def choose(
-        self, header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True, region_ok: bool = True
-    ) -> DecodePlan:
+    def choose(self, header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True) -> DecodePlan:
         """The cheapest single decode serving ``crops`` (one crop, or the views of a
         multi-view transform) of the JPEG described by ``header``.
 
@@ -208,8 +204,6 @@ class Planner:
             crops: The crop(s) and the size each is resized to.
             scales: Allow DCT-scaled and fast-upsampled decodes (False: only plans with a
                 full decode's pixels).
-            region_ok: The sample is known to decode clean, so a region decode may serve
-                it; when one would, and this is False, the full decode does (same pixels).
         """
         if isinstance(crops, Crop):
             crops = (crops,)
@@ -244,8 +238,6 @@ class Planner:
                 best_cost, best_key = cost, "region"
         if best_key != "full" and best_cost > (1 - self.margin) * full:
             return DecodePlan(_ONE, None, full)
-        if best_key == "region" and not region_ok:
-            return DecodePlan(_ONE, None, full)
         return plan_for_key(best_key, header, union, best_cost)
 
     @staticmethod
@@ -259,7 +251,7 @@ class Planner:
 _lock = threading.Lock()
 _planner: Planner | None = None
 _planner_source: tuple[str | None, ...] | None = None  # the environment _planner's costs came from
-_SOURCE_VARIABLES = ("XDG_CACHE_HOME", "FASTLOAD_CACHE_DIR", "FASTLOAD_NO_CALIBRATION")
+_SOURCE_VARIABLES = ("XDG_CACHE_HOME", "FASTLOAD_CACHE_DIR", "FASTLOAD_NO_CALIBRATION", "FASTLOAD_ROI")
 
 
 def _costs_source() -> tuple[str | None, ...]:
@@ -270,17 +262,19 @@ def _costs_source() -> tuple[str | None, ...]:
 
 def get_planner() -> Planner:
     """The process's planner: cached costs (or DEFAULT_COSTS under FASTLOAD_NO_CALIBRATION=1),
-    region decode when available. Built once per process, and again if the cache it came
-    from is no longer the one the environment names (``XDG_CACHE_HOME``,
-    ``FASTLOAD_CACHE_DIR``, ``FASTLOAD_NO_CALIBRATION``): a process started with this
-    environment would read the other one, and plans must be the same in both."""
+    region decode only under ``FASTLOAD_ROI=trusted`` (:func:`fastload.decode.roi.trusted`).
+
+    Built once per process, and again if the environment it came from changed
+    (``XDG_CACHE_HOME``, ``FASTLOAD_CACHE_DIR``, ``FASTLOAD_NO_CALIBRATION``,
+    ``FASTLOAD_ROI``): a process started with this environment would plan by it, and
+    plans must be the same in both."""
     global _planner, _planner_source
     source = _costs_source()
     if _planner is None or _planner_source != source:
         with _lock:
             if _planner is None or _planner_source != source:
                 costs = DEFAULT_COSTS if calibration_disabled() else load_or_calibrate()
-                _planner, _planner_source = Planner(costs, roi.available()), source
+                _planner, _planner_source = Planner(costs, roi.trusted()), source
     return _planner
 
 
@@ -293,8 +287,6 @@ def set_planner(planner: Planner | None) -> None:
         _planner, _planner_source = planner, _costs_source()
 
 
-def choose(
-    header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True, region_ok: bool = True
-) -> DecodePlan:
+def choose(header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True) -> DecodePlan:
     """The process planner's single decode serving ``crops`` (one crop or several)."""
-    return get_planner().choose(header, crops, scales, region_ok)
+    return get_planner().choose(header, crops, scales)

@@ -13,7 +13,6 @@ import numpy as np
 from tqdm import tqdm
 
 from ...decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
-from ...decode.clean import CleanMarks
 from ...transforms import as_compose
 from ..base import sample_rng
 from ..storage import SharedArray, StringArray
@@ -164,8 +163,6 @@ class TFRecordStream:
         self.decoder = decoder
         self.max_pixels = resolve_max_pixels(max_pixels)
         self._warned = False
-        # Records that decoded clean, shared by the workers: only those get region decodes.
-        self.clean = CleanMarks(len(self))
 
     def __len__(self) -> int:
         """All records, one count for every epoch (error records included)."""
@@ -338,14 +335,8 @@ class TFRecordStream:
         if record.error is not None:
             raise record.error
         try:
-            return self.clean.decode(
-                record.number,
-                self.transform,
-                record.image,
-                get_decoder(self.decoder),
-                sample_rng(seed, epoch, record.number),
-                out,
-                self.max_pixels,
+            return self.transform.decode(
+                record.image, get_decoder(self.decoder), sample_rng(seed, epoch, record.number), out, self.max_pixels
             )
         except DecodeError as e:
             raise DecodeError(f"record {record.number} ({record.where}): {e}") from e
