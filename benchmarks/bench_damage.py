@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from common import parser, report  # noqa: E402
 from damage import KINDS, corpus  # noqa: E402
 
-from fastload.decode import DecodeError, get_decoder, read_header, roi  # noqa: E402
+from fastload.decode import get_decoder, read_header, roi  # noqa: E402
 from fastload.decode.costs import region_box  # noqa: E402
 from fastload.decode.header import check_jpeg_complete  # noqa: E402
 from fastload.decode.resize import random_resized_crop  # noqa: E402
