@@ -40,11 +40,20 @@ def latest(records: list[dict], name: str, key: str | None = None) -> dict | Non
 
 
 def trained(records: list[dict]) -> dict:
-    """model -> loader -> its figures, from every bench_gpu_train record."""
+    """model -> loader -> its figures: a model's record, else (the step stopped within the
+    model) the mean of the runs it recorded, marked "partial"."""
     models: dict = {}
+    runs: dict = {}
     for r in records:
         if r.get("benchmark") == "bench_gpu_train":
             models.update(r.get("results", {}))
+        elif r.get("benchmark") == "bench_gpu_train_run":
+            runs.setdefault(r["model"], {}).setdefault(r["loader"], []).append(r)
+    for model, loaders in runs.items():
+        if model not in models:
+            models[model] = {name: {**{k: sum(x[k] for x in rs) / len(rs) for k in ("images_per_s", "wait_share",
+                                                                                    "step_ms")},
+                                    "partial": len(rs)} for name, rs in loaders.items()}
     return models
 
 
@@ -89,9 +98,11 @@ def figures(records: list[dict]) -> list[str]:
     if c:
         lines.append("correctness: " + "; ".join(f"{'ok' if v['ok'] else 'FAIL'} {k}" for k, v in c["checks"].items()))
     for model, loaders in trained(records).items():
-        lines.append(f"{model}: images/s, data wait share of the step, step ms")
+        partial = " (PARTIAL: the step stopped within this model; runs per feed below)" if any(
+            "partial" in r for r in loaders.values()) else ""
+        lines.append(f"{model}: images/s, data wait share of the step, step ms{partial}")
         lines += [f"  {name:20s} {r['images_per_s']:8.0f} {r['wait_share']:7.1%} {r['step_ms']:8.1f}"
-                  for name, r in loaders.items()]
+                  + (f"  {r['partial']} run(s)" if "partial" in r else "") for name, r in loaders.items()]
     d = latest(records, "bench_gpu_decode")
     if d:
         cpu, gpu = d["decode"]["cpu"]["images_per_s"], d["decode"]["gpu"]["images_per_s"]

@@ -137,6 +137,10 @@ def test_summary_reads_the_targets_off_the_figures(tmp_path):
         {"benchmark": "bench_gpu_train", "results": {"resnet18": {
             "fastload": run(9000, 0.1), "DataLoader best": run(5000, 0.5), "timm create_loader": run(6000, 0.4),
             "model alone": run(12000, 0.0)}}},
+        # A model the step stopped within: its runs so far stand in for it, marked.
+        {"benchmark": "bench_gpu_train_run", "model": "resnet101", "loader": "fastload", **run(1500, 0.1)},
+        {"benchmark": "bench_gpu_train_run", "model": "resnet101", "loader": "fastload", **run(1700, 0.3)},
+        {"benchmark": "bench_gpu_train_run", "model": "resnet101", "loader": "DataLoader best", **run(900, 0.5)},
         {"benchmark": "bench_gpu_decode", "decode": {"cpu": {"images_per_s": 8000}, "gpu": {"images_per_s": 20000}},
          "gpu_vs_cpu": 2.5, "batch_size": 256, "workers": 14},
     ]
@@ -152,6 +156,8 @@ def test_summary_reads_the_targets_off_the_figures(tmp_path):
     assert 'met    decode="gpu" >= 2x the CPU default: 2.50x' in text
     assert "-      H2D >= 85% of a pinned copy_: not measured" in text
     assert "  model alone             12000    0.0%     80.0" in text
+    assert "resnet101: images/s, data wait share of the step, step ms (PARTIAL" in text
+    assert "  fastload                 1600   20.0%     80.0  2 run(s)" in text
     assert len(lines) <= 40, "one screen"
 
 
@@ -305,3 +311,21 @@ def test_dry_run_of_the_call_in_a_venv_of_the_device_image(tmp_path):
     correctness = next(r for r in records if r.get("benchmark") == "correctness")
     assert all(c["ok"] for c in correctness["checks"].values()) and len(correctness["checks"]) == 4
     assert (out / "summary.txt").read_text() in proc.stdout
+
+
+def test_correctness_compares_bytes_and_names_the_batch():
+    import gpu_correct
+    import torch
+
+    x = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
+    y = torch.arange(4)
+    assert gpu_correct.compare([(x, y)] * 2, [(x.clone(), y)] * 2, exact=True) == (True, "2 batches", 0.0)
+    odd = x.clone()
+    odd[2, 1, 3, 3] ^= 1
+    ok, what, worst = gpu_correct.compare([(x, y), (odd, y)], [(x, y), (x, y)], exact=True)
+    assert not ok and what == "batch 1: 1 of 4 images differ (by up to 1)" and worst == 1
+    assert not gpu_correct.compare([(x, y)], [(x, y), (x, y)], exact=True)[0]
+    assert not gpu_correct.compare([(x, y + 1)], [(x, y)], exact=True)[0], "targets too"
+    f = x.float() / 255
+    assert gpu_correct.compare([(f + 5e-6, y)], [(f, y)], exact=False)[0]
+    assert not gpu_correct.compare([(f + 5e-5, y)], [(f, y)], exact=False)[0]
