@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from bench_recipe import AA, _timm  # _timm: timm.data with its posterize fixed for Pillow >= 10
 from common import report
-from gpu_common import device_or_exit, gpu_parser, import_peers, photos, repeat, sync
+from gpu_common import device_or_exit, feeding, gpu_parser, import_peers, photos, repeat, sync
 
 import fastload as fl
 from fastload.config import IMAGENET_MEAN, IMAGENET_STD
@@ -36,9 +36,7 @@ from fastload.config import IMAGENET_MEAN, IMAGENET_STD
 
 def rate(make: Callable[[], Any], warmup: int, timed: int, device: torch.device) -> float:
     """images/s of ``timed`` batches after ``warmup``, the device's queued work included."""
-    loader = make()
-    batches = iter(loader)
-    try:
+    with feeding(make()) as batches:
         for _ in range(warmup):
             next(batches)
         sync(device)
@@ -47,12 +45,6 @@ def rate(make: Callable[[], Any], warmup: int, timed: int, device: torch.device)
             images += next(batches)[0].shape[0]
         sync(device)
         return images / (time.perf_counter() - start)
-    finally:
-        if hasattr(batches, "close"):
-            batches.close()
-        if isinstance(loader, fl.Loader):
-            loader.close()
-        del loader, batches
 
 
 def abba(makers: dict[str, Callable[[], Any]], warmup: int, timed: int, device: torch.device) -> dict:

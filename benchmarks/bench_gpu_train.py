@@ -35,7 +35,6 @@ marks instead of events), every loader included.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import itertools
 import os
@@ -47,7 +46,17 @@ from typing import Any
 import torch
 import torch.nn as nn
 from common import machine, report
-from gpu_common import Clock, device_or_exit, gpu_parser, import_peers, jpeg_decoder, photos, read_bytes, repeat
+from gpu_common import (
+    Clock,
+    device_or_exit,
+    feeding,
+    gpu_parser,
+    import_peers,
+    jpeg_decoder,
+    photos,
+    read_bytes,
+    repeat,
+)
 
 import fastload as fl
 from fastload.config import IMAGENET_MEAN, IMAGENET_STD
@@ -180,16 +189,8 @@ def bench_model(name: str, feeds: Feeds, warmup: int, steps: int) -> dict:
     order = list(makers) + list(reversed(makers))
     runs: dict[str, list[dict]] = {label: [] for label in makers}
     for label in order:
-        loader, batches = makers[label]()
-        try:
+        with feeding(*makers[label]()) as batches:
             result = run_steps(batches, net, feeds.device, warmup, steps)
-        finally:
-            if hasattr(batches, "close"):
-                batches.close()
-            if isinstance(loader, fl.Loader):
-                loader.close()
-            del loader, batches
-            gc.collect()  # DataLoader workers end when their iterator is freed
         runs[label].append(result)
         report("bench_gpu_train_run", feeds.args, {"model": name, "loader": label, **result})
     return {label: {**mean_run(r), "runs": r} for label, r in runs.items()}

@@ -9,15 +9,21 @@ the ``cuda`` branches below.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import os
 import sys
 import time
+import types
+from collections.abc import Iterator
 from typing import Any
 
 import gpu_photos
 import torch
 from common import ROOT, parser
+
+import fastload as fl
 
 QUICK_PHOTOS = 32  # the dry run's photo set: 4 batches of 8
 
@@ -65,6 +71,22 @@ def repeat(items: list, n: int) -> list:
     """``items`` repeated to ``n`` (an epoch longer than the photo set: no run reaches its end,
     so no loader pays an epoch end inside a timed run)."""
     return (items * math.ceil(n / len(items)))[:n]
+
+
+@contextlib.contextmanager
+def feeding(loader: Any, batches: Iterator | None = None) -> Iterator[Iterator]:
+    """``batches`` (default: a pass over ``loader``) for one run, everything ended after it:
+    idle workers of an earlier run would go on making batches on the cores of the next."""
+    batches = iter(loader) if batches is None else batches
+    try:
+        yield batches
+    finally:
+        if isinstance(batches, types.GeneratorType):
+            batches.close()
+        if isinstance(loader, fl.Loader):
+            loader.close()
+        del loader, batches
+        gc.collect()  # DataLoader workers end when their iterator is freed
 
 
 def import_peers(quick: bool) -> tuple[Any, Any]:
