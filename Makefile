@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test test-slow lint docs docs-check dist bench gpu-wheels gpu-suite clean
+.PHONY: demo test test-slow lint docs docs-check dist bench gpu-wheels gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,18 +62,21 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
 
-# What the GPU machine lacks, for its Python and CUDA (benchmarks/GPU.md): wheels into
-# $(WHEELS) (git-ignored) plus libturbojpeg, checked against the 64 MiB a call carries.
-# GPU_PYTHON=3.11 fetches for this machine's Python instead (the dry run, tests/test_gpu_suite.py).
+# The wheels the GPU check needs and the GPU machine's image lacks (benchmarks/GPU.md), into
+# $(WHEELS) (git-ignored): none of a package the image has; checked with the working tree
+# against the 64 MiB a device call carries. GPU_PYTHON=3.11: for this machine's Python (the dry run).
 GPU_PYTHON ?= 3.12
 GPU_CUDA   ?= 13
 WHEELS     ?= .whl
 gpu-wheels:
 	$(PYTHON) scripts/gpu_wheels.py --python $(GPU_PYTHON) --cuda $(GPU_CUDA) --dest $(WHEELS)
 
-# The dry run of the device calls here (no GPU): OUT=... (default gpu-results).
-gpu-suite: $(STAMP)
-	PYTHON=$(PY) WHEELS=$(WHEELS) bash benchmarks/gpu_suite.sh all
+# The one device call (benchmarks/GPU.md): every step under its limit, all under BUDGET
+# seconds (default 450); STEPS=train,h2d reruns only those (and what they need). Files into
+# $OUT (default gpu-results). No venv: it runs the image's python3 (GPU_PY).
+GPU_PY ?= python3
+gpu-check:
+	STEPS="$(STEPS)" WHEELS="$(WHEELS)" $(GPU_PY) benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache site site-check dist build
