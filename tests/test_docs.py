@@ -158,3 +158,29 @@ def test_site_renders_in_chromium(site, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"^3 pages ok", proc.stdout, re.M), proc.stdout
     assert shot.exists() and shot.stat().st_size > 10_000  # a rendered page, not a blank one
+
+
+def test_no_file_holds_a_merge_conflict_marker():
+    """A conflict resolved by hand and committed with its markers reads as two versions at once
+    (benchmarks/RESULTS.md did)."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    markers = ("<" * 7 + " ", ">" * 7 + " ")  # spelled so this file holds none
+    found = []
+    for name in files:
+        try:
+            with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+                found += [f"{name}:{n}" for n, line in enumerate(f, 1) if line.startswith(markers)]
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue  # binary, or removed in the work tree
+    assert not found, f"merge-conflict markers: {found}"
+
+
+def test_no_page_sizes_dev_shm_for_the_batch_buffers():
+    """The process backend's batch buffers are memfd segments, not in /dev/shm (tests/test_shm.py:
+    a 64 MB /dev/shm holds no batch): advice to raise --shm-size for them, or to read a Bus
+    error as a full /dev/shm, is stale (issue 32, item 17)."""
+    stale = re.compile(r"--shm-size=\d|slots (stay|live) in `?/dev/shm|Bus error`?\*?\*?: shared memory is full")
+    found = [f"{page}:{n}" for page in [*PAGES, "../README.md"]
+             for n, line in enumerate(open(os.path.join(docs_blocks.DOCS, page), encoding="utf-8"), 1)
+             if stale.search(line)]
+    assert not found, f"stale /dev/shm advice: {found}"
