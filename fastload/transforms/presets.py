@@ -4,8 +4,8 @@
 ``transforms_imagenet_train`` and ``eval(224, crop_pct=0.875)`` its
 ``transforms_imagenet_eval``. What timm does after the per-sample transforms belongs to
 fastload's later stages: conversion and normalisation to the Loader (``mean=``, ``std=``),
-RandomErasing and Mixup/CutMix to its batch stage
-(``fl.Loader(..., batch_transform=[fl.augment.RandomErasing(...), fl.augment.Mixup(...)])``).
+Mixup/CutMix and RandomErasing to its batch stage, in timm's order (its prefetcher mixes, then
+erases: ``fl.Loader(..., batch_transform=[fl.augment.Mixup(...), fl.augment.RandomErasing(...)])``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ INTERPOLATIONS = ("bilinear", "bicubic", "random")
 _ERASING_HINT = (
     "RandomErasing runs on the normalized batch in fastload: pass "
     "fl.Loader(..., batch_transform=fl.augment.RandomErasing({p}, mode='pixel', device=...)) "
-    "(timm's re_prob/re_mode/re_count are its probability/mode/max_count)"
+    "(timm's re_prob/re_mode/re_count are its probability/mode/max_count), after any fl.augment.Mixup "
+    "in the list, as timm's prefetcher erases the mixed batch"
 )
 
 
