@@ -184,3 +184,38 @@ def test_no_page_sizes_dev_shm_for_the_batch_buffers():
              for n, line in enumerate(open(os.path.join(docs_blocks.DOCS, page), encoding="utf-8"), 1)
              if stale.search(line)]
     assert not found, f"stale /dev/shm advice: {found}"
+
+
+def test_code_the_tests_do_not_run_still_parses():
+    """A ``notest`` python block (a part of someone else's script, as the migration guides
+    show) is at least valid Python once dedented."""
+    import ast
+    import textwrap
+
+    for page in PAGES:
+        for b in docs_blocks.blocks(page):
+            if b.lang in ("python", "py") and b.marker == "notest":
+                try:
+                    ast.parse(textwrap.dedent(b.code))
+                except SyntaxError as e:
+                    raise AssertionError(f"{page}:{b.line}: {e}") from None
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.startswith("migration/")])
+def test_a_guide_that_adds_fl_code_to_a_file_adds_its_import(page):
+    """The code a migration guide adds to a file (``+`` lines of its diffs, its python blocks)
+    imports fastload where it uses ``fl.``: a port made by following it must not start with a
+    NameError. A section edits the file its ``##`` heading names (`presets.py`), else the script."""
+    with open(os.path.join(docs_blocks.DOCS, page), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    added: dict = {}
+    for b in docs_blocks.blocks(page):
+        heading = next((line for line in reversed(lines[: b.line]) if line.startswith("## ")), "")
+        target = (re.findall(r"`?([\w./-]+\.py)`?", heading) or ["the script"])[0]
+        if b.lang == "diff":
+            added.setdefault(target, []).extend(line[1:] for line in b.code.splitlines() if line.startswith("+"))
+        elif b.lang in ("python", "py"):
+            added.setdefault(target, []).extend(b.code.splitlines())
+    for target, code in added.items():
+        if any(re.search(r"\bfl\.", line) for line in code):
+            assert any(line.strip() == "import fastload as fl" for line in code), f"{page}: {target} uses fl. unimported"
