@@ -219,3 +219,16 @@ def test_a_guide_that_adds_fl_code_to_a_file_adds_its_import(page):
     for target, code in added.items():
         if any(re.search(r"\bfl\.", line) for line in code):
             assert any(line.strip() == "import fastload as fl" for line in code), f"{page}: {target} uses fl. unimported"
+
+
+def test_the_clone_step_names_a_folder_python_does_not_import_as_the_package():
+    """A plain clone is a folder named fastload: Python started beside it imports the folder (a
+    namespace package, ahead of the editable install) and fl.ImageFolder is missing."""
+    clones = [(page, line) for page in [*PAGES, "../README.md"]
+              for line in open(os.path.join(docs_blocks.DOCS, page), encoding="utf-8") if "git clone " in line]
+    assert clones, "no clone step found"
+    for page, line in clones:
+        words = line.split("git clone ", 1)[1].split("&&")[0].split()
+        folder = words[-1] if len(words) > 1 else None
+        assert folder not in (None, "fastload"), f"{page}: {line.strip()!r} clones into a folder named fastload"
+
