@@ -277,11 +277,15 @@ def main(args: argparse.Namespace) -> int:
     check_root(args)
     check_output(args.json_out, "--json")
     check_output(args.plot, "--plot")
+    kind = os.path.splitext(args.plot or "")[1].lstrip(".").lower() or "png"  # savefig reads it from the name
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            from matplotlib.figure import Figure
         except ImportError:
             raise ImportError("--plot needs matplotlib: pip install 'fastload[plot]'") from None
+        formats = Figure().canvas.get_supported_filetypes()
+        if kind not in formats:
+            raise ValueError(f"--plot {args.plot}: matplotlib writes no {kind!r} files; name one of {sorted(formats)}")
     try:
         report = run(args)
     except Interrupted as stop:
@@ -291,7 +295,6 @@ def main(args: argparse.Namespace) -> int:
     if args.json_out:
         ok &= write_output(args.json_out, "--json", _json(report), ".json")
     if args.plot:
-        kind = os.path.splitext(args.plot)[1].lstrip(".").lower() or "png"  # savefig reads it from a path's name
         ok &= write_output(args.plot, "--plot", lambda f: plot(report, f, kind), f".{kind}", binary=True)
     if args.save_profile:
         ok &= save_profile(args, report)
