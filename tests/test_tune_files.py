@@ -213,3 +213,15 @@ def test_a_small_dataset_is_warned_of_and_a_short_chosen_batch_is_not_saved(fold
     assert f"error: no profile saved: {warning}" in captured.err and "saved profile" not in captured.out
     with fl.Loader(fl.ImageFolder(folder), num_workers="auto", device="cpu") as loader:
         assert loader.profile is None
+
+
+def test_ctrl_c_before_measuring_is_a_line_not_a_traceback(folder, monkeypatch, capsys):
+    def opening(*a, **k):
+        raise KeyboardInterrupt  # while the dataset is opened (a long scan)
+
+    monkeypatch.setattr("fastload.tune.open_tuned", opening)
+    try:
+        rc = main(["tune", folder])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the command as a raw KeyboardInterrupt")
+    assert rc == 130 and capsys.readouterr().err.strip() == "fastload tune: interrupted"

@@ -69,8 +69,9 @@ def build_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(["tune", *argv])
 
 
-class Interrupted(Exception):
-    """Ctrl-C while measuring; ``report`` holds the measurements made before it (``"interrupted": True``)."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C while measuring; ``report`` holds the measurements made before it (``"interrupted": True``).
+    A KeyboardInterrupt still, for callers of :func:`run` that do not look for the report."""
 
     def __init__(self, report: dict) -> None:
         super().__init__(f"interrupted after {report['measured']} configurations")
