@@ -9,7 +9,8 @@ Images are flat colours, so after mixing every clean pixel shares its colour wit
 blend of two flat images is flat; CutMix gives two flat regions) and a pixel of a noise box
 (``--remode pixel``: N(0, 1) per pixel and channel) has a colour of its own. Per image: erased
 (any such pixel), the area (their share) and the strength (their standard deviation: 1 for
-noise painted over the mixed image, less where the noise was mixed with the partner).
+noise painted over the mixed image, less where the noise was mixed with the partner); compared
+batch by batch (a batch shares one Mixup/CutMix draw).
 """
 
 import importlib.util
@@ -27,7 +28,7 @@ import refs
 stats = pytest.importorskip("scipy.stats", reason="the statistical tests need scipy")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLASSES, BATCH, BATCHES, SIZE = 10, 8, 160, 24  # 1,280 images: 160 batch-wide Mixup/CutMix draws
+CLASSES, BATCH, BATCHES, SIZE = 10, 4, 320, 24  # 1,280 images; 320 batch-wide Mixup/CutMix draws (boxes of a batch share one)
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 RECIPE = ["data", "--reprob", "0.25", "--remode", "pixel", "--mixup", "0.8", "--cutmix", "1.0", "--smoothing", "0.1",
           "--num-classes", str(CLASSES)]
@@ -87,32 +88,41 @@ def _port(prefetcher: bool) -> list[torch.Tensor]:
 
 
 def _boxes(batches: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per image: erased or not; per erased image: the area and the strength of its noise."""
-    erased, area, strength = [], [], []
+    """Per batch: the share of its images erased, and the mean area and strength of their noise.
+
+    The batch is the unit: its images share one Mixup/CutMix draw, on which how much of a box
+    shows and how strong its noise is depend, so images of a batch are not independent samples.
+    """
+    rate, area, strength = [], [], []
     for batch in batches:
+        erased, areas, strengths = 0, [], []
         for image in batch.permute(0, 2, 3, 1).reshape(len(batch), -1, 3).numpy():
             _, where, count = np.unique(image, axis=0, return_inverse=True, return_counts=True)
             noise = count[where.ravel()] == 1
-            erased.append(bool(noise.any()))
             if noise.any():
-                area.append(noise.mean())
-                strength.append(image[noise].std())
-    return np.array(erased), np.array(area), np.array(strength)
+                erased += 1
+                areas.append(noise.mean())
+                strengths.append(image[noise].std())
+        rate.append(erased / len(batch))
+        if erased:
+            area.append(np.mean(areas))
+            strength.append(np.mean(strengths))
+    return np.array(rate), np.array(area), np.array(strength)
 
 
 def _p_values(a, b) -> dict:
-    """Rate: chi-square on the 2×2 table; area and strength: two-sample Kolmogorov-Smirnov."""
-    table = [[a[0].sum(), (~a[0]).sum()], [b[0].sum(), (~b[0]).sum()]]
+    """Rate: Welch's t-test on the batches' erased shares; area and strength: two-sample
+    Kolmogorov-Smirnov on the batches' means."""
     return {
-        "rate": stats.chi2_contingency(table)[1],
+        "rate": stats.ttest_ind(a[0], b[0], equal_var=False).pvalue,
         "area": stats.ks_2samp(a[1], b[1]).pvalue,
         "strength": stats.ks_2samp(a[2], b[2]).pvalue,
     }
 
 
 def _summary(name, boxes) -> str:
-    erased, area, strength = boxes
-    return f"{name}: {erased.mean():.0%} erased, median area {np.median(area):.1%}, strength {np.median(strength):.2f}"
+    rate, area, strength = boxes
+    return f"{name}: {rate.mean():.0%} erased, area {np.median(area):.1%}, strength {np.median(strength):.2f} (batch medians)"
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +140,6 @@ def test_the_ports_erased_boxes_match_timms_pipeline(measured, prefetcher):
     assert min(p.values()) > 1e-3, f"the port's boxes differ from timm's ({p}): {shown}"
     # The probe sees the difference the order makes: the other timm mode is told apart.
     other = _p_values(port, measured["timm", not prefetcher])
-    assert other["rate"] < 1e-6 and other["strength"] < 1e-6, f"{other}: {shown}"
+    assert other["rate"] < 1e-4 and other["strength"] < 1e-8, f"{other}: {shown}"
     if prefetcher:  # noise painted over the mixed image: N(0, 1) in a quarter of the images
         assert abs(port[0].mean() - 0.25) < 0.04 and abs(np.median(port[2]) - 1) < 0.03, shown
