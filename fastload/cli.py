@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, TypeError, ImportError) as e:
         print(f"fastload {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: said in a line, not a traceback; the shell's status for SIGINT
+        print(f"\nfastload {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
