@@ -54,12 +54,12 @@ class Loader(DataLoaderAttributes):
         config: A LoaderConfig to start from (the tuner writes these).
         batch_transform: A callable ``f(images, targets, generator) -> (images, targets)``
             or a list of them, applied in order to each normalized batch on ``device`` as
-            it is handed out (e.g. ``[fl.augment.RandomErasing(0.25, mode="pixel"),
-            fl.augment.Mixup(0.8, 1.0)]``); ``generator`` is a torch.Generator on the
-            batch's device seeded from (seed, epoch, rank, batch number, position in the
-            list), so the draws do not depend on workers, backend or resuming. Not a
-            LoaderConfig field (configs are saved by the tuner; code is not); see
-            :mod:`fastload.augment`.
+            it is handed out (e.g. ``[fl.augment.Mixup(0.8, 1.0),
+            fl.augment.RandomErasing(0.25, mode="pixel")]``: timm's order, mix then erase);
+            ``generator`` is a torch.Generator on the batch's device seeded from (seed, epoch,
+            rank, batch number, position in the list), so the draws do not depend on workers,
+            backend or resuming. Not a LoaderConfig field (configs are saved by the tuner;
+            code is not); see :mod:`fastload.augment`.
         **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``, and
             DataLoader's keywords with DataLoader's meaning where fastload can honour them
             (``sampler=None`` or a ``DistributedSampler``, ``multiprocessing_context``,
