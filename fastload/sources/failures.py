@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..datasets.waits import Interrupted
 from .fetch import describe
 from .inflight import InFlight, process_state
 
@@ -86,3 +87,11 @@ def _state(pid: int, dead: bool) -> str:
     if state in ("running", "sleeping") or (dead and state in ("dead (zombie)", "dead", "gone")):
         return ""
     return f", {state},"
+
+
+def interrupted(error: Interrupted, inflight: InFlight, dataset: Any) -> RuntimeError:
+    """The error of a pass whose wait in this process ended early (see
+    :mod:`fastload.datasets.waits`): closed, or a timeout naming the samples in flight."""
+    if error.closed:
+        return RuntimeError(CLOSED)
+    return worker_failure(RuntimeError(str(error)), inflight, dataset)
