@@ -96,6 +96,8 @@ class Guard:
             stdout=subprocess.PIPE,
             bufsize=0,
         )
+        assert self.proc.stdout is not None
+        os.set_blocking(self.proc.stdout.fileno(), False)  # read in bounded waits (_read)
         return self.proc, True
 
     def _opened(self, proc: subprocess.Popen) -> None:
@@ -126,8 +128,11 @@ class Guard:
         fd = proc.stdout.fileno()
         chunks, left = [], n
         while left:
-            self._wait_readable(fd, deadline, what)
-            chunk = os.read(fd, left)
+            try:
+                chunk = os.read(fd, left)  # non-blocking: what is there already costs no select
+            except BlockingIOError:
+                self._wait_readable(fd, deadline, what)
+                continue
             if not chunk:
                 raise EOFError
             chunks.append(chunk)
