@@ -144,3 +144,16 @@ def test_lock_true_allows_a_writer(live):
         txn.put(b"extra", b"x" * 100_000)
     env.close()
     assert ds.read(0) == first
+
+
+@pytest.mark.parametrize("guard", [None, False])
+def test_a_dataset_made_again_reads_the_new_file_and_the_old_one_stays_an_error(live, two_lmdbs, guard):
+    path, incoming = live
+    old = fl.LMDBDataset(path, guard=guard)
+    old.read(0)
+    os.replace(incoming, os.path.join(path, "data.mdb"))
+    new = fl.LMDBDataset(path, guard=guard)
+    assert len(new) == 18 and new.read(17) == fl.LMDBDataset(two_lmdbs[1], guard=guard).read(17)
+    with pytest.raises(LMDBChangedError):
+        old.read(0)
+    assert new.read(0) == fl.LMDBDataset(two_lmdbs[1], guard=guard).read(0)  # the old one's error ended nothing

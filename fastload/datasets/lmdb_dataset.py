@@ -65,7 +65,7 @@ def open_env(path: str, data: DataFile | None, **options: Any):
     check_still_whole(data)
     with _envs_lock:
         opened = _envs.get(real)
-        if opened is not None and opened.pid == pid and opened.data == data:
+        if opened is not None and opened.pid == pid and (opened.data is None or opened.data.same_file(data)):
             return opened.env
         if opened is not None:
             # The parent's, copied by fork (close it in this child only), or the environment of

@@ -87,7 +87,7 @@ class Guard:
         if self.proc is not None and self.pid == os.getpid():
             if self.proc.poll() is None:
                 return self.proc, False
-            self._drop(self.proc)  # ended between reads (killed from outside): start another
+            self._end(self.proc)  # ended between reads (killed from outside): start another
         self.proc, self.pid = None, os.getpid()
         reserve_lock_file(self.path, self.options)  # a full disk is named here, not SIGBUS there
         self.proc = subprocess.Popen(
@@ -243,35 +243,18 @@ class Guard:
                 self._end(proc)
             self.lock.release()
 
-    def _end(self, proc: subprocess.Popen) -> None:
-        """Kills ``proc`` (unless it has ended) and forgets it; never waits long (a process in
+    def _end(self, proc: subprocess.Popen, grace: float = 0.5) -> None:
+        """Ends ``proc`` and forgets it: closes its pipes (EOF on its stdin ends a guard that
+        is well), waits ``grace`` seconds, then kills it; never waits long (a process in
         uninterruptible I/O ends only when that does)."""
-        if proc.poll() is None:
-            try:
-                proc.wait(timeout=0.5)  # a guard that is dying (EOF already seen) gets its code
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-        self._drop(proc)
-
-    def _drop(self, proc: subprocess.Popen) -> None:
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
                 stream.close()
         if self.proc is proc:
             self.proc = None
-
-    def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and self.pid == os.getpid():
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    stream.close()
+        if proc.poll() is None:
             try:
-                proc.wait(timeout=5)  # EOF on its stdin ends it
+                proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 try:
@@ -279,33 +262,46 @@ class Guard:
                 except subprocess.TimeoutExpired:
                     pass
 
+    def close(self) -> None:
+        proc = self.proc
+        if proc is not None and self.pid == os.getpid():
+            self._end(proc, grace=5)
+        self.proc = None
 
-_guards: dict[tuple[str, int, int, int], Guard] = {}
+
+_guards: dict[tuple[str, int], Guard] = {}
 _guards_lock = threading.Lock()
 
 
 def guard_for(path: str, options: dict[str, Any], data: DataFile | None, timeout: float = DEFAULT_TIMEOUT_S) -> Guard:
-    """This process's guard of the LMDB at ``path`` as ``data`` describes it (one per file,
-    shared by the datasets that opened it).
+    """This process's guard of the LMDB at ``path`` (one per path, shared by its datasets).
 
-    Its reads check ``data`` first (see :meth:`Guard.get`).
+    A guard of the file as another dataset saw it before it changed is ended (that
+    dataset's reads fail their own check).
+
+    Raises:
+        LMDBChangedError, ValueError: ``data``'s file was replaced, written to or cut short
+            (checked first, so a dataset of an older file never ends the current guard).
     """
-    ident = (data.device, data.inode) if data is not None else (0, 0)
-    key = (os.path.realpath(path), os.getpid(), *ident)
+    check_still_whole(data)
+    key = (os.path.realpath(path), os.getpid())
     with _guards_lock:
         guard = _guards.get(key)
-        if guard is None:
-            guard = _guards[key] = Guard(path, options, data, timeout)
-        guard.timeout = min(guard.timeout, timeout)
-        return guard
+        if guard is not None and (guard.data is None or data is None or guard.data.same_file(data)):
+            guard.timeout = min(guard.timeout, timeout)
+            return guard
+        stale, guard = guard, Guard(path, options, data, timeout)
+        _guards[key] = guard
+    if stale is not None:
+        stale.close()
+    return guard
 
 
 def close_guard(path: str) -> None:
     """Ends this process's guards of the LMDB at ``path``."""
-    real, pid = os.path.realpath(path), os.getpid()
     with _guards_lock:
-        mine = [_guards.pop(k) for k in [k for k in _guards if k[:2] == (real, pid)]]
-    for guard in mine:
+        guard = _guards.pop((os.path.realpath(path), os.getpid()), None)
+    if guard is not None:
         guard.close()
 
 
@@ -313,7 +309,7 @@ def close_guard(path: str) -> None:
 def _close_all() -> None:
     """Ends this process's guards at exit (each would end on EOF anyway; this waits for them)."""
     with _guards_lock:
-        mine = [g for (_, pid, *_), g in _guards.items() if pid == os.getpid()]
+        mine = [g for (_, pid), g in _guards.items() if pid == os.getpid()]
         _guards.clear()
     for guard in mine:
         guard.close()

@@ -18,6 +18,7 @@ every read and all of it whenever a process opens the file.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import struct
@@ -68,6 +69,10 @@ class DataFile:
     mtime_ns: int = 0
     fingerprint: str = ""
     writers: bool = False
+
+    def same_file(self, other: DataFile | None) -> bool:
+        """Whether ``other`` describes this file as it is here (whatever ``writers`` says)."""
+        return other is not None and dataclasses.replace(other, writers=self.writers) == self
 
 
 def data_file_path(path: str) -> str:
