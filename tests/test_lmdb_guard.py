@@ -124,8 +124,9 @@ def test_the_loader_timeout_ends_a_wait_on_a_stopped_guard(lmdb_path, workers, b
         pid = _guard_pid(lmdb_path)
         with stopped(pid):
             got, seconds = _in_thread(lambda: next(iter(loader)), 30)
-        assert isinstance(got, RuntimeError), repr(got)
-        assert "timeout=2 s" in str(got) and f"the LMDB guard of {lmdb_path} reading key" in str(got), str(got)
+        assert isinstance(got, fl.WorkerFailure), repr(got)
+        assert "timeout=2 s" in str(got) and f"the LMDB guard of {lmdb_path} reading key b'" in str(got), str(got)
+        assert "no sample was in flight" not in str(got), str(got)
         assert 1.5 < seconds < 10, seconds
         assert len(list(loader)) == len(loader)  # the next pass has a new guard
 

@@ -60,7 +60,7 @@ class LMDBReadError(ValueError):
 
 
 class _Hung(Exception):
-    pass
+    """The guard did not answer within its timeout."""
 
 
 class Guard:

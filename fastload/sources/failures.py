@@ -89,9 +89,10 @@ def _state(pid: int, dead: bool) -> str:
     return f", {state},"
 
 
-def interrupted(error: Interrupted, inflight: InFlight, dataset: Any) -> RuntimeError:
+def interrupted(error: Interrupted) -> RuntimeError:
     """The error of a pass whose wait in this process ended early (see
-    :mod:`fastload.datasets.waits`): closed, or a timeout naming the samples in flight."""
+    :mod:`fastload.datasets.waits`): closed, or a timeout. Its message names what the wait
+    was for (the LMDB key being read); the sample has left the in-flight table by then."""
     if error.closed:
         return RuntimeError(CLOSED)
-    return worker_failure(RuntimeError(str(error)), inflight, dataset)
+    return WorkerFailure(f"fastload: {error}")

@@ -187,7 +187,7 @@ def worker_batches(
             except StopIteration:
                 return
             except waits.Interrupted as e:
-                raise interrupted(e, inflight, dataset) from None
+                raise interrupted(e) from None
             except Exception as e:
                 if closed is not None and closed.is_set():  # e.g. a batch arriving in a slot close() let go of
                     raise RuntimeError(CLOSED) from None

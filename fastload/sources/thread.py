@@ -266,7 +266,7 @@ class ThreadSource(IndexedSource):
                     pending.append(self._start(request, first_of_pass=False))  # before the hand-over
                 yield batch
         except waits.Interrupted as e:  # a wait of our own ended early: closed, or past the timeout
-            raise interrupted(e, self.inflight, self.fetcher.dataset) from None
+            raise interrupted(e) from None
         finally:
             for job in pending:
                 job.cancel()  # its tasks end at once; its slot waits for those running
