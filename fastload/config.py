@@ -133,7 +133,10 @@ class LoaderConfig:
         dtype: Output dtype when normalizing: "float32", "float16" or "bfloat16" (or
             the torch dtype; stored as its name).
         on_error: "raise" or "skip" (a bad sample is replaced by another and counted).
-        timeout: Seconds to wait for a worker's batch (0: forever, as in DataLoader).
+        timeout: Seconds to wait for a worker's batch (0: forever, as in DataLoader). With
+            ``num_workers=0`` (where DataLoader refuses one) it bounds the waits fastload
+            makes in the calling thread (the LMDB guard's); a sample's own code there
+            cannot be interrupted.
         stall_warning: Seconds without a batch before one warning naming the samples in
             flight and the workers loading them (0: never).
         rank: This process's rank; None reads torch.distributed (else 0).

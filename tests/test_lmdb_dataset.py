@@ -8,7 +8,6 @@ import pytest
 
 import fastload as fl
 from fastload.convert import convert
-from fastload.datasets.lmdb_dataset import close_env
 
 from conftest import jpeg_bytes, make_image
 
@@ -91,15 +90,15 @@ def test_errors_name_path_and_key(tmp_path, lmdb_path):
         fl.LMDBDataset(tmp_path / "nowhere")
     path = str(tmp_path / "copy.lmdb")
     convert(lmdb_path, path, "lmdb", progress=False)
-    ds = fl.LMDBDataset(path)
-    close_env(path)
     import lmdb
 
+    # Damaged before the dataset opens it (a file written to while open is an error of its own).
     env = lmdb.open(path, map_size=1 << 26)
     with env.begin(write=True) as txn:
         txn.put(b"%09d" % 1, b"\xff\xd8 garbage")
         txn.delete(b"%09d" % 2)
     env.close()
+    ds = fl.LMDBDataset(path)
     with pytest.raises(fl.DecodeError, match=r"sample 1 \(.*copy\.lmdb key b'000000001'\)"):
         ds.load(1)
     with pytest.raises(KeyError, match="key b'000000002' .*missing"):

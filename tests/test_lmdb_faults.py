@@ -160,7 +160,8 @@ def test_a_guard_killed_by_a_signal_is_named_and_the_next_read_starts_another(lm
     first = ds.read(0)
     lmdb_guard.close_guard(lmdb_path)
     crashing = tmp_path / "crash.py"  # a guard that dies as a wild page would make it die
-    crashing.write_text("import os, signal, sys\nsys.stdin.buffer.read(1)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    crashing.write_text("import os, signal, sys\nsys.stdout.buffer.write(b'R' + bytes(8)); sys.stdout.flush()\n"
+                        "sys.stdin.buffer.read(1)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     monkeypatch.setattr(lmdb_guard, "_SERVER", str(crashing))
     with pytest.raises(LMDBReadError, match=r"died by signal SIGSEGV reading key b'000000001'.*damaged") as info:
         ds.read(1)

@@ -19,9 +19,10 @@ import numpy as np
 
 from ..batch import HostBatch
 from ..collate import batch_buffer, pinning_on
+from ..datasets import waits
 from ..targets import TargetSpec
 from ..views import SampleShape, batch_shape, from_numpy, map_images, numpy_rows, row, shape_of
-from .failures import CLOSED, worker_failure
+from .failures import CLOSED, interrupted, worker_failure
 from .fetch import BatchFetcher, Loaded, collated, put
 from .indexed import IndexedSource
 from .ring import BufferRing, RingLease
@@ -104,25 +105,26 @@ class _Job:
 class _Pool:
     """Daemon threads running (job, sample) tasks; never blocks interpreter exit."""
 
-    def __init__(self, fetcher: BatchFetcher, threads: int) -> None:
+    def __init__(self, fetcher: BatchFetcher, threads: int, closed: threading.Event) -> None:
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._threads = [
-            threading.Thread(target=self._work, args=(fetcher, i), name=f"fastload-decode-{i}", daemon=True)
+            threading.Thread(target=self._work, args=(fetcher, i, closed), name=f"fastload-decode-{i}", daemon=True)
             for i in range(threads)
         ]
         for t in self._threads:
             t.start()
 
-    def _work(self, fetcher: BatchFetcher, worker: int) -> None:
-        while True:
-            task = self._tasks.get()
-            if task is None:
-                return
-            job, j = task
-            job.run(j, fetcher, worker)
-            # An idle thread must not keep the job it ran (and its batch buffer) alive while it
-            # waits for the next task: the consumer may long be done with that batch.
-            del task, job
+    def _work(self, fetcher: BatchFetcher, worker: int, closed: threading.Event) -> None:
+        with waits.bounded(0, closed):  # a sample's wait of our own (the LMDB guard) ends at close()
+            while True:
+                task = self._tasks.get()
+                if task is None:
+                    return
+                job, j = task
+                job.run(j, fetcher, worker)
+                # An idle thread must not keep the job it ran (and its batch buffer) alive while it
+                # waits for the next task: the consumer may long be done with that batch.
+                del task, job
 
     def submit(self, job: _Job, first: int = 0) -> None:
         for j in range(first, len(job.loaded)):
@@ -175,10 +177,10 @@ class ThreadSource(IndexedSource):
         self.ring: BufferRing | None = None
         self.copies = 0  # samples decoded beside their slot and copied in
         self._consumer = num_threads  # the in-flight row of the consumer thread
-        self._pool: _Pool | None = _Pool(fetcher, num_threads)
+        self._closed = threading.Event()
+        self._pool: _Pool | None = _Pool(fetcher, num_threads, self._closed)
         self._pending: deque[_Job] = deque()  # the current pass's jobs, in order
         self._shape: SampleShape | None = None  # of one sample, learnt at each pass's start
-        self._closed = threading.Event()
 
     def _ring_slots(self) -> int:
         # decoding ahead + held by the device stage + the batch handed over
@@ -193,7 +195,8 @@ class ThreadSource(IndexedSource):
         if first_of_pass or self._shape is None:
             # The head of a pass fixes the shape (a transform may have changed between passes):
             # load it here, then write the rest in place.
-            head = self.fetcher.head(request, self._consumer)
+            with waits.bounded(self.timeout, self._closed):  # loaded in this thread: our own waits end in time
+                head = self.fetcher.head(request, self._consumer)
             self._shape = shape_of(head[0].image)
             target = TargetSpec.of(head[0].label)
             shape = batch_shape(self.sampler.batch_size, self._shape)
@@ -262,6 +265,8 @@ class ThreadSource(IndexedSource):
                 if request is not None:
                     pending.append(self._start(request, first_of_pass=False))  # before the hand-over
                 yield batch
+        except waits.Interrupted as e:  # a wait of our own ended early: closed, or past the timeout
+            raise interrupted(e) from None
         finally:
             for job in pending:
                 job.cancel()  # its tasks end at once; its slot waits for those running

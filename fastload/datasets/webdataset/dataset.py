@@ -104,6 +104,9 @@ class WebDataset:
             on from the byte it reached.
         stall_timeout: Seconds without a connection or a byte from the server after which
             an attempt fails and is retried (default 60; None: the transport's defaults).
+            Stalls count over a whole shard: its download fails after ``retries + 1`` of
+            them, so it waits at most ``(retries + 1) * stall_timeout`` on a server that
+            keeps stalling (each stall is a warning naming the URL and byte).
         download_timeout: The most seconds one shard's download may take in all, retries
             included (default None: no limit beyond ``stall_timeout``).
         ahead: Chunks (windows) a slot prepares in the background beyond the current one.
@@ -111,7 +114,10 @@ class WebDataset:
 
     Raises:
         FileNotFoundError: A shard does not exist (the message names it).
-        DownloadError: A shard cannot be downloaded for indexing (names URL and byte).
+        DownloadError: A shard cannot be downloaded for indexing (names URL and byte); a
+            read of a shard replaced on the server since it was indexed (ETag or
+            Last-Modified changed): a shard replaced while it downloads for indexing is
+            downloaded again from its start instead.
         ShardError: A shard is not a tar archive.
         ValueError: No samples, or bad arguments.
     """
