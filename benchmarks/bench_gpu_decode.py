@@ -59,7 +59,7 @@ def main() -> None:
         for _ in range(rounds):
             for decode, loader in loaders.items():
                 runs[decode].append(rate(loader, epochs, sync))
-        fallbacks = loaders["gpu"]._prefetcher.fallbacks
+        fallbacks = loaders["gpu"].stats()["cpu_fallback_rows"]
     finally:
         for loader in loaders.values():
             loader.close()
