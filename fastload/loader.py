@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from collections.abc import Iterator, Sequence
@@ -104,7 +105,7 @@ class Loader(DataLoaderAttributes):
         # A GPU not named by index is this process's, re-read at each pass (see _follow_device).
         unindexed = cfg.device is None or torch.device(cfg.device).index is None
         self._device_follows = self.device.type == "cuda" and unindexed
-        self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
+        self.rank, self.world_size = resolve_rank(cfg.shard.rank, cfg.shard.world_size)
         self.num_workers = int(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
         self._skips = SkipLog()
@@ -114,7 +115,7 @@ class Loader(DataLoaderAttributes):
             from .device.gpudecode import check_setup
 
             self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
-        self._normalizer = Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize)
+        self._normalizer = Normalizer.of(cfg.normalize)
         self._stats = Stats()  # the device drivers' counters, kept across source rebuilds
         self._progress = Progress()
         # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
@@ -205,7 +206,7 @@ class Loader(DataLoaderAttributes):
     def _follow_rank(self) -> None:
         """Re-reads rank and world size that were not given; if torch.distributed was
         initialized since (e.g. by Lightning's Trainer), rebuilds the source."""
-        rank, world_size = resolve_rank(self.config.rank, self.config.world_size)
+        rank, world_size = resolve_rank(self.config.shard.rank, self.config.shard.world_size)
         if (rank, world_size) != (self.rank, self.world_size):
             self.rank, self.world_size = rank, world_size
             self._rebuild_source()
@@ -288,9 +289,17 @@ class Loader(DataLoaderAttributes):
     def _settings(self) -> dict:
         if self._fingerprint is None:
             self._fingerprint = resume.fingerprint(self._samples)
+        c = self.config
+        values = {
+            "seed": c.seed,
+            "shuffle_seed": compat.order_seed(c, self._seed_drawn, self.world_size),
+            "batch_size": c.batch_size,
+            "shuffle": c.shuffle,
+            "drop_last": c.drop_last,
+            "drop_uneven": c.shard.drop_uneven,
+        }
         return {
-            **{k: getattr(self.config, k) for k in resume.SETTINGS},
-            "shuffle_seed": compat.order_seed(self.config, self._seed_drawn, self.world_size),
+            **{k: values[k] for k in resume.SETTINGS},
             "dataset": {"len": self._source.num_samples, "fingerprint": self._fingerprint},
         }
 
@@ -329,9 +338,11 @@ class Loader(DataLoaderAttributes):
         """
         merged = resume.for_rank(resume.as_merged(state), self.rank)
         if self._seed_drawn:  # the saved run's draws win: the resumed pass repeats its order and crops
-            seeds = resume.seeds(merged, keep_order_seed=self.config.shuffle_seed)
-            if seeds != (self.config.seed, self.config.shuffle_seed):
-                self.config = self.config.replace(seed=seeds[0], shuffle_seed=seeds[1])
+            shard = self.config.shard
+            seeds = resume.seeds(merged, keep_order_seed=shard.shuffle_seed)
+            if seeds != (self.config.seed, shard.shuffle_seed):
+                shard = dataclasses.replace(shard, shuffle_seed=seeds[1])
+                self.config = self.config.replace(seed=seeds[0], shard=shard)
                 self._rebuild_source()
         resume.check_matches(merged, self._settings())
         plan = self._source.resume_plan(merged)
