@@ -138,7 +138,7 @@ def test_gpu_decode_batch_transforms_run_after_the_wait_and_match_the_cpu_stand_
             got.append(x.cpu())
     assert len(got) == len(want)
     for g, w in zip(got, want):  # halved normalized values: the float resize's level, halved, and no more
-        assert (g - w).abs().mean() <= 0.5 / 255 / min(fl.LoaderConfig().std)
+        assert (g - w).abs().mean() <= 0.5 / 255 / min(fl.Normalize().std)
 
 
 def test_gpu_decode_pass_broken_off_leaves_nothing_for_the_next(sim, photos):

@@ -111,7 +111,7 @@ def test_gpu_decode_on_cpu_is_within_tolerance_of_the_default_cpu_path(tmp_path,
     gpu, _ = _batches(ds, "gpu", normalize=True)
     cpu, _ = _batches(ds, "cpu", normalize=True)
     assert all(x.is_contiguous(memory_format=torch.channels_last) and x.dtype == torch.float32 for x, _, _ in gpu)
-    std = torch.tensor(fl.LoaderConfig().std).view(1, 3, 1, 1)
+    std = torch.tensor(fl.Normalize().std).view(1, 3, 1, 1)
     _assert_same([(x * std * 255, y, i) for x, y, i in gpu], [(x * std * 255, y, i) for x, y, i in cpu], exact=False)
 
 

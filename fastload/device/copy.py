@@ -18,7 +18,7 @@ import torch
 
 from ..batch import HostBatch
 from ..views import batch_len, each, nbytes, to_device
-from .driver import Placement, Staged
+from .staged import Placement, Staged
 
 __all__ = ["HostCopy", "as_host_batch"]
 

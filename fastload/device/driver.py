@@ -26,14 +26,15 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ..config import resolve_device
 from ..views import Images, each, same_memory
 from .normalize import Normalizer
+from .staged import Executor, Placement, Staged
 
 __all__ = ["CLOSE_WAIT_S", "DeviceDriver", "Executor", "Placement", "Staged", "Stats"]
 
@@ -74,63 +75,6 @@ class Stats:
         }
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where an executor puts a batch.
-
-    Attributes:
-        device: The driver's device.
-        stream: The driver's CUDA side stream, on which the executor queues its work; None on the CPU.
-        indices: Whether the batch's dataset indices are handed out (a host copy, taken
-            before any reused buffer goes back).
-    """
-
-    device: torch.device
-    stream: Any
-    indices: bool
-
-
-@dataclass
-class Staged:
-    """One batch as an executor left it: uint8 pixels on the device, to be normalized.
-
-    Attributes:
-        images: uint8 N×H×W×C on the device (a tuple, one per view); on CUDA queued on the
-            driver's stream.
-        labels: The targets on the device.
-        indices: A host copy of the int64 dataset indices, when asked for.
-        extras: What a user's batch carried after (images, labels), passed through.
-        lease: (CPU) the host batch whose buffer ``images`` still are: released once
-            normalization has copied them out.
-        keep: What the queued work reads outside torch's allocator: held until the batch's
-            ``ready`` event has passed.
-        timing: (start, end, bytes) of a host-to-device copy: two timing events around it.
-        unpinned: The batch arrived in pageable host memory (its copy could not overlap).
-        fallbacks: Rows the executor left to the CPU path.
-    """
-
-    images: Images
-    labels: torch.Tensor
-    indices: torch.Tensor | None = None
-    extras: tuple = ()
-    lease: Any = None
-    keep: list = field(default_factory=list)
-    timing: tuple[Any, Any, int] | None = None
-    unpinned: bool = False
-    fallbacks: int = 0
-
-
-class Executor(Protocol):
-    """Puts one batch of a source on the device (see :class:`Staged`).
-
-    ``threaded``: run on the driver's own thread on CUDA (work that blocks its thread).
-    """
-
-    threaded: ClassVar[bool]
-
-    def stage(self, item: Any, at: Placement) -> Staged: ...
-
-
 @dataclass
 class _Queued:
     """A batch whose work is queued on the side stream."""
@@ -152,19 +96,6 @@ class _InFlight:
     ready: Any
     keep: list
     timing: tuple[Any, Any, int] | None
-
-
-class _Done:
-    """A batch staged on the calling thread, shaped as the Future of a threaded one."""
-
-    def __init__(self, value: _Queued) -> None:
-        self._value = value
-
-    def result(self) -> _Queued:
-        return self._value
-
-    def cancel(self) -> bool:
-        return False
 
 
 class DeviceDriver:
@@ -258,7 +189,7 @@ class DeviceDriver:
             yield _Queued(images, staged.labels, staged.indices, staged.extras, None).outputs()
 
     def _cuda(self, source: Iterator) -> Generator[Output, None, None]:
-        queued: deque[Future | _Done] = deque()
+        queued: deque[Future | _Queued] = deque()  # a Future where the executor runs on the thread
         try:
             while True:
                 # ``depth`` batches queued on the stream before one is handed over, the next one
@@ -270,7 +201,8 @@ class DeviceDriver:
                     queued.append(self._submit(item))
                 if not queued:
                     return
-                batch = queued.popleft().result()
+                head = queued.popleft()
+                batch = head.result() if isinstance(head, Future) else head
                 consumer = torch.cuda.current_stream(self.device)
                 consumer.wait_event(batch.ready)  # this batch only, not all the stream's work
                 for view in each(batch.images):
@@ -283,11 +215,12 @@ class DeviceDriver:
                 yield batch.outputs()
         finally:
             for pending in queued:  # an abandoned pass: what has not started never will
-                pending.cancel()
+                if isinstance(pending, Future):
+                    pending.cancel()
 
-    def _submit(self, item: Any) -> Future | _Done:
+    def _submit(self, item: Any) -> Future | _Queued:
         if not self.executor.threaded:
-            return _Done(self._queue(item))
+            return self._queue(item)
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-device")
         self._last = self._thread.submit(self._queue, item)

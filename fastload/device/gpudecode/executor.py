@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ...batch import SkippedSample
 from ...sources.fetch import BatchFetcher, describe, put
 from ...targets import fill
-from ..driver import Placement, Staged
+from ..staged import Placement, Staged
 from .encoded import EncodedBatch
 from .nvdecode import BatchDecoder
 
