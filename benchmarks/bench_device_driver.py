@@ -114,7 +114,7 @@ def _make(fl, name: str, photos: str):
     return one_pass, loader
 
 
-def child(tree: str, photos: str) -> None:
+def child(tree: str, photos: str, passes: int) -> None:
     fl = _import_from(tree)
     runs = {}
     for line in sys.stdin:
@@ -123,9 +123,10 @@ def child(tree: str, photos: str) -> None:
             runs[name] = _make(fl, name, photos)[0]
             runs[name]()  # warm-up
         start, cpu = time.perf_counter(), time.process_time()
-        digests = runs[name]()
+        digests = [runs[name]() for _ in range(passes)]
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-        print(json.dumps({"wall": wall, "cpu": cpu, "batches": len(digests), "digests": digests}), flush=True)
+        batches = sum(len(d) for d in digests)
+        print(json.dumps({"wall": wall, "cpu": cpu, "batches": batches, "digests": digests[-1]}), flush=True)
 
 
 # ---- the parent ------------------------------------------------------------------------------
@@ -136,6 +137,7 @@ def main() -> None:
     p.add_argument("--old", required=True, help="a tree holding the old fastload/ (e.g. git archive's)")
     p.add_argument("--new", default=ROOT, help="the tree under test (default: this checkout)")
     p.add_argument("--rounds", type=int, default=6, help="ABBA rounds per workload (default: 6)")
+    p.add_argument("--passes", type=int, default=3, help="passes of a workload timed in a round (default: 3)")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--data", default=os.path.join(ROOT, "data", "sample"))
     p.add_argument("--quick", action="store_true", help="2 rounds of the smallest workload (checks the script runs)")
@@ -143,9 +145,9 @@ def main() -> None:
     p.add_argument("--photos", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        return child(args.child, args.photos)
+        return child(args.child, args.photos, args.passes)
     if args.quick:
-        args.rounds, args.workloads = 2, "prefetch-uint8"
+        args.rounds, args.passes, args.workloads = 2, 1, "prefetch-uint8"
     sys.path.insert(0, ROOT)
     from fastload.photos.jpegs import make_photo_dataset
 
@@ -153,10 +155,11 @@ def main() -> None:
     if "loader-photos" in args.workloads or "gpu-decode-on-cpu" in args.workloads:
         make_photo_dataset(photos, num_images=48, num_classes=4)
     trees = {"old": os.path.abspath(args.old), "new": os.path.abspath(args.new)}
-    procs = {k: subprocess.Popen([sys.executable, __file__, "--old", "-", "--child", t, "--photos", photos],
+    child_args = ["--old", "-", "--passes", str(args.passes), "--photos", photos]
+    procs = {k: subprocess.Popen([sys.executable, __file__, *child_args, "--child", t],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k, t in trees.items()}
-    print(f"old: {trees['old']}\nnew: {trees['new']}\n{args.rounds} ABBA rounds per workload, CPU device; "
-          f"time per batch, median (wall / process CPU)")
+    print(f"old: {trees['old']}\nnew: {trees['new']}\n{args.rounds} ABBA rounds per workload, {args.passes} passes "
+          f"a round, CPU device; time per batch, median of the rounds (wall / process CPU)")
     identical = True
     try:
         for name in args.workloads.split(","):
