@@ -79,7 +79,7 @@ def fastload_loader(root: str, bs: int, workers: int, recipe: bool, batch_stage:
     batch = [fl.augment.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=len(ds.classes)),
              fl.augment.RandomErasing(0.25, mode="pixel", device="cpu")]
     return fl.Loader(ds, batch_size=bs, num_workers=workers, shuffle=True, drop_last=True, device="cpu",
-                     mean=MEAN, std=STD, seed=0, batch_transform=batch if recipe and batch_stage else None)
+                     normalize=fl.Normalize(mean=MEAN, std=STD), seed=0, batch_transform=batch if recipe and batch_stage else None)
 
 
 class TimmRecipe:

@@ -196,8 +196,7 @@ def build_loaders(args: argparse.Namespace, data_config: dict, device: torch.dev
     batch_transforms, mixup_fn = build_batch_transforms(args, device)
 
     common = dict(
-        mean=data_config["mean"],
-        std=data_config["std"],
+        normalize=fl.Normalize(mean=data_config["mean"], std=data_config["std"]),
         device=device,
         num_workers=args.workers,
         return_index=args.record is not None,

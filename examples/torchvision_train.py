@@ -143,8 +143,7 @@ def main(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         num_workers=args.workers,
         device=device,
-        mean=MEAN,
-        std=STD,
+        normalize=fl.Normalize(mean=MEAN, std=STD),
         return_index=args.record is not None,
     )
     data_loader = fl.Loader(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from collections.abc import Iterator, Sequence
@@ -15,8 +16,9 @@ from .batch import HostBatch, SkippedSample
 from .config import LoaderConfig, resolve_device
 from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
+from .device.copy import HostCopy
+from .device.driver import DeviceDriver, Executor, Output, Stats
 from .device.normalize import Normalizer
-from .device.prefetch import CudaPrefetcher
 from .loading import compat
 from .loading.compat import DataLoaderAttributes
 from .loading.passes import Pass, register
@@ -103,22 +105,18 @@ class Loader(DataLoaderAttributes):
         # A GPU not named by index is this process's, re-read at each pass (see _follow_device).
         unindexed = cfg.device is None or torch.device(cfg.device).index is None
         self._device_follows = self.device.type == "cuda" and unindexed
-        self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
+        self.rank, self.world_size = resolve_rank(cfg.shard.rank, cfg.shard.world_size)
         self.num_workers = int(cfg.num_workers)
         self.pin_memory = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
         self._skips = SkipLog()
         self.skipped: list[SkippedSample] = self._skips.items  # what on_error="skip" replaced (the latest 10,000)
         self._gpu = None  # the GPU decode pipeline (decode="gpu")
-        normalizer = Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize)
         if cfg.decode == "gpu":
-            from .device.gpudecode import GpuDecodeStage, check_setup
+            from .device.gpudecode import check_setup
 
             self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
-            self._prefetcher = GpuDecodeStage(
-                self.device, DEVICE_AHEAD, normalizer, cfg.return_index, None, self._skips.record
-            )  # the log, not the Loader: no cycle
-        else:
-            self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD, normalizer, cfg.return_index)
+        self._normalizer = Normalizer.of(cfg.normalize)
+        self._stats = Stats()  # the device drivers' counters, kept across source rebuilds
         self._progress = Progress()
         # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
         # back would make a cycle that keeps a dropped Loader and its workers alive until gc runs.
@@ -180,25 +178,35 @@ class Loader(DataLoaderAttributes):
             epochs=self._epoch_requests,
             make_fetcher=make_fetcher,
         )
+        executor: Executor = HostCopy()
         if self._gpu is not None:
-            self._prefetcher.fetcher = self._source.fetcher  # decodes what the GPU decoder refuses
+            from .device.gpudecode import GpuDecode
+
+            # The source's fetcher loads what the GPU decoder refuses; the skip log (not the
+            # Loader: no cycle) hears of what those loads replaced.
+            executor = GpuDecode(self._source.fetcher, self._skips.record)
+        self._driver = DeviceDriver(
+            executor, self.device, DEVICE_AHEAD, self._normalizer, cfg.return_index, stats=self._stats
+        )
         # DataLoader's sampler: this rank's samples (len), set_epoch; None for a stream.
         self.sampler = RankSampler(self._source.sampler) if self._source.sampler is not None else None
         self._show_epoch(self._progress.next_epoch)
         self._watchdog = Watchdog(self._source.inflight, self._source.dataset, cfg.stall_warning)
 
     def _rebuild_source(self) -> None:
-        """A new source for a changed rank, world size or seed (an epoch asked for stays pending)."""
+        """A new source and device driver for a changed rank, world size, seed or device (an
+        epoch asked for stays pending)."""
         self._adopt_sampler_epoch()
         self._end_pass()
         self._watchdog.stop()
         self._source.close()
+        self._driver.close()
         self._attach_source()
 
     def _follow_rank(self) -> None:
         """Re-reads rank and world size that were not given; if torch.distributed was
         initialized since (e.g. by Lightning's Trainer), rebuilds the source."""
-        rank, world_size = resolve_rank(self.config.rank, self.config.world_size)
+        rank, world_size = resolve_rank(self.config.shard.rank, self.config.shard.world_size)
         if (rank, world_size) != (self.rank, self.world_size):
             self.rank, self.world_size = rank, world_size
             self._rebuild_source()
@@ -210,7 +218,6 @@ class Loader(DataLoaderAttributes):
             device = resolve_device(self.config.device)
             if device != self.device:
                 self.device = device
-                self._prefetcher.set_device(device)
                 self._rebuild_source()  # its host buffers are pinned for the device
 
     def __len__(self) -> int:
@@ -219,7 +226,7 @@ class Loader(DataLoaderAttributes):
             self._follow_rank()
         return self._progress.next_pass_length(len(self._source))
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+    def __iter__(self) -> Iterator[Output]:
         if self._closed:
             raise RuntimeError("Loader is closed")
         self._end_pass()
@@ -233,21 +240,21 @@ class Loader(DataLoaderAttributes):
         self._pass_ref = weakref.ref(current)
         return current
 
-    def _run(self, position: Position, plan: resume.Plan | None) -> Iterator[tuple[torch.Tensor, ...]]:
+    def _run(self, position: Position, plan: resume.Plan | None) -> Iterator[Output]:
         # A generator method: the pass holds a reference to the Loader, so
         # `for x, y in Loader(...)` keeps the loader alive until the loop ends.
         source = self._source
-        outputs = self._prefetcher.run(self._observed(source.batches(position.epoch, plan)))
+        finish = None
+        if self._batch_transforms is not None:
+            transforms = self._batch_transforms
+
+            def finish(out: Output) -> Output:
+                number = position.batch_number(self.rank, self.world_size)
+                return transforms.apply(out, seed=self.config.seed, epoch=position.epoch, rank=self.rank, batch=number)
+
+        outputs = self._driver.run(self._observed(source.batches(position.epoch, plan)), finish)
         try:
             for out in outputs:
-                if self._batch_transforms is not None:
-                    out = self._batch_transforms.apply(
-                        out,
-                        seed=self.config.seed,
-                        epoch=position.epoch,
-                        rank=self.rank,
-                        batch=position.batch_number(self.rank, self.world_size),
-                    )
                 position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
                 yield out
             position.done = True
@@ -282,9 +289,17 @@ class Loader(DataLoaderAttributes):
     def _settings(self) -> dict:
         if self._fingerprint is None:
             self._fingerprint = resume.fingerprint(self._samples)
+        c = self.config
+        values = {
+            "seed": c.seed,
+            "shuffle_seed": compat.order_seed(c, self._seed_drawn, self.world_size),
+            "batch_size": c.batch_size,
+            "shuffle": c.shuffle,
+            "drop_last": c.drop_last,
+            "drop_uneven": c.shard.drop_uneven,
+        }
         return {
-            **{k: getattr(self.config, k) for k in resume.SETTINGS},
-            "shuffle_seed": compat.order_seed(self.config, self._seed_drawn, self.world_size),
+            **{k: values[k] for k in resume.SETTINGS},
             "dataset": {"len": self._source.num_samples, "fingerprint": self._fingerprint},
         }
 
@@ -323,9 +338,11 @@ class Loader(DataLoaderAttributes):
         """
         merged = resume.for_rank(resume.as_merged(state), self.rank)
         if self._seed_drawn:  # the saved run's draws win: the resumed pass repeats its order and crops
-            seeds = resume.seeds(merged, keep_order_seed=self.config.shuffle_seed)
-            if seeds != (self.config.seed, self.config.shuffle_seed):
-                self.config = self.config.replace(seed=seeds[0], shuffle_seed=seeds[1])
+            shard = self.config.shard
+            seeds = resume.seeds(merged, keep_order_seed=shard.shuffle_seed)
+            if seeds != (self.config.seed, shard.shuffle_seed):
+                shard = dataclasses.replace(shard, shuffle_seed=seeds[1])
+                self.config = self.config.replace(seed=seeds[0], shard=shard)
                 self._rebuild_source()
         resume.check_matches(merged, self._settings())
         plan = self._source.resume_plan(merged)
@@ -336,7 +353,7 @@ class Loader(DataLoaderAttributes):
 
     def stats(self) -> dict:
         """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""
-        return {**self._prefetcher.stats.as_dict(), "skipped": self._skips.count}
+        return {**self._stats.as_dict(), "skipped": self._skips.count}
 
     def close(self) -> None:
         """Ends the current pass and stops the workers (within a few seconds, even if one
@@ -353,7 +370,7 @@ class Loader(DataLoaderAttributes):
         finally:
             self._watchdog.stop()
             self._source.close()
-            self._prefetcher.close()
+            self._driver.close()
 
     def __enter__(self) -> Loader:
         return self

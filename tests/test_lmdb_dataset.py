@@ -53,7 +53,7 @@ def test_two_datasets_on_one_path_and_pickling(lmdb_path):
 def test_workers_under_every_start_method(lmdb_path, start):
     ds = fl.LMDBDataset(lmdb_path, transform=fl.transforms.train(16))
     ds.read(0)  # the parent has an open environment when workers start
-    with fl.Loader(ds, batch_size=8, num_workers=2, start_method=start, device="cpu") as loader:
+    with fl.Loader(ds, batch_size=8, num_workers=2, multiprocessing_context=start, device="cpu") as loader:
         labels = [y for _, batch in loader for y in batch.tolist()]
     assert labels == ds.labels.tolist()
 
