@@ -1,23 +1,35 @@
 # make demo / make test: create .venv when absent, install with the pinned constraints, run.
+# make demo installs only what the demo runs; make test (lint, docs, dist) adds the rest.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+DEMO_STAMP := $(VENV)/.demo-installed
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test test-slow lint docs docs-check dist bench gpu-wheels gpu-suite clean
+.PHONY: demo test test-slow lint docs docs-check dist bench gpu-wheels gpu-check clean
 
-$(STAMP): pyproject.toml constraints.txt
+# The demo's needs: the package and its own requirements, and the real photographs the demo
+# cuts its images from (scikit-image's data files only: no deps).
+$(DEMO_STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs,lint,build,roi,remote]'
-	@# Real photographs for benchmarks, the demo and quality tests (data files only: no deps).
+	$(PY) -m pip install -q -c constraints.txt -e .
 	$(PY) -m pip install -q --no-deps -c constraints.txt scikit-image
-	@# The references the tests compare pixels and policies with (test-only, pure-Python parts:
-	@# torchvision's wheel is a CUDA build, so no deps; tests/refs.py stubs its compiled ops).
+	@touch $(DEMO_STAMP)
+
+# The rest: test, lint, docs and build extras, region decode, remote shards, and the
+# references the tests compare pixels and policies with (test-only, pure-Python parts:
+# torchvision's PyPI wheel is a CUDA build, so no deps; tests/refs.py stubs its compiled ops).
+$(STAMP): $(DEMO_STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs,lint,build,roi,remote]'
 	$(PY) -m pip install -q --no-deps -c constraints.txt torchvision timm
 	@touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
+	@# A clone named fastload is imported in its place by Python run from the folder above it.
+	@if [ "$(notdir $(CURDIR))" = fastload ]; then echo "note: this clone's folder is named fastload: Python \
+	started in $(dir $(CURDIR)) imports the folder instead of the package ('module fastload has no \
+	attribute ...'); run from inside it or elsewhere, or rename it (docs/troubleshooting.md)"; fi
 	$(VENV)/bin/fastload demo
 
 test: $(STAMP)
@@ -62,18 +74,21 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
 
-# What the GPU machine lacks, for its Python and CUDA (benchmarks/GPU.md): wheels into
-# $(WHEELS) (git-ignored) plus libturbojpeg, checked against the 64 MiB a call carries.
-# GPU_PYTHON=3.11 fetches for this machine's Python instead (the dry run, tests/test_gpu_suite.py).
+# The wheels the GPU check needs and the GPU machine's image lacks (benchmarks/GPU.md), into
+# $(WHEELS) (git-ignored): none of a package the image has; checked with the working tree
+# against the 64 MiB a device call carries. GPU_PYTHON=3.11: for this machine's Python (the dry run).
 GPU_PYTHON ?= 3.12
 GPU_CUDA   ?= 13
 WHEELS     ?= .whl
 gpu-wheels:
 	$(PYTHON) scripts/gpu_wheels.py --python $(GPU_PYTHON) --cuda $(GPU_CUDA) --dest $(WHEELS)
 
-# The dry run of the device calls here (no GPU): OUT=... (default gpu-results).
-gpu-suite: $(STAMP)
-	PYTHON=$(PY) WHEELS=$(WHEELS) bash benchmarks/gpu_suite.sh all
+# The one device call (benchmarks/GPU.md): every step under its limit, all under BUDGET
+# seconds (default 450); STEPS=train,h2d reruns only those (and what they need). Files into
+# $OUT (default gpu-results). No venv: it runs the image's python3 (GPU_PY).
+GPU_PY ?= python3
+gpu-check:
+	STEPS="$(STEPS)" WHEELS="$(WHEELS)" $(GPU_PY) benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache site site-check dist build

@@ -5,10 +5,10 @@ Training preset (RandomResizedCrop + flip, antialiased), batches of ``--batch-si
 photos, one core (the process is pinned to one CPU, torch and nvImageCodec to one
 thread), every row timed on the same batch before the next batch, rounds repeated:
 
-* "batch, per-sample path, no region": what every sample gets until it is known clean
-  (:meth:`fastload.ImageDataset.known_clean`): full (or DCT-scaled) decodes only;
-* "batch, per-sample path, region": known clean, a region decode per sample, one call each;
-* "batch, batched path, region": known clean, the batch's regions in one call
+* "batch, per-sample path, no region": the default, strict: full (or DCT-scaled) decodes only;
+* "batch, per-sample path, region": files trusted (``FASTLOAD_ROI=trusted``: region decode
+  cannot see corrupt data, ``bench_damage.py``), a region decode per sample, one call each;
+* "batch, batched path, region": files trusted, the batch's regions in one call
   (:mod:`fastload.sources.batchplan`);
 * the stages of the batched path: plan (read, header, crop, decode plan), the region
   decodes (one call per sample vs one per batch, the same regions) against a full decode
@@ -32,20 +32,13 @@ from common import parser, photo_folder, report
 
 import fastload as fl
 from fastload.decode import get_decoder, plan, roi
-from fastload.sources.batchplan import BatchPlan, decode_regions, plan_row
+from fastload.sources.batchplan import BatchedRegions, BatchPlan, PerSample, decode_regions, plan_row
 from fastload.sources.maker import BatchMaker
 from fastload.sources.pools import PlainPool
 from fastload.sources.request import BatchRequest
 
 
-class KnownClean(fl.ImageFolder):
-    """Every sample known clean: what the shared clean bitmap says after a strict epoch."""
-
-    def known_clean(self, index: int) -> bool:
-        return True
-
-
-class KnownCleanPerSample(KnownClean):
+class PerSample(fl.ImageFolder):
     def load(self, index, epoch=0, seed=0, out=None):  # an override: the sources keep the per-sample path
         return super().load(index, epoch, seed, out)
 
@@ -69,18 +62,34 @@ def main() -> None:
     batch = 16 if args.quick else args.batch_size
     rounds = 1 if args.quick else args.rounds
     tf = fl.transforms.train(args.size)
-    datasets = {"batch, per-sample path, no region": fl.ImageFolder(root, tf),
-                "batch, per-sample path, region": KnownCleanPerSample(root, tf),
-                "batch, batched path, region": KnownClean(root, tf)}
+    datasets = {
+        "batch, per-sample path, no region": fl.ImageFolder(root, tf),
+        "batch, per-sample path, region": PerSample(root, tf),
+        "batch, batched path, region": fl.ImageFolder(root, tf),
+    }
+    fitted = plan.get_planner().costs
+    # Each row's planner, set before it runs: the default (strict), or one for trusted files.
+    planners = {name: plan.Planner(fitted, region="no region" not in name) for name in datasets}
+    trusted = planners["batch, batched path, region"]
+    # The batched row's batches are planned ahead, its regions decoded in one call (what the
+    # sources do under FASTLOAD_ROI=trusted); the others load sample by sample.
     makers = {name: BatchMaker.of(ds) for name, ds in datasets.items()}
+    makers["batch, batched path, region"].executor = BatchedRegions()
+    assert all(isinstance(m.executor, PerSample) for name, m in makers.items() if "batched" not in name)
     clean = datasets["batch, batched path, region"]
     stage_loader = makers["batch, batched path, region"].loader
     pool = PlainPool(pin=False)
     rd = roi.get_region_decoder()
     n = len(clean) // batch * batch
     full = get_decoder()
-    rows = [*makers, "stage: plan", "stage: full decode of the region-planned images",
-            "stage: region decode, one call per sample", "stage: region decode, one call per batch", "stage: finish"]
+    rows = [
+        *makers,
+        "stage: plan",
+        "stage: full decode of the region-planned images",
+        "stage: region decode, one call per sample",
+        "stage: region decode, one call per batch",
+        "stage: finish",
+    ]
     wall = {r: [] for r in rows}
     cpu_t = {r: [] for r in rows}
     regions = 0
@@ -90,7 +99,8 @@ def main() -> None:
         wall[name][-1] += w - start[0]
         cpu_t[name][-1] += c - start[1]
 
-    for m in makers.values():  # warm up: decoders, planner, files in the page cache
+    for name, m in makers.items():  # warm up: decoders, planner, files in the page cache
+        plan.set_planner(planners[name])
         m.make(BatchRequest(0, np.arange(batch)), 0, pool)
     for _ in range(rounds):
         for r in rows:
@@ -100,9 +110,11 @@ def main() -> None:
             request = BatchRequest(1, np.arange(first, first + batch))
             names = list(makers)
             for name in names[k % 3 :] + names[: k % 3]:
+                plan.set_planner(planners[name])
                 start = clocks()
                 makers[name].make(request, 0, pool)
                 record(name, start)
+            plan.set_planner(trusted)
             start = clocks()
             planned = BatchPlan.of(request)
             for j in range(len(planned)):
@@ -130,9 +142,11 @@ def main() -> None:
     share = regions / (n * rounds)
     base_name = "batch, per-sample path, no region"
     best = {r: (min(wall[r]) / n * 1e6, min(cpu_t[r]) / n * 1e6) for r in rows}
-    print(f"{n} photos from {root}, batches of {batch}, RandomResizedCrop({args.size}) + flip, one core "
-          f"(cpu {cpu}), {rounds} interleaved rounds, best round; region plans: {share:.0%} of samples; "
-          f"planner costs: {'calibrated' if 'seconds' in plan.get_planner().costs else 'built-in'}")
+    print(
+        f"{n} photos from {root}, batches of {batch}, RandomResizedCrop({args.size}) + flip, one core "
+        f"(cpu {cpu}), {rounds} interleaved rounds, best round; region plans: {share:.0%} of samples; "
+        f"planner costs: {'calibrated' if 'seconds' in fitted else 'built-in'}"
+    )
     print(f"  {'row':46s} {'wall us/img':>12s} {'cpu us/img':>11s}  vs no-region path (cpu)")
     for r in rows:
         w, c = best[r]
@@ -142,18 +156,34 @@ def main() -> None:
     per_call = best["stage: region decode, one call per sample"][1]
     per_batch = best["stage: region decode, one call per batch"][1]
     if share:
-        print(f"  region-planned images (cpu, per image decoded): full decode {whole / share:.0f} us, region one "
-              f"call per sample {per_call / share:.0f} us ({per_call / whole:.2f}x full), one call per batch "
-              f"{per_batch / share:.0f} us ({per_batch / whole:.2f}x full; {per_batch / per_call:.2f}x one per call)")
+        print(
+            f"  region-planned images (cpu, per image decoded): full decode {whole / share:.0f} us, region one "
+            f"call per sample {per_call / share:.0f} us ({per_call / whole:.2f}x full), one call per batch "
+            f"{per_batch / share:.0f} us ({per_batch / whole:.2f}x full; {per_batch / per_call:.2f}x one per call)"
+        )
     for r in rows:
-        print(f"  rounds, {r}: wall " + ", ".join(f"{v / n * 1e6:.0f}" for v in wall[r])
-              + " | cpu " + ", ".join(f"{v / n * 1e6:.0f}" for v in cpu_t[r]))
-    report("bench_batched_roi", args, {
-        "images": n, "batch_size": batch, "rounds": rounds, "cpu": cpu, "region_share": share,
-        "best_us_per_image": {r: {"wall": w, "cpu": c} for r, (w, c) in best.items()},
-        "rounds_us_per_image": {r: {"wall": [v / n * 1e6 for v in wall[r]], "cpu": [v / n * 1e6 for v in cpu_t[r]]}
-                                for r in rows},
-        "region_decode": roi.version()})
+        print(
+            f"  rounds, {r}: wall "
+            + ", ".join(f"{v / n * 1e6:.0f}" for v in wall[r])
+            + " | cpu "
+            + ", ".join(f"{v / n * 1e6:.0f}" for v in cpu_t[r])
+        )
+    report(
+        "bench_batched_roi",
+        args,
+        {
+            "images": n,
+            "batch_size": batch,
+            "rounds": rounds,
+            "cpu": cpu,
+            "region_share": share,
+            "best_us_per_image": {r: {"wall": w, "cpu": c} for r, (w, c) in best.items()},
+            "rounds_us_per_image": {
+                r: {"wall": [v / n * 1e6 for v in wall[r]], "cpu": [v / n * 1e6 for v in cpu_t[r]]} for r in rows
+            },
+            "region_decode": roi.version(),
+        },
+    )
 
 
 if __name__ == "__main__":

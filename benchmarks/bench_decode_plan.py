@@ -10,7 +10,7 @@ interleaved, fastest of ``--repeat``. Then:
 
 * per plan: mean measured µs, and predicted / measured (median and 10th-90th percentile);
 * per policy: the mean µs of the plans it picks for each sample: the default planner,
-  ``FASTLOAD_ROI=0`` (no region), ``reduced_decode=False`` (full-decode pixels only),
+  ``FASTLOAD_ROI=trusted`` (region decodes, not strict), ``reduced_decode=False`` (full-decode pixels only),
   ``FASTLOAD_NO_CALIBRATION=1`` (built-in costs), full decode only, and the oracle (the
   fastest plan of each sample, which no planner can know beforehand); the default's
   ratio to each (>= 1: the default is faster).
@@ -99,11 +99,11 @@ def main() -> None:
     repeat = 1 if args.quick else args.repeat
     fitted = plan.get_planner().costs  # the cached calibration (or the built-in costs)
     region = roi.available()
-    policies = {
-        "default": (Planner(fitted, region), True),
-        "FASTLOAD_ROI=0": (Planner(fitted, False), True),
-        "reduced_decode=False": (Planner(fitted, region), False),
-        "FASTLOAD_NO_CALIBRATION=1": (Planner(costs.DEFAULT_COSTS, region), True),
+    policies = {  # the default is strict: region decodes only for trusted files
+        "default": (Planner(fitted, False), True),
+        "FASTLOAD_ROI=trusted": (Planner(fitted, region), True),
+        "reduced_decode=False": (Planner(fitted, False), False),
+        "FASTLOAD_NO_CALIBRATION=1": (Planner(costs.DEFAULT_COSTS, False), True),
         "full decode only": (Planner(fitted, False), False),
     }
     decoder = get_decoder()

@@ -1,85 +1,71 @@
-"""A training step fed by fastload (both backends), by DataLoader + torchvision transforms
-+ pin_memory, and by timm's create_loader: images/s and the share of the GPU's time spent
-waiting for data, on the real-photo set, in one interleaved run.
+"""The training feed: a ResNet step fed by fastload, by DataLoader at its best and by timm's
+create_loader, against the model alone on a fixed GPU batch (the ceiling).
 
-torchvision ResNet-50 and ResNet-18, channels_last, bf16 autocast, SGD, batch 256, the
-same RandomResizedCrop(224) + flip for every loader, the same worker count for every
-loader. Each loader runs --rounds times, in turn, after --warmup steps per run; the
-median run is reported.
+torchvision ResNet-50 and ResNet-18 (random init), bf16 autocast, channels_last, SGD,
+batch 256, the same RandomResizedCrop(224) + flip and the same worker count (14) for
+every loader:
 
-How a step is timed, the same way for every loader (CUDA events on the training stream,
-no synchronize inside the timed loop):
+- fastload default: ``fl.Loader(ImageList, transform=fl.transforms.train(224))``,
+  normalized float32 channels_last batches on the GPU.
+- DataLoader at its best: file bytes → ``torchvision.io.decode_jpeg`` → v2
+  RandomResizedCrop (antialiased, on the uint8 tensor) + flip in the workers, uint8
+  batches, pin_memory, persistent_workers; copied and normalized on the GPU in the loop.
+- timm: ``create_loader(use_prefetcher=True)``: uint8 fast_collate, its PrefetchLoader
+  (copy and normalization on a side stream).
+- model alone: one normalized batch resident on the GPU, every step.
+
+Runs are interleaved A B C D D C B A (each loader twice, made fresh and closed after);
+every run is --warmup untimed steps, then --steps timed ones. An epoch is longer than a
+run (the photo list repeated), so no run crosses an epoch end: no loader drains and
+refills inside a timed run.
+
+How a step is timed, the same for every loader (CUDA events on the training stream, no
+synchronize inside the timed loop):
     batch = next(loader); batch.to(device, non_blocking=True)      # host: the loader's part
     event A recorded                                                # data ready on the GPU
     forward, backward, optimizer step
     event B recorded
 Step i lasts B[i-1] → B[i] on the GPU; the GPU waited for data B[i-1] → A[i]: zero when the
 host had queued the batch (its copy, its normalization, its stream wait) before the GPU
-finished the previous step, else the time the GPU sat idle or copying on the training
-stream. Host-side time blocked in next() is reported besides.
+finished the previous step. Host time blocked in next() is reported besides.
 
-Needs CUDA for a real run; --quick runs a tiny model on the CPU through the same code
-(perf_counter marks instead of events); the peers need torchvision / timm and are
-skipped, with a message, where those do not import.
+--quick: the dry run on the CPU (ResNet-18 at 32 px, batch 4, 2 workers, perf_counter
+marks instead of events), every loader included.
 """
 
 from __future__ import annotations
 
-import gc
 import inspect
+import itertools
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
-from common import machine, parser, photo_folder, photo_set_record, report
+from common import machine, report
+from gpu_common import (
+    Clock,
+    device_or_exit,
+    feeding,
+    gpu_parser,
+    import_peers,
+    jpeg_decoder,
+    photos,
+    read_bytes,
+    repeat,
+)
 
 import fastload as fl
 from fastload.config import IMAGENET_MEAN, IMAGENET_STD
-from fastload.system import available_cpus
-
-
-class Clock:
-    """Marks on the training stream (CUDA events), or host time where there is no GPU."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-
-    def mark(self):
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()  # on the current (training) stream
-        return event
-
-    def seconds(self, start, end) -> float:
-        return start.elapsed_time(end) / 1e3 if self.cuda else end - start
-
-    def settle(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()  # once, after the timed loop: events are read back
-
-
-def tiny_model() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 8, 3, stride=4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(8, 10))
 
 
 def make_model(name: str, device: torch.device) -> nn.Module:
-    if name == "tiny":
-        net = tiny_model()
-    else:
-        import torchvision.models
+    import torchvision.models
 
-        net = getattr(torchvision.models, name)()
-    return net.to(device).to(memory_format=torch.channels_last)
-
-
-def forever(loader) -> Iterator:
-    """Batches of pass after pass (each a new epoch), as a training loop takes them."""
-    while True:
-        yield from loader
+    return getattr(torchvision.models, name)().to(device).to(memory_format=torch.channels_last)
 
 
 def run_steps(batches: Iterator, net: nn.Module, device: torch.device, warmup: int, steps: int) -> dict:
@@ -113,140 +99,161 @@ def run_steps(batches: Iterator, net: nn.Module, device: torch.device, warmup: i
             "wait_ms": 1e3 * statistics.median(wait), "host_wait_share": host_wait / total, "steps": steps}
 
 
-def fastload_loader(root: str, bs: int, workers: int, device: torch.device, backend: str):
-    ds = fl.ImageFolder(root, transform=fl.transforms.train(224))
-    return fl.Loader(ds, batch_size=bs, shuffle=True, drop_last=True, num_workers=workers, device=device,
-                     backend=backend)
+class DecodeJpegDataset(torch.utils.data.Dataset):
+    """A DataLoader user's dataset at its best: bytes → decode_jpeg → v2 crop + flip, uint8 C×H×W."""
+
+    def __init__(self, root: str, paths: list[str], labels: list[int], size: int, decode: Callable) -> None:
+        from torchvision.transforms import v2
+
+        self.root, self.paths, self.labels, self.decode = root, paths, labels, decode
+        self.transform = v2.Compose([v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()])
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        image = self.decode(read_bytes(os.path.join(self.root, self.paths[i])))
+        return self.transform(image), self.labels[i]
 
 
-def torchvision_loader(root: str, bs: int, workers: int, device: torch.device):
-    """What the torchvision ImageNet example writes: ImageFolder, PIL transforms,
-    DataLoader with pin_memory; the copy happens in the training loop."""
-    import torchvision.transforms as T
-    from torchvision.datasets import ImageFolder
-
-    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
-                    T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-    return torch.utils.data.DataLoader(ImageFolder(root, tf), batch_size=bs, shuffle=True, drop_last=True,
-                                       num_workers=workers, pin_memory=device.type == "cuda",
-                                       persistent_workers=workers > 0)
+def normalized_on(device: torch.device, loader: Any) -> Iterator:
+    """uint8 N×C×H×W batches copied to ``device`` and normalized there, as in the user's loop."""
+    mean = 255 * torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
+    std = 255 * torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1)
+    for x, y in loader:
+        x = x.to(device, non_blocking=True).float().sub_(mean).div_(std)
+        yield x, y.to(device, non_blocking=True)
 
 
-def timm_loader(root: str, bs: int, workers: int, device: torch.device):
-    """timm's create_loader at its fastest: uint8 fast_collate, its CUDA prefetcher
-    (copy and normalization on a side stream), pinned memory, workers kept across
-    epochs; augmentation cut to the same RandomResizedCrop + flip (no colour jitter)."""
-    from timm.data import ImageDataset, create_loader
+class Feeds:
+    """Makers of each fed run's batches, on one photo set and its long epoch."""
 
-    options = dict(input_size=(3, 224, 224), batch_size=bs, is_training=True, use_prefetcher=True,
-                   color_jitter=0.0, re_prob=0.0, hflip=0.5, interpolation="bilinear", num_workers=workers,
-                   pin_memory=True, use_multi_epochs_loader=True, persistent_workers=True,
-                   mean=IMAGENET_MEAN, std=IMAGENET_STD, device=device)
-    accepted = inspect.signature(create_loader).parameters
-    return create_loader(ImageDataset(root), **{k: v for k, v in options.items() if k in accepted})
+    def __init__(self, args: Any, device: torch.device, bs: int, workers: int, size: int, epoch: int) -> None:
+        self.args, self.device, self.bs, self.workers, self.size = args, device, bs, workers, size
+        self.root, paths, labels = photos(args)
+        self.paths, self.labels = repeat(paths, epoch), repeat(labels, epoch)
+        self.torchvision, self.timm = import_peers(args.quick)
+        self.decode = jpeg_decoder(self.torchvision, args.quick, os.path.join(self.root, paths[0]))
 
+    def fastload(self) -> Any:
+        ds = fl.ImageList.from_arrays(self.paths, self.labels, self.root, transform=fl.transforms.train(self.size))
+        return fl.Loader(ds, batch_size=self.bs, shuffle=True, drop_last=True, num_workers=self.workers,
+                         device=self.device, seed=0)
 
-def loaders(root: str, bs: int, workers: int, device: torch.device) -> dict[str, Callable]:
-    """Name → a function making that loader; peers that cannot run here are left out, said why."""
-    made: dict[str, Callable] = {
-        "fastload process": lambda: fastload_loader(root, bs, workers, device, "process"),
-        "fastload thread": lambda: fastload_loader(root, bs, workers, device, "thread"),
-    }
-    try:
-        import torchvision  # noqa: F401
-    except (ImportError, RuntimeError) as e:  # RuntimeError: a torchvision without its compiled ops
-        print(f"DataLoader + torchvision peer skipped: torchvision does not import here ({e})")
-    else:
-        made["DataLoader + torchvision"] = lambda: torchvision_loader(root, bs, workers, device)
-    try:
-        import timm  # noqa: F401
-    except (ImportError, RuntimeError) as e:  # RuntimeError: a torchvision without its compiled ops
-        print(f"timm create_loader peer skipped: timm does not import here ({e})")
-    else:
-        if device.type == "cuda":
-            made["timm create_loader"] = lambda: timm_loader(root, bs, workers, device)
-        else:
-            print("timm create_loader peer skipped: its prefetcher needs CUDA")
-    return made
+    def dataloader(self) -> Any:
+        ds = DecodeJpegDataset(self.root, self.paths, self.labels, self.size, self.decode)
+        return torch.utils.data.DataLoader(ds, batch_size=self.bs, shuffle=True, drop_last=True,
+                                           num_workers=self.workers, pin_memory=self.device.type == "cuda",
+                                           persistent_workers=True)
 
+    def timm_loader(self) -> Any:
+        """create_loader with its prefetcher, augmentation cut to crop + flip (no colour jitter)."""
+        ds = self.timm.data.ImageDataset(self.root)
+        ds.reader.samples = repeat(ds.reader.samples, len(self.paths))
+        options = dict(input_size=(3, self.size, self.size), batch_size=self.bs, is_training=True, use_prefetcher=True,
+                       scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), hflip=0.5, color_jitter=0.0, re_prob=0.0,
+                       interpolation="bilinear", mean=IMAGENET_MEAN, std=IMAGENET_STD, num_workers=self.workers,
+                       pin_memory=self.device.type == "cuda", persistent_workers=True, device=self.device)
+        accepted = inspect.signature(self.timm.data.create_loader).parameters
+        return self.timm.data.create_loader(ds, **{k: v for k, v in options.items() if k in accepted})
 
-def bench_model(name: str, makers: dict, device: torch.device, warmup: int, steps: int, rounds: int) -> dict:
-    """Every loader on model ``name``, ``rounds`` times in turn; the median run per loader.
+    def makers(self) -> dict[str, Callable[[], tuple[Any, Iterator]]]:
+        """Label → a function making (loader or None, its batches)."""
 
-    Each run makes its loader and closes it after: idle workers of another loader would
-    otherwise keep decoding the batches they prefetch, on the cores of the run measured.
-    """
-    net = make_model(name, device)
-    runs: dict = {label: [] for label in makers}
-    for _ in range(rounds):
-        for label, make in makers.items():
-            loader = make()
-            batches = forever(loader)
-            try:
-                runs[label].append(run_steps(batches, net, device, warmup, steps))
-            finally:
-                batches.close()
-                if hasattr(loader, "close"):
-                    loader.close()
-                del loader, batches
-                gc.collect()  # DataLoader workers end when their iterator is freed
-    return {label: {**median_run(r), "rounds": r} for label, r in runs.items()}
+        def fastload():
+            loader = self.fastload()
+            return loader, iter(loader)
+
+        def dataloader():
+            loader = self.dataloader()
+            return loader, normalized_on(self.device, loader)
+
+        def timm_loader():
+            loader = self.timm_loader()
+            return loader, iter(loader)
+
+        def alone():
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(self.bs, 3, self.size, self.size, generator=g).to(self.device)
+            y = torch.randint(0, 1000, (self.bs,), generator=g).to(self.device)
+            return None, itertools.repeat((x.contiguous(memory_format=torch.channels_last), y))
+
+        return {"fastload": fastload, "DataLoader best": dataloader, "timm create_loader": timm_loader,
+                "model alone": alone}
 
 
-def median_run(runs: list[dict]) -> dict:
-    mid = statistics.median(r["images_per_s"] for r in runs)
-    return min(runs, key=lambda r: abs(r["images_per_s"] - mid))
+def bench_model(name: str, feeds: Feeds, warmup: int, steps: int) -> dict:
+    """Every feed on model ``name`` in the order A B C D D C B A; each run's record as it ends."""
+    net = make_model(name, feeds.device)
+    makers = feeds.makers()
+    order = list(makers) + list(reversed(makers))
+    runs: dict[str, list[dict]] = {label: [] for label in makers}
+    for label in order:
+        with feeding(*makers[label]()) as batches:
+            result = run_steps(batches, net, feeds.device, warmup, steps)
+        runs[label].append(result)
+        report("bench_gpu_train_run", feeds.args, {"model": name, "loader": label, **result})
+    return {label: {**mean_run(r), "runs": r} for label, r in runs.items()}
 
 
-def print_model(name: str, results: dict, bs: int, workers: int, device_name: str) -> None:
-    peers = [r["images_per_s"] for k, r in results.items() if not k.startswith("fastload")]
+def mean_run(runs: list[dict]) -> dict:
+    keys = ("images_per_s", "wait_share", "step_ms", "wait_ms", "host_wait_share")
+    return {k: statistics.fmean(r[k] for r in runs) for k in keys}
+
+
+def print_model(name: str, results: dict, bs: int, workers: int, where: str) -> None:
+    peers = [r["images_per_s"] for k, r in results.items() if k not in ("fastload", "model alone")]
     best_peer = max(peers) if peers else None
-    print(f"{name}, bf16 autocast, channels_last, batch {bs}, {workers} workers each, on {device_name}:")
-    print(f"  {'loader':26s} {'images/s':>9s} {'GPU data wait':>13s} {'step ms':>8s} {'wait ms':>8s} "
-          f"{'host wait':>9s} {'vs best peer':>12s}")
+    print(f"{name}, bf16 autocast, channels_last, batch {bs}, {workers} workers each, on {where}:")
+    print(f"  {'feed':20s} {'images/s':>9s} {'data wait':>9s} {'step ms':>8s} {'wait ms':>8s} {'host wait':>9s} "
+          f"{'vs best peer':>12s}")
     for label, r in results.items():
         ratio = f"{r['images_per_s'] / best_peer:11.2f}x" if best_peer else f"{'-':>12s}"
-        print(f"  {label:26s} {r['images_per_s']:9.0f} {r['wait_share']:13.1%} {r['step_ms']:8.1f} "
+        print(f"  {label:20s} {r['images_per_s']:9.0f} {r['wait_share']:9.1%} {r['step_ms']:8.1f} "
               f"{r['wait_ms']:8.2f} {r['host_wait_share']:9.1%} {ratio}")
 
 
-def main() -> None:
-    p = parser(__doc__)
-    p.set_defaults(images=10240)  # 40 batches of 256 per epoch: epoch starts do not dominate
+def arguments() -> Any:
+    p = gpu_parser(__doc__.splitlines()[0])
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--steps", type=int, default=100, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=32,
-                   help="untimed steps before each run: as many as the batches all workers make at once, so "
-                        "the timed steps see the steady state (default: 32)")
-    p.add_argument("--rounds", type=int, default=2, help="runs per loader, interleaved with the others")
-    p.add_argument("--workers", type=int, default=min(16, available_cpus()))
+    p.add_argument("--steps", type=int, default=40, help="timed steps per run (default: 40)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps first in each run (default: 2 per worker: the batches the workers' first "
+                        "rounds make at once are behind)")
     p.add_argument("--models", default="resnet50,resnet18", help="torchvision model names, comma-separated")
-    args = p.parse_args()
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.quick:
-        print("bench_gpu_train needs a CUDA GPU (run benchmarks/gpu_suite.sh on one); --quick checks the CPU path")
-        return
-    device = torch.device("cuda" if cuda else "cpu")
+    return p
+
+
+def sizes(args: Any) -> dict:
+    """Batch, steps, workers, image size, models, and the epoch (samples): twice the batches a
+    run takes and its workers hold, so every run ends long before its epoch does."""
     if args.quick:
-        bs, warmup, steps, rounds, workers = 8, 1, 3, 1, 2
-        models = ["tiny"] if not cuda else ["resnet18"]
+        bs, warmup, steps, workers, size, models = 4, 1, 2, 2, 32, ["resnet18"]
     else:
-        bs, warmup, steps, rounds, workers = args.batch_size, max(1, args.warmup), args.steps, args.rounds, args.workers
+        bs, steps, workers, size = args.batch_size, args.steps, args.workers, 224
+        warmup = 2 * workers if args.warmup is None else args.warmup
         models = [m.strip() for m in args.models.split(",") if m.strip()]
+    return {"batch": bs, "warmup": warmup, "steps": steps, "workers": workers, "size": size, "models": models,
+            "epoch": 2 * (warmup + steps + 2 * workers) * bs}
+
+
+def main() -> None:
+    args = arguments().parse_args()
+    device = device_or_exit(args, "bench_gpu_train")
+    s = sizes(args)
+    bs, warmup, steps, workers = s["batch"], s["warmup"], s["steps"], s["workers"]
+    feeds = Feeds(args, device, bs, workers, s["size"], s["epoch"])
     torch.backends.cudnn.benchmark = True
-    root = photo_folder(args)
-    makers = loaders(root, bs, workers, device)
-    device_name = torch.cuda.get_device_name(0) if cuda else "cpu (quick check only)"
-    for name in models:
-        results = bench_model(name, makers, device, warmup, steps, rounds)
-        print_model(name, results, bs, workers, device_name)
-        # One record per model, written as it ends: a run stopped later keeps it.
+    where = torch.cuda.get_device_name(0) if device.type == "cuda" else "the CPU (dry run)"
+    for name in s["models"]:
+        results = bench_model(name, feeds, warmup, steps)
+        print_model(name, results, bs, workers, where)
         report("bench_gpu_train", args, {"results": {name: results}, "batch_size": bs, "workers": workers,
-                                         "steps": steps, "warmup": warmup, "rounds": rounds, "device": machine(),
-                                         "dataset": photo_set_record(root)})
-    print(f"(step = GPU time between the ends of consecutive steps; GPU data wait = from the end of the previous "
-          f"step to the batch being ready on the training stream; median of {rounds} run(s) of {steps} steps "
-          f"after {warmup} warm-up steps; host wait = time blocked in next())")
+                                         "steps": steps, "warmup": warmup, "epoch_batches": len(feeds.paths) // bs,
+                                         "photos": feeds.root, "device": machine()})
+    print(f"(mean of 2 runs of {steps} steps after {warmup} warm-up steps, order A B C D D C B A; step = GPU time "
+          f"between the ends of consecutive steps; data wait = from the end of the previous step to the batch being "
+          f"ready on the training stream; host wait = time blocked in next())")
 
 
 if __name__ == "__main__":

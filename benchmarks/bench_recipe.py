@@ -5,7 +5,8 @@ RandomErasing 0.25 ("pixel"), Mixup 0.8 / CutMix 1.0 with label smoothing 0.1; 2
 batch 128, float32 normalized N×C×H×W images and soft targets out, on the CPU.
 
 - fastload: ``fl.transforms.train(224, auto_augment=...)`` in the workers,
-  ``batch_transform=[fl.augment.RandomErasing(...), fl.augment.Mixup(...)]`` on the batch.
+  ``batch_transform=[fl.augment.Mixup(...), fl.augment.RandomErasing(...)]`` on the batch
+  (timm's prefetcher order: mixed, then erased; the runs recorded before issue 32 erased first).
 - timm: its real ``timm.data.create_loader`` with the same arguments (``re_prob``,
   ``re_mode``, ``auto_augment``, ``interpolation="random"``, ``color_jitter=0.4``: skipped
   under RandAugment as in timm) and its ``Mixup``, both ways its train.py runs them:
@@ -75,10 +76,10 @@ def fastload_loader(root: str, bs: int, workers: int, recipe: bool, batch_stage:
     """The recipe (``batch_stage=False``: its per-sample part only), or crop + flip."""
     tf = fl.transforms.train(224, auto_augment=AA if recipe else None, interpolation="random")
     ds = fl.ImageFolder(root, transform=tf)
-    batch = [fl.augment.RandomErasing(0.25, mode="pixel", device="cpu"),
-             fl.augment.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=len(ds.classes))]
+    batch = [fl.augment.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=len(ds.classes)),
+             fl.augment.RandomErasing(0.25, mode="pixel", device="cpu")]
     return fl.Loader(ds, batch_size=bs, num_workers=workers, shuffle=True, drop_last=True, device="cpu",
-                     mean=MEAN, std=STD, seed=0, batch_transform=batch if recipe and batch_stage else None)
+                     normalize=fl.Normalize(mean=MEAN, std=STD), seed=0, batch_transform=batch if recipe and batch_stage else None)
 
 
 class TimmRecipe:

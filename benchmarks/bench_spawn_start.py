@@ -7,7 +7,7 @@ round spawns one training process, as a DDP script does, which times constructio
 batch (train transform, real photos) in rotating order for:
 
 - fastload, default start method (fork);
-- fastload, ``start_method="spawn"``: what the default meant in such a process before;
+- fastload, ``multiprocessing_context="spawn"``: what the default meant in such a process before;
 - the peer: a timm-style torch DataLoader with its default there (spawn).
 
 Prints the median of the rounds per pipeline and the before/after ratio.
@@ -28,12 +28,13 @@ from peers import TimmDataset, timm_fast_collate
 
 import fastload as fl
 
-PIPELINES = ("fastload, default (fork)", "fastload, start_method='spawn' (before)", "timm-style DataLoader (spawn)")
+PIPELINES = ("fastload, default (fork)", "fastload, multiprocessing_context='spawn' (before)",
+             "timm-style DataLoader (spawn)")
 
 
 def build(name: str, root: str, batch_size: int, workers: int):
     if name.startswith("fastload"):
-        spawn = {"start_method": "spawn"} if "spawn" in name else {}
+        spawn = {"multiprocessing_context": "spawn"} if "spawn" in name else {}
         return fl.Loader(fl.ImageFolder(root, transform=fl.transforms.train(224)), batch_size=batch_size,
                          num_workers=workers, shuffle=True, seed=0, device="cpu", normalize=False, **spawn)
     paths = sorted(glob.glob(os.path.join(root, "*", "*.jpg")))

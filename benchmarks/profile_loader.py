@@ -133,8 +133,8 @@ def handover_cpu_us(batches: list, workers: int, passes: int) -> float:
 def stages(root: str, batch_size: int, passes: int) -> dict:
     """Each stage of the train pipeline (process backend's path) timed alone, µs per sample.
 
-    Decodes follow the plans the default pipeline makes in the steady state (every
-    sample already marked clean, so region decode is allowed where it is planned)."""
+    Decodes follow the plans the default pipeline makes (strict: full or DCT-scaled;
+    region decodes too under ``FASTLOAD_ROI=trusted``)."""
     torch.set_num_threads(1)  # as in a DataLoader worker
     tf = fl.transforms.train(224)
     ds = fl.ImageFolder(root, transform=tf)
@@ -168,8 +168,6 @@ def stages(root: str, batch_size: int, passes: int) -> dict:
     batches = [samples[i:i + batch_size] for i in range(0, len(samples), batch_size)]
     shape = (batch_size, *resized[0].shape)
     batch = fast_collate(batches[0], pin=False)[0]
-    for i in idx:  # the steady state: every sample decoded clean before
-        ds.clean.mark(i)
     out = {
         "read (file open + read)": per_sample_us(lambda i: ds.read(i), idx, passes),
         "header parse (SOF scan)": per_sample_us(read_header, data, passes),

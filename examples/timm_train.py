@@ -9,9 +9,10 @@ everything about the data is timm's recipe::
         --aa rand-m9-mstd0.5-inc1 --reprob 0.25 --remode pixel --mixup 0.8 --cutmix 1.0 \\
         --smoothing 0.1 --color-jitter 0.4
 
-``data_dir`` holds ``train/`` and ``validation/`` (timm's default split names) with one
-folder per class. ``--record PATH`` writes what each rank saw per epoch (a JSON file per
-rank): the test suite uses it to check coverage and soft targets.
+``data_dir`` holds ``train/`` and ``validation/`` (timm's default split names, or one of
+their synonyms as timm looks for them: ``val/``, ``valid/``, ``eval/``, ...), one folder per
+class. ``--record PATH`` writes what each rank saw per epoch (a JSON file per rank): the test
+suite uses it to check coverage and soft targets.
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("-j", "--workers", type=int, default=4)
     p.add_argument("--pin-mem", action="store_true")
-    p.add_argument("--no-prefetcher", action="store_true", help="accepted; fastload's device stage is always on")
+    p.add_argument(
+        "--no-prefetcher",
+        action="store_true",
+        help="erase each image before mixing, as timm's loader without its prefetcher (the device stage stays on)",
+    )
     # This example's own: a short run and what it saw.
     p.add_argument("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
     p.add_argument("--record", default=None, help="write what each rank saw to PATH.<rank>.json")
@@ -90,6 +95,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.data_dir:
         p.error("give the dataset folder (DIR or --data-dir)")
     return args
+
+
+SPLIT_SYNONYMS = (("train", "training"), ("val", "valid", "validation", "eval", "evaluation"))
+
+
+def split_folder(root: str, split: str) -> str:
+    """<root>/<split>, else the folder of one of its synonyms, as timm's create_dataset looks
+    (the default ``--val-split validation`` reads ``val/``)."""
+    name = split.split("[")[0]
+    tried = dict.fromkeys([name, *next((s for s in SPLIT_SYNONYMS if name in s), ())])
+    for folder in tried:
+        if os.path.isdir(os.path.join(root, folder)):
+            return os.path.join(root, folder)
+    raise FileNotFoundError(
+        f"no folder for split {split!r} in {root} (tried {', '.join(tried)}); --val-split '' trains without evaluation"
+    )
 
 
 def resolve_data_config(args: argparse.Namespace) -> dict:
@@ -116,6 +137,35 @@ class TinyNet(torch.nn.Module):
         return self.fc(F.adaptive_avg_pool2d(F.relu(self.conv(x)), 1).flatten(1))
 
 
+def build_batch_transforms(args: argparse.Namespace, device: torch.device) -> tuple[list, fl.augment.Mixup | None]:
+    """timm's Mixup/CutMix and RandomErasing as the Loader's batch transforms, in timm's order.
+
+    With its prefetcher (the default) timm mixes the batch in the workers' collate
+    (FastCollateMixup) and erases after normalizing it (PrefetchLoader): erased boxes are
+    pure noise over the mixed images. With ``--no-prefetcher`` each image is erased in the
+    workers and the batch mixed in the loop: boxes are mixed with the partner image.
+    """
+    erasing = None
+    if args.reprob > 0 and not args.no_aug:
+        erasing = fl.augment.RandomErasing(
+            args.reprob, mode=args.remode, max_count=args.recount, num_splits=0, device=device
+        )
+    mixup_fn = None
+    if args.mixup > 0 or args.cutmix > 0.0 or args.cutmix_minmax is not None:
+        mixup_fn = fl.augment.Mixup(
+            mixup_alpha=args.mixup,
+            cutmix_alpha=args.cutmix,
+            cutmix_minmax=args.cutmix_minmax,
+            prob=args.mixup_prob,
+            switch_prob=args.mixup_switch_prob,
+            mode=args.mixup_mode,
+            label_smoothing=args.smoothing,
+            num_classes=args.num_classes,
+        )
+    steps = [erasing, mixup_fn] if args.no_prefetcher else [mixup_fn, erasing]
+    return [t for t in steps if t is not None], mixup_fn
+
+
 def build_loaders(args: argparse.Namespace, data_config: dict, device: torch.device):
     """timm's create_dataset + create_loader (+ Mixup) calls, as fastload ones."""
     img_size = data_config["input_size"][1:]
@@ -140,31 +190,13 @@ def build_loaders(args: argparse.Namespace, data_config: dict, device: torch.dev
             mean=data_config["mean"],
             train_crop_mode=args.train_crop_mode,
         )
-    dataset_train = fl.ImageFolder(os.path.join(args.data_dir, args.train_split), transform=train_tf)
+    dataset_train = fl.ImageFolder(split_folder(args.data_dir, args.train_split), transform=train_tf)
     args.num_classes = args.num_classes or len(dataset_train.classes)
 
-    batch_transforms = []
-    if args.reprob > 0 and not args.no_aug:
-        batch_transforms.append(
-            fl.augment.RandomErasing(args.reprob, mode=args.remode, max_count=args.recount, num_splits=0, device=device)
-        )
-    mixup_fn = None
-    if args.mixup > 0 or args.cutmix > 0.0 or args.cutmix_minmax is not None:
-        mixup_fn = fl.augment.Mixup(
-            mixup_alpha=args.mixup,
-            cutmix_alpha=args.cutmix,
-            cutmix_minmax=args.cutmix_minmax,
-            prob=args.mixup_prob,
-            switch_prob=args.mixup_switch_prob,
-            mode=args.mixup_mode,
-            label_smoothing=args.smoothing,
-            num_classes=args.num_classes,
-        )
-        batch_transforms.append(mixup_fn)
+    batch_transforms, mixup_fn = build_batch_transforms(args, device)
 
     common = dict(
-        mean=data_config["mean"],
-        std=data_config["std"],
+        normalize=fl.Normalize(mean=data_config["mean"], std=data_config["std"]),
         device=device,
         num_workers=args.workers,
         return_index=args.record is not None,
@@ -180,13 +212,12 @@ def build_loaders(args: argparse.Namespace, data_config: dict, device: torch.dev
         **common,
     )
     loader_eval = None
-    val_dir = os.path.join(args.data_dir, args.val_split) if args.val_split else None
-    if val_dir and os.path.isdir(val_dir):
+    if args.val_split:
         eval_tf = fl.transforms.eval(
             img_size, crop_pct=data_config["crop_pct"], interpolation=data_config["interpolation"]
         )
         loader_eval = fl.Loader(
-            fl.ImageFolder(val_dir, transform=eval_tf),
+            fl.ImageFolder(split_folder(args.data_dir, args.val_split), transform=eval_tf),
             batch_size=args.validation_batch_size or args.batch_size,
             **common,
         )
@@ -206,8 +237,8 @@ def main(argv=None) -> None:
     loader_train, loader_eval, mixup_fn = build_loaders(args, data_config, device)
 
     model = TinyNet(args.num_classes).to(device)
-    if args.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(memory_format=memory_format)
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
@@ -224,8 +255,9 @@ def main(argv=None) -> None:
             model.train()
             for batch in loader_train:
                 input, target = batch[0], batch[1]
-                if args.channels_last:
-                    input = input.contiguous(memory_format=torch.channels_last)
+                # The Loader's batches are channels_last: in the model's memory format instead, or
+                # DDP copies every conv weight's gradient into its buckets (and warns, on CUDA).
+                input = input.contiguous(memory_format=memory_format)
                 loss = train_loss_fn(model(input), target)
                 optimizer.zero_grad()
                 loss.backward()
@@ -250,6 +282,8 @@ def main(argv=None) -> None:
                 "mixed_batches": mixed,
                 "losses": losses,
                 "target_shape": list(target.shape),
+                "input_channels_last": input.is_contiguous(memory_format=torch.channels_last),
+                "model_channels_last": next(model.parameters()).is_contiguous(memory_format=torch.channels_last),
                 "batches": len(loader_train),
             }
             if loader_eval is not None:
@@ -257,7 +291,8 @@ def main(argv=None) -> None:
                 with torch.no_grad():
                     correct = total = 0
                     for batch in loader_eval:
-                        correct += int((model(batch[0]).argmax(1) == batch[1]).sum())
+                        output = model(batch[0].contiguous(memory_format=memory_format))
+                        correct += int((output.argmax(1) == batch[1]).sum())
                         total += len(batch[1])
                 record[epoch]["eval"] = {"correct": correct, "total": total}
             if rank == 0:

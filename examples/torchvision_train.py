@@ -52,9 +52,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-resize-size", default=256, type=int)
     p.add_argument("--val-crop-size", default=224, type=int)
     p.add_argument("--train-crop-size", default=224, type=int)
-    p.add_argument("--backend", default="PIL", type=str.lower, help="accepted: fastload decodes to uint8 arrays")
-    p.add_argument("--use-v2", action="store_true", help="accepted: these are torchvision v2's transforms")
-    p.add_argument("--seed", default=0, type=int, help="fastload's: the per-sample augmentation seed")
+    p.add_argument("--backend", default="PIL", type=str.lower, help="pil or tensor: no effect (decoded to arrays)")
+    p.add_argument("--use-v2", action="store_true", help="no effect: MixUp/CutMix draw as v1's and v2's both do")
+    p.add_argument("--cache-dataset", action="store_true", help="refused: a fastload ImageFolder is a directory scan")
+    p.add_argument("--seed", default=0, type=int, help="fastload's: the seed of every draw (pass the same to resume)")
     # This example's own.
     p.add_argument("--record", default=None, help="write what each rank saw to PATH.<rank>.json")
     return p
@@ -73,6 +74,12 @@ def auto_augment(policy: str, interpolation: str, args: argparse.Namespace):
 
 def load_data(traindir: str, valdir: str, args: argparse.Namespace):
     """The reference's load_data: ImageFolders with the presets as fastload transforms."""
+    if args.backend not in ("pil", "tensor"):  # the reference's presets refuse it too
+        raise ValueError(f"backend can be 'tensor' or 'pil', but got {args.backend}")
+    if args.cache_dataset:
+        # The reference pickles its datasets (transforms included) to ~/.torch/vision/datasets/imagefolder:
+        # a fastload ImageFolder is a directory scan, and a cache the original left holds torchvision's.
+        raise ValueError("--cache-dataset: not needed with fastload (an ImageFolder is a directory scan); drop it")
     if args.interpolation != "bilinear":
         raise ValueError(
             "fastload's RandomResizedCrop and eval resize are antialiased bilinear; "
@@ -136,8 +143,7 @@ def main(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         num_workers=args.workers,
         device=device,
-        mean=MEAN,
-        std=STD,
+        normalize=fl.Normalize(mean=MEAN, std=STD),
         return_index=args.record is not None,
     )
     data_loader = fl.Loader(
@@ -159,6 +165,9 @@ def main(args: argparse.Namespace) -> None:
             seen, steps, soft, mixed, losses = [], 0, 0, 0, []
             for batch in data_loader:
                 image, target = batch[0], batch[1]  # already on device: no .to(device)
+                # The Loader's batches are channels_last: in the model's memory format (contiguous)
+                # instead, or DDP copies every conv weight's gradient into its buckets (and warns, on CUDA).
+                image = image.contiguous()
                 loss = criterion(model(image), target)
                 optimizer.zero_grad()
                 loss.backward()
@@ -181,13 +190,15 @@ def main(args: argparse.Namespace) -> None:
                 "mixed_batches": mixed,
                 "losses": losses,
                 "target_shape": list(target.shape),
+                "input_channels_last": image.is_contiguous(memory_format=torch.channels_last),
+                "model_channels_last": next(model.parameters()).is_contiguous(memory_format=torch.channels_last),
                 "batches": len(data_loader),
             }
             model.eval()
             correct = total = 0
             with torch.inference_mode():
                 for batch in data_loader_test:
-                    correct += int((model(batch[0]).argmax(1) == batch[1]).sum())
+                    correct += int((model(batch[0].contiguous()).argmax(1) == batch[1]).sum())
                     total += len(batch[1])
             record[epoch]["eval"] = {"correct": correct, "total": total}
             if rank == 0:

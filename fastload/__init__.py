@@ -8,7 +8,7 @@ normalization and layout change) → batch augmentations on the device (:mod:`fa
 from . import augment, transforms
 from .batch import HostBatch, SampleError, SkippedSample
 from .collate import fast_collate
-from .config import LoaderConfig
+from .config import LoaderConfig, Normalize, Shard
 from .datasets import (
     DownloadError,
     ImageDataset,
@@ -50,9 +50,11 @@ __all__ = [
     "LMDBDataset",
     "Loader",
     "LoaderConfig",
+    "Normalize",
     "Normalizer",
     "SampleError",
     "SamplePlan",
+    "Shard",
     "ShardError",
     "ShardRecord",
     "ShardedBatchSampler",

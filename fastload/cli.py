@@ -83,8 +83,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         strict = "strict" if name in JPEG_BACKENDS else "JPEG not strict"
         print(f"decoder {name}: ok ({detail}{strict})")
     print(f"default decoder: {default_backend()}{_measured()}")
-    if roi.available():
-        region = f"nvImageCodec {roi.version()} (CPU), for samples known to decode clean"
+    if roi.trusted():
+        region = f"nvImageCodec {roi.version()} (CPU), planned: FASTLOAD_ROI=trusted (not strict)"
+    elif roi.available():
+        region = f"nvImageCodec {roi.version()} (CPU), not planned: it cannot see corrupt data (FASTLOAD_ROI=trusted)"
     else:
         try:
             roi.module()
@@ -134,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, TypeError, ImportError) as e:
         print(f"fastload {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: said in a line, not a traceback; the shell's status for SIGINT
+        print(f"\nfastload {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

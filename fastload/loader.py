@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from collections.abc import Iterator, Sequence
@@ -15,8 +16,9 @@ from .config import LoaderConfig, resolve_device
 from .datasets.protocols import Loadable, RecordStream
 from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
+from .device.copy import HostCopy
+from .device.driver import DeviceDriver, Executor, Output, Stats
 from .device.normalize import Normalizer
-from .device.prefetch import CudaPrefetcher
 from .loading import compat
 from .loading.compat import DataLoaderAttributes
 from .loading.passes import Pass, register
@@ -55,12 +57,12 @@ class Loader(DataLoaderAttributes):
         config: A LoaderConfig to start from (the tuner writes these).
         batch_transform: A callable ``f(images, targets, generator) -> (images, targets)``
             or a list of them, applied in order to each normalized batch on ``device`` as
-            it is handed out (e.g. ``[fl.augment.RandomErasing(0.25, mode="pixel"),
-            fl.augment.Mixup(0.8, 1.0)]``); ``generator`` is a torch.Generator on the
-            batch's device seeded from (seed, epoch, rank, batch number, position in the
-            list), so the draws do not depend on workers, backend or resuming. Not a
-            LoaderConfig field (configs are saved by the tuner; code is not); see
-            :mod:`fastload.augment`.
+            it is handed out (e.g. ``[fl.augment.Mixup(0.8, 1.0),
+            fl.augment.RandomErasing(0.25, mode="pixel")]``: timm's order, mix then erase);
+            ``generator`` is a torch.Generator on the batch's device seeded from (seed, epoch,
+            rank, batch number, position in the list), so the draws do not depend on workers,
+            backend or resuming. Not a LoaderConfig field (configs are saved by the tuner;
+            code is not); see :mod:`fastload.augment`.
         **options: LoaderConfig fields overriding ``config``, e.g. ``batch_size=256``, and
             DataLoader's keywords with DataLoader's meaning where fastload can honour them
             (``sampler=None`` or a ``DistributedSampler``, ``multiprocessing_context``,
@@ -102,22 +104,18 @@ class Loader(DataLoaderAttributes):
         # A GPU not named by index is this process's, re-read at each pass (see _follow_device).
         unindexed = cfg.device is None or torch.device(cfg.device).index is None
         self._device_follows = self.device.type == "cuda" and unindexed
-        self.rank, self.world_size = resolve_rank(cfg.rank, cfg.world_size)
+        self.rank, self.world_size = resolve_rank(cfg.shard.rank, cfg.shard.world_size)
         self.num_workers = int(cfg.num_workers)
         self.pin_memory = pin_memory(cfg.pin_memory, self.device)
         self._skips = SkipLog()
         self.skipped: list[SkippedSample] = self._skips.items  # what on_error="skip" replaced (the latest 10,000)
         self._gpu = None  # the GPU decode pipeline (decode="gpu")
-        normalizer = Normalizer(cfg.mean, cfg.std, cfg.dtype, cfg.normalize)
         if cfg.decode == "gpu":
-            from .device.gpudecode import GpuDecodeStage, check_setup
+            from .device.gpudecode import check_setup
 
             self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
-            self._prefetcher = GpuDecodeStage(
-                self.device, DEVICE_AHEAD, normalizer, cfg.return_index, None, self._skips.record
-            )  # the log, not the Loader: no cycle
-        else:
-            self._prefetcher = CudaPrefetcher((), self.device, DEVICE_AHEAD, normalizer, cfg.return_index)
+        self._normalizer = Normalizer.of(cfg.normalize)
+        self._stats = Stats()  # the device drivers' counters, kept across source rebuilds
         # The epoch, also as loader.sampler / batch_sampler and the DistributedSampler given set it.
         self._progress = Progress(keywords.distributed)
         # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
@@ -170,8 +168,16 @@ class Loader(DataLoaderAttributes):
             epochs=self._progress,
             gpu=self._gpu,
         )
+        executor: Executor = HostCopy()
         if self._gpu is not None:
-            self._prefetcher.fetcher = self._source.maker.loader  # decodes what the GPU decoder refuses
+            from .device.gpudecode import GpuDecode
+
+            # The source's row loader loads what the GPU decoder refuses; the skip log (not the
+            # Loader: no cycle) hears of what those loads replaced.
+            executor = GpuDecode(self._source.maker.loader, self._skips.record)
+        self._driver = DeviceDriver(
+            executor, self.device, DEVICE_AHEAD, self._normalizer, cfg.return_index, stats=self._stats
+        )
         self._show_sampler()
         self._watchdog = Watchdog(self._source.inflight, self._source.dataset, cfg.stall_warning)
 
@@ -189,17 +195,18 @@ class Loader(DataLoaderAttributes):
         self._show_sampler()
 
     def _rebuild_source(self) -> None:
-        """A new source for a changed device (an epoch asked for stays pending)."""
+        """A new source and device driver for a changed device (an epoch asked for stays pending)."""
         self._adopt_sampler_epoch()
         self._end_pass()
         self._watchdog.stop()
         self._source.close()
+        self._driver.close()
         self._attach_source()
 
     def _follow_rank(self) -> None:
         """Re-reads rank and world size that were not given; if torch.distributed was
         initialized since (e.g. by Lightning's Trainer), rebuilds the source."""
-        rank, world_size = resolve_rank(self.config.rank, self.config.world_size)
+        rank, world_size = resolve_rank(self.config.shard.rank, self.config.shard.world_size)
         if (rank, world_size) != (self.rank, self.world_size):
             self.rank, self.world_size = rank, world_size
             self._reshard()
@@ -211,7 +218,6 @@ class Loader(DataLoaderAttributes):
             device = resolve_device(self.config.device)
             if device != self.device:
                 self.device = device
-                self._prefetcher.set_device(device)
                 self._rebuild_source()  # its host buffers are pinned for the device
 
     def __len__(self) -> int:
@@ -220,7 +226,7 @@ class Loader(DataLoaderAttributes):
             self._follow_rank()
         return self._progress.next_pass_length(len(self._source))
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+    def __iter__(self) -> Iterator[Output]:
         if self._closed:
             raise RuntimeError("Loader is closed")
         self._end_pass()
@@ -234,21 +240,21 @@ class Loader(DataLoaderAttributes):
         self._pass_ref = weakref.ref(current)
         return current
 
-    def _run(self, position: Position, run: PassRequest) -> Iterator[tuple[torch.Tensor, ...]]:
+    def _run(self, position: Position, run: PassRequest) -> Iterator[Output]:
         # A generator method: the pass holds a reference to the Loader, so
         # `for x, y in Loader(...)` keeps the loader alive until the loop ends.
         source = self._source
-        outputs = self._prefetcher.run(self._observed(source.batches(run)))
+        finish = None
+        if self._batch_transforms is not None:
+            transforms = self._batch_transforms
+
+            def finish(out: Output) -> Output:
+                number = position.batch_number(self.rank, self.world_size)
+                return transforms.apply(out, seed=self.config.seed, epoch=position.epoch, rank=self.rank, batch=number)
+
+        outputs = self._driver.run(self._observed(source.batches(run)), finish)
         try:
             for out in outputs:
-                if self._batch_transforms is not None:
-                    out = self._batch_transforms.apply(
-                        out,
-                        seed=self.config.seed,
-                        epoch=position.epoch,
-                        rank=self.rank,
-                        batch=position.batch_number(self.rank, self.world_size),
-                    )
                 position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
                 yield out
             position.done = True
@@ -283,9 +289,17 @@ class Loader(DataLoaderAttributes):
     def _settings(self) -> dict:
         if self._fingerprint is None:
             self._fingerprint = resume.fingerprint(self._samples)
+        c = self.config
+        values = {
+            "seed": c.seed,
+            "shuffle_seed": compat.order_seed(c, self._seed_drawn, self.world_size),
+            "batch_size": c.batch_size,
+            "shuffle": c.shuffle,
+            "drop_last": c.drop_last,
+            "drop_uneven": c.shard.drop_uneven,
+        }
         return {
-            **{k: getattr(self.config, k) for k in resume.SETTINGS},
-            "shuffle_seed": compat.order_seed(self.config, self._seed_drawn, self.world_size),
+            **{k: values[k] for k in resume.SETTINGS},
             "dataset": {"len": self._source.num_samples, "fingerprint": self._fingerprint},
         }
 
@@ -324,9 +338,11 @@ class Loader(DataLoaderAttributes):
         """
         merged = resume.for_rank(resume.as_merged(state), self.rank)
         if self._seed_drawn:  # the saved run's draws win: the resumed pass repeats its order and crops
-            seeds = resume.seeds(merged, keep_order_seed=self.config.shuffle_seed)
-            if seeds != (self.config.seed, self.config.shuffle_seed):
-                self.config = self.config.replace(seed=seeds[0], shuffle_seed=seeds[1])
+            shard = self.config.shard
+            seeds = resume.seeds(merged, keep_order_seed=shard.shuffle_seed)
+            if seeds != (self.config.seed, shard.shuffle_seed):
+                shard = dataclasses.replace(shard, shuffle_seed=seeds[1])
+                self.config = self.config.replace(seed=seeds[0], shard=shard)
                 self._reshard()  # the order may change; the seed travels with each request
         resume.check_matches(merged, self._settings())
         resumed = self._source.resume_point(merged)
@@ -335,7 +351,7 @@ class Loader(DataLoaderAttributes):
 
     def stats(self) -> dict:
         """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""
-        return {**self._prefetcher.stats.as_dict(), "skipped": self._skips.count}
+        return {**self._stats.as_dict(), "skipped": self._skips.count}
 
     def close(self) -> None:
         """Ends the current pass and stops the workers (within a few seconds, even if one
@@ -352,7 +368,7 @@ class Loader(DataLoaderAttributes):
         finally:
             self._watchdog.stop()
             self._source.close()
-            self._prefetcher.close()
+            self._driver.close()
 
     def __enter__(self) -> Loader:
         return self

@@ -1,4 +1,4 @@
-"""What this process may use: CPUs (affinity and cgroup quota) and its local rank."""
+"""What this process may use: CPUs (affinity and cgroup quota) and its local rank; what another process is doing."""
 
 from __future__ import annotations
 
@@ -49,3 +49,24 @@ def cpu_model() -> str:
     import platform
 
     return platform.processor() or platform.machine()
+
+
+STATES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "in uninterruptible I/O",
+    "T": "stopped",
+    "t": "stopped by a tracer",
+    "Z": "dead (zombie)",
+    "X": "dead",
+}
+
+
+def process_state(pid: int) -> str:
+    """What /proc says process ``pid`` is doing ("running", "stopped", ...), or "gone"."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            code = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+    return STATES.get(code, code)

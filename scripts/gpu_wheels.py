@@ -1,14 +1,14 @@
-"""Fills a folder (default .whl/) with what the GPU suite needs and the GPU machine lacks.
+"""Fills a folder (default .whl/) with the wheels the GPU check needs and the GPU machine lacks.
 
-That machine (see benchmarks/GPU.md) has Python 3.12, torch with CUDA 13, torchvision,
-timm, OpenCV, Pillow, numpy, scikit-image and pytest, and no package registry. What
-fastload and its tests need beyond that travels as wheels for its Python and platform
-(``make gpu-wheels``), and libturbojpeg as a library file unpacked from Debian's
-``libturbojpeg0`` into ``<dest>/lib`` (optional: only the turbojpeg backend and
-PyTurboJPEG use it). Versions come from constraints.txt. Pure-Python packages that PyPI
-has only as source (tfrecord, PyTurboJPEG 1.x) are built into py3-none-any wheels here.
-Every wheel's Requires-Dist is checked against what is carried plus what the machine
-has, and the folder plus the working tree against the 64 MiB a call may carry.
+That machine (benchmarks/GPU.md) has Python 3.12, torch with CUDA 13, torchvision, timm,
+OpenCV, Pillow, numpy, scikit-image, matplotlib, protobuf, tqdm and pytest, and no package
+registry. What fastload needs beyond that travels as wheels for its Python and platform
+(``make gpu-wheels``), versions from constraints.txt; pure-Python packages that PyPI has
+only as source (tfrecord, PyTurboJPEG 1.x) are built into py3-none-any wheels here.
+Refused: a carried package the image has (it would shadow the image's own, first on
+PYTHONPATH), a Requires-Dist neither carried nor on the image, and the folder plus the
+working tree over the 64 MiB a call may carry. No system library travels: fastload decodes
+JPEG with simplejpeg's bundled libjpeg-turbo, as on any fresh machine.
 
     python scripts/gpu_wheels.py                          # the GPU machine: 3.12, CUDA 13
     python scripts/gpu_wheels.py --python 3.11 --dest D   # this machine's Python (the dry run)
@@ -23,7 +23,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,14 +35,13 @@ PLATFORMS = (
     "manylinux_2_5_x86_64",
     "manylinux1_x86_64",
 )
-# name -> why it travels. {cuda} is the CUDA major version of the machine's torch.
+# name -> why it travels: fastload's dependencies the image lacks (protobuf and tqdm it has).
+# {cuda} is the CUDA major version of the machine's torch.
 CARRIED = {
-    "lmdb": "LMDBDataset and its tests",
-    "tfrecord": "TFRecord datasets (tf.train.Example parsing) and their tests",
+    "lmdb": "LMDBDataset",
+    "tfrecord": "TFRecord datasets (tf.train.Example parsing)",
     "crc32c": "TFRecord framing",
-    "protobuf": "tfrecord's Example messages, at the version tested here",
-    "PyTurboJPEG": "finds libturbojpeg; bench_decode's per-scale rates",
-    "tqdm": "progress bars, at the version tested here",
+    "PyTurboJPEG": "a dependency of fastload (finds a system libturbojpeg, where there is one)",
     "simplejpeg": "the JPEG decoder with libjpeg-turbo inside",
     "nvidia-nvimgcodec-cu{cuda}": "GPU decode and region decode (nvImageCodec)",
     "nvidia-nvjpeg{suffix}": "nvImageCodec's nvJPEG extension (GPU JPEG decode)",
@@ -142,6 +140,12 @@ def newest(dest: str, name: str, version: str) -> str | None:
     return None
 
 
+def shadowing(names) -> list[str]:
+    """The names in ``names`` that the GPU machine's image has: carried, they would come first
+    on PYTHONPATH and shadow its own."""
+    return sorted(n for n in names if canonical(n) in DEVICE_HAS)
+
+
 def requires(wheel: str) -> list[str]:
     """Requires-Dist names of ``wheel`` that apply on Linux without extras."""
     with zipfile.ZipFile(wheel) as z:
@@ -157,33 +161,6 @@ def requires(wheel: str) -> list[str]:
             continue
         names.append(canonical(re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]))
     return names
-
-
-def turbojpeg_library(dest: str) -> str | None:
-    """Debian's libturbojpeg0 unpacked to ``dest/lib/libturbojpeg.so.0``; None (with why) if not possible."""
-    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
-        print(
-            "gpu_wheels: no apt-get/dpkg-deb here: libturbojpeg not carried (the turbojpeg backend and "
-            "PyTurboJPEG will be unavailable there; fastload decodes JPEG with another backend)"
-        )
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        got = subprocess.run(
-            ["apt-get", "download", "-q", "libturbojpeg0:amd64"], cwd=tmp, capture_output=True, text=True
-        )
-        debs = glob.glob(os.path.join(tmp, "*.deb"))
-        if got.returncode != 0 or not debs:
-            print(f"gpu_wheels: apt-get download libturbojpeg0 failed, not carried: {got.stderr.strip()[-300:]}")
-            return None
-        subprocess.run(["dpkg-deb", "-x", debs[0], os.path.join(tmp, "x")], check=True)
-        libs = sorted(glob.glob(os.path.join(tmp, "x", "usr", "lib", "*", "libturbojpeg.so.0.*")))
-        if not libs:
-            print("gpu_wheels: the libturbojpeg0 package holds no libturbojpeg.so.0.*; not carried")
-            return None
-        os.makedirs(os.path.join(dest, "lib"), exist_ok=True)
-        target = os.path.join(dest, "lib", "libturbojpeg.so.0")  # a file, not a link: links travel as links
-        shutil.copyfile(libs[-1], target)
-        return target
 
 
 def tree_bytes() -> int:
@@ -221,12 +198,6 @@ def main(argv: list[str] | None = None) -> int:
         help="wheel platform tags to accept (repeatable; default: manylinux x86_64 2.5 to 2.28)",
     )
     p.add_argument("--dest", default=os.path.join(ROOT, ".whl"))
-    p.add_argument(
-        "--turbojpeg",
-        choices=["yes", "no"],
-        default="yes",
-        help="carry Debian's libturbojpeg0 in DEST/lib (default: yes)",
-    )
     p.add_argument("--limit-mib", type=float, default=LIMIT_MIB, help="fail above this with the working tree")
     args = p.parse_args(argv)
     if not re.fullmatch(r"3\.\d+", args.python):
@@ -235,11 +206,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--cuda must be a CUDA major version such as 13, or none; got {args.cuda!r}")
     platforms = tuple(args.platform or PLATFORMS)
     pinned = pins(os.path.join(ROOT, "constraints.txt"))
+    suffix = "" if args.cuda == "none" or int(args.cuda) >= 13 else f"-cu{args.cuda}"  # nvJPEG's naming
+    wanted = [n.format(cuda=args.cuda, suffix=suffix) for n in CARRIED if args.cuda != "none" or n not in GPU_DECODE]
+    if shadowing(wanted):
+        raise SystemExit(
+            f"gpu_wheels: {', '.join(shadowing(wanted))}: the GPU machine has them, and carried they would shadow "
+            "its own (first on PYTHONPATH): leave them out of CARRIED"
+        )
     os.makedirs(args.dest, exist_ok=True)
     for old in glob.glob(os.path.join(args.dest, "*.whl")):  # one version of each: two stop the install
         os.remove(old)
-    suffix = "" if args.cuda == "none" or int(args.cuda) >= 13 else f"-cu{args.cuda}"  # nvJPEG's naming
-    wanted = [n.format(cuda=args.cuda, suffix=suffix) for n in CARRIED if args.cuda != "none" or n not in GPU_DECODE]
     missing_pins = [n for n in wanted if canonical(n) not in pinned]
     if missing_pins:
         raise SystemExit(f"gpu_wheels: pin {', '.join(missing_pins)} in constraints.txt")
@@ -253,19 +229,14 @@ def main(argv: list[str] | None = None) -> int:
             f"gpu_wheels: needed but neither carried nor on the GPU machine: {', '.join(unmet)}; "
             "add them to CARRIED and constraints.txt"
         )
-    shutil.rmtree(os.path.join(args.dest, "lib"), ignore_errors=True)
-    lib = turbojpeg_library(args.dest) if args.turbojpeg == "yes" else None
+    shutil.rmtree(os.path.join(args.dest, "lib"), ignore_errors=True)  # what older versions carried
     with open(os.path.join(args.dest, "MANIFEST"), "w") as f:
         f.write(f"python {args.python}\ncuda {args.cuda}\nplatforms {' '.join(platforms)}\n")
         f.writelines(f"wheel {os.path.basename(w)}\n" for w in wheels.values())
-        if lib:
-            f.write("lib libturbojpeg.so.0\n")
     carried_bytes, tree = folder_bytes(args.dest), tree_bytes()
     total = (carried_bytes + tree) / 2**20
     for w in wheels.values():
         print(f"  {os.path.getsize(w) / 2**20:6.2f} MiB  {os.path.basename(w)}")
-    if lib:
-        print(f"  {os.path.getsize(lib) / 2**20:6.2f} MiB  lib/libturbojpeg.so.0 (Debian libturbojpeg0)")
     print(
         f"{args.dest}: {carried_bytes / 2**20:.1f} MiB for Python {args.python}, CUDA {args.cuda}; with the "
         f"working tree ({tree / 2**20:.1f} MiB) {total:.1f} MiB of the {args.limit_mib:.0f} MiB a call may carry"

@@ -88,8 +88,8 @@ def test_ranks_draw_apart_and_seeds_are_stable():
     assert len({batch_seed(s, e, b) for s in range(3) for e in range(3) for b in range(3)}) == 27
     a = torch.rand(4, generator=batch_generator(3, 1, 5))
     assert torch.equal(a, torch.rand(4, generator=batch_generator(3, 1, 5)))
-    with fl.Loader(Tiles(24), batch_transform=_recipe(), rank=0, world_size=2, **OPTS) as r0, \
-            fl.Loader(Tiles(24), batch_transform=_recipe(), rank=1, world_size=2, **OPTS) as r1:
+    with fl.Loader(Tiles(24), batch_transform=_recipe(), shard=fl.Shard(rank=0, world_size=2), **OPTS) as r0, \
+            fl.Loader(Tiles(24), batch_transform=_recipe(), shard=fl.Shard(rank=1, world_size=2), **OPTS) as r1:
         assert not torch.equal(next(iter(r0))[1], next(iter(r1))[1])
 
 
@@ -158,7 +158,8 @@ def test_bad_batch_transforms_are_type_errors():
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_outputs_stay_channels_last(dtype):
-    with fl.Loader(Tiles(12), batch_transform=_recipe(), dtype=dtype, num_workers=0, **OPTS) as loader:
+    with fl.Loader(Tiles(12), batch_transform=_recipe(), normalize=fl.Normalize(dtype=dtype), num_workers=0,
+                   **OPTS) as loader:
         images, targets = next(iter(loader))
     assert images.dtype == getattr(torch, dtype) and images.is_contiguous(memory_format=torch.channels_last)
     assert targets.dtype == torch.float32 and torch.allclose(targets.sum(1), torch.ones(6))

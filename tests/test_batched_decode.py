@@ -17,14 +17,7 @@ from conftest import jpeg_bytes, make_image
 ROI = pytest.mark.skipif(not roi.available(), reason="region decode needs: pip install 'fastload[roi]'")
 
 
-class Clean(fl.ImageFolder):
-    """Every sample known clean (as the shared clean bitmap will say after a strict pass);
-    even indices only with ``even``, so odd ones get the other plans."""
-
-    even = False
-
-    def known_clean(self, index):
-        return index % 2 == 0 if self.even else True
+Clean = fl.ImageFolder  # its files trusted: the fixture's planner plans region decodes
 
 
 class CleanPerSample(Clean):
@@ -44,15 +37,15 @@ def _folder(root, n=12, bad=None):
 
 
 def _regions_everywhere():
-    """This process's planner takes a region decode wherever it is allowed (until the
-    environment names another costs cache)."""
+    """This process's planner plans for trusted files and takes a region decode wherever one
+    may serve (until the environment names another costs cache)."""
     free = dict(costs.DEFAULT_COSTS, decode={**costs.DEFAULT_COSTS["decode"], "region": [0.0, 0.0, 0.0]})
     plan.set_planner(plan.Planner(free, region=True))
 
 
 @pytest.fixture
 def regions_win(monkeypatch):
-    """A planner that takes a region decode wherever it is allowed."""
+    """A planner for trusted files (FASTLOAD_ROI=trusted) that takes a region decode wherever one may serve."""
     _regions_everywhere()
     calls = {"batch": 0, "single": 0}
     batch, single = roi.RegionDecoder.decode_batch, roi.RegionDecoder.decode
@@ -76,27 +69,25 @@ def _fetch(ds, indices, on_error="raise", epoch=3):
 
 
 @ROI
-@pytest.mark.parametrize("even", [False, True])
-def test_batched_regions_are_byte_identical_to_the_per_sample_path(tmp_path, regions_win, even):
+def test_batched_regions_are_byte_identical_to_the_per_sample_path(tmp_path, regions_win):
     root = _folder(tmp_path)
-    Clean.even = CleanPerSample.even = even
-    try:
-        batched = _fetch(Clean(root, fl.transforms.train(64)), range(12))
-        assert regions_win == {"batch": 1, "single": 0}, "one call for the whole batch's regions"
-        per_sample = _fetch(CleanPerSample(root, fl.transforms.train(64)), range(12))
-        assert regions_win["single"] == (6 if even else 12)
-        kinds = [Clean(root, fl.transforms.train(64)).plan(i, 3, 7).steps.plan.kind for i in range(12)]
-    finally:
-        Clean.even = CleanPerSample.even = False
-    assert kinds.count("region") == (6 if even else 12)
+    batched = _fetch(Clean(root, fl.transforms.train(64)), range(12))
+    assert regions_win == {"batch": 1, "single": 0}, "one call for the whole batch's regions"
+    per_sample = _fetch(CleanPerSample(root, fl.transforms.train(64)), range(12))
+    assert regions_win["single"] == 12
+    kinds = [Clean(root, fl.transforms.train(64)).plan(i, 3, 7).steps.plan.kind for i in range(12)]
+    assert kinds.count("region") == 12
     assert torch.equal(batched.images, per_sample.images)
     assert torch.equal(batched.labels, per_sample.labels) and torch.equal(batched.indices, per_sample.indices)
 
 
 @ROI
-def test_region_decode_only_for_samples_known_clean(tmp_path, regions_win):
-    """The strictness contract: a dataset that knows no sample clean (the stub) gets no
-    region decode, batched or not."""
+def test_no_region_decode_unless_the_files_are_trusted(tmp_path, regions_win, monkeypatch):
+    """The strictness contract: the process planner (FASTLOAD_ROI not 'trusted') plans no
+    region decode, batched or not, even where one would cost nothing."""
+    monkeypatch.setattr(plan, "DEFAULT_COSTS", plan.get_planner().costs)  # the fixture's free regions
+    monkeypatch.setenv("FASTLOAD_NO_CALIBRATION", "1")
+    plan.set_planner(None)
     root = _folder(tmp_path, 6)
     ds = fl.ImageFolder(root, fl.transforms.train(64))
     assert all(ds.plan(i, 0, 0).region is None for i in range(6))
@@ -198,8 +189,8 @@ def test_every_backend_decodes_a_batchs_regions_in_one_call(tmp_path, regions_wi
 @ROI
 @pytest.mark.parametrize("kind", ["webdataset", "tfrecord"])
 def test_streams_decode_a_batchs_regions_in_one_call(tmp_path, regions_win, monkeypatch, kind):
-    """Streams plan their records like any source (issue 33): once a record is known clean, a
-    batch's regions are decoded in one call, with the pixels of decoding each alone."""
+    """Streams plan their records like any source (issue 33): with region decodes planned (files
+    trusted), a batch's regions are decoded in one call, with the pixels of decoding each alone."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     _regions_everywhere()  # again: the planner follows the cache the environment names
     if kind == "webdataset":
@@ -215,15 +206,15 @@ def test_streams_decode_a_batchs_regions_in_one_call(tmp_path, regions_win, monk
         make = lambda: fl.TFRecordStream(str(tmp_path / "records"), fl.transforms.train(64))  # noqa: E731
     opts = dict(batch_size=4, device="cpu", normalize=False, seed=7, num_workers=0)
 
-    def two_epochs():  # the first decodes every record strictly (and marks it clean)
+    def two_epochs():
         with fl.Loader(make(), **opts) as ld:
             return [x.clone() for epoch in range(2) for x, _ in ld]
 
     batched = two_epochs()
-    assert regions_win["batch"] == 3, "one call per batch of the second epoch"
+    assert regions_win["batch"] == 6, "one call per batch, 3 batches an epoch"
     from fastload.sources import batchplan
 
     monkeypatch.setattr(batchplan, "MIN_BATCH", 10**6)  # every region decoded alone
     alone = two_epochs()
-    assert regions_win["batch"] == 3 and regions_win["single"] == 12
+    assert regions_win["batch"] == 6 and regions_win["single"] == 24
     assert all(torch.equal(a, b) for a, b in zip(batched, alone))

@@ -21,7 +21,7 @@ def test_quick_mode_runs_and_reports(tmp_path):
     assert record["benchmark"] == "bench_decode_plan" and record["quick"] is True and not record["calibrated"]
     for mode in ("train", "eval"):
         result = record["results"][mode]
-        assert set(result["policy_mean_us"]) == {"default", "FASTLOAD_ROI=0", "reduced_decode=False",
+        assert set(result["policy_mean_us"]) == {"default", "FASTLOAD_ROI=trusted", "reduced_decode=False",
                                                  "FASTLOAD_NO_CALIBRATION=1", "full decode only",
                                                  "oracle (fastest plan per sample)"}
         assert result["default_vs"]["default"] == 1 and result["per_plan"]["full"]["samples"] == 32

@@ -24,7 +24,7 @@ def make_photos(tmp_path, monkeypatch):
     os.makedirs(tmp_path / "a")
     for i in range(24):
         (tmp_path / "a" / f"{i:02d}.jpg").write_bytes(jpeg_bytes(make_image(i, 60 + 3 * i, 80 + 2 * i)))
-    monkeypatch.setattr("fastload.device.gpudecode.stage.BatchDecoder", decoder.decoder)
+    monkeypatch.setattr("fastload.device.gpudecode.executor.BatchDecoder", decoder.decoder)
     return fl.ImageFolder(str(tmp_path), fl.transforms.train(32, reduced_decode=False))
 
 
@@ -69,7 +69,7 @@ def test_gpu_decode_of_a_ddp_rank_runs_on_its_gpu(sim, photos, monkeypatch):
 
 
 def test_7_the_training_thread_launches_no_decode_work(sim, photos):
-    """The decoder call and its per-row kernels run on the stage's own thread: the training
+    """The decoder call and its per-row kernels run on the driver's own thread: the training
     thread only waits for each batch's event (one launch per batch in the simulator's count)."""
     with gpu_loader(photos) as ld:
         batches = 0
@@ -87,7 +87,7 @@ def test_rows_the_decoder_refuses_are_loaded_on_the_cpu_and_copied_safely(sim, p
         for _ in range(2):
             for x, y in ld:
                 read_on_consumer(x, y)
-        assert ld._prefetcher.fallbacks == 2 * 2 * 4  # two rows of each of 4 batches, twice
+        assert ld.stats()["cpu_fallback_rows"] == 2 * 2 * 4  # two rows of each of 4 batches, twice
 
 
 def test_8_device_memory_counts_the_decoders_own_pool(sim, photos, monkeypatch):
@@ -105,15 +105,78 @@ def test_8_device_memory_counts_the_decoders_own_pool(sim, photos, monkeypatch):
 def test_close_with_decode_work_in_flight_waits_for_it(sim, photos):
     ld = gpu_loader(photos)
     read_on_consumer(*next(iter(ld)))
-    stage = ld._prefetcher
+    driver = ld._driver
     ld.close()
-    assert sim.knows(stage._stream)
+    assert sim.knows(driver._stream)
 
 
-def test_a_decoder_error_on_the_stage_thread_reaches_the_training_loop(sim, photos, monkeypatch):
+def test_a_decoder_error_on_the_driver_thread_reaches_the_training_loop(sim, photos, monkeypatch):
     def broken(self, batch, cuda_stream=0):
         raise MemoryError("decoder pool exhausted")
 
     monkeypatch.setattr(decoder.StandInDecoder, "decode", broken)
     with gpu_loader(photos) as ld, pytest.raises(MemoryError, match="pool exhausted"):
         next(iter(ld))
+
+
+# --- the GPU decode executor run by the device driver: its passes, devices and hook ------------
+
+
+def _halve_in_place(images, targets, generator):
+    """A batch transform writing into the handed-over batch, on the consumer's stream."""
+    return images.mul_(0.5), targets
+
+
+def test_gpu_decode_batch_transforms_run_after_the_wait_and_match_the_cpu_stand_in(sim, photos, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    with gpu_loader(photos, device="cpu", batch_transform=_halve_in_place) as cpu:
+        want = [x.clone() for x, _ in cpu]
+    got = []
+    with gpu_loader(photos, batch_transform=_halve_in_place) as ld:
+        for x, y in ld:
+            read_on_consumer(x, y)
+            got.append(x.cpu())
+    assert len(got) == len(want)
+    for g, w in zip(got, want):  # halved normalized values: the float resize's level, halved, and no more
+        assert (g - w).abs().mean() <= 0.5 / 255 / min(fl.Normalize().std)
+
+
+def test_gpu_decode_pass_broken_off_leaves_nothing_for_the_next(sim, photos):
+    with gpu_loader(photos) as whole:
+        whole.set_epoch(1)
+        want = [(x.cpu(), y.cpu()) for x, y in whole]
+    with gpu_loader(photos) as ld:
+        for i, (x, y) in enumerate(ld):
+            read_on_consumer(x, y)
+            if i == 1:
+                break  # batches queued on the driver's thread are dropped or cancelled
+        got = [(x.cpu(), y.cpu()) for x, y in ld]
+    assert len(got) == len(want)
+    for (gx, gy), (wx, wy) in zip(got, want):
+        assert torch.equal(gx, wx) and torch.equal(gy, wy)
+
+
+@pytest.mark.sim(seed=0)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_gpu_decode_is_race_free_when_work_completes_in_random_orders(sim, photos, seed):
+    sim.rng.seed(seed)
+    with gpu_loader(photos, prefetch_factor=1) as ld:
+        for _ in range(2):
+            for x, y in ld:
+                read_on_consumer(x, y)
+
+
+def test_gpu_decode_follows_set_device_between_passes(sim, photos):
+    """An unindexed device: the next pass decodes on the GPU the program chose since, with a
+    new driver (its thread, stream and decoder on that GPU)."""
+    with gpu_loader(photos, device="cuda") as ld:
+        first = [read_on_consumer(x, y)[0].cpu() for x, y in ld]
+        torch.cuda.set_device(1)
+        try:
+            second = []
+            for x, y in ld:
+                assert x.device == torch.device("cuda", 1)
+                second.append(read_on_consumer(x, y)[0].cpu())
+        finally:
+            torch.cuda.set_device(0)
+    assert len(first) == len(second) and sim.contexts == {0, 1}

@@ -60,7 +60,7 @@ def test_close_with_copies_in_flight_waits_for_them(sim, backend):
     ld = loader(backend, device="cuda")
     it = iter(ld)
     read_on_consumer(*next(it))
-    stream = ld._prefetcher._stream
+    stream = ld._driver._stream
     assert not sim.knows(stream)  # the next batches' copies are still queued
     ld.close()
     assert sim.knows(stream)

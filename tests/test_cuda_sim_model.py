@@ -113,7 +113,7 @@ GPU_TESTS = ["test_cuda_numerics_match_cpu", "test_cuda_consumer_waits_for_each_
 
 @pytest.mark.parametrize("name", GPU_TESTS)
 def test_the_gpu_tests_of_the_prefetcher_pass_on_the_simulator(sim, name):
-    """The tests marked cuda in test_prefetch.py (run by gpu_suite.sh on a GPU), here (but
+    """The tests marked cuda in test_prefetch.py (run by make gpu-check on a GPU), here (but
     the 50-epoch memory one: 10 s in the simulator; the allocator model is shown above)."""
     import test_prefetch
 

@@ -1,7 +1,9 @@
-"""Each synchronization of the device stage is needed: remove a wait, a record_stream or
+"""Each synchronization of the device driver is needed: remove a wait, a record_stream or
 an event gate, or record an event too early, and a simulator scenario reports a race (or
 its own check fails). The scenarios are the tests of test_cuda_sim_loader.py,
-test_cuda_sim_defects.py and test_cuda_sim_gpu_decode.py, run here on mutated code."""
+test_cuda_sim_defects.py and test_cuda_sim_gpu_decode.py, run here on mutated code; a
+mutation of the driver's own loop must be caught on both of its executors (the host copy
+and GPU decode, which runs on the driver's thread)."""
 
 import pytest
 
@@ -9,8 +11,9 @@ import test_cuda_sim_defects as defects
 import test_cuda_sim_gpu_decode as gpu_decode
 import test_cuda_sim_loader as scenes
 from cudasim.mutate import mutate
-from fastload.device.gpudecode.stage import GpuDecodeStage
-from fastload.device.prefetch import CudaPrefetcher
+from fastload.device.copy import HostCopy
+from fastload.device.driver import DeviceDriver
+from fastload.device.gpudecode.executor import GpuDecode
 from fastload.sources.ring import BufferRing
 
 
@@ -48,37 +51,42 @@ def gpu_closing(sim, request):
     gpu_decode.test_close_with_decode_work_in_flight_waits_for_it(sim, photos)
 
 
-P, G = CudaPrefetcher, GpuDecodeStage
+D, H, G = DeviceDriver, HostCopy, GpuDecode
 MUTATIONS = {
-    "prefetch: no consumer wait_event": (P, "_cuda", [("consumer.wait_event(item.ready)", "pass")], reads),
-    "prefetch: no record_stream of images": (P, "_cuda", [("item.images.record_stream(consumer)", "pass")], drops),
-    "prefetch: no record_stream of labels": (P, "_cuda", [("item.labels.record_stream(consumer)", "pass")], drops),
-    "prefetch: ready recorded before normalizing": (P, "_enqueue", [
-        ("images = self.normalizer(images)", "ready.record(stream); images = self.normalizer(images)"),
+    "driver: no consumer wait_event": (D, "_cuda", [("consumer.wait_event(batch.ready)", "pass")], reads),
+    "driver: no record_stream of images": (D, "_cuda", [("view.record_stream(consumer)", "pass")], drops),
+    "driver: no record_stream of labels": (D, "_cuda", [("batch.labels.record_stream(consumer)", "pass")], drops),
+    "driver: ready recorded before normalizing": (D, "_queue", [
+        ("images = self.normalizer(staged.images)", "ready.record(stream); images = self.normalizer(staged.images)"),
         ("ready.record(stream)", "pass")], reads),
-    "prefetch: buffer released without its copy event": (P, "_enqueue", [
-        ("batch.release(copied)", "batch.release()")], slots),
-    "prefetch: copy event recorded before the copies": (P, "_enqueue", [
+    "driver: close() without synchronize": (D, "close", [("self._stream.synchronize()", "pass")], closing),
+    "driver on gpu decode: no consumer wait_event": (D, "_cuda", [("consumer.wait_event(batch.ready)", "pass")],
+                                                     gpu_reads),
+    "driver on gpu decode: no record_stream of images": (D, "_cuda", [("view.record_stream(consumer)", "pass")],
+                                                         gpu_reads),
+    "driver on gpu decode: no record_stream of labels": (D, "_cuda", [
+        ("batch.labels.record_stream(consumer)", "pass")], gpu_reads),
+    "driver on gpu decode: ready recorded before normalizing": (D, "_queue", [
+        ("images = self.normalizer(staged.images)", "ready.record(stream); images = self.normalizer(staged.images)"),
+        ("ready.record(stream)", "pass")], gpu_reads),
+    "driver on gpu decode: ready recorded before staging": (D, "_queue", [
+        ("staged = self.executor.stage(item, self._placement())",
+         "early = torch.cuda.Event(); early.record(stream); staged = self.executor.stage(item, self._placement())"),
+        ("ready.record(stream)", "ready = early")], gpu_reads),
+    "driver on gpu decode: close() without synchronize": (D, "close", [("self._stream.synchronize()", "pass")],
+                                                          gpu_closing),
+    "copy: buffer released without its copy event": (H, "_copy", [("batch.release(copied)", "batch.release()")], slots),
+    "copy: copy event recorded before the copies": (H, "_copy", [
         ("start.record(stream)", "start.record(stream); copied.record(stream)"),
         ("copied.record(stream)", "pass", 0)], slots),
-    "prefetch: failed copy leaves its event unrecorded": (P, "_enqueue", [("if not recorded:", "if False:")],
-                                                          failing_copy),
-    "prefetch: no wait for device inputs' producer": (P, "_enqueue", [("stream.wait_stream(producer)", "pass")],
-                                                      device_inputs),
-    "prefetch: no record_stream of device inputs": (P, "_enqueue", [("t.record_stream(stream)", "pass")],
-                                                    device_inputs),
-    "prefetch: close() without synchronize": (P, "close", [("self._stream.synchronize()", "pass")], closing),
+    "copy: failed copy leaves its event unrecorded": (H, "_copy", [("if not recorded:", "if False:")], failing_copy),
+    "copy: no wait for device inputs' producer": (H, "_copy", [("stream.wait_stream(producer)", "pass")],
+                                                  device_inputs),
+    "copy: no record_stream of device inputs": (H, "_copy", [("t.record_stream(stream)", "pass")], device_inputs),
     "ring: slot handed out before its copy event": (BufferRing, "acquire", [
         ("if s.event is None or s.event.query():", "if True:")], slots),
-    "gpu decode: no consumer wait_event": (G, "_cuda", [("consumer.wait_event(item.ready)", "pass")], gpu_reads),
-    "gpu decode: no record_stream": (G, "_cuda", [("t.record_stream(consumer)", "pass")], gpu_reads),
-    "gpu decode: ready recorded before decoding": (G, "_enqueue", [
-        ("item = self._decode(batch, self._stream.cuda_stream)",
-         "early = torch.cuda.Event(); early.record(self._stream); "
-         "item = self._decode(batch, self._stream.cuda_stream)"),
-        ("item.ready = torch.cuda.Event()", "item.ready = early"),
-        ("item.ready.record(self._stream)", "pass")], gpu_reads),
-    "gpu decode: close() without synchronize": (G, "close", [("self._stream.synchronize()", "pass")], gpu_closing),
+    "gpu decode: work queued off the driver's stream": (G, "stage", [
+        ("with torch.cuda.stream(at.stream):", "if True:")], gpu_reads),
 }
 
 

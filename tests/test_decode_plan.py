@@ -105,24 +105,24 @@ def test_another_plan_replaces_the_full_decode_only_beyond_the_margin():
 
 
 @ROI
-def test_region_waits_for_a_clean_decode_and_never_changes_the_pixels(planner_reset):
-    p = plan.Planner(_scaled_costs(region=0.2), region=True)
-    plan.set_planner(p)
-    pipeline, dec = T.train(64, scale=(0.05, 0.2)), get_decoder()
+def test_region_is_planned_only_for_trusted_files_and_never_changes_the_pixels(planner_reset, monkeypatch):
+    """nvImageCodec's region decode cannot see corrupt data (benchmarks/bench_damage.py):
+    the process planner plans one only under FASTLOAD_ROI=trusted, with the full decode's pixels."""
+    monkeypatch.setattr(plan, "DEFAULT_COSTS", _scaled_costs(region=0.2))  # read under FASTLOAD_NO_CALIBRATION=1
+    monkeypatch.setenv("FASTLOAD_NO_CALIBRATION", "1")
+    # reduced_decode=False: a region or the full decode, whose pixels a region's are.
+    pipeline, dec = T.train(64, scale=(0.05, 0.2), reduced_decode=False), get_decoder()
     blobs = photo_jpegs((256, 400), 1, seed=13)[:6]
-    regions = 0
-    for i, data in enumerate(blobs):
-        hd = read_header(data)
-        crop = pipeline.plan(hd.height, hd.width, sample_rng(0, 0, i))
-        known, unknown = p.choose(hd, crop, region_ok=True), p.choose(hd, crop, region_ok=False)
-        if known.kind != "region":
-            continue
-        regions += 1
-        assert unknown.kind == "full" and unknown.strict and not known.strict  # not fast upsampling, not a scale
-        first = pipeline.decode(data, dec, sample_rng(0, 0, i), region_ok=False)
-        later = pipeline.decode(data, dec, sample_rng(0, 0, i), region_ok=True)
-        assert np.abs(first.astype(np.int16) - later).max() <= 1  # region decode: the full decode's pixels
-    assert regions >= 3
+    kinds, outs = {}, {}
+    for setting in ("1", "trusted"):
+        monkeypatch.setenv("FASTLOAD_ROI", setting)
+        kinds[setting] = [plan.get_planner().choose(hd, pipeline.plan(hd.height, hd.width, sample_rng(0, 0, i)),
+                                                    scales=False).kind
+                          for i, hd in enumerate(map(read_header, blobs))]
+        outs[setting] = [pipeline.decode(b, dec, sample_rng(0, 0, i)) for i, b in enumerate(blobs)]
+    assert "region" not in kinds["1"] and kinds["trusted"].count("region") >= 3, kinds
+    for a, b in zip(outs["1"], outs["trusted"]):
+        assert np.abs(a.astype(np.int16) - b).max() <= 1  # region decode: the full decode's pixels
 
 
 # --- pixels ---------------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_pipeline_pixels_do_not_depend_on_region_decode(planner_reset):
     outs = {}
     for region in (False, True):
         plan.set_planner(plan.Planner(costs.DEFAULT_COSTS, region=region))
-        outs[region] = [pipeline.decode(b, dec, sample_rng(0, 0, i), region_ok=True) for i, b in enumerate(blobs)]
+        outs[region] = [pipeline.decode(b, dec, sample_rng(0, 0, i)) for i, b in enumerate(blobs)]
     headers = [read_header(b) for b in blobs]
     kinds = {plan.get_planner().choose(hd, pipeline.plan(hd.height, hd.width, sample_rng(0, 0, i)), False).kind
              for i, hd in enumerate(headers)}

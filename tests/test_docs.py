@@ -158,3 +158,77 @@ def test_site_renders_in_chromium(site, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"^3 pages ok", proc.stdout, re.M), proc.stdout
     assert shot.exists() and shot.stat().st_size > 10_000  # a rendered page, not a blank one
+
+
+def test_no_file_holds_a_merge_conflict_marker():
+    """A conflict resolved by hand and committed with its markers reads as two versions at once
+    (benchmarks/RESULTS.md did)."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    markers = ("<" * 7 + " ", ">" * 7 + " ")  # spelled so this file holds none
+    found = []
+    for name in files:
+        try:
+            with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+                found += [f"{name}:{n}" for n, line in enumerate(f, 1) if line.startswith(markers)]
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue  # binary, or removed in the work tree
+    assert not found, f"merge-conflict markers: {found}"
+
+
+def test_no_page_sizes_dev_shm_for_the_batch_buffers():
+    """The process backend's batch buffers are memfd segments, not in /dev/shm (tests/test_shm.py:
+    a 64 MB /dev/shm holds no batch): advice to raise --shm-size for them, or to read a Bus
+    error as a full /dev/shm, is stale (issue 32, item 17)."""
+    stale = re.compile(r"--shm-size=\d|slots (stay|live) in `?/dev/shm|Bus error`?\*?\*?: shared memory is full")
+    found = [f"{page}:{n}" for page in [*PAGES, "../README.md"]
+             for n, line in enumerate(open(os.path.join(docs_blocks.DOCS, page), encoding="utf-8"), 1)
+             if stale.search(line)]
+    assert not found, f"stale /dev/shm advice: {found}"
+
+
+def test_code_the_tests_do_not_run_still_parses():
+    """A ``notest`` python block (a part of someone else's script, as the migration guides
+    show) is at least valid Python once dedented."""
+    import ast
+    import textwrap
+
+    for page in PAGES:
+        for b in docs_blocks.blocks(page):
+            if b.lang in ("python", "py") and b.marker == "notest":
+                try:
+                    ast.parse(textwrap.dedent(b.code))
+                except SyntaxError as e:
+                    raise AssertionError(f"{page}:{b.line}: {e}") from None
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.startswith("migration/")])
+def test_a_guide_that_adds_fl_code_to_a_file_adds_its_import(page):
+    """The code a migration guide adds to a file (``+`` lines of its diffs, its python blocks)
+    imports fastload where it uses ``fl.``: a port made by following it must not start with a
+    NameError. A section edits the file its ``##`` heading names (`presets.py`), else the script."""
+    with open(os.path.join(docs_blocks.DOCS, page), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    added: dict = {}
+    for b in docs_blocks.blocks(page):
+        heading = next((line for line in reversed(lines[: b.line]) if line.startswith("## ")), "")
+        target = (re.findall(r"`?([\w./-]+\.py)`?", heading) or ["the script"])[0]
+        if b.lang == "diff":
+            added.setdefault(target, []).extend(line[1:] for line in b.code.splitlines() if line.startswith("+"))
+        elif b.lang in ("python", "py"):
+            added.setdefault(target, []).extend(b.code.splitlines())
+    for target, code in added.items():
+        if any(re.search(r"\bfl\.", line) for line in code):
+            assert any(line.strip() == "import fastload as fl" for line in code), f"{page}: {target} uses fl. unimported"
+
+
+def test_the_clone_step_names_a_folder_python_does_not_import_as_the_package():
+    """A plain clone is a folder named fastload: Python started beside it imports the folder (a
+    namespace package, ahead of the editable install) and fl.ImageFolder is missing."""
+    clones = [(page, line) for page in [*PAGES, "../README.md"]
+              for line in open(os.path.join(docs_blocks.DOCS, page), encoding="utf-8") if "git clone " in line]
+    assert clones, "no clone step found"
+    for page, line in clones:
+        words = line.split("git clone ", 1)[1].split("&&")[0].split()
+        folder = words[-1] if len(words) > 1 else None
+        assert folder not in (None, "fastload"), f"{page}: {line.strip()!r} clones into a folder named fastload"
+

@@ -14,6 +14,8 @@ def test_image_folder_classes_labels_and_order(folder):
     assert ds.classes == ["c0", "c1", "c2"] and ds.class_to_idx == {"c0": 0, "c1": 1, "c2": 2}
     assert len(ds) == 24 and ds.labels.tolist() == [0] * 8 + [1] * 8 + [2] * 8
     assert ds.paths[0] == "c0/000.jpg" and ds.paths[23] == "c2/007.jpg"
+    assert ds.paths[:2] == ["c0/000.jpg", "c0/001.jpg"] and ds.paths[-1:] == ["c2/007.jpg"]  # as a list slices
+    assert ds.paths[22::-11] == ["c2/006.jpg", "c1/003.jpg", "c0/000.jpg"] and ds.paths[5:2] == []
     img, label = ds[9]
     assert img.dtype == np.uint8 and img.ndim == 3 and label == 1
 

@@ -28,23 +28,24 @@ class Squares(torch.utils.data.Dataset):
 
 
 def test_torch_dtypes_are_accepted():
-    assert fl.LoaderConfig(dtype=torch.float16).dtype == "float16"
-    with fl.Loader(Squares(4), batch_size=2, num_workers=0, device="cpu", dtype=torch.bfloat16) as loader:
+    assert fl.LoaderConfig(normalize=fl.Normalize(dtype=torch.float16)).normalize.dtype == "float16"
+    with fl.Loader(Squares(4), batch_size=2, num_workers=0, device="cpu",
+                   normalize=fl.Normalize(dtype=torch.bfloat16)) as loader:
         x, _ = next(iter(loader))
     assert x.dtype == torch.bfloat16
     assert fl.Normalizer(dtype=torch.float16)(torch.zeros(1, 2, 2, 3, dtype=torch.uint8)).dtype == torch.float16
     with pytest.raises(ValueError, match="dtype must be one of .* got torch.int8"):
-        fl.LoaderConfig(dtype=torch.int8)
+        fl.Normalize(dtype=torch.int8)
 
 
 @pytest.mark.parametrize("option,message", [
-    (dict(mean=(123.7, 116.3, 103.5)), r"mean \(123.7, 116.3, 103.5\) is outside \[0, 1\].*divide by 255: "
-                                       r"\(0.4851, 0.4561, 0.4059\)"),
-    (dict(std=[58.4, 57.1, 57.4]), r"std \[58.4, 57.1, 57.4\] is outside \[0, 1\].*divide by 255"),
-    (dict(mean=(-0.5, 0.5, 0.5)), r"mean \(-0.5, 0.5, 0.5\) is outside \[0, 1\]"),
+    (dict(normalize={"mean": (123.7, 116.3, 103.5)}), r"mean \(123.7, 116.3, 103.5\) is outside \[0, 1\].*divide "
+                                                      r"by 255: \(0.4851, 0.4561, 0.4059\)"),
+    (dict(normalize={"std": [58.4, 57.1, 57.4]}), r"std \[58.4, 57.1, 57.4\] is outside \[0, 1\].*divide by 255"),
+    (dict(normalize={"mean": (-0.5, 0.5, 0.5)}), r"mean \(-0.5, 0.5, 0.5\) is outside \[0, 1\]"),
     (dict(shuffle="yes"), "shuffle must be True or False, got 'yes'"),
     (dict(drop_last=1), "drop_last must be True or False, got 1"),
-    (dict(normalize=None), "normalize must be True or False, got None"),
+    (dict(normalize=None), r"normalize must be True, False or fl.Normalize\(mean=..., std=..., dtype=...\), got None"),
     (dict(persistent_workers="false"), "persistent_workers must be True or False, got 'false'"),
     (dict(return_index=0), "return_index must be True or False, got 0"),
     (dict(pin_memory="auto"), "pin_memory must be True, False or None .* got 'auto'"),
@@ -57,14 +58,16 @@ def test_implausible_values_are_errors_naming_them(option, message):
 
 
 def test_plausible_values_pass_and_are_normalized():
-    cfg = fl.LoaderConfig(mean=[0.5, 0.5, 0.5], std=np.array([0.25, 0.25, 0.25]), shuffle=np.True_)
-    assert cfg.mean == (0.5, 0.5, 0.5) and cfg.std == (0.25, 0.25, 0.25) and cfg.shuffle is True
+    cfg = fl.LoaderConfig(normalize=fl.Normalize(mean=[0.5, 0.5, 0.5], std=np.array([0.25, 0.25, 0.25])),
+                          shuffle=np.True_, shard=fl.Shard(drop_uneven=np.True_))
+    assert cfg.normalize.mean == (0.5, 0.5, 0.5) and cfg.normalize.std == (0.25, 0.25, 0.25)
+    assert cfg.shuffle is True and cfg.shard.drop_uneven is True and fl.LoaderConfig(normalize=np.False_).normalize is False
 
 
 def test_dataloader_attributes_frameworks_read():
     ds = Squares(10)
     with fl.Loader(ds, batch_size=4, drop_last=True, num_workers=2, backend="thread", device="cpu",
-                   rank=1, world_size=2) as loader:
+                   shard=fl.Shard(rank=1, world_size=2)) as loader:
         assert loader.dataset is ds
         assert (loader.batch_size, loader.drop_last, loader.num_workers) == (4, True, 2)
         assert loader.persistent_workers is True and loader.pin_memory is False

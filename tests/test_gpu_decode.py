@@ -1,15 +1,16 @@
-"""decode="gpu": workers plan, the device stage decodes, crops, resizes, flips and normalizes.
+"""decode="gpu": workers plan, the driver's GPU decode executor decodes, crops, resizes and flips,
+the driver normalizes.
 
-On this CPU machine the stage runs with nvImageCodec's CPU backend and torch on the CPU
+On this CPU machine the executor runs with nvImageCodec's CPU backend and torch on the CPU
 (FASTLOAD_GPU_DECODE_ON_CPU=1); the tests marked cuda run it on a GPU.
 
-Tolerances: on the CPU the stage resizes uint8 with the very kernel the CPU path uses
+Tolerances: on the CPU the executor resizes uint8 with the very kernel the CPU path uses
 (``interpolate(antialias=True)`` is PyTorch's ``_upsample_bilinear2d_aa``) and
 nvImageCodec's CPU backend decodes as libjpeg-turbo does, so with ``reduced_decode=False``
 the pixels are equal. By default the CPU path may decode at a DCT scale or with fast
 chroma upsampling, within the planner's tolerance of the full decode (measured on real
 photos: mean error per image 0.7-1.2 levels of 255, worst 2.9; fastload.decode.plan);
-the stage always decodes at full size, so the two differ by that much: at most 3 levels
+the executor always decodes at full size, so the two differ by that much: at most 3 levels
 per image, 1.5 over a batch. On a GPU, nvJPEG's IDCT and the float resize (rounded once)
 may add about a level, within the same bounds.
 """
@@ -24,7 +25,8 @@ from PIL import Image
 
 import fastload as fl
 from fastload.decode import roi
-from fastload.device.gpudecode import GpuDecodeStage, GpuPipeline, nvdecode
+from fastload.device.driver import DeviceDriver
+from fastload.device.gpudecode import GpuDecode, GpuPipeline, nvdecode
 from fastload.sources import InFlight
 from fastload.sources.fetch import SampleLoader
 from fastload.sources.packed import PackMaker
@@ -75,8 +77,8 @@ def _batches(ds, decode, epochs=(0,), **kw):
         for epoch in epochs:
             loader.set_epoch(epoch)
             out += [tuple(t.clone() for t in b) for b in loader]
-        stage = loader._prefetcher
-    return out, stage
+        stats = loader.stats()
+    return out, stats
 
 
 def _assert_same(a, b, exact=True):
@@ -90,14 +92,14 @@ def _assert_same(a, b, exact=True):
 
 
 @pytest.mark.parametrize("preset", ["train", "eval"])
-def test_gpu_stage_on_cpu_equals_the_cpu_path_without_reduced_decode(tmp_path, on_cpu, preset):
+def test_gpu_decode_on_cpu_equals_the_cpu_path_without_reduced_decode(tmp_path, on_cpu, preset):
     root = _write(tmp_path, {**_photos(), **_odd_ones()})
     tf = getattr(fl.transforms, preset)(64, reduced_decode=False)
     ds = fl.ImageFolder(root, tf)
-    gpu, stage = _batches(ds, "gpu", epochs=(0, 1))
+    gpu, stats = _batches(ds, "gpu", epochs=(0, 1))
     cpu, _ = _batches(ds, "cpu", epochs=(0, 1))
     _assert_same(gpu, cpu)
-    assert stage.fallbacks == 0 and stage.stats.batches == len(gpu)
+    assert stats["cpu_fallback_rows"] == 0 and stats["batches"] == len(gpu)
 
 
 def test_encoded_batches_cross_from_worker_processes(tmp_path, on_cpu):
@@ -107,13 +109,13 @@ def test_encoded_batches_cross_from_worker_processes(tmp_path, on_cpu):
     _assert_same(gpu, cpu)
 
 
-def test_gpu_stage_on_cpu_is_within_tolerance_of_the_default_cpu_path(tmp_path, on_cpu):
+def test_gpu_decode_on_cpu_is_within_tolerance_of_the_default_cpu_path(tmp_path, on_cpu):
     photos = {f"{i:02d}.jpg": data for i, data in enumerate(photo_jpegs((300, 420), 1, seed=5))}
     ds = fl.ImageFolder(_write(tmp_path, photos), fl.transforms.train(112))
     gpu, _ = _batches(ds, "gpu", normalize=True)
     cpu, _ = _batches(ds, "cpu", normalize=True)
     assert all(x.is_contiguous(memory_format=torch.channels_last) and x.dtype == torch.float32 for x, _, _ in gpu)
-    std = torch.tensor(fl.LoaderConfig().std).view(1, 3, 1, 1)
+    std = torch.tensor(fl.Normalize().std).view(1, 3, 1, 1)
     _assert_same([(x * std * 255, y, i) for x, y, i in gpu], [(x * std * 255, y, i) for x, y, i in cpu], exact=False)
 
 
@@ -136,15 +138,14 @@ def test_workers_send_bytes_for_the_gpu_and_pixels_for_what_it_cannot_take(tmp_p
 
 
 def test_the_float_resize_cuda_runs_is_the_uint8_one_to_a_level(tmp_path):
-    """CUDA's antialiased kernel takes floats: the stage resizes in float32 there and rounds
+    """CUDA's antialiased kernel takes floats: the executor resizes in float32 there and rounds
     once. Run here on the CPU, that branch stays within one level of the uint8 kernel."""
     ds = fl.ImageFolder(_write(tmp_path, {**_photos(6), **_odd_ones()}), fl.transforms.train(64))
     fetcher, batch = _packed(ds, InFlight(2))
     out = {}
     for dtype in (torch.uint8, torch.float32):
-        stage = GpuDecodeStage(torch.device("cpu"), 1, fl.Normalizer(normalize=False), False, fetcher,
-                               resize_dtype=dtype)
-        (out[dtype], _), = list(stage.run([batch]))
+        driver = DeviceDriver(GpuDecode(fetcher, resize_dtype=dtype), "cpu", 1, fl.Normalizer(normalize=False))
+        (out[dtype], _), = list(driver.run([batch]))
     diff = (out[torch.uint8].int() - out[torch.float32].int()).abs()
     assert diff.max() <= 1 and diff.float().mean() < 0.2  # the uint8 kernel rounds its weights too
     assert batch.flips.any() and not batch.flips.all()
@@ -167,10 +168,10 @@ def refuse(monkeypatch):
 def test_rows_the_decoder_refuses_are_decoded_by_the_cpu_path(tmp_path, on_cpu, refuse):
     ds = fl.ImageFolder(_write(tmp_path, _photos(8)), fl.transforms.train(64, reduced_decode=False))
     refuse.update({1, 6})
-    gpu, stage = _batches(ds, "gpu")
+    gpu, stats = _batches(ds, "gpu")
     cpu, _ = _batches(ds, "cpu")
     _assert_same(gpu, cpu)
-    assert stage.fallbacks == 2
+    assert stats["cpu_fallback_rows"] == 2
 
 
 def _corrupt(data: bytes) -> bytes:
@@ -180,7 +181,7 @@ def _corrupt(data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
-@pytest.mark.parametrize("where", ["worker", "stage"])
+@pytest.mark.parametrize("where", ["worker", "driver"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_failures_name_their_file_under_on_error(tmp_path, on_cpu, refuse, on_error, where, device):
     files = _photos(8)
@@ -221,13 +222,13 @@ def test_decode_gpu_needs_cuda_or_the_test_switch(tmp_path, monkeypatch):
     (lambda: fl.transforms.train(32, antialias=False), "antialiasing only"),
     (lambda: [fl.transforms.RandomResizedCrop(32), lambda img: img], "at most a RandomHorizontalFlip"),
 ])
-def test_transforms_the_stage_cannot_run_are_a_clear_error(tmp_path, on_cpu, transform, message):
+def test_transforms_gpu_decode_cannot_run_are_a_clear_error(tmp_path, on_cpu, transform, message):
     ds = fl.ImageFolder(_write(tmp_path, _photos(2)), transform())
     with pytest.raises(ValueError, match=message + ".*decode='cpu'"):
         fl.Loader(ds, device="cpu", decode="gpu", num_workers=0)
 
 
-def test_datasets_and_backends_the_stage_cannot_serve_are_a_clear_error(tmp_path, on_cpu):
+def test_datasets_and_backends_gpu_decode_cannot_serve_are_a_clear_error(tmp_path, on_cpu):
     ds = fl.ImageFolder(_write(tmp_path, _photos(2)), fl.transforms.train(32))
     with pytest.raises(ValueError, match="backend='process'"):
         fl.Loader(ds, device="cpu", decode="gpu", backend="thread", num_workers=1)
@@ -296,7 +297,7 @@ def test_cuda_refused_rows_and_memory_stay_flat(tmp_path, refuse):
     refuse.update({0, 5})
     with fl.Loader(ds, decode="gpu", batch_size=16, num_workers=2, device="cuda", shuffle=True) as loader:
         memory = device_memory_per_epoch(loader, 8)
-        assert loader._prefetcher.fallbacks == 2 * 2 * 8
+        assert loader.stats()["cpu_fallback_rows"] == 2 * 2 * 8
     used, reserved = zip(*memory)
     assert reserved[-1] == reserved[2], reserved
     # The driver maps in 2 MiB pages: a leak of decoded images (about 1 MiB a batch here)

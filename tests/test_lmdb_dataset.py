@@ -8,7 +8,6 @@ import pytest
 
 import fastload as fl
 from fastload.convert import convert
-from fastload.datasets.lmdb_dataset import close_env
 
 from conftest import jpeg_bytes, make_image
 
@@ -54,7 +53,7 @@ def test_two_datasets_on_one_path_and_pickling(lmdb_path):
 def test_workers_under_every_start_method(lmdb_path, start):
     ds = fl.LMDBDataset(lmdb_path, transform=fl.transforms.train(16))
     ds.read(0)  # the parent has an open environment when workers start
-    with fl.Loader(ds, batch_size=8, num_workers=2, start_method=start, device="cpu") as loader:
+    with fl.Loader(ds, batch_size=8, num_workers=2, multiprocessing_context=start, device="cpu") as loader:
         labels = [y for _, batch in loader for y in batch.tolist()]
     assert labels == ds.labels.tolist()
 
@@ -91,15 +90,15 @@ def test_errors_name_path_and_key(tmp_path, lmdb_path):
         fl.LMDBDataset(tmp_path / "nowhere")
     path = str(tmp_path / "copy.lmdb")
     convert(lmdb_path, path, "lmdb", progress=False)
-    ds = fl.LMDBDataset(path)
-    close_env(path)
     import lmdb
 
+    # Damaged before the dataset opens it (a file written to while open is an error of its own).
     env = lmdb.open(path, map_size=1 << 26)
     with env.begin(write=True) as txn:
         txn.put(b"%09d" % 1, b"\xff\xd8 garbage")
         txn.delete(b"%09d" % 2)
     env.close()
+    ds = fl.LMDBDataset(path)
     with pytest.raises(fl.DecodeError, match=r"sample 1 \(.*copy\.lmdb key b'000000001'\)"):
         ds.load(1)
     with pytest.raises(KeyError, match="key b'000000002' .*missing"):

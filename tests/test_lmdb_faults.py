@@ -153,29 +153,22 @@ def test_bit_flips_in_btree_pages_never_kill_the_training_process(lmdb_path, tmp
     assert any(o != "read" for o in outcomes), outcomes  # the flips did damage
 
 
-def _close_guard(lmdb_guard, path):
-    """Ends this process's guard of ``path``: the next read starts a new one."""
-    with lmdb_guard._guards_lock:
-        guard = lmdb_guard._guards.pop((os.path.realpath(path), os.getpid()), None)
-    if guard is not None:
-        guard.close()
-
-
 def test_a_guard_killed_by_a_signal_is_named_and_the_next_read_starts_another(lmdb_path, tmp_path, monkeypatch):
     from fastload.datasets import LMDBReadError, lmdb_guard
 
     ds = fl.LMDBDataset(lmdb_path)
     first = ds.read(0)
-    _close_guard(lmdb_guard, lmdb_path)
+    lmdb_guard.close_guard(lmdb_path)
     crashing = tmp_path / "crash.py"  # a guard that dies as a wild page would make it die
-    crashing.write_text("import os, signal, sys\nsys.stdin.buffer.read(1)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    crashing.write_text("import os, signal, sys\nsys.stdout.buffer.write(b'R' + bytes(8)); sys.stdout.flush()\n"
+                        "sys.stdin.buffer.read(1)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     monkeypatch.setattr(lmdb_guard, "_SERVER", str(crashing))
     with pytest.raises(LMDBReadError, match=r"died by signal SIGSEGV reading key b'000000001'.*damaged") as info:
         ds.read(1)
     assert info.value.key == b"000000001" and info.value.path == lmdb_path
     monkeypatch.undo()
     assert ds.read(0) == first  # the next read starts a new guard
-    _close_guard(lmdb_guard, lmdb_path)
+    lmdb_guard.close_guard(lmdb_path)
 
 
 def test_worker_processes_read_directly_and_guard_false_everywhere(lmdb_path, monkeypatch):

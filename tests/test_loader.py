@@ -37,7 +37,7 @@ def test_workers_and_start_methods_give_identical_batches(folder, workers, start
     opts = dict(batch_size=5, shuffle=True, seed=7, normalize=False, device="cpu")
     with fl.Loader(ds, num_workers=0, **opts) as ref:
         want = [_epoch_bytes(ref, e) for e in (0, 1)]
-    with fl.Loader(ds, num_workers=workers, start_method=start, **opts) as loader:
+    with fl.Loader(ds, num_workers=workers, multiprocessing_context=start, **opts) as loader:
         got = [_epoch_bytes(loader, e) for e in (0, 1)]
     for w_epoch, g_epoch in zip(want, got):
         assert len(w_epoch) == len(g_epoch) == 5
@@ -147,8 +147,8 @@ def test_explicit_rank_shards_the_epoch(folder):
     ds = fl.ImageFolder(folder, transform=fl.transforms.eval(8, resize=10))
     seen = []
     for rank in range(2):
-        with fl.Loader(ds, batch_size=5, num_workers=0, device="cpu", shuffle=True, rank=rank,
-                       world_size=2, normalize=False) as loader:
+        with fl.Loader(ds, batch_size=5, num_workers=0, device="cpu", shuffle=True,
+                       shard=fl.Shard(rank=rank, world_size=2), normalize=False) as loader:
             assert len(loader) == 3
             for x, y in loader:
                 seen.extend(y.tolist())
@@ -164,7 +164,7 @@ def test_fork_after_opencv_threads_ran_does_not_hang(folder):
     for _ in range(3):
         cv2.resize(big, (700, 700), interpolation=cv2.INTER_CUBIC)
     ds = fl.ImageFolder(folder, transform=fl.transforms.train(16))
-    with fl.Loader(ds, batch_size=8, num_workers=2, start_method="fork", device="cpu", timeout=30) as loader:
+    with fl.Loader(ds, batch_size=8, num_workers=2, multiprocessing_context="fork", device="cpu", timeout=30) as loader:
         assert sum(len(y) for _, y in loader) == len(ds)
     assert cv2.getNumThreads() == 2
 

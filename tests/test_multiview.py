@@ -132,7 +132,7 @@ def test_the_planned_region_serves_every_view(planner_reset):
     dec, kinds = get_decoder(), []
     for i, data in enumerate(photo_jpegs((600, 900), 1, seed=8)[:6]):
         rng = sample_rng(0, 0, i)
-        steps = mv.plan_decode(data, dec, rng, region_ok=True)
+        steps = mv.plan_decode(data, dec, rng)
         kinds.append(steps.plan.kind)
         if steps.region is not None:
             y0, x0, y1, x1 = steps.region
@@ -171,16 +171,15 @@ def test_the_shared_plan_suits_every_crop():
     p = plan.Planner(costs.DEFAULT_COSTS, region=False)
     header = read_header(jpeg_bytes(make_image(2, 1200, 1600)))
     big, small = Crop(0, 0, 1200, 1600, 160, 160), Crop(100, 100, 190, 190, 160, 160)
-    assert p.choose_shared(header, [big]) == p.choose(header, big)
-    assert p.choose(header, big).scale < 1 and p.choose_shared(header, [big, big]).scale < 1
+    assert p.choose(header, [big]) == p.choose(header, big)
+    assert p.choose(header, big).scale < 1 and p.choose(header, [big, big]).scale < 1
     # The small crop has no pixels to spare: the one decode is full size, for both.
-    assert p.choose_shared(header, [big, small]).scale == 1
-    assert p.choose_shared(header, [big, big], scales=False).scale == 1
+    assert p.choose(header, [big, small]).scale == 1
+    assert p.choose(header, [big, big], scales=False).scale == 1
     regional = plan.Planner(costs.DEFAULT_COSTS, region=True)
     corner = [Crop(10, 20, 100, 120, 32, 32), Crop(150, 40, 90, 60, 32, 32)]
-    shared = regional.choose_shared(header, corner)
+    shared = regional.choose(header, corner)
     assert shared.kind == "region" and shared.region == (10, 20, 240, 140)
-    assert regional.choose_shared(header, corner, region_ok=False).kind != "region"
 
 
 def test_bad_arguments_are_named():

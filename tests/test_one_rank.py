@@ -106,12 +106,12 @@ def test_a_stream_resumed_on_or_from_one_rank_finishes_the_epoch_once(tmp_path, 
     opts = dict(batch_size=BATCH, device="cpu", normalize=False, shuffle=True, seed=3)
     taken, states = [], []
     for rank in range(old[0]):
-        with fl.Loader(ds, num_workers=old[1], rank=rank, world_size=old[0], **opts) as loader:
+        with fl.Loader(ds, num_workers=old[1], shard=fl.Shard(rank=rank, world_size=old[0]), **opts) as loader:
             taken += sum(_labels(loader, 4 + rank), [])  # ranks stop at different batches
             states.append(loader.state_dict())
     rest, counts = [], set()
     for rank in range(new[0]):
-        with fl.Loader(ds, num_workers=new[1], rank=rank, world_size=new[0], **opts) as loader:
+        with fl.Loader(ds, num_workers=new[1], shard=fl.Shard(rank=rank, world_size=new[0]), **opts) as loader:
             loader.load_state_dict(states)
             length = len(loader)
             batches = _labels(loader)

@@ -1,7 +1,8 @@
 """The package as a user gets it: ``python -m build`` makes an sdist and a wheel; the wheel
 holds the package and its ``py.typed``, not the tests or benchmarks, with the project's
 metadata; installed into a clean venv (no dev extras; pinned by constraints.txt) it runs
-``fastload --version``, ``fastload info`` and a ten-line Loader over a small folder.
+``fastload --version``, ``fastload info``, a ten-line Loader over a small folder, and
+``fastload demo`` once scikit-image's photographs are added as ``make demo`` adds them.
 Slow (a venv with torch): ``make test-slow`` runs it in CI after ``make test``."""
 
 import os
@@ -93,3 +94,10 @@ def test_wheel_installs_and_runs_in_a_clean_venv(dist, tmp_path):
     out = _run([str(py), "user.py"], cwd=tmp_path)
     assert f"loaded {venv}" in out, out  # the installed copy, not the work tree
     assert "[(4, 3, 32, 32), (4, 3, 32, 32), (4, 3, 32, 32)]" in out, out
+
+    # What make demo installs besides the package: scikit-image's photographs, without its
+    # dependencies. The demo runs on that alone (issue 32, item 22: make test adds the rest).
+    _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "-c", os.path.join(ROOT, "constraints.txt"),
+          "scikit-image"], cwd=tmp_path)
+    demo = _run([str(venv / "bin" / "fastload"), "demo", "--data", "demo", "--images", "130"], cwd=tmp_path)
+    assert "converted to tfrecord" in demo and "* chosen:" in demo, demo[-3000:]

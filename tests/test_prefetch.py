@@ -85,7 +85,7 @@ def test_stats_count_wait_time_and_close_is_idempotent():
         next(iter(p))
 
 
-# ---- CUDA (skipped without a GPU; run by benchmarks/gpu_suite.sh) ----
+# ---- CUDA (skipped without a GPU; run by make gpu-check) ----
 
 
 @pytest.mark.cuda

@@ -180,16 +180,16 @@ def test_state_dict_follows_the_passes(ds, tmp_path):
 def test_batches_the_device_stage_holds_are_not_consumed(ds, monkeypatch):
     """As the CUDA side stream does, the device stage here takes 3 batches before handing out one."""
     with fl.Loader(ds, num_workers=0, **OPTS) as loader:
-        run = loader._prefetcher.run
+        run = loader._driver.run
 
-        def ahead(batches):
-            outputs = run(batches)
+        def ahead(batches, finish=None):
+            outputs = run(batches, finish)
             held = collections.deque(itertools.islice(outputs, 3))
             while held:
                 yield held.popleft()
                 held.extend(itertools.islice(outputs, 1))
 
-        monkeypatch.setattr(loader._prefetcher, "run", ahead)
+        monkeypatch.setattr(loader._driver, "run", ahead)
         head = _take(loader, 2)
         state = loader.state_dict()
     assert state["consumed"] == 2

@@ -52,8 +52,8 @@ def test_unseeded_loaders_differ_and_an_explicit_seed_wins():
 
 def test_ranks_that_drew_their_own_seeds_deal_one_order():
     torch.manual_seed(0)
-    r0 = fl.Loader(Numbers(20), rank=0, world_size=2, **OPTS)
-    r1 = fl.Loader(Numbers(20), rank=1, world_size=2, **OPTS)  # drew another seed
+    r0 = fl.Loader(Numbers(20), shard=fl.Shard(rank=0, world_size=2), **OPTS)
+    r1 = fl.Loader(Numbers(20), shard=fl.Shard(rank=1, world_size=2), **OPTS)  # drew another seed
     with r0, r1:
         assert r0.config.seed != r1.config.seed
         seen = _pass(r0)[0] + _pass(r1)[0]
@@ -82,7 +82,7 @@ def test_the_drawn_seed_is_in_the_state_and_a_resume_uses_it():
 
 def test_each_rank_resumes_with_its_own_drawn_seed():
     def run(rank, consumed=None, states=None):
-        loader = fl.Loader(Numbers(24), rank=rank, world_size=2, **OPTS)
+        loader = fl.Loader(Numbers(24), shard=fl.Shard(rank=rank, world_size=2), **OPTS)
         if states is not None:
             loader.load_state_dict(states)
         with loader:

@@ -402,6 +402,8 @@ def test_list_file_with_root_and_best_is_a_loader_config(folder, tmp_path, capsy
     (["--plot", "/nonexistent/t.png"], "--plot /nonexistent/t.png: folder /nonexistent does not exist"),
     (["--json", "{tmp}"], "is a folder; give a file name"),
     (["--root", "{tmp}"], "--root applies to list files"),
+    (["--json", "/proc/x.json"], "--json /proc/x.json: no file can be made in /proc (No such file or directory)"),
+    (["--plot", "{tmp}/t.xyz"], "matplotlib writes no 'xyz' files"),
 ])
 def test_bad_paths_fail_before_measuring(folder, tmp_path, monkeypatch, capsys, args, message):
     import fastload.tune as tune

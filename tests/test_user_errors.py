@@ -62,9 +62,11 @@ def test_loader_transform_keyword_points_to_the_dataset():
 def test_one_channel_images_name_mean_and_std():
     with pytest.raises(ValueError) as info, fl.Loader(ArrayDataset((8, 8)), batch_size=2, device="cpu") as loader:
         next(iter(loader))
-    assert "batch has 1 channels but mean/std have 3: give fl.Loader mean= and std= with 1 values" in str(info.value)
+    assert ("batch has 1 channels but mean/std have 3: give fl.Loader normalize=fl.Normalize(mean=..., std=...) "
+            "with 1 values") in str(info.value)
     # What the message says works.
-    with fl.Loader(ArrayDataset((8, 8)), batch_size=2, device="cpu", mean=(0.5,), std=(0.5,)) as loader:
+    with fl.Loader(ArrayDataset((8, 8)), batch_size=2, device="cpu",
+                   normalize=fl.Normalize(mean=(0.5,), std=(0.5,))) as loader:
         images, _ = next(iter(loader))
     assert images.shape == (2, 1, 8, 8)
 

@@ -77,7 +77,7 @@ def test_a_torch_dataset_of_any_image_form_loads(folder, kind):
 def test_workers_give_the_batches_of_the_main_process(folder, backend, workers, start):
     ds = PathsDataset(folder, "dict")  # spawn pickles the dataset (and its WrappedDataset)
     want = _run(ds, shuffle=True, normalize=True)
-    got = _run(ds, shuffle=True, normalize=True, backend=backend, num_workers=workers, start_method=start)
+    got = _run(ds, shuffle=True, normalize=True, backend=backend, num_workers=workers, multiprocessing_context=start)
     assert len(got) == len(want)
     for (gx, gy), (wx, wy) in zip(got, want):
         assert torch.equal(gx, wx) and torch.equal(gy, wy)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import tarfile
@@ -79,9 +80,17 @@ class _Handler(SimpleHTTPRequestHandler):
 
     def _fault(self, name):
         fault = self.faults.get(name)
-        if fault is not None and fault[0] == "no-validators":
+        if fault is not None and fault[0] in ("no-validators", "swap"):
             return fault
         return fault if fault is not None and self.hits.get(name, 0) <= fault[1] else None
+
+    def _etag(self, path):
+        """A strong ETag (of the content) for "swap" paths; None for the others (Last-Modified only)."""
+        fault = self.faults.get(self.path.lstrip("/"))
+        if fault is None or fault[0] != "swap":
+            return None
+        with open(path, "rb") as f:
+            return '"%s"' % hashlib.sha1(f.read()).hexdigest()[:16]
 
     def do_HEAD(self):
         fault = self.faults.get(self.path.lstrip("/"))
@@ -94,6 +103,9 @@ class _Handler(SimpleHTTPRequestHandler):
             return
         extra = [] if fault is not None and fault[0] == "no-validators" else \
             [("Last-Modified", self.date_time_string(os.path.getmtime(path)))]
+        etag = self._etag(path)
+        if etag is not None:
+            extra.insert(0, ("ETag", etag))
         self._headers_only(os.path.getsize(path), 200, extra)
 
     def _headers_only(self, length, status=200, extra=()):
@@ -119,11 +131,28 @@ class _Handler(SimpleHTTPRequestHandler):
             data = f.read()
         start, status, extra = 0, 200, []
         asked = self.headers.get("Range", "")
+        etag = self._etag(path)
+        if etag is not None:
+            extra.append(("ETag", etag))
+            if self.headers.get("If-Range") not in (None, etag):  # RFC 9110: changed, so all of it
+                asked = ""
         if self.ranged and asked.startswith("bytes="):
             lo, _, hi = asked[6:].partition("-")
             start, end = int(lo), (int(hi) + 1 if hi else len(data))
             extra = [("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")]
             data, status = data[start:end], 206
+        if fault is not None and fault[0] == "swap":
+            self._headers_only(len(data), status, extra)
+            if self.hits[name] > 1:
+                self.wfile.write(data)
+                return
+            self.wfile.write(data[: len(data) // 2])  # the first GET: half of version 1, then version 2
+            self.wfile.flush()
+            time.sleep(0.5)  # the client reads that half before the connection closes
+            os.replace(fault[1], path)
+            self.connection.shutdown(2)
+            self.close_connection = True
+            return
         if fault is None or fault[0] == "no-validators":
             if fault is None:
                 extra.append(("Last-Modified", self.date_time_string(os.path.getmtime(path))))
@@ -147,7 +176,9 @@ def http_server(root, faults=None, ranged=True):
     body asked for and close the connection; ``("stall", n, s)``: they send half, then
     nothing for s seconds; ``("status", n, code)``: the first n requests (HEAD and GET) are
     answered with that HTTP status; ``("no-validators", 0)``: every request answered without
-    Last-Modified or ETag, always (the other paths send Last-Modified). ``ranged=False``: Range headers are ignored
+    Last-Modified or ETag, always (the other paths send Last-Modified); ``("swap", other)``: the
+    path has a strong ETag (honoured in If-Range), and the first GET sends half the body, then
+    renames the file ``other`` over it (another version) and closes the connection. ``ranged=False``: Range headers are ignored
     (the whole file is sent, as by servers without range support).
     """
     handler = type("Handler", (_Handler,), {"faults": dict(faults or {}), "hits": Hits(), "ranged": ranged})

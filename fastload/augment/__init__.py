@@ -13,11 +13,12 @@ resuming. Provided here:
   (images, targets) (``targets=True``), that draws from torch's global generator.
 
 timm's ImageNet recipe (``--reprob 0.25 --remode pixel --mixup 0.8 --cutmix 1.0
---smoothing 0.1``), in timm's order (erasing in the loader, then mixing)::
+--smoothing 0.1``), in timm's order (its prefetcher mixes in the collate, then erases the
+normalized batch; with ``--no-prefetcher`` it erases each image first)::
 
     loader = fl.Loader(train_set, batch_size=128, shuffle=True, drop_last=True, batch_transform=[
-        fl.augment.RandomErasing(0.25, mode="pixel"),
-        fl.augment.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=1000)])
+        fl.augment.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=1000),
+        fl.augment.RandomErasing(0.25, mode="pixel")])
     for images, soft_targets in loader:  # soft targets: float32 N × 1000
         loss = SoftTargetCrossEntropy()(model(images), soft_targets)
 

@@ -35,9 +35,10 @@ def number(
     v = float(value)
     too_low = v <= low if open_low else v < low
     too_high = high is not None and (v >= high if open_high else v > high)
-    if too_low or too_high or math.isnan(v):
+    if too_low or too_high or not math.isfinite(v):  # inf passes an open upper end, then fails every batch
         lo, hi = "(" if open_low else "[", ")" if open_high else "]"
-        raise ValueError(f"{name} must be in {lo}{low}, {'inf' if high is None else high}{hi}, got {value!r}")
+        within = f"{lo}{low}, inf)" if high is None else f"{lo}{low}, {high}{hi}"
+        raise ValueError(f"{name} must be a finite number in {within}, got {value!r}")
     return v
 
 

@@ -5,6 +5,7 @@ from .base import ImageDataset, sample_rng
 from .folder import IMG_EXTENSIONS, ImageFolder, ImageList
 from .lmdb_dataset import LMDBDataset
 from .lmdb_guard import LMDBReadError
+from .lmdb_size import LMDBChangedError
 from .open import open_dataset
 from .tfrecord import StreamRecord, TFRecordDataset, TFRecordError, TFRecordStream
 from .webdataset import DownloadError, ShardError, ShardRecord, WebDataset
@@ -16,6 +17,7 @@ __all__ = [
     "ImageDataset",
     "ImageFolder",
     "ImageList",
+    "LMDBChangedError",
     "LMDBDataset",
     "LMDBReadError",
     "ShardError",

@@ -10,7 +10,6 @@ import torch
 
 from ..batch import SampleError
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
-from ..decode.clean import CleanMarks
 from ..transforms import Compose, MultiView, as_compose
 from ..views import contiguous
 from .sampleplan import SamplePlan
@@ -70,19 +69,6 @@ class ImageDataset(torch.utils.data.Dataset):
         self.max_pixels = resolve_max_pixels(max_pixels)
         self.epoch = 0
         self.seed = 0
-        # Made now, before workers start, where the length is known (else on first use).
-        try:
-            self._clean: CleanMarks | None = CleanMarks(len(self))
-        except (TypeError, AttributeError, NotImplementedError):
-            self._clean = None
-
-    @property
-    def clean(self) -> CleanMarks:
-        """The samples known to decode clean, shared by all workers: region decode, which
-        cannot see corrupt data, serves only those (:mod:`fastload.decode.clean`)."""
-        if self._clean is None or len(self._clean) != len(self):
-            self._clean = CleanMarks(len(self))
-        return self._clean
 
     @property
     def labels(self) -> np.ndarray:
@@ -105,12 +91,6 @@ class ImageDataset(torch.utils.data.Dataset):
         if not 0 <= index < n:
             raise IndexError(f"index {index} out of range for dataset of {n} samples")
 
-    def known_clean(self, index: int) -> bool:
-        """Whether a strict decode of sample ``index`` succeeded before (shared by all
-        workers), so that a region decode, which cannot see corrupt data outside the region
-        nor report libjpeg's warnings, may serve it (:mod:`fastload.decode.clean`)."""
-        return self.clean.is_clean(index)
-
     def _named(self, index: int, error: DecodeError) -> DecodeError:
         where = self.describe(index)
         return SampleDecodeError(f"{sample_name(index, where)}: {error}", index, where)
@@ -130,9 +110,7 @@ class ImageDataset(torch.utils.data.Dataset):
     def _plan_bytes(self, index: int, data: Any, label: Any, epoch: int, seed: int) -> SamplePlan:
         rng = sample_rng(seed, epoch, index)
         try:
-            steps = self.transform.plan_decode(
-                data, get_decoder(self.decoder), rng, self.max_pixels, self.known_clean(index)
-            )
+            steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels)
         except DecodeError as e:
             raise self._named(index, e) from e
         return SamplePlan(index, data, label, rng, steps)
@@ -146,16 +124,9 @@ class ImageDataset(torch.utils.data.Dataset):
         """
         decoder = get_decoder(self.decoder)
         try:
-            img = self.transform.finish_decode(plan.data, decoder, plan.steps, plan.rng, out, self.max_pixels, pixels)
+            return self.transform.finish_decode(plan.data, decoder, plan.steps, plan.rng, out, self.max_pixels, pixels)
         except DecodeError as e:
             raise self._named(plan.index, e) from e
-        if pixels is None and getattr(decoder, "strict", False) and not self.clean.is_clean(plan.index):
-            self.clean.mark(plan.index)  # a strict decode passed: region decodes may serve it from now on
-        return img
-
-    def decode_sample(self, index: int, data: Any, epoch: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
-        """Decodes and transforms ``data``, the bytes of sample ``index`` (into ``out`` when it can)."""
-        return self.finish(self._plan_bytes(index, data, None, epoch, seed), out=out)
 
     def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """Reads, decodes and transforms sample ``index`` with the rng of (seed, epoch, index).
@@ -163,13 +134,15 @@ class ImageDataset(torch.utils.data.Dataset):
         With ``out``, the image is written into it where the transforms allow (the
         returned image is then ``out``).
 
+        ``finish(plan(index, epoch, seed), out=out)``: one path for ``ds[i]``, a worker's
+        sample and a batch planned ahead, so each decodes as cheaply as the others.
+
         Raises:
             DecodeError: The sample's bytes are not a decodable image (message names it).
             IndexError: ``index`` is out of range.
         """
-        self.check_index(index)
-        data, label = self.read(index)
-        return self.decode_sample(index, data, epoch, seed, out), label
+        planned = self.plan(index, epoch, seed)
+        return self.finish(planned, out=out), planned.label
 
     def __getitem__(self, index: int) -> tuple[np.ndarray | tuple[np.ndarray, ...], int]:
         """(H×W×C uint8, label) for a plain ``torch.utils.data.DataLoader`` (a tuple of them per
@@ -202,11 +175,6 @@ def accepts_out(load: Any) -> bool:
 
 def plannable(dataset: Any) -> bool:
     """Whether loading ``dataset`` may go through plan and finish: a fastload dataset whose
-    ``load`` and ``decode_sample`` are fastload's own (a subclass overriding either keeps
-    the per-sample path, so its override runs)."""
-    if not isinstance(dataset, ImageDataset):
-        return False
-    cls = type(dataset)
-    return cls.decode_sample is ImageDataset.decode_sample and getattr(cls.load, "__module__", "").startswith(
-        "fastload."
-    )
+    ``load`` is :meth:`ImageDataset.load` (``finish(plan(...))``); a subclass overriding
+    ``load`` keeps the per-sample path, so its override runs."""
+    return isinstance(dataset, ImageDataset) and type(dataset).load is ImageDataset.load

@@ -14,8 +14,9 @@ import numpy as np
 from ..decode import MODULE_LIMIT, MaxPixels
 from .base import ImageDataset
 from .lmdb_foreign import DEFAULT_EXCLUDED, as_key_set, listed_keys, pickled_sample, scan
-from .lmdb_guard import guard_for
-from .lmdb_size import DataFile, check_data_file, check_still_whole
+from .lmdb_guard import DEFAULT_TIMEOUT_S, guard_for
+from .lmdb_lock import MAX_READERS, reserve_lock_file
+from .lmdb_size import DataFile, check_data_file, check_same_file, check_still_whole
 from .partial import check_complete
 from .storage import StringArray
 
@@ -44,30 +45,40 @@ def _lmdb():
     return lmdb
 
 
-def open_env(path: str, **options: Any):
+def open_env(path: str, data: DataFile | None, **options: Any):
     """This process's environment for ``path``, opened once and shared by all datasets.
 
     lmdb refuses a second open of one path in a process, and an environment inherited
     through fork must not be used; an inherited one is closed (in the child only) and
-    reopened. The data file's size is checked against its header before lmdb maps it,
-    and again on every later call, so a file cut short is an error, not SIGBUS.
+    reopened. ``data`` is the data file as the dataset opened it: the file is checked
+    against it on every call (one ``stat``: cut short, replaced or written to is an
+    error, not SIGBUS or another file's samples), and in full when a process opens it.
 
     Raises:
         ValueError: The data file is shorter than its header says (truncated).
+        LMDBChangedError: It was replaced or written to since ``data`` was taken.
+        OSError: ``lock=True`` and no space left for the lock file (named).
     """
     lmdb = _lmdb()
     real = os.path.realpath(path)
     pid = os.getpid()
+    check_still_whole(data)
     with _envs_lock:
         opened = _envs.get(real)
-        if opened is not None and opened.pid == pid:
-            check_still_whole(opened.data)
+        if opened is not None and opened.pid == pid and (opened.data is None or opened.data.same_file(data)):
             return opened.env
         if opened is not None:
-            opened.env.close()  # the parent's, copied by fork
+            # The parent's, copied by fork (close it in this child only), or the environment of
+            # another dataset of a file since replaced (whose own reads now fail their check).
+            opened.env.close()
             del _envs[real]
-        data = check_data_file(path)
-        env = lmdb.open(path, subdir=os.path.isdir(path), max_readers=4096, **options)
+        reserve_lock_file(path, options)
+        env = lmdb.open(path, subdir=os.path.isdir(path), max_readers=MAX_READERS, **options)
+        try:
+            check_same_file(data)  # the file lmdb has just mapped is the one the dataset indexed
+        except ValueError:
+            env.close()
+            raise
         _envs[real] = _Opened(pid, env, data)
         return env
 
@@ -151,7 +162,11 @@ class LMDBDataset(ImageDataset):
             backend, without workers, and in this constructor). False: read the map
             directly everywhere (files you trust; saves a copy and a pipe round trip per
             read).
-        buffers: Zero-copy reads; the image is decoded before the transaction ends.
+        guard_timeout: Seconds a read through the guard may wait for its answer before the
+            guard is taken for hung (stopped, stuck on a dead network filesystem): it is
+            killed and the read tried once more by a new one. A Loader's ``timeout`` and
+            ``close()`` end a wait sooner.
+        buffers: Zero-copy reads: the image bytes are copied once, out of the map, in the transaction.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
             readahead=False, meminit=False``.
@@ -161,7 +176,9 @@ class LMDBDataset(ImageDataset):
         ValueError: The LMDB is empty, foreign without ``parse``/``allow_pickle``, or its
             data file is empty or shorter than its header says (truncated; also raised
             by a read after the file shrank). LMDBReadError (a ValueError) when a read
-            killed the guard process.
+            killed the guard process. LMDBChangedError (a ValueError) from a read after
+            the data file was replaced or written to (with ``lock=True``: replaced).
+        OSError: ``lock=True`` and the disk of the lock file is full (ENOSPC, named).
     """
 
     def __init__(
@@ -174,6 +191,7 @@ class LMDBDataset(ImageDataset):
         allow_pickle: bool = False,
         exclude_keys: Iterable[bytes | str] | None = None,
         guard: bool | None = None,
+        guard_timeout: float = DEFAULT_TIMEOUT_S,
         buffers: bool = True,
         max_pixels: MaxPixels = MODULE_LIMIT,
         **env_options: Any,
@@ -189,12 +207,18 @@ class LMDBDataset(ImageDataset):
         if guard not in (None, True, False):
             raise TypeError(f"guard must be None, True or False, got {guard!r}")
         self.guard = guard
+        if isinstance(guard_timeout, bool) or not isinstance(guard_timeout, (int, float)) or not guard_timeout > 0:
+            raise ValueError(f"guard_timeout must be a number of seconds > 0, got {guard_timeout!r}")
+        self.guard_timeout = float(guard_timeout)
+        writers = bool(self.env_options["lock"]) or not self.env_options["readonly"]
+        # What the data file is now: every process checks it reads this one (see lmdb_size).
+        self.data = check_data_file(path, writers)
         self.classes: list[str] | None = None
         if self._guarded():
-            reader = guard_for(path, self.env_options)
+            reader = self._guard_of()
             keys, labels = self._index(reader.get, reader.items, 0, parse, allow_pickle, exclude_keys, excluded)
         else:
-            env = open_env(path, **self.env_options)
+            env = open_env(path, self.data, **self.env_options)
             with env.begin() as txn:
                 keys, labels = self._index(
                     txn.get, txn.cursor, txn.stat()["entries"], parse, allow_pickle, exclude_keys, excluded
@@ -238,9 +262,12 @@ class LMDBDataset(ImageDataset):
 
         return get_worker_info() is None
 
+    def _guard_of(self):
+        return guard_for(self.path, self.env_options, self.data, self.guard_timeout)
+
     def _guarded_value(self, index: int) -> bytes:
         key = self.keys.get_bytes(index)
-        value = guard_for(self.path, self.env_options).get(key)
+        value = self._guard_of().get(key)
         if value is None:
             raise KeyError(f"{self.path}: key {key!r} (sample {index}) is missing")
         return value
@@ -266,20 +293,9 @@ class LMDBDataset(ImageDataset):
         if self._guarded():
             data, label = self._split(self._guarded_value(index), index)
             return bytes(data), label
-        with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
+        with open_env(self.path, self.data, **self.env_options).begin(buffers=self.buffers) as txn:
             data, label = self._split(self._value(txn, index), index)
             return bytes(data), label
-
-    def load(self, index: int, epoch: int = 0, seed: int = 0, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-        self.check_index(index)
-        if self._guarded():
-            data, label = self._split(self._guarded_value(index), index)
-            return self.decode_sample(index, data, epoch, seed, out), label
-        with open_env(self.path, **self.env_options).begin(buffers=self.buffers) as txn:
-            data, label = self._split(self._value(txn, index), index)
-            img = self.decode_sample(index, data, epoch, seed, out)
-        # Decoders allocate their output, so nothing returned points into the map.
-        return img, label
 
     def summary(self) -> dict:
         return {**super().summary(), "path": self.path, "layout": "fastload" if self._parse is None else "foreign"}

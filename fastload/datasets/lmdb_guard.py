@@ -9,6 +9,12 @@ only known by following it. Worker processes of the process backend may read dir
 (a crash there is a named WorkerFailure); every other process (the thread backend, no
 workers, a dataset's own constructor) reads through one guard process per LMDB, which
 dies instead, and the read raises :class:`LMDBReadError`.
+
+Every wait on the guard is bounded: an answer that does not come within ``timeout``
+seconds (a guard stopped by SIGSTOP, stuck on a dead network filesystem) ends the guard,
+and so do the bounds of the pass the read runs for (see :mod:`.waits`). A guard that dies
+by a signal the read did not cause (SIGKILL from the OOM killer, SIGTERM) or hangs is
+replaced and the read tried once more, with a warning that says what happened.
 """
 
 from __future__ import annotations
@@ -16,27 +22,36 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import signal
 import struct
 import subprocess
 import sys
 import threading
+import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from .lmdb_size import DataFile, check_data_file, check_still_whole
+from ..system import process_state
+from . import waits
+from .lmdb_guard_lost import Lost, cause_of, how_lost
+from .lmdb_lock import reserve_lock_file
+from .lmdb_size import DataFile, check_same_file, check_still_whole
 
 _SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lmdb_guard_server.py")
 _LEN = struct.Struct("<Q")
 _KEY = struct.Struct("<I")
+DEFAULT_TIMEOUT_S = 60.0
 
 
 class LMDBReadError(ValueError):
-    """An LMDB read killed the guard process (a damaged or shrinking file), or lmdb failed.
+    """An LMDB read killed the guard process (a damaged or shrinking file), the guard was
+    killed from outside or did not answer (twice), or lmdb failed.
 
     Attributes:
         path: The LMDB.
-        key: The key being read (None for a scan).
+        key: The key being read (None for a scan or the guard's start).
     """
 
     def __init__(self, message: str, path: str, key: bytes | None) -> None:
@@ -44,81 +59,152 @@ class LMDBReadError(ValueError):
         self.path, self.key = path, key
 
 
-class Guard:
-    """One guard process reading the LMDB at ``path``; threads share it (one request at a time)."""
+class _Hung(Exception):
+    """The guard did not answer within its timeout."""
 
-    def __init__(self, path: str, options: dict[str, Any], data: DataFile | None) -> None:
-        self.path, self.options, self.data = path, options, data
+
+class Guard:
+    """One guard process reading the LMDB at ``path``; threads share it (one request at a time).
+
+    Args:
+        path: The LMDB.
+        options: ``lmdb.open``'s options.
+        data: The data file as the dataset opened it (each new guard checks it opened that one).
+        timeout: Seconds an answer may take before the guard is taken for hung.
+    """
+
+    def __init__(
+        self, path: str, options: dict[str, Any], data: DataFile | None, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        self.path, self.options, self.data, self.timeout = path, options, data, timeout
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
         self.pid = os.getpid()
 
-    def _start(self) -> subprocess.Popen:
-        if self.proc is None or self.proc.poll() is not None or self.pid != os.getpid():
-            if self.proc is not None and self.pid == os.getpid():
-                self._drop(self.proc)  # ended between reads (killed from outside): start another
-            self.pid = os.getpid()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", _SERVER, self.path, json.dumps(self.options)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                bufsize=0,
-            )
-        return self.proc
+    def _start(self) -> tuple[subprocess.Popen, bool]:
+        """(the guard, whether it is new): the running one, else one started now (a forked
+        child never touches its parent's)."""
+        if self.proc is not None and self.pid == os.getpid():
+            if self.proc.poll() is None:
+                return self.proc, False
+            self._end(self.proc)  # ended between reads (killed from outside): start another
+        self.proc, self.pid = None, os.getpid()
+        reserve_lock_file(self.path, self.options)  # a full disk is named here, not SIGBUS there
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", _SERVER, self.path, json.dumps(self.options)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+        )
+        assert self.proc.stdout is not None
+        os.set_blocking(self.proc.stdout.fileno(), False)  # read in bounded waits (_read)
+        return self.proc, True
 
-    def _read(self, proc: subprocess.Popen, n: int) -> bytes:
+    def _opened(self, proc: subprocess.Popen) -> None:
+        """Waits for a new guard to open the LMDB, and checks the file it opened is the dataset's
+        (not one renamed over it since).
+
+        Raises:
+            LMDBReadError: lmdb could not open it.
+            LMDBChangedError: The file was replaced or written to since the dataset opened it.
+        """
+        status, payload = self._answer(proc, "opening it")
+        if status == b"E":
+            raise LMDBReadError(f"LMDB {self.path}: {payload.decode(errors='replace')}", self.path, None)
+        check_same_file(self.data)
+
+    def _wait_readable(self, fd: int, deadline: float, what: str) -> None:
+        while True:
+            left = waits.check(f"the LMDB guard of {self.path} {what}")  # Interrupted: the pass was closed or is late
+            now = time.monotonic()
+            if now >= deadline:
+                raise _Hung
+            tick = min(waits.TICK_S, deadline - now, left if left is not None else waits.TICK_S)
+            if select.select([fd], [], [], tick)[0]:
+                return
+
+    def _read(self, proc: subprocess.Popen, n: int, deadline: float, what: str) -> bytes:
         assert proc.stdout is not None
+        fd = proc.stdout.fileno()
         chunks, left = [], n
         while left:
-            chunk = proc.stdout.read(left)
+            try:
+                chunk = os.read(fd, left)  # non-blocking: what is there already costs no select
+            except BlockingIOError:
+                self._wait_readable(fd, deadline, what)
+                continue
             if not chunk:
                 raise EOFError
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
 
-    def _answer(self, proc: subprocess.Popen) -> tuple[bytes, bytes]:
-        status = self._read(proc, 1)
-        (size,) = _LEN.unpack(self._read(proc, _LEN.size))
-        return status, self._read(proc, size)
+    def _answer(self, proc: subprocess.Popen, what: str) -> tuple[bytes, bytes]:
+        deadline = time.monotonic() + self.timeout
+        head = self._read(proc, 1 + _LEN.size, deadline, what)
+        (size,) = _LEN.unpack_from(head, 1)
+        return head[:1], self._read(proc, size, deadline, what)
 
-    def _died(self, proc: subprocess.Popen, key: bytes | None) -> LMDBReadError:
-        try:
-            code = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        self._drop(proc)  # the next read starts a new one
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        what = f"reading key {key!r}" if key is not None else "scanning its keys"
-        cause = "its data file is damaged (a B-tree page that does not hold together)"
-        try:
-            check_still_whole(self.data)
-        except ValueError as e:
-            cause = f"its data file shrank while in use: {e}"
-        return LMDBReadError(
-            f"LMDB {self.path}: the guard process reading it died by {how} {what}; {cause}. "
-            "The training process is unaffected; copy or convert the LMDB again",
-            self.path,
-            key,
-        )
+    def _ask(self, request: bytes, key: bytes | None, what: str) -> tuple[bytes, bytes]:
+        """Sends ``request`` and returns the answer, on a new guard once more when the guard was
+        killed from outside or hung (with a warning saying so)."""
+        for attempt in (1, 2):
+            proc: subprocess.Popen | None = None
+            try:
+                proc, new = self._start()
+                if new:
+                    self._opened(proc)
+                assert proc.stdin is not None
+                proc.stdin.write(request)
+                return self._answer(proc, what)
+            except (EOFError, BrokenPipeError, _Hung) as e:
+                assert proc is not None  # raised by its pipes
+                lost = self._lost(proc, isinstance(e, _Hung), what)
+            except BaseException:  # Interrupted, or an error of ours: its answers would be out of step
+                if proc is not None:
+                    self._end(proc)
+                raise
+            if attempt == 2 or not lost.again:
+                again = " (a second guard process too)" if attempt == 2 else ""
+                raise LMDBReadError(f"LMDB {self.path}: {lost}{again}", self.path, key)
+            warnings.warn(
+                f"fastload: LMDB {self.path}: {lost}; a new guard process reads it again",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        raise AssertionError("unreachable")
+
+    def _lost(self, proc: subprocess.Popen, hung: bool, what: str) -> Lost:
+        """Ends ``proc`` and says what happened to it."""
+        state = process_state(proc.pid) if hung else ""
+        self._end(proc)
+        code = proc.returncode
+        cause = cause_of(signal.Signals(-code), self.path, self.options, self.data) if code and code < 0 else ""
+        return how_lost(proc.pid, code, state, hung, what, self.timeout, cause)
+
+    def _locked(self, what: str) -> None:
+        """Takes the lock, waiting within the pass's bounds (a read that hangs holds it until
+        its own timeout ends the guard)."""
+        while not self.lock.acquire(timeout=waits.TICK_S):
+            waits.check(f"the LMDB guard of {self.path} (held by another thread's read) before {what}")
 
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` (None when absent).
 
         Raises:
-            LMDBReadError: The read killed the guard process, or lmdb reported an error.
+            LMDBReadError: The read killed the guard process, the guard was killed from
+                outside or hung twice, or lmdb reported an error.
+            LMDBChangedError: The data file was replaced or written to since it was opened.
             ValueError: The data file is shorter than when it was opened (checked first).
+            waits.Interrupted: The pass this read runs for was closed or ran past its timeout.
         """
         check_still_whole(self.data)
-        with self.lock:
-            proc = self._start()
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(b"G" + _KEY.pack(len(key)) + key)
-                status, payload = self._answer(proc)
-            except (EOFError, BrokenPipeError):
-                raise self._died(proc, key) from None
+        what = f"reading key {key!r}"
+        self._locked(what)
+        try:
+            status, payload = self._ask(b"G" + _KEY.pack(len(key)) + key, key, what)
+        finally:
+            self.lock.release()
         if status == b"N":
             return None
         if status == b"E":
@@ -131,70 +217,92 @@ class Guard:
         """Every (key, value), in key order (the guard's lock is held until the scan ends;
         a scan left unfinished ends the guard process, whose answers would be out of step)."""
         check_still_whole(self.data)
-        with self.lock:
-            proc = self._start()
-            assert proc.stdin is not None
-            finished = False
-            try:
-                proc.stdin.write(b"S")
-                while True:
-                    status, payload = self._answer(proc)
-                    if status == b".":
-                        finished = True
-                        return
-                    if status == b"E":
-                        finished = True
-                        raise LMDBReadError(
-                            f"LMDB {self.path}: scanning: {payload.decode(errors='replace')}", self.path, None
-                        )
-                    _, value = self._answer(proc)
-                    yield payload, value
-            except (EOFError, BrokenPipeError):
-                finished = True
-                raise self._died(proc, None) from None
-            finally:
-                if not finished:
-                    proc.kill()
-                    proc.wait()
-                    self._drop(proc)
+        what = "scanning its keys"
+        self._locked(what)
+        proc = None
+        try:
+            status, payload = self._ask(b"S", None, what)  # the first answer, retried like a read
+            proc = self.proc
+            while True:
+                if status == b".":
+                    return
+                if status == b"E":
+                    text = payload.decode(errors="replace")
+                    raise LMDBReadError(f"LMDB {self.path}: scanning: {text}", self.path, None)
+                assert proc is not None
+                _, value = self._answer(proc, what)
+                yield payload, value
+                status, payload = self._answer(proc, what)
+        except (EOFError, BrokenPipeError, _Hung) as e:
+            assert proc is not None
+            lost = self._lost(proc, isinstance(e, _Hung), what)
+            proc = None
+            raise LMDBReadError(f"LMDB {self.path}: {lost}", self.path, None) from None
+        finally:
+            if proc is not None and status != b".":
+                self._end(proc)
+            self.lock.release()
 
-    def _drop(self, proc: subprocess.Popen) -> None:
+    def _end(self, proc: subprocess.Popen, grace: float = 0.5) -> None:
+        """Ends ``proc`` and forgets it: closes its pipes (EOF on its stdin ends a guard that
+        is well), waits ``grace`` seconds, then kills it; never waits long (a process in
+        uninterruptible I/O ends only when that does)."""
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
                 stream.close()
         if self.proc is proc:
             self.proc = None
-
-    def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and self.pid == os.getpid():
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    stream.close()
+        if proc.poll() is None:
             try:
-                proc.wait(timeout=5)  # EOF on its stdin ends it
+                proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def close(self) -> None:
+        proc = self.proc
+        if proc is not None and self.pid == os.getpid():
+            self._end(proc, grace=5)
+        self.proc = None
 
 
 _guards: dict[tuple[str, int], Guard] = {}
 _guards_lock = threading.Lock()
 
 
-def guard_for(path: str, options: dict[str, Any]) -> Guard:
+def guard_for(path: str, options: dict[str, Any], data: DataFile | None, timeout: float = DEFAULT_TIMEOUT_S) -> Guard:
     """This process's guard of the LMDB at ``path`` (one per path, shared by its datasets).
 
+    A guard of the file as another dataset saw it before it changed is ended (that
+    dataset's reads fail their own check).
+
     Raises:
-        ValueError: The data file is empty or shorter than its header says (checked when
-            the guard is made, before any process maps it).
+        LMDBChangedError, ValueError: ``data``'s file was replaced, written to or cut short
+            (checked first, so a dataset of an older file never ends the current guard).
     """
+    check_still_whole(data)
     key = (os.path.realpath(path), os.getpid())
     with _guards_lock:
         guard = _guards.get(key)
-        if guard is None:
-            guard = _guards[key] = Guard(path, options, check_data_file(path))
-        return guard
+        if guard is not None and (guard.data is None or data is None or guard.data.same_file(data)):
+            guard.timeout = min(guard.timeout, timeout)
+            return guard
+        stale, guard = guard, Guard(path, options, data, timeout)
+        _guards[key] = guard
+    if stale is not None:
+        stale.close()
+    return guard
+
+
+def close_guard(path: str) -> None:
+    """Ends this process's guards of the LMDB at ``path``."""
+    with _guards_lock:
+        guard = _guards.pop((os.path.realpath(path), os.getpid()), None)
+    if guard is not None:
+        guard.close()
 
 
 @atexit.register

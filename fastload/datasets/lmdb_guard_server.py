@@ -4,10 +4,11 @@ Run as a script with ``python -I`` (it imports nothing from fastload, so startin
 not import torch). A damaged or shrinking file can kill a process that maps it (SIGBUS,
 SIGSEGV); here that kills only this process, and the parent names the error.
 
-Requests: ``G`` + key length (u32) + key: the value of one key. ``S``: every (key,
-value) in key order. Answers: status byte (``V`` value, ``N`` no such key, ``E`` error
-text, ``K`` key then ``V`` value for each scanned item, ``.`` end of scan) + u64 length
-+ bytes.
+First answer, unasked: ``R`` once the LMDB is open (or ``E`` and why not), so the parent
+can check that the file it opened is the dataset's. Requests: ``G`` + key length (u32) +
+key: the value of one key. ``S``: every (key, value) in key order. Answers: status byte
+(``V`` value, ``N`` no such key, ``E`` error text, ``K`` key then ``V`` value for each
+scanned item, ``.`` end of scan) + u64 length + bytes.
 """
 
 import json
@@ -34,6 +35,8 @@ def main() -> None:
         env, failed = lmdb.open(path, subdir=os.path.isdir(path), max_readers=4096, **options), None
     except Exception as e:  # answered to every request, so the parent names it
         env, failed = None, f"opening it: {type(e).__name__}: {e}".encode()
+    _send(out, b"R" if failed is None else b"E", failed or b"")
+    out.flush()
     while True:
         op = inp.read(1)
         if not op:

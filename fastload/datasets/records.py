@@ -1,58 +1,45 @@
 """What a stream that plans its records shares: ``decode(record)`` is ``finish(plan_record(record))``.
 
 A stream's record carries (or reads) its encoded image; :meth:`PlannedRecords.plan_record`
-reads it, checks its header and draws its crop with the sample's generator
-(:class:`~fastload.datasets.sampleplan.SamplePlan`), :meth:`PlannedRecords.finish` decodes,
-resizes and transforms it. Between the two a batch source decodes the regions of a batch
-in one call (:mod:`fastload.sources.batchplan`), as it does for an indexed dataset.
-
-Region decode serves only records known to decode clean (:mod:`fastload.decode.clean`): the
-first decode of each is a strict one, which marks it.
+reads it, checks its header, draws its crop with the sample's generator and chooses the
+decode (:class:`~fastload.datasets.sampleplan.SamplePlan`); :meth:`PlannedRecords.finish`
+decodes, resizes and transforms it. Between the two a batch source decodes the regions of a
+batch in one call (:mod:`fastload.sources.batchplan`), as it does for an indexed dataset.
+Every plan is as strict as a full decode (:mod:`fastload.decode.plan`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from ..decode import DecodeError, get_decoder
-from ..decode.clean import CleanMarks
 from .base import sample_rng
 from .sampleplan import SamplePlan
-
-
-@runtime_checkable
-class Strict(Protocol):
-    """A decoder whose decode fails on libjpeg's corrupt-data warnings (a clean decode proves a sample)."""
-
-    strict: bool
 
 
 class PlannedRecords:
     """A mixin for streams: records planned and finished as an ImageDataset's samples are.
 
-    The stream sets ``transform``, ``decoder``, ``max_pixels`` and ``clean`` (a
-    :class:`~fastload.decode.clean.CleanMarks` over its record numbers) and implements
+    The stream sets ``transform``, ``decoder`` and ``max_pixels`` and implements
     :meth:`record_bytes`.
     """
 
     transform: Any
     decoder: str | None
     max_pixels: int | None
-    clean: CleanMarks
 
     def record_bytes(self, record: Any) -> Any:
         """The encoded image of ``record`` (raises what keeps it from being read)."""
         raise NotImplementedError
 
     def plan_record(self, record: Any, epoch: int, seed: int) -> SamplePlan:
-        """``record``'s image read, its header checked and its crop drawn with the generator
-        of (seed, epoch, record number); its target is not read (``label`` None).
+        """``record``'s image read, its header checked, its crop drawn with the generator of
+        (seed, epoch, record number) and its decode chosen; its target is not read (``label`` None).
 
         Raises:
-            Exception: ``record.error`` (it could not be read), or what reading its image or
-                target raises.
+            Exception: ``record.error`` (it could not be read), or what reading its image raises.
             DecodeError: The header is unreadable or over the pixel limit.
         """
         if record.error is not None:
@@ -60,9 +47,7 @@ class PlannedRecords:
         number = int(record.number)
         data = self.record_bytes(record)
         rng = sample_rng(seed, epoch, number)
-        steps = self.transform.plan_decode(
-            data, get_decoder(self.decoder), rng, self.max_pixels, self.clean.is_clean(number)
-        )
+        steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels)
         return SamplePlan(number, data, None, rng, steps)
 
     def finish(self, plan: SamplePlan, pixels: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
@@ -73,10 +58,7 @@ class PlannedRecords:
             DecodeError: The bytes are not a decodable image.
         """
         decoder = get_decoder(self.decoder)
-        img = self.transform.finish_decode(plan.data, decoder, plan.steps, plan.rng, out, self.max_pixels, pixels)
-        if pixels is None and isinstance(decoder, Strict) and decoder.strict and not self.clean.is_clean(plan.index):
-            self.clean.mark(plan.index)  # a strict decode passed: region decodes may serve it from now on
-        return img
+        return self.transform.finish_decode(plan.data, decoder, plan.steps, plan.rng, out, self.max_pixels, pixels)
 
     def decode(self, record: Any, epoch: int, seed: int, *, out: np.ndarray | None = None) -> np.ndarray:
         """Decodes and transforms ``record`` with the rng of (seed, epoch, record.number).

@@ -1,12 +1,13 @@
 """A sample planned but not yet decoded: the seam that lets a batch be decoded in one call.
 
-A dataset that plans (:class:`~fastload.datasets.protocols.Plans`, every
-:class:`~fastload.ImageDataset`) splits ``load(index, epoch, seed, out)`` in two: ``plan``
-reads the bytes and the header and draws the crop, and ``finish`` decodes, resizes and applies the
-later transforms. Between the two a batch source may decode the regions of many samples
-in one call (:mod:`fastload.sources.batchplan`) or hand the bytes to the GPU
-(:mod:`fastload.device.gpudecode`). ``finish(plan(i, e, s))`` is ``load(i, e, s)`` pixel for
-pixel: the same draws from the same generator, in the same order.
+Every :class:`~fastload.ImageDataset` splits ``load(index, epoch, seed, out)`` in two:
+:meth:`~fastload.ImageDataset.plan` reads the bytes and the header, draws the crop and
+chooses the decode, and :meth:`~fastload.ImageDataset.finish` decodes, resizes and applies
+the later transforms; ``load`` is ``finish(plan(...))``, so ``ds[i]``, a worker's sample
+and a batch planned ahead decode alike. Between the two a batch source may decode the
+regions of many samples in one call (:mod:`fastload.sources.batchplan`) or hand the bytes
+to the GPU (:mod:`fastload.device.gpudecode`). Every plan is as strict as a full decode:
+no sample decodes that a full strict decode would refuse (:mod:`fastload.decode.plan`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ..transforms import DecodeSteps, ViewSteps
 
 @dataclass
 class SamplePlan:
-    """One sample between a dataset's ``plan`` and its ``finish``.
+    """One sample between :meth:`ImageDataset.plan <fastload.ImageDataset.plan>` and
+    :meth:`ImageDataset.finish <fastload.ImageDataset.finish>`.
 
     Attributes:
         index: The dataset index.

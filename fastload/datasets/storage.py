@@ -11,7 +11,7 @@ same memory instead of a copy. A plain ``pickle.dumps`` still writes the values.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -118,7 +118,16 @@ class StringArray:
         off = self._offsets.array
         return self._data.array[off[index] : off[index + 1]].tobytes()
 
-    def __getitem__(self, index: int) -> str:
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        """The ``index``-th string; a slice gives a list of them (``dataset.paths[:2]``), as a list would."""
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
         return self.get_bytes(index).decode("utf-8", "surrogateescape")
 
     def __iter__(self):

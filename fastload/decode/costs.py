@@ -193,15 +193,6 @@ def _calibration_jpegs(count: int = 16) -> list[bytes]:
     return out
 
 
-def _median_us(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e6
-
-
 def choose_backend(blobs: list[bytes], rounds: int = 5) -> tuple[str, dict[str, float]]:
     """The faster libjpeg-turbo backend here: simplejpeg unless the system libturbojpeg's
     full decodes (into a reused buffer) take at most BACKEND_MARGIN of simplejpeg's time.

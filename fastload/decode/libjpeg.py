@@ -54,8 +54,6 @@ class LibjpegTurboDecoder:
 
     name = "libjpeg-turbo"
     scales = SCALES
-    #: libjpeg's warnings about corrupt data are errors (what :mod:`fastload.decode.clean` relies on).
-    strict = True
 
     def __init__(self) -> None:
         self._other: Decoder | None = None

@@ -13,11 +13,14 @@ that the calibration cannot tell apart from it):
 * a DCT-scaled decode at n/8 (libjpeg-turbo), when the crop is still at least
   :data:`MIN_RATIO` times its output size at that scale and the resize can start on
   the crop's exact phase (:func:`fastload.decode.resize.phase_error`);
-* a region decode (:mod:`fastload.decode.roi`, when installed): the crop's pixels
-  exactly, only for samples already known to decode clean (``region_ok``): region
-  decode cannot see libjpeg's warnings, so the first decode of a sample is a strict one
-  (:mod:`fastload.decode.clean`). Where region would win but is not allowed, the plan is
-  the full decode, whose pixels are the region's: the plan's pixels never depend on it.
+* a region decode (:mod:`fastload.decode.roi`): the crop's pixels exactly, only under
+  ``FASTLOAD_ROI=trusted``, for files known intact. nvImageCodec's region decode fails on
+  none of libjpeg's corrupt-data warnings and never reads the data below the crop, so it
+  lets through damage that every other plan refuses (``benchmarks/bench_damage.py``
+  measures it); by default it is never planned, and every plan detects what the full
+  strict decode detects: libjpeg-turbo entropy-decodes every block at any DCT scale and
+  fails on its warnings. Its pixels are the full decode's, so the switch changes speed
+  and strictness, never pixels.
 
 Costs are linear models (µs) of the bytes and pixels each plan decodes and resizes,
 fitted per plan by :func:`fastload.decode.costs.calibrate` on photographs, end to end
@@ -37,7 +40,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -53,9 +56,7 @@ from .costs import (
 )
 from .header import ImageHeader, check_jpeg_complete
 from .libjpeg import scaled_size, scratch
-
-if TYPE_CHECKING:
-    from .resize import Crop
+from .resize import PHASE_TOL, Crop, phase_error
 
 #: A DCT-scaled decode is used only when the crop keeps at least this many decoded
 #: pixels per output pixel (on each side). Measured on real photos against Pillow's
@@ -109,11 +110,6 @@ class DecodePlan:
     def origin(self) -> tuple[int, int]:
         """Where the decoded pixels start in the full-size image."""
         return (self.region[0], self.region[1]) if self.region is not None else (0, 0)
-
-    @property
-    def strict(self) -> bool:
-        """Whether libjpeg's warnings are seen (every plan but a region decode)."""
-        return self.region is None
 
     def decode(
         self, data: Any, decoder: Any, header: ImageHeader, max_pixels: int | None = None, out: np.ndarray | None = None
@@ -186,100 +182,66 @@ class Planner:
 
     def predict(self, header: ImageHeader, crop: Crop, key: str) -> float:
         """Predicted µs of plan ``key`` (decode, crop and resize) for ``crop`` of the image."""
-        path, x = resize_features(header, crop, key)
-        return _lin(self._decode[key], decode_features(header, crop, key)) + _lin(self._resize[path], x)
+        return self._price(header, crop, (crop,), key)
 
-    def choose(self, header: ImageHeader, crop: Crop, scales: bool = True, region_ok: bool = True) -> DecodePlan:
-        """The cheapest plan for ``crop`` of the JPEG described by ``header``.
+    def _price(self, header: ImageHeader, union: Crop, crops: Sequence[Crop], key: str) -> float:
+        """µs of one decode of plan ``key`` for ``union`` (the crops' bounding box) and each crop's resize."""
+        cost = _lin(self._decode[key], decode_features(header, union, key))
+        for c in crops:
+            path, x = resize_features(header, c, key)
+            cost += _lin(self._resize[path], x)
+        return cost
+
+    def choose(self, header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True) -> DecodePlan:
+        """The cheapest single decode serving ``crops`` (one crop, or the views of a
+        multi-view transform) of the JPEG described by ``header``.
+
+        Each plan is priced as one decode plus every crop's resize; a DCT scale or fast
+        upsampling must suit every crop; a region is the crops' union box.
 
         Args:
             header: The image's header (``nbytes`` set, as :func:`read_header` does).
-            crop: The crop and the size it is resized to.
+            crops: The crop(s) and the size each is resized to.
             scales: Allow DCT-scaled and fast-upsampled decodes (False: only plans with a
                 full decode's pixels).
-            region_ok: The sample is known to decode clean, so a region decode may serve
-                it; when one would, and this is False, the full decode does (same pixels).
         """
-        full = self.predict(header, crop, "full")
+        if isinstance(crops, Crop):
+            crops = (crops,)
+        if len(crops) == 1:
+            union = crops[0]
+        else:
+            top, left = min(c.top for c in crops), min(c.left for c in crops)
+            union = Crop(
+                top, left, max(c.top + c.height for c in crops) - top, max(c.left + c.width for c in crops) - left, 1, 1
+            )
+        decode, price = self._decode, self._price
+        full = price(header, union, crops, "full")
         best_cost, best_key = full, "full"
-        if scales and "fast" in self._decode and crop.antialias and not crop.window:
-            cost = self.predict(header, crop, "fast")
+        antialiased = [c for c in crops if c.antialias]
+        windows = any(c.window for c in antialiased)
+        if scales and "fast" in decode and len(antialiased) == len(crops) and not windows:
+            cost = price(header, union, crops, "fast")
             if cost < best_cost:
                 best_cost, best_key = cost, "fast"
         if scales and min(header.height, header.width) >= 8:  # smaller: scales collide in size
-            need = MIN_RATIO if crop.antialias else 1.0
-            ratio = min(crop.height / crop.out_h, crop.width / crop.out_w)
-            window = crop.window and crop.antialias
-            for f, key in self._scales:  # descending: stop at the first too small
-                if ratio * f < need:
-                    break
-                cost = self.predict(header, crop, key)
-                if cost < best_cost and (window or not crop.antialias or self._phase_ok(crop, f)):
-                    best_cost, best_key = cost, key
-        if self._region and not (crop.window and crop.antialias) and header.components == 3 and not header.progressive:
-            cost = self.predict(header, crop, "region")
-            if cost < best_cost:
-                best_cost, best_key = cost, "region"
-        if best_key != "full" and best_cost > (1 - self.margin) * full:
-            return DecodePlan(_ONE, None, full)
-        if best_key == "region" and not region_ok:
-            return DecodePlan(_ONE, None, full)
-        return plan_for_key(best_key, header, crop, best_cost)
-
-    def choose_shared(
-        self, header: ImageHeader, crops: Sequence[Crop], scales: bool = True, region_ok: bool = True
-    ) -> DecodePlan:
-        """The cheapest single decode serving every crop of ``crops`` (the views of a
-        multi-view transform), as :meth:`choose` for one: each plan is priced as one decode
-        plus every crop's resize; a DCT scale or fast upsampling must suit every crop; a
-        region is the crops' union box."""
-        from .resize import Crop
-
-        if len(crops) == 1:
-            return self.choose(header, crops[0], scales, region_ok)
-        top, left = min(c.top for c in crops), min(c.left for c in crops)
-        union = Crop(
-            top, left, max(c.top + c.height for c in crops) - top, max(c.left + c.width for c in crops) - left, 1, 1
-        )
-
-        def price(key: str) -> float:
-            resizes = (resize_features(header, c, key) for c in crops)
-            return _lin(self._decode[key], decode_features(header, union, key)) + sum(
-                _lin(self._resize[path], x) for path, x in resizes
-            )
-
-        full = price("full")
-        best_cost, best_key = full, "full"
-        windows = any(c.window and c.antialias for c in crops)
-        if scales and "fast" in self._decode and all(c.antialias and not c.window for c in crops):
-            cost = price("fast")
-            if cost < best_cost:
-                best_cost, best_key = cost, "fast"
-        if scales and min(header.height, header.width) >= 8:
+            # Each crop's decoded pixels per output pixel at full size, and the least it may keep.
+            ratios = [(min(c.height / c.out_h, c.width / c.out_w), MIN_RATIO if c.antialias else 1.0) for c in crops]
             for f, key in self._scales:  # descending: stop at the first scale too small for a crop
-                if not all(
-                    min(c.height / c.out_h, c.width / c.out_w) * f >= (MIN_RATIO if c.antialias else 1.0) for c in crops
-                ):
+                if any(r * f < need for r, need in ratios):
                     break
-                cost = price(key)
-                if cost < best_cost and all(
-                    (c.window and c.antialias) or not c.antialias or self._phase_ok(c, f) for c in crops
-                ):
+                cost = price(header, union, crops, key)
+                if cost < best_cost and all(c.window or self._phase_ok(c, f) for c in antialiased):
                     best_cost, best_key = cost, key
         if self._region and not windows and header.components == 3 and not header.progressive:
-            cost = price("region")
+            cost = price(header, union, crops, "region")
             if cost < best_cost:
                 best_cost, best_key = cost, "region"
         if best_key != "full" and best_cost > (1 - self.margin) * full:
-            return DecodePlan(_ONE, None, full)
-        if best_key == "region" and not region_ok:
             return DecodePlan(_ONE, None, full)
         return plan_for_key(best_key, header, union, best_cost)
 
     @staticmethod
     def _phase_ok(crop: Crop, s: float) -> bool:
-        from .resize import PHASE_TOL, phase_error
-
         return (
             phase_error(crop.top * s, crop.height * s / crop.out_h) <= PHASE_TOL
             and phase_error(crop.left * s, crop.width * s / crop.out_w) <= PHASE_TOL
@@ -289,7 +251,7 @@ class Planner:
 _lock = threading.Lock()
 _planner: Planner | None = None
 _planner_source: tuple[str | None, ...] | None = None  # the environment _planner's costs came from
-_SOURCE_VARIABLES = ("XDG_CACHE_HOME", "FASTLOAD_CACHE_DIR", "FASTLOAD_NO_CALIBRATION")
+_SOURCE_VARIABLES = ("XDG_CACHE_HOME", "FASTLOAD_CACHE_DIR", "FASTLOAD_NO_CALIBRATION", "FASTLOAD_ROI")
 
 
 def _costs_source() -> tuple[str | None, ...]:
@@ -300,17 +262,19 @@ def _costs_source() -> tuple[str | None, ...]:
 
 def get_planner() -> Planner:
     """The process's planner: cached costs (or DEFAULT_COSTS under FASTLOAD_NO_CALIBRATION=1),
-    region decode when available. Built once per process, and again if the cache it came
-    from is no longer the one the environment names (``XDG_CACHE_HOME``,
-    ``FASTLOAD_CACHE_DIR``, ``FASTLOAD_NO_CALIBRATION``): a process started with this
-    environment would read the other one, and plans must be the same in both."""
+    region decode only under ``FASTLOAD_ROI=trusted`` (:func:`fastload.decode.roi.trusted`).
+
+    Built once per process, and again if the environment it came from changed
+    (``XDG_CACHE_HOME``, ``FASTLOAD_CACHE_DIR``, ``FASTLOAD_NO_CALIBRATION``,
+    ``FASTLOAD_ROI``): a process started with this environment would plan by it, and
+    plans must be the same in both."""
     global _planner, _planner_source
     source = _costs_source()
     if _planner is None or _planner_source != source:
         with _lock:
             if _planner is None or _planner_source != source:
                 costs = DEFAULT_COSTS if calibration_disabled() else load_or_calibrate()
-                _planner, _planner_source = Planner(costs, roi.available()), source
+                _planner, _planner_source = Planner(costs, roi.trusted()), source
     return _planner
 
 
@@ -323,22 +287,6 @@ def set_planner(planner: Planner | None) -> None:
         _planner, _planner_source = planner, _costs_source()
 
 
-def recalibrate() -> Planner:
-    """Calibrates again, rewrites the cache and replaces this process's planner (other
-    processes keep theirs until restarted)."""
-    global _planner, _planner_source
-    with _lock:
-        _planner, _planner_source = Planner(load_or_calibrate(redo=True), roi.available()), _costs_source()
-    return _planner
-
-
-def choose(header: ImageHeader, crop: Crop, scales: bool = True, region_ok: bool = True) -> DecodePlan:
-    """The process planner's plan for ``crop`` of the image with ``header``."""
-    return get_planner().choose(header, crop, scales, region_ok)
-
-
-def choose_shared(
-    header: ImageHeader, crops: Sequence[Crop], scales: bool = True, region_ok: bool = True
-) -> DecodePlan:
-    """The process planner's single decode serving every crop of ``crops``."""
-    return get_planner().choose_shared(header, crops, scales, region_ok)
+def choose(header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True) -> DecodePlan:
+    """The process planner's single decode serving ``crops`` (one crop or several)."""
+    return get_planner().choose(header, crops, scales)

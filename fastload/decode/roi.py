@@ -8,15 +8,15 @@ columns copied out (measured: a full-height strip 64 pixels wide costs a full de
 Its pixels are those of a full decode, cropped (fancy upsampling and the islow IDCT,
 as TurboJPEG's defaults).
 
-What it does not do: DCT scaling (a region is decoded at full size), CMYK, and fail on
-libjpeg's warnings about corrupt entropy data as fastload's TurboJPEG decoder does:
-nvImageCodec has no such option, so a corrupt region decodes to what libjpeg makes of it
-(and libjpeg prints "Corrupt JPEG data: ..." to stderr), and corruption below the region
-is never read. Truncated files still fail (the end-of-image check runs first), and
-``fastload.decode.decode_image`` and the dataset verifiers stay strict: check a dataset
-with those, or train with ``FASTLOAD_ROI=0``, when its files are suspect.
-:mod:`fastload.decode.plan` uses region decode only for baseline 3-component JPEGs and
-only when its calibrated cost is lower.
+What it does not do: DCT scaling (a region is decoded at full size), CMYK, and detect
+damage as the strict decoders do. nvImageCodec fails on none of libjpeg's warnings about
+corrupt entropy data (it decodes what libjpeg makes of them), and never reads the data
+below the region (libjpeg-turbo's ``jpeg_skip_scanlines`` to the last row stops reading),
+so a byte changed anywhere in the scan data goes unnoticed; ``benchmarks/bench_damage.py``
+measures it. Only truncation is caught (the end-of-image check runs first). So
+:mod:`fastload.decode.plan` plans region decodes only under ``FASTLOAD_ROI=trusted``
+(:func:`trusted`: the files are known intact, e.g. checked with ``fastload verify``), and
+only for baseline 3-component JPEGs when its calibrated cost is lower.
 """
 
 from __future__ import annotations
@@ -112,6 +112,12 @@ def available() -> bool:
         return True
     except (ImportError, OSError, RuntimeError):
         return False
+
+
+def trusted() -> bool:
+    """Whether region decodes may be planned: ``FASTLOAD_ROI=trusted`` (the files are known
+    intact: region decode cannot see corrupt data) and nvImageCodec is available."""
+    return os.environ.get("FASTLOAD_ROI", "").strip().lower() == "trusted" and available()
 
 
 def version() -> str | None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..config import DTYPES, IMAGENET_MEAN, IMAGENET_STD, dtype_name, mean_std
+from ..config import DTYPES, IMAGENET_MEAN, IMAGENET_STD, Normalize, dtype_name, mean_std
 from ..views import is_views
 
 
@@ -39,6 +39,16 @@ class Normalizer:
         self._cv_scale = tuple(float(v) for v in self._scale) + pad  # OpenCV takes 4-value scalars
         self._cv_shift = tuple(float(v) for v in self._shift) + pad
 
+    @classmethod
+    def of(cls, spec: Normalize | bool) -> Normalizer:
+        """The normalizer of a config's ``normalize``: a :class:`fastload.Normalize`, or False
+        (the uint8 batch, in the same layout)."""
+        if spec is False:
+            return cls(normalize=False)
+        if not isinstance(spec, Normalize):
+            raise TypeError(f"expected fl.Normalize(...) or False, got {spec!r}")
+        return cls(spec.mean, spec.std, spec.dtype)
+
     def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if device not in self._on:
             self._on[device] = (self._scale.to(device), self._shift.to(device))
@@ -55,8 +65,8 @@ class Normalizer:
         if images.shape[-1] != len(self._scale):
             channels = images.shape[-1]
             raise ValueError(
-                f"batch has {channels} channels but mean/std have {len(self._scale)}: give "
-                f"fl.Loader mean= and std= with {channels} values each, or {len(self._scale)}-channel "
+                f"batch has {channels} channels but mean/std have {len(self._scale)}: give fl.Loader "
+                f"normalize=fl.Normalize(mean=..., std=...) with {channels} values each, or {len(self._scale)}-channel "
                 "images (PIL images are converted to RGB; uint8 H×W arrays stay one channel)"
             )
         if images.device.type == "cpu" and images.is_contiguous() and images.shape[-1] <= 4:

@@ -1,5 +1,6 @@
 """DataLoader's keywords on :class:`fastload.Loader`: translated to LoaderConfig options with
-DataLoader's meaning, or refused with an error that says what to write instead.
+DataLoader's meaning, or refused with an error that says what to write instead; and the
+old spellings of fastload's grouped options (:mod:`fastload.config.spellings`).
 
 fastload deals, orders, batches and seeds samples itself, so a keyword that would hand one
 of those to user code (a custom sampler, ``collate_fn``, ``worker_init_fn``) cannot be
@@ -8,13 +9,16 @@ honoured; it is an error, never a silent change of order or content.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import DistributedSampler
 
-from ..config import LoaderConfig
+from ..config import LoaderConfig, Shard
+from ..config.spellings import upgrade
+from .passes import user_stacklevel
 
 # Keywords of DataLoader that LoaderConfig does not have; each is translated or refused here.
 KEYWORDS = (
@@ -23,7 +27,6 @@ KEYWORDS = (
     "collate_fn",
     "worker_init_fn",
     "generator",
-    "multiprocessing_context",
     "pin_memory_device",
     "in_order",
 )
@@ -74,11 +77,11 @@ def _sampler_advice(sampler: Any) -> str:
     if isinstance(sampler, DistributedSampler):
         return (
             f"{name} overrides DistributedSampler's order, which fastload cannot follow; pass a plain "
-            "DistributedSampler, or rank=, world_size=, shuffle=, seed= and drop_uneven="
+            "DistributedSampler, or shard=fl.Shard(rank=, world_size=, drop_uneven=), shuffle= and seed="
         )
     return (
         f"fastload orders and deals the samples itself, so {name}'s order cannot be followed; express it "
-        "with shuffle=, seed=, rank=, world_size= (DDP shards) and drop_uneven=, or reorder the "
+        "with shuffle=, seed= and shard=fl.Shard(rank=, world_size=, drop_uneven=) (DDP shards), or reorder the "
         "dataset with torch.utils.data.Subset(dataset, indices) (repeat indices to weight samples)"
     )
 
@@ -97,37 +100,27 @@ def _distributed(sampler: DistributedSampler, options: dict, base: LoaderConfig,
             "DataLoader): the sampler shuffles (its shuffle=, default True); write "
             "shuffle=(sampler is None)"
         )
-    taken = {
-        "rank": sampler.rank,
-        "world_size": sampler.num_replicas,
-        "shuffle": bool(sampler.shuffle),
-        "shuffle_seed": int(sampler.seed),
-        "drop_uneven": bool(sampler.drop_last),
-    }
+    taken = Shard(
+        rank=sampler.rank,
+        world_size=sampler.num_replicas,
+        drop_uneven=bool(sampler.drop_last),
+        shuffle_seed=int(sampler.seed),
+    )
+    given = _shard(options, base)
     for name in ("rank", "world_size", "shuffle_seed", "drop_uneven"):
-        given = options[name] if name in options else getattr(base, name)
-        unset = given is None or (name == "drop_uneven" and given is False)
-        if not unset and given != taken[name]:
+        mine, theirs = getattr(given, name), getattr(taken, name)
+        unset = mine is None or (name == "drop_uneven" and mine is False)
+        if not unset and mine != theirs:
             raise ValueError(
-                f"{name}={given!r} disagrees with the DistributedSampler's {taken[name]!r}: "
-                f"leave {name} out (the sampler sets it)"
+                f"shard's {name}={mine!r} disagrees with the DistributedSampler's {theirs!r}: "
+                f"leave it out (the sampler sets it)"
             )
-    return taken
+    return {"shard": taken, "shuffle": bool(sampler.shuffle)}
 
 
-def _start_method(context: Any, options: dict) -> str:
-    method = context if isinstance(context, str) else getattr(context, "get_start_method", lambda: None)()
-    if method is None:
-        raise _refuse(
-            "multiprocessing_context",
-            context,
-            "give a start method name ('fork', 'spawn', 'forkserver') or a multiprocessing context",
-        )
-    if options.get("start_method") not in (None, method):
-        raise ValueError(
-            f"multiprocessing_context={method!r} and start_method={options['start_method']!r} disagree: give one"
-        )
-    return method
+def _shard(options: dict, base: LoaderConfig) -> Shard:
+    """The shard ``options`` give, else ``base``'s."""
+    return Shard.of(options["shard"]) if "shard" in options else base.shard
 
 
 def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
@@ -138,7 +131,9 @@ def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
         TypeError: A keyword fastload cannot honour (the message says what to write).
         ValueError: Keywords that contradict each other.
     """
-    options = dict(options)
+    # (+ 1: upgrade warns from a frame below this one)
+    groups = {"normalize": base.normalize, "shard": base.shard}
+    options = upgrade(dict(options), groups, "fl.Loader", user_stacklevel() + 1)
     extra = {k: options.pop(k) for k in KEYWORDS if k in options}
     if options.get("shuffle", False) is None:
         del options["shuffle"]  # DataLoader's default: no shuffling
@@ -177,15 +172,14 @@ def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
             )
         if options.get("seed") is not None:
             raise ValueError("seed= and generator= both given: give one (generator= draws the seed)")
-    if extra.get("multiprocessing_context") is not None:
-        options["start_method"] = _start_method(extra["multiprocessing_context"], options)
     distributed = None
     if "sampler" in extra:
         sampler = extra["sampler"]
         if sampler is None:
             # DataLoader's meaning: this process reads the whole dataset.
-            if options.get("rank", base.rank) is None and options.get("world_size", base.world_size) is None:
-                options.update(rank=0, world_size=1)
+            shard = _shard(options, base)
+            if shard.rank is None and shard.world_size is None:
+                options["shard"] = dataclasses.replace(shard, rank=0, world_size=1)
         elif isinstance(sampler, DistributedSampler) and type(sampler).__iter__ is DistributedSampler.__iter__:
             options.update(_distributed(sampler, options, base, dataset))
             distributed = sampler
@@ -204,8 +198,8 @@ def order_seed(cfg: LoaderConfig, drawn: bool, world_size: int) -> int:
     """The seed of the shuffle order: ``shuffle_seed``, else ``seed``; but 0 (as
     DistributedSampler's default) where ``world_size`` ranks shard the data with a seed
     each drew from its own generator: they must all deal the same order."""
-    if cfg.shuffle_seed is not None:
-        return cfg.shuffle_seed
+    if cfg.shard.shuffle_seed is not None:
+        return cfg.shard.shuffle_seed
     return 0 if drawn and world_size > 1 else cfg.seed
 
 

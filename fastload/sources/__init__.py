@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..batch import HostBatch
 from .build import build_source, is_stream
-from .fetch import BatchFetcher
+from .fetch import SampleLoader
 from .inflight import Busy, InFlight
 from .process import ProcessSource, WorkerOptions
 from .request import BatchRequest, PassRequest
@@ -64,13 +64,13 @@ class BatchSource(Protocol):
 
 
 __all__ = [
-    "BatchFetcher",
     "BatchRequest",
     "BatchSource",
     "Busy",
     "InFlight",
     "PassRequest",
     "ProcessSource",
+    "SampleLoader",
     "StreamSource",
     "ThreadSource",
     "WorkerOptions",

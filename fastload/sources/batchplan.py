@@ -34,6 +34,7 @@ import numpy as np
 from ..datasets.sampleplan import SamplePlan
 from ..decode import DecodeError, roi
 from ..decode.header import check_jpeg_complete
+from ..decode.plan import get_planner
 from .fetch import SampleLoader
 from .request import BatchRequest
 from .samples import RecordSamples, Samples
@@ -141,5 +142,8 @@ CpuExecutor = Union[PerSample, BatchedRegions]
 
 def cpu_executor(samples: Samples | RecordSamples) -> CpuExecutor:
     """How batches of ``samples`` are decoded on the CPU: in batches of regions where the
-    dataset plans and region decode is available, else sample by sample."""
-    return BatchedRegions() if samples.plans and roi.available() else PerSample()
+    dataset plans and this process's planner plans region decodes (for files trusted intact,
+    ``FASTLOAD_ROI=trusted``: see :func:`fastload.decode.plan.get_planner`), else sample by
+    sample. Workers plan as this process does (forked: its planner; started anew: the same
+    environment)."""
+    return BatchedRegions() if samples.plans and get_planner().region else PerSample()

@@ -64,7 +64,7 @@ def build_source(
         workers,
         cfg.prefetch_factor,
         cfg.persistent_workers,
-        worker_start_method(cfg.start_method),
+        worker_start_method(cfg.multiprocessing_context),
         cfg.timeout,
         pin,
         cfg.seed,
@@ -94,7 +94,7 @@ def build_source(
         seed=cfg.seed if order_seed is None else order_seed,
         rank=rank,
         world_size=world_size,
-        drop_uneven=cfg.drop_uneven,
+        drop_uneven=cfg.shard.drop_uneven,
         epochs=epochs,
     )
     threads = cfg.backend == "thread"
@@ -111,7 +111,7 @@ def build_source(
             workers * cfg.prefetch_factor,
             pin=pin,
             timeout=cfg.timeout,
-            reuse=device.type == "cuda" or cfg.normalize,
+            reuse=device.type == "cuda" or cfg.normalize is not False,
             device_ahead=DEVICE_AHEAD,
             pin_device=options.pin_device,
         )

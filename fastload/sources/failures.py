@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..datasets.waits import Interrupted
 from .fetch import describe
 from .inflight import InFlight, process_state
 
@@ -86,3 +87,12 @@ def _state(pid: int, dead: bool) -> str:
     if state in ("running", "sleeping") or (dead and state in ("dead (zombie)", "dead", "gone")):
         return ""
     return f", {state},"
+
+
+def interrupted(error: Interrupted) -> RuntimeError:
+    """The error of a pass whose wait in this process ended early (see
+    :mod:`fastload.datasets.waits`): closed, or a timeout. Its message names what the wait
+    was for (the LMDB key being read); the sample has left the in-flight table by then."""
+    if error.closed:
+        return RuntimeError(CLOSED)
+    return WorkerFailure(f"fastload: {error}")

@@ -182,10 +182,6 @@ class SampleLoader:
         return SkippedSample(epoch, number, self.samples.name(key), f"{error_kind(error)}: {shown}")
 
 
-#: The name the device side knows the row loader by (``GpuDecodeStage``'s fall-backs).
-BatchFetcher = SampleLoader
-
-
 def put(into: Any, item: Loaded, loader: SampleLoader) -> int:
     """Writes ``item`` into its batch row ``into`` (see :func:`fastload.collate.write_row`); the copies made."""
     if item.image is into:

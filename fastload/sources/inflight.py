@@ -13,29 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..system import process_state
+
 _PID, _INDEX, _EPOCH, _START = range(4)
 IDLE = -1
-
-
-STATES = {
-    "R": "running",
-    "S": "sleeping",
-    "D": "in uninterruptible I/O",
-    "T": "stopped",
-    "t": "stopped by a tracer",
-    "Z": "dead (zombie)",
-    "X": "dead",
-}
-
-
-def process_state(pid: int) -> str:
-    """What /proc says process ``pid`` is doing ("running", "stopped", ...), or "gone"."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            code = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "gone"
-    return STATES.get(code, code)
 
 
 @dataclass(frozen=True)

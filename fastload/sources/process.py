@@ -17,8 +17,9 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch
 from ..collate import pinning_on
+from ..datasets import waits
 from . import deaths
-from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
+from .failures import CLOSED, WorkerFailure, forget_frames, interrupted, is_worker_failure, worker_failure
 from .fetch import SampleLoader
 from .handoff import SharedPool, detached
 from .indexed import IndexedSource
@@ -120,7 +121,8 @@ def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, An
     kw: dict[str, Any] = dict(
         num_workers=options.num_workers,
         collate_fn=identity,
-        timeout=options.timeout,
+        # Without workers DataLoader refuses a timeout; its waits are ours then (worker_batches).
+        timeout=options.timeout if options.num_workers > 0 else 0,
         pin_memory=options.pin,
         generator=torch.Generator().manual_seed(options.seed),
     )
@@ -182,10 +184,12 @@ def worker_batches(
                     raise RuntimeError(CLOSED)
                 if workers:
                     deaths.check(inflight)  # a worker that died during the consumer's step
-                with deaths.waiting():
-                    item = next(box[0])
+                with deaths.waiting(), waits.bounded(0 if workers else options.timeout, closed):
+                    item = next(box[0])  # without workers, loaded here: our own waits end in time
             except StopIteration:
                 return
+            except waits.Interrupted as e:
+                raise interrupted(e) from None
             except Exception as e:
                 if closed is not None and closed.is_set():  # e.g. a batch arriving in a buffer close() let go of
                     raise RuntimeError(CLOSED) from None

@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..batch import HostBatch
+from ..datasets import waits
 from ..views import numpy_rows, row
 from .batchplan import BatchPlan
-from .failures import CLOSED, worker_failure
+from .failures import CLOSED, interrupted, worker_failure
 from .fetch import Loaded, put
 from .indexed import IndexedSource
 from .maker import BatchMaker
@@ -149,25 +150,26 @@ class _Job:
 class _Pool:
     """Daemon threads running (job, task, row) tasks; never blocks interpreter exit."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, closed: threading.Event) -> None:
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._threads = [
-            threading.Thread(target=self._work, args=(i,), name=f"fastload-decode-{i}", daemon=True)
+            threading.Thread(target=self._work, args=(i, closed), name=f"fastload-decode-{i}", daemon=True)
             for i in range(threads)
         ]
         for t in self._threads:
             t.start()
 
-    def _work(self, worker: int) -> None:
-        while True:
-            task = self._tasks.get()
-            if task is None:
-                return
-            job, kind, j = task
-            self.submit(job.run(kind, j, worker))
-            # An idle thread must not keep the job it ran (and its batch buffer) alive while it
-            # waits for the next task: the consumer may long be done with that batch.
-            del task, job
+    def _work(self, worker: int, closed: threading.Event) -> None:
+        with waits.bounded(0, closed):  # a sample's wait of our own (the LMDB guard) ends at close()
+            while True:
+                task = self._tasks.get()
+                if task is None:
+                    return
+                job, kind, j = task
+                self.submit(job.run(kind, j, worker))
+                # An idle thread must not keep the job it ran (and its batch buffer) alive while it
+                # waits for the next task: the consumer may long be done with that batch.
+                del task, job
 
     def submit(self, tasks: list) -> None:
         for task in tasks:
@@ -225,7 +227,7 @@ class ThreadSource(IndexedSource):
         )
         self.copies = 0  # samples decoded beside their row and copied in
         self._consumer = num_threads  # the in-flight row of the consumer thread
-        self._threads: _Pool | None = _Pool(num_threads)
+        self._threads: _Pool | None = _Pool(num_threads, self._closed)
         self._pending: deque[_Job] = deque()  # the current pass's jobs, in order
 
     @property
@@ -242,8 +244,9 @@ class ThreadSource(IndexedSource):
         if first_of_pass:
             # The head of a pass fixes the shape (a transform may have changed between passes):
             # planned and loaded here, as a worker process makes a batch; the rest in place.
-            plan = maker.plan(request, self._consumer)
-            head = maker.head(plan, self._consumer)
+            with waits.bounded(self.timeout, self._closed):  # loaded in this thread: our own waits end in time
+                plan = maker.plan(request, self._consumer)
+                head = maker.head(plan, self._consumer)
             job = _Job(plan, maker, len(head), planned=True)
         else:
             plan = maker.plan(request, ahead=False)
@@ -298,6 +301,8 @@ class ThreadSource(IndexedSource):
                 if request is not None:
                     pending.append(self._start(request, first_of_pass=False))  # before the hand-over
                 yield batch
+        except waits.Interrupted as e:  # a wait of our own ended early: closed, or past the timeout
+            raise interrupted(e) from None
         finally:
             for job in pending:
                 job.cancel()  # its tasks end at once; its buffer waits for those running

@@ -7,6 +7,7 @@ AugMix. Each draws only from the sample's ``rng`` and applies
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
 import numpy as np
@@ -198,8 +199,8 @@ class AugMix(_AutoAugmentBase):
         if isinstance(chain_depth, bool) or not isinstance(chain_depth, (int, np.integer)):
             raise TypeError(f"chain_depth must be an int, got {chain_depth!r}")
         self.chain_depth = int(chain_depth)
-        if not alpha > 0:
-            raise ValueError(f"alpha must be positive, got {alpha!r}")
+        if not alpha > 0 or not math.isfinite(alpha):
+            raise ValueError(f"alpha must be positive and finite, got {alpha!r}")
         self.alpha = float(alpha)
         self.all_ops = bool(all_ops)
 

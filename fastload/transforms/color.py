@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import functional as F
+from .functional._utils import finite
 
 
 def _probability(p: float) -> float:
@@ -27,6 +28,7 @@ def _jitter_range(
     """torchvision's ColorJitter._check_input: a number v means [center - v, center + v]."""
     if value is None:
         return None
+    finite(name, value)
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"{name} must be non-negative when a single number, got {value!r}")
@@ -108,6 +110,7 @@ class RandomSolarize:
     def __init__(self, threshold: float, p: float = 0.5) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)):
             raise TypeError(f"threshold must be a number, got {threshold!r}")
+        finite("threshold", threshold)
         if threshold > 255:
             raise ValueError(f"threshold must be at most 255 for uint8 images, got {threshold!r}")
         self.threshold = float(threshold)
@@ -129,7 +132,12 @@ class GaussianBlur:
     """
 
     def __init__(self, kernel_size: int | Sequence[int], sigma: float | Sequence[float] = (0.1, 2.0)) -> None:
-        ks = (kernel_size, kernel_size) if isinstance(kernel_size, (int, np.integer)) else tuple(kernel_size)
+        if isinstance(kernel_size, (int, np.integer)):
+            ks: tuple = (kernel_size, kernel_size)
+        elif isinstance(kernel_size, (list, tuple)):
+            ks = tuple(kernel_size)
+        else:
+            ks = ()  # refused below, naming kernel_size
         if len(ks) != 2 or not all(isinstance(k, (int, np.integer)) and k > 0 and k % 2 == 1 for k in ks):
             raise ValueError(f"kernel_size must be an odd positive int or two of them, got {kernel_size!r}")
         if isinstance(sigma, (int, float, np.integer, np.floating)) and not isinstance(sigma, bool):
@@ -138,6 +146,7 @@ class GaussianBlur:
             lo, hi = float(sigma[0]), float(sigma[-1])
         else:
             raise TypeError(f"sigma must be a number or (min, max), got {sigma!r}")
+        finite("sigma", (lo, hi))
         if not 0 < lo <= hi:
             raise ValueError(f"sigma must be positive, as (min, max) with min <= max, got {sigma!r}")
         self.kernel_size = (int(ks[0]), int(ks[1]))

@@ -118,7 +118,7 @@ class Compose:
         return None
 
     def plan_decode(
-        self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None, region_ok: bool = False
+        self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None
     ) -> DecodeSteps:
         """The first half of :meth:`decode`: the header read and checked against the pixel
         limit, the leading crop drawn from ``rng`` and, for TurboJPEG, the decode planned.
@@ -128,15 +128,13 @@ class Compose:
             decoder: The decoder :meth:`finish_decode` will use.
             rng: The sample's generator; the crop draws from it, later transforms go on.
             max_pixels: Pixel limit (None: ``fastload.decode.MAX_IMAGE_PIXELS``).
-            region_ok: Allow a region decode: only for a sample known to decode cleanly (a
-                region decode cannot see libjpeg's corrupt-data warnings), so off by default.
         """
         header = read_header(data)
         check_pixels(header, max_pixels)
         crop = self.plan(header.height, header.width, rng)
         planned = None
         if crop is not None and getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
-            planned = choose(header, crop, self.reduced_decode, region_ok)
+            planned = choose(header, (crop,), self.reduced_decode)
         return DecodeSteps(header, crop, planned)
 
     def finish_decode(
@@ -188,23 +186,20 @@ class Compose:
         rng: np.random.Generator,
         out: np.ndarray | None = None,
         max_pixels: int | None = None,
-        *,
-        region_ok: bool = False,
     ) -> np.ndarray:
         """Decodes ``data`` as the leading crop's cheapest plan allows and transforms it.
 
         The header is read once, checked against the pixel limit (``max_pixels``, else
         ``fastload.decode.MAX_IMAGE_PIXELS``) and handed to the decoder. With TurboJPEG,
-        :mod:`fastload.decode.plan` picks a full, DCT-scaled or region decode by measured
-        cost (DCT scales only with ``reduced_decode``; a region only with ``region_ok``, for
-        a sample known to decode cleanly);
+        :mod:`fastload.decode.plan` picks a full or DCT-scaled decode by measured cost (DCT
+        scales only with ``reduced_decode``; every plan as strict as the full decode);
         other decoders get the smallest power-of-2 scale the crop allows. With ``out`` (a
         batch slot of the output's shape), the leading crop resizes straight into it and
         in-place transforms keep it there; the result is ``out`` whenever that was
         possible, else a separate array the caller must copy. :meth:`plan_decode` and
         :meth:`finish_decode` are its two halves, for batched decodes in between.
         """
-        steps = self.plan_decode(data, decoder, rng, max_pixels, region_ok)
+        steps = self.plan_decode(data, decoder, rng, max_pixels)
         return self.finish_decode(data, decoder, steps, rng, out, max_pixels)
 
     def __repr__(self) -> str:

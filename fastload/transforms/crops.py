@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 
 from ..decode.resize import Crop, random_resized_crop, resized_center_crop, shorter_side
+from .functional._utils import finite
 
 
 def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
@@ -50,6 +51,8 @@ class RandomResizedCrop(CropPlanner):
         antialias: bool = True,
     ) -> None:
         self.size = _pair(size, "size")
+        finite("scale", tuple(scale))
+        finite("ratio", tuple(ratio))
         if len(scale) != 2 or not 0 < scale[0] <= scale[1]:
             raise ValueError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
         if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
@@ -110,6 +113,8 @@ class ResizedCenterCrop(CropPlanner):
 
     def __init__(self, size: int | Sequence[int], resize: int, antialias: bool = True) -> None:
         self.size = _pair(size, "size")
+        if isinstance(resize, bool) or not isinstance(resize, (int, np.integer)) or resize <= 0:
+            raise ValueError(f"resize must be a positive int (the shorter side), got {resize!r}")
         self.resize = Resize(resize, antialias)
         self.antialias = self.resize.antialias
         if max(self.size) > self.resize.size:

@@ -4,8 +4,8 @@ Self-supervised recipes (DINO, SwAV, iBOT, BYOL) train on several crops of each 
 e.g. DINO's 2 global crops at 224 and 8 local crops at 96. Decoding the image once per
 view would cost 10 decodes; :class:`MultiView` draws every view's crop from the header
 first, then decodes once, as cheaply as serves all of them (a DCT scale every crop still
-has enough pixels at, or the region of their union box: :meth:`Planner.choose_shared
-<fastload.decode.plan.Planner.choose_shared>`), and cuts each view out of that decode.
+has enough pixels at, or the region of their union box: :meth:`Planner.choose
+<fastload.decode.plan.Planner.choose>`), and cuts each view out of that decode.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from ..decode import Decoder, ImageHeader, check_pixels, read_header
 from ..decode.libjpeg import scaled_size, scratch
-from ..decode.plan import DecodePlan, choose_shared
+from ..decode.plan import DecodePlan, choose
 from ..decode.resize import Crop
 from .compose import Compose, as_compose
 
@@ -147,7 +147,6 @@ class MultiView:
         decoder: Decoder,
         rng: np.random.Generator,
         max_pixels: int | None = None,
-        region_ok: bool = False,
     ) -> ViewSteps:
         """The first half of :meth:`decode`: the header read and checked against the pixel
         limit, every view's crop drawn from ``rng`` and, for TurboJPEG, the one decode planned
@@ -162,7 +161,7 @@ class MultiView:
             and header.format == "jpeg"
             and header.components != 4
         ):
-            planned = choose_shared(header, cast(tuple[Crop, ...], crops), self.reduced_decode, region_ok)
+            planned = choose(header, cast(tuple[Crop, ...], crops), self.reduced_decode)
         return ViewSteps(header, crops, planned)
 
     def finish_decode(
@@ -214,13 +213,11 @@ class MultiView:
         rng: np.random.Generator,
         out: Sequence[np.ndarray] | None = None,
         max_pixels: int | None = None,
-        *,
-        region_ok: bool = False,
     ) -> tuple[np.ndarray, ...]:
         """Decodes ``data`` once, as every view's crop allows, and makes the views (a tuple of
         H×W×C uint8 arrays, in view order). :meth:`plan_decode` and :meth:`finish_decode` are
         its two halves; arguments as :meth:`Compose.decode`, ``out`` one array per view."""
-        steps = self.plan_decode(data, decoder, rng, max_pixels, region_ok)
+        steps = self.plan_decode(data, decoder, rng, max_pixels)
         return self.finish_decode(data, decoder, steps, rng, out, max_pixels)
 
     def __repr__(self) -> str:

@@ -4,13 +4,14 @@
 ``transforms_imagenet_train`` and ``eval(224, crop_pct=0.875)`` its
 ``transforms_imagenet_eval``. What timm does after the per-sample transforms belongs to
 fastload's later stages: conversion and normalisation to the Loader (``mean=``, ``std=``),
-RandomErasing and Mixup/CutMix to its batch stage
-(``fl.Loader(..., batch_transform=[fl.augment.RandomErasing(...), fl.augment.Mixup(...)])``).
+Mixup/CutMix and RandomErasing to its batch stage, in timm's order (its prefetcher mixes, then
+erases: ``fl.Loader(..., batch_transform=[fl.augment.Mixup(...), fl.augment.RandomErasing(...)])``).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from ..decode.resize import Crop, resize
 from .color import ColorJitter, GaussianBlur, RandomGrayscale
 from .compose import Compose
 from .crops import CropPlanner, RandomHorizontalFlip, RandomResizedCrop, ResizedCenterCrop, _pair
+from .functional._utils import finite
 from .geometry import RandomVerticalFlip
 from .random_apply import RandomApply
 from .timm_policies import IMAGENET_MEAN, timm_augment
@@ -28,7 +30,8 @@ INTERPOLATIONS = ("bilinear", "bicubic", "random")
 _ERASING_HINT = (
     "RandomErasing runs on the normalized batch in fastload: pass "
     "fl.Loader(..., batch_transform=fl.augment.RandomErasing({p}, mode='pixel', device=...)) "
-    "(timm's re_prob/re_mode/re_count are its probability/mode/max_count)"
+    "(timm's re_prob/re_mode/re_count are its probability/mode/max_count), after any fl.augment.Mixup "
+    "in the list, as timm's prefetcher erases the mixed batch"
 )
 
 
@@ -37,7 +40,16 @@ def _check_interpolation(interpolation: str) -> None:
         raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}")
 
 
+def _check_probabilities(**probabilities: float | None) -> None:
+    """Each of ``probabilities`` is None or in [0, 1] (nan is not: ``nan > 0`` is False, so it
+    would turn its step off without a word)."""
+    for name, p in probabilities.items():
+        if p is not None and (isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1):
+            raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
+
+
 def _jitter_steps(color_jitter: float | Sequence[float], color_jitter_prob: float | None) -> list:
+    finite("color_jitter", color_jitter if isinstance(color_jitter, (int, float)) else tuple(color_jitter))
     if isinstance(color_jitter, (int, float)):
         factors: tuple[float, ...] = (float(color_jitter),) * 3  # timm: a scalar jitters no hue
     else:
@@ -114,6 +126,14 @@ def train(
     if train_crop_mode not in (None, "rrc"):
         raise ValueError(f"train_crop_mode={train_crop_mode!r} is not implemented; only 'rrc' (RandomResizedCrop)")
     _check_interpolation(interpolation)
+    _check_probabilities(
+        hflip=hflip,
+        vflip=vflip,
+        color_jitter_prob=color_jitter_prob,
+        grayscale_prob=grayscale_prob,
+        gaussian_blur_prob=gaussian_blur_prob,
+    )
+    finite("mean", tuple(mean))
     hflip = (0.5 if flip else 0.0) if hflip is None else hflip
     ts: list = [RandomResizedCrop(size, scale=scale, ratio=ratio, antialias=antialias)]
     if hflip > 0:
@@ -273,6 +293,7 @@ def eval(
         raise ValueError(f"give resize={resize!r} or crop_pct={crop_pct!r}, not both")
     if crop_pct is not None and not 0 < crop_pct <= 1:
         raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct!r}")
+    finite("mean", tuple(mean))
     size_hw = _pair(size, "size")
     pct = 0.875 if crop_pct is None else crop_pct
     if crop_mode in ("squash", "border"):

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import functional as F
 from .color import _probability
+from .functional._utils import finite
 
 _PROBE = np.zeros((2, 2, 3), np.uint8)  # arguments are checked by the operation itself, once
 
@@ -62,7 +63,7 @@ class RandomAdjustSharpness(_MaybeApplied):
     """Adjusts the sharpness by ``sharpness_factor`` with probability ``p``."""
 
     def __init__(self, sharpness_factor: float, p: float = 0.5) -> None:
-        self.sharpness_factor = sharpness_factor
+        self.sharpness_factor = finite("sharpness_factor", sharpness_factor)
         super().__init__(
             lambda img: F.adjust_sharpness(img, sharpness_factor),
             p,

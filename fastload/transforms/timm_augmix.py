@@ -9,6 +9,7 @@ faster variant: one blend per chain with weights rescaled so the result needs no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -38,11 +39,11 @@ class TimmAugMix:
         self.ops = list(ops)
         if not self.ops:
             raise ValueError("ops must not be empty")
-        if alpha <= 0:
-            raise ValueError(f"alpha must be > 0, got {alpha!r}")
-        if width < 1:
-            raise ValueError(f"width must be >= 1, got {width!r}")
-        if depth == 0 or depth < -1:
+        if not alpha > 0 or not math.isfinite(alpha):
+            raise ValueError(f"alpha must be > 0 and finite, got {alpha!r}")
+        if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+            raise ValueError(f"width must be an int >= 1, got {width!r}")
+        if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth == 0 or depth < -1:
             raise ValueError(f"depth must be >= 1, or -1 for a random 1-3, got {depth!r}")
         self.alpha, self.width, self.depth, self.blended = float(alpha), int(width), int(depth), bool(blended)
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .functional._utils import finite
 from .timm_augmix import TimmAugMix
 from .timm_config import AugMixConfig, AutoConfig, RandConfig, parse_auto_augment
 from .timm_levels import (
@@ -57,6 +58,10 @@ class TimmOp:
             raise ValueError(f"unknown timm op {name!r}; known: {sorted(OPS)}")
         if not 0 <= prob <= 1:
             raise ValueError(f"prob must be in [0, 1], got {prob!r}")
+        finite("magnitude", magnitude)
+        finite("magnitude_max", magnitude_max)
+        if math.isnan(magnitude_std) or magnitude_std == -math.inf:  # +inf is timm's uniform draw
+            raise ValueError(f"magnitude_std must be a number or inf (uniform), got {magnitude_std!r}")
         self.name, self.prob, self.magnitude = name, float(prob), float(magnitude)
         self.hparams = hparams or Hparams()
         self.magnitude_std, self.magnitude_max = float(magnitude_std), magnitude_max
@@ -97,14 +102,14 @@ class TimmRandAugment:
         self.ops = list(ops)
         if not self.ops:
             raise ValueError("ops must not be empty")
-        if num_layers < 0:
-            raise ValueError(f"num_layers must be >= 0, got {num_layers!r}")
+        if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 0:
+            raise ValueError(f"num_layers must be an int >= 0, got {num_layers!r}")
         self.num_layers = int(num_layers)
         self.weights = None
         if weights is not None:
             w = np.asarray(weights, dtype=np.float64)
-            if w.shape != (len(self.ops),) or (w < 0).any() or w.sum() <= 0:
-                raise ValueError(f"weights must be {len(self.ops)} non-negative numbers, got {weights!r}")
+            if w.shape != (len(self.ops),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+                raise ValueError(f"weights must be {len(self.ops)} non-negative finite numbers, got {weights!r}")
             if num_layers > np.count_nonzero(w):
                 raise ValueError(f"num_layers={num_layers} exceeds the ops with non-zero weight")
             self.weights = w / w.sum()

@@ -6,25 +6,30 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import IO, Any
 
 import torch
 from tqdm import tqdm
 
 from .. import transforms
 from ..config import LoaderConfig
-from ..datasets.open import detect, open_dataset
 from ..datasets.protocols import Summarized, is_stream
 from ..system import cpu_model, cpus_per_rank
+from .dataset import check_root, open_tuned, short_batches, small_dataset_warning, stream_refusal
 from .decide import decide, key
+from .files import check_output, write_output
 from .measure import bottleneck, measure_loader
 from .noise import dips, leaders
 from .options import add_arguments, command_line
+from .profile import forget, save_profile
 from .report import figure, plot, print_table
 from .search import Searcher, Space, adaptive_search, grid_search
 
 __all__ = [
+    "Interrupted",
     "Space",
     "adaptive_search",
     "build_args",
@@ -65,55 +70,45 @@ def build_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(["tune", *argv])
 
 
-def check_root(args: argparse.Namespace) -> None:
-    """``--root`` is given only with a list file, and is a folder."""
-    if getattr(args, "root", None) is None:
-        return
-    kind = detect(args.dataset)
-    if kind != "list":
-        raise ValueError(f"--root applies to list files; {args.dataset} is a {kind}")
-    if not os.path.isdir(args.root):
-        raise FileNotFoundError(f"--root {args.root!r} is not a folder")
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C while measuring; ``report`` holds the measurements made before it (``"interrupted": True``).
+    A KeyboardInterrupt still, for callers of :func:`run` that do not look for the report."""
+
+    def __init__(self, report: dict) -> None:
+        super().__init__(f"interrupted after {report['measured']} configurations")
+        self.report = report
 
 
-def open_tuned(args: argparse.Namespace, transform: Any = None) -> Any:
-    """The dataset ``args`` name, list-file paths taken relative to ``--root`` when given."""
-    check_root(args)
-    if getattr(args, "root", None) is None:
-        return open_dataset(args.dataset, transform=transform)
-    return open_dataset(args.dataset, transform=transform, root=args.root)
+def _rows(configs: list[dict], details: dict, runs: dict) -> list[dict]:
+    """The report's ``measurements``: each configuration's first run in detail, and the median of its runs."""
+    return [
+        {
+            **c,
+            **details[key(c)],
+            "first_run": details[key(c)]["samples_per_s"],
+            "samples_per_s": statistics.median(runs[key(c)]),
+            "runs": list(runs[key(c)]),
+        }
+        for c in configs
+    ]
 
 
-def stream_refusal(name: str, dataset: Any) -> str:
-    """Why the tuner cannot measure ``dataset`` (a stream), and what to do, for its kind."""
-    kind = type(dataset).__name__
-    if kind == "WebDataset":
-        return (
-            f"{name} is a WebDataset (tar shards), which fastload reads as a stream; the tuner needs random "
-            "access by index; nothing in it is compressed: tune on the images it was made from (a folder, "
-            "list file, LMDB or TFRecord files), or on an LMDB made from them with tools/folder2lmdb.py"
-        )
-    return (
-        f"{name} is read as a stream ({kind}: GZIP-compressed TFRecord files); the tuner needs random access "
-        "by index: uncompress the files first (gunzip), or tune on the images they were made from"
-    )
-
-
-def check_output(path: str | None, flag: str) -> None:
-    """Fails now, not after the measurements, when ``path`` cannot be written."""
-    if path is None:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise ValueError(f"{flag} {path} is a folder; give a file name")
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"{flag} {path}: folder {folder} does not exist (create it first)")
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"{flag} {path}: folder {folder} is not writable")
+def _machine() -> dict:
+    return {
+        "cpu": cpu_model(),
+        "cpus": cpus_per_rank(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
 
 
 def run(args: argparse.Namespace, progress: bool = True) -> dict:
-    """Runs the search described by ``args`` (the CLI's namespace); returns the JSON report."""
+    """Runs the search described by ``args`` (the CLI's namespace); returns the JSON report.
+
+    Raises:
+        ValueError: A bad argument, a dataset the tuner cannot measure, or ``--save-profile``
+            on a dataset too small for any batch size tried.
+        Interrupted: Ctrl-C while measuring, with the measurements made before it.
+    """
     if args.seconds <= 0:
         raise ValueError(f"--seconds must be positive, got {args.seconds}")
     if args.repeats < 2:
@@ -141,6 +136,13 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     dataset = open_tuned(args, tf)
     if is_stream(dataset):
         raise ValueError(stream_refusal(args.dataset, dataset))
+    warnings = []
+    short = short_batches(len(dataset), space.values["batch_size"])
+    if short:
+        warnings.append(small_dataset_warning(args.dataset, len(dataset), short))
+        if getattr(args, "save_profile", False) and len(short) == len(space.values["batch_size"]):
+            raise ValueError(f"--save-profile refused before measuring: {warnings[0]}")
+        print(f"fastload tune: warning: {warnings[0]}", file=sys.stderr)
     grid = space.grid()
     bar = tqdm(total=len(grid), desc="tuning", unit="config", disable=None if progress else True)
 
@@ -170,27 +172,51 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
 
     searcher = Searcher(measure, tick)
     start = time.perf_counter()
-    best, _ = (grid_search if args.grid else adaptive_search)(space, searcher)
-    # PyTorch's default: no workers, at the batch size the search chose.
-    baseline = {**best, "num_workers": 0, "backend": "process"}
-    searcher(baseline)
-    in_grid = [(c, r) for c, r in searcher.results if c in grid]  # the baseline may lie outside the grid
-    decision = decide(
-        leaders(in_grid),
-        remeasure,
-        baseline=baseline,
-        min_rounds=(args.repeats + 1) // 2,
-        budget_s=args.budget,
-        clock=clock,
-    )
-    bar.close()
+    summary = dataset.summary() if isinstance(dataset, Summarized) else {"path": args.dataset}
+    try:
+        best, _ = (grid_search if args.grid else adaptive_search)(space, searcher)
+        # PyTorch's default: no workers, at the batch size the search chose.
+        baseline = {**best, "num_workers": 0, "backend": "process"}
+        searcher(baseline)
+        in_grid = [(c, r) for c, r in searcher.results if c in grid]  # the baseline may lie outside the grid
+        decision = decide(
+            leaders(in_grid),
+            remeasure,
+            baseline=baseline,
+            min_rounds=(args.repeats + 1) // 2,
+            budget_s=args.budget,
+            clock=clock,
+        )
+        bar.close()
+        best = decision.chosen
+        best_rate = statistics.median(runs[key(best)])
+        verdict = bottleneck(dataset, to_config(best), best_rate, max(1.0, args.seconds / 2))
+        if args.model:
+            from .model import model_step
+
+            model = model_step(args.model, args.size, space.values["batch_size"], best_rate)
+    except KeyboardInterrupt:
+        bar.close()
+        done = [c for c, _ in searcher.results if key(c) in runs]  # a run cut short has no figure
+        raise Interrupted(
+            {
+                "interrupted": True,
+                "machine": _machine(),
+                "dataset": summary,
+                "search": "grid" if args.grid else "adaptive",
+                "seconds_per_config": args.seconds,
+                "measured": len(done),
+                "grid_size": len(grid),
+                "elapsed_s": time.perf_counter() - start,
+                "measurements": _rows(done, details, runs),
+                "best": None,
+                "warnings": warnings,
+            }
+        ) from None
 
     def rate_of(c: dict) -> float:  # the one figure each configuration gets: the median of its runs
         return statistics.median(runs[key(c)])
 
-    best = decision.chosen
-    best_rate = rate_of(best)
-    verdict = bottleneck(dataset, to_config(best), best_rate, max(1.0, args.seconds / 2))
     measured = [c for c, _ in in_grid]
     is_default = key(baseline) == key(best)
     outcome = decision.outcome
@@ -198,12 +224,8 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     if outcome == "tied":
         advice = command_line(args, budget=max(2 * args.budget, 60.0))
     report = {
-        "machine": {
-            "cpu": cpu_model(),
-            "cpus": cpus_per_rank(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        },
-        "dataset": dataset.summary() if isinstance(dataset, Summarized) else {"path": args.dataset},
+        "machine": _machine(),
+        "dataset": summary,
         "search": "grid" if args.grid else "adaptive",
         "seconds_per_config": args.seconds,
         "measured": len(measured),
@@ -212,21 +234,12 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         "elapsed_s": time.perf_counter() - start,
         "figure": "the median of a configuration's runs; each run is the median rate of 3 timed windows "
         f"({args.seconds:g} s in all) after warm-up",
-        "measurements": [
-            {
-                **c,
-                **details[key(c)],
-                "first_run": details[key(c)]["samples_per_s"],
-                "samples_per_s": rate_of(c),
-                "runs": list(runs[key(c)]),
-            }
-            for c, _ in searcher.results
-        ],
+        "measurements": _rows([c for c, _ in searcher.results], details, runs),
         "best": dict(best),  # LoaderConfig fields: LoaderConfig(**report["best"])
         "best_samples_per_s": best_rate,  # the median of its runs, as in "measurements"
         "best_runs": len(runs[key(best)]),
         "decision": {**decision.as_dict(), "rerun": advice},
-        "warnings": dips(in_grid),
+        "warnings": warnings + dips(in_grid),
         "baseline": {
             **baseline,
             "samples_per_s": rate_of(baseline),
@@ -239,49 +252,24 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         "config": to_config(best).replace(seed=None).to_dict(),  # a Loader made from it draws its own seed
     }
     if args.model:
-        from .model import model_step
-
-        report["model"] = model_step(args.model, args.size, space.values["batch_size"], best_rate)
+        report["model"] = model
     return report
 
 
-def forget(args: argparse.Namespace) -> int:
-    """``fastload tune DATASET --forget``: removes this machine's profile for DATASET."""
-    from ..loading.profiles import forget as remove
+def _json(report: dict) -> Callable[[IO[Any]], None]:
+    return lambda f: json.dump(report, f, indent=2, default=str)
 
-    path = remove(open_tuned(args))
+
+def interrupted(args: argparse.Namespace, report: dict) -> int:
+    """Ctrl-C while measuring: says so, keeps the measurements made (``--json``), saves nothing else."""
     print(
-        f"removed profile {path}: Loader(num_workers='auto') on {args.dataset} uses the CPUs available again"
-        if path
-        else f"no saved profile for {args.dataset} on this machine"
+        f"\nfastload tune: interrupted after {report['measured']} of {report['grid_size']} configurations: "
+        "nothing chosen, no plot, no profile saved",
+        file=sys.stderr,
     )
-    return 0
-
-
-def save_profile(args: argparse.Namespace, report: dict) -> None:
-    """Saves the chosen configuration for ``num_workers='auto'``, saying how it was chosen."""
-    from ..loading.profiles import forget_hint, save
-
-    dataset = open_tuned(args)
-    result = {
-        **report["best"],
-        "samples_per_s": report["best_samples_per_s"],
-        "runs": report["best_runs"],
-        "figure": "median of runs",
-        "decision": report["decision"]["outcome"],
-    }
-    path = save(dataset, report["config"], result)
-    why = {
-        "single": "the only configuration measured",
-        "separated": "faster than the other finalist beyond the noise",
-        "equivalent": "the cheaper of two finalists within 5% of each other",
-        "tied": "the cheaper of two finalists this machine's noise could not separate within --budget",
-    }
-    workers = report["best"]["num_workers"]
-    print(
-        f"saved profile {path}: Loader(num_workers='auto') now uses {workers} worker{'' if workers == 1 else 's'} "
-        f"({why[report['decision']['outcome']]}); {forget_hint(dataset)}"
-    )
+    if args.json_out:
+        write_output(args.json_out, "--json", _json(report), ".json")
+    return 130  # the shell's status for a SIGINT
 
 
 def main(args: argparse.Namespace) -> int:
@@ -291,20 +279,25 @@ def main(args: argparse.Namespace) -> int:
     check_root(args)
     check_output(args.json_out, "--json")
     check_output(args.plot, "--plot")
+    kind = os.path.splitext(args.plot or "")[1].lstrip(".").lower() or "png"  # savefig reads it from the name
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            from matplotlib.figure import Figure
         except ImportError:
             raise ImportError("--plot needs matplotlib: pip install 'fastload[plot]'") from None
-    report = run(args)
+        formats = Figure().canvas.get_supported_filetypes()
+        if kind not in formats:
+            raise ValueError(f"--plot {args.plot}: matplotlib writes no {kind!r} files; name one of {sorted(formats)}")
+    try:
+        report = run(args)
+    except Interrupted as stop:
+        return interrupted(args, stop.report)
     print_table(report)
+    ok = True
     if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(report, f, indent=2, default=str)
-        print(f"wrote {args.json_out}")
+        ok &= write_output(args.json_out, "--json", _json(report), ".json")
     if args.plot:
-        plot(report, args.plot)
-        print(f"wrote {args.plot}")
+        ok &= write_output(args.plot, "--plot", lambda f: plot(report, f, kind), f".{kind}", binary=True)
     if args.save_profile:
-        save_profile(args, report)
-    return 0
+        ok &= save_profile(args, report)
+    return 0 if ok else 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
 from .search import DIMENSIONS
 
@@ -134,9 +134,10 @@ def figure(report: dict) -> Any:
     return fig
 
 
-def plot(report: dict, path: str) -> None:
+def plot(report: dict, out: str | IO[bytes], format: str | None = None) -> None:
+    """Saves :func:`figure` to ``out`` (a path, or a binary file with ``format``: "png", "svg", ...)."""
     import matplotlib.pyplot as plt
 
     fig = figure(report)
-    fig.savefig(path, dpi=100)
+    fig.savefig(out, dpi=100, format=format)
     plt.close(fig)

@@ -10,7 +10,7 @@ no wait orders, naming both. It proves ordering, never speed.
 
 Why a tensor subclass and module patches rather than a TorchFunctionMode or
 TorchDispatchMode: modes are per thread, and the Loader touches device tensors and pinned
-memory from several (the GPU decode stage's thread, DataLoader's pin-memory thread); a
+memory from several (the device driver's thread, DataLoader's pin-memory thread); a
 subclass carries its device wherever it goes, and patches of ``torch.cuda`` and the
 factories hold in every thread.
 

@@ -1,11 +1,11 @@
 """nvImageCodec's place on a simulated GPU, for ``Loader(decode="gpu")``.
 
 Decodes with nvImageCodec's CPU backend (the pixels the tests compare), then writes each
-image on the stream the stage passed as ``cuda_stream``, as the GPU decoder's kernels
+image on the stream the executor passed as ``cuda_stream``, as the GPU decoder's kernels
 would. Its own memory pool lives outside torch's allocator, as nvImageCodec's does: it is
 counted by ``torch.cuda.mem_get_info`` and not by ``memory_reserved``; ``leak`` grows it by
 that many bytes per batch (a decoder that keeps its buffers); ``refuse`` names rows it
-gives back as None (for the stage's CPU fall-back).
+gives back as None (for the executor's CPU fall-back).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ POOL = 64 * 2**20  # the decoder's pool, reserved when it is made
 
 
 def decoder(device: torch.device, threads: int = 0) -> Any:
-    """What replaces ``fastload.device.gpudecode.stage.BatchDecoder``: the stand-in on a simulated
+    """What replaces ``fastload.device.gpudecode.executor.BatchDecoder``: the stand-in on a simulated
     GPU, nvImageCodec's CPU decoder on the CPU."""
     if device.type != "cuda":
         return nvdecode.BatchDecoder(device, threads)

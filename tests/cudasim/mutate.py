@@ -1,4 +1,4 @@
-"""Mutations of the device stage's synchronization, for the tests that prove the
+"""Mutations of the device driver's synchronization, for the tests that prove the
 simulator catches each one: a method's source with some statements replaced, compiled in
 its module and patched in for one test."""
 

@@ -13,7 +13,6 @@ import numpy as np
 from tqdm import tqdm
 
 from ...decode import MODULE_LIMIT, MaxPixels, get_decoder, resolve_max_pixels
-from ...decode.clean import CleanMarks
 from ...transforms import as_compose
 from ..protocols import StreamTraits
 from ..records import PlannedRecords
@@ -165,8 +164,6 @@ class TFRecordStream(PlannedRecords):
         self.decoder = decoder
         self.max_pixels = resolve_max_pixels(max_pixels)
         self._warned = False
-        # Records that decoded clean, shared by the workers: only those get region decodes.
-        self.clean = CleanMarks(len(self))
 
     def __len__(self) -> int:
         """All records, one count for every epoch (error records included)."""

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from ...decode import MODULE_LIMIT, MaxPixels, get_decoder, resolve_max_pixels
-from ...decode.clean import CleanMarks
 from ...transforms import as_compose
 from ..protocols import StreamTraits
 from ..records import PlannedRecords
@@ -106,6 +105,9 @@ class WebDataset(PlannedRecords):
             on from the byte it reached.
         stall_timeout: Seconds without a connection or a byte from the server after which
             an attempt fails and is retried (default 60; None: the transport's defaults).
+            Stalls count over a whole shard: its download fails after ``retries + 1`` of
+            them, so it waits at most ``(retries + 1) * stall_timeout`` on a server that
+            keeps stalling (each stall is a warning naming the URL and byte).
         download_timeout: The most seconds one shard's download may take in all, retries
             included (default None: no limit beyond ``stall_timeout``).
         ahead: Chunks (windows) a slot prepares in the background beyond the current one.
@@ -113,7 +115,10 @@ class WebDataset(PlannedRecords):
 
     Raises:
         FileNotFoundError: A shard does not exist (the message names it).
-        DownloadError: A shard cannot be downloaded for indexing (names URL and byte).
+        DownloadError: A shard cannot be downloaded for indexing (names URL and byte); a
+            read of a shard replaced on the server since it was indexed (ETag or
+            Last-Modified changed): a shard replaced while it downloads for indexing is
+            downloaded again from its start instead.
         ShardError: A shard is not a tar archive.
         ValueError: No samples, or bad arguments.
     """
@@ -210,12 +215,10 @@ class WebDataset(PlannedRecords):
             table = SampleTable(indexing.shards, indexes, *self._exts)
             if len(table) == 0:
                 raise ValueError(f"no samples in {self.urls[:3]}{' ...' if len(self.urls) > 3 else ''}")
-            # Samples that decoded clean, shared by the workers: only those get region decodes.
-            self.clean = CleanMarks(len(table))
             self.table, self._indexing = table, None
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("table", "clean") and self.__dict__.get("_indexing") is not None:  # still being indexed
+        if name == "table" and self.__dict__.get("_indexing") is not None:  # still being indexed
             self._build_table()
             return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -5,7 +5,9 @@ The shards are identified first (one metadata request each, in the constructor: 
 missing shard fails there); indexing them (for remote shards, a download of each, into
 the shard cache) then runs in a pool of threads. Whatever needs the samples waits for it
 (:meth:`Indexing.wait`, with a progress bar), and an error of any shard is raised there,
-where the dataset is first used. A process that forks while indexing is under way (a
+where the dataset is first used; its progress bar counts the bytes downloaded (a remote shard is
+indexed as it downloads: a count of finished shards sits at 0% for the first shard's whole
+download). A process that forks while indexing is under way (a
 Loader starting its workers before asking for ``len``) first waits for it, so the
 children inherit the finished table instead of waiting for a thread they do not have.
 """
@@ -56,7 +58,8 @@ class Indexing:
     """
 
     def __init__(self, store: ShardStore, shards: list[ShardId], threads: int, background: bool) -> None:
-        self.shards, self.total, self.done = shards, len(shards), 0
+        self.shards, self.total, self.done = list(shards), len(shards), 0
+        self._got = [0] * len(shards)  # bytes of each shard downloaded (or all of it, once indexed)
         self._store, self._threads = store, threads
         self._indexes: list[ShardIndex] | None = None
         self._error: BaseException | None = None
@@ -72,7 +75,8 @@ class Indexing:
         try:
             with ThreadPoolExecutor(min(self._threads, self.total)) as pool:
                 out = []
-                for index in pool.map(self._store.index, self.shards):
+                for i, (shard, index) in enumerate(pool.map(self._index, range(self.total))):
+                    self.shards[i] = shard  # a shard replaced while it downloaded: its new version
                     out.append(index)
                     self.done += 1
             self._indexes = out
@@ -80,6 +84,21 @@ class Indexing:
             self._error = e
         finally:
             self._finished.set()
+
+    def _index(self, i: int) -> tuple[ShardId, ShardIndex]:
+        size = self.shards[i].size
+
+        def progress(n: int) -> None:
+            self._got[i] = min(size, self._got[i] + n)  # a download started again counts once
+
+        shard, index = self._store.index_current(self.shards[i], progress)
+        self._got[i] = size
+        return shard, index
+
+    @property
+    def bytes(self) -> tuple[int, int]:
+        """(bytes downloaded or indexed, bytes of all shards) so far."""
+        return sum(self._got), sum(s.size for s in self.shards)
 
     @property
     def finished(self) -> bool:
@@ -93,17 +112,21 @@ class Indexing:
             Exception: What indexing a shard raised (FileNotFoundError, DownloadError, ShardError).
         """
         if not self._finished.is_set():
-            with tqdm(total=self.total, initial=self.done, desc="indexing shards", unit="shard", delay=2) as bar:
+            got, total = self.bytes
+            with tqdm(
+                total=total, initial=got, desc="indexing shards", unit="B", unit_scale=True, unit_divisor=1024, delay=2
+            ) as bar:
                 step = 0.2 if timeout is None else min(0.2, timeout)
                 waited = 0.0
                 while not self._finished.wait(step):
-                    bar.update(self.done - bar.n)
+                    bar.update(self.bytes[0] - bar.n)
+                    bar.set_postfix_str(f"{self.done}/{self.total} shards", refresh=False)
                     waited += step
                     if timeout is not None and waited >= timeout:
                         raise TimeoutError(
                             f"indexing {self.total} shard(s) did not finish in {timeout} s ({self.done} done)"
                         )
-                bar.update(self.done - bar.n)
+                bar.update(self.bytes[0] - bar.n)
         if self._error is not None:
             raise self._error
         assert self._indexes is not None

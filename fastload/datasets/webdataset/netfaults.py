@@ -65,6 +65,12 @@ def transient(error: BaseException) -> bool:
     return any(_from_transport(e) for e in causes)
 
 
+def is_stall(error: BaseException) -> bool:
+    """Whether ``error`` is a wait that ran out (a connect or read timeout: aiohttp's, fsspec's
+    and botocore's time-outs are TimeoutErrors or name themselves so)."""
+    return any(isinstance(e, TimeoutError) or "Timeout" in type(e).__name__ for e in _chain(error))
+
+
 def describe(error: BaseException) -> str:
     """``Type: message`` of the transport's own error where fsspec wrapped it (its
     FileNotFoundError(url) says nothing of a 503)."""

@@ -5,13 +5,21 @@ dropped connections, server errors: HTTP 408, 425, 429 and 5xx); a missing objec
 410) is not retried, nor is a refusal (401, 403). A download that breaks goes on from
 the byte it reached: over HTTP with a ``Range: bytes=N-`` request (a server that ignores
 it resends the whole object, and the bytes already received are read past), elsewhere by
-seeking; the bytes handed on are each handed once.
+seeking; the bytes handed on are each handed once. Every HTTP response is checked against
+the version (ETag or Last-Modified) the shard was identified with, and a resumed request
+carries it as ``If-Range``: an object replaced mid-download is :class:`ShardChanged`, never
+two versions spliced into one (the store then downloads the new version from its start).
 
 Every wait is bounded: ``stall_timeout`` is the longest the transport waits for a
 connection or for the next bytes of a response (aiohttp's ``sock_connect``/``sock_read``
 over HTTP, botocore's ``connect_timeout``/``read_timeout`` for S3), and
 ``download_timeout``, when set, the most one shard's download may take in all, retries
-and backoff included.
+and backoff included. A download that makes progress between failures gets a fresh set of
+retries, but its stalls count over the whole shard: after ``retries + 1`` of them it fails,
+so one shard waits at most ``(retries + 1) * stall_timeout`` for a server that keeps
+stalling (6 minutes at the defaults; a server that sends half of what is left and then
+stalls took 27 stalls, 27 minutes, for a 100 MB shard). Each stall is a warning naming the
+URL and the byte it waits for.
 """
 
 from __future__ import annotations
@@ -19,12 +27,13 @@ from __future__ import annotations
 import os
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .index import ShardId
-from .netfaults import describe, is_missing, transient
+from .netfaults import describe, is_missing, is_stall, transient
 
 CHUNK = 1 << 20
 STREAMING = ("http", "https")  # fsspec's HTTP files stream only with block_size=0
@@ -54,6 +63,32 @@ class DownloadError(OSError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class ShardChanged(DownloadError):
+    """The object at a shard's URL is not the version it was identified (and indexed) as.
+
+    Attributes:
+        version: What the server says it is now.
+    """
+
+    def __init__(self, url: str, offset: int | None = None, problem: str = "", version: str = "") -> None:
+        super().__init__(url, offset, problem)
+        self.version = version
+
+    def __reduce__(self):
+        return type(self), (self.url, self.offset, self.problem, self.version)
+
+
+def _strong(version: str) -> str:
+    """``version`` compared weakly: a server may mark the ETag of a GET weak (``W/``) and not the HEAD's."""
+    return version[2:] if version.startswith("W/") else version
+
+
+def response_version(headers: Any) -> str:
+    """The version an HTTP response names (ETag, else Last-Modified), as :meth:`Remote.identify`
+    reads it from fsspec's info; "" when it names none."""
+    return str(headers.get("ETag") or headers.get("Last-Modified") or "")
 
 
 def is_url(path: str) -> bool:
@@ -153,6 +188,8 @@ class Remote:
             self._check(url, offset, deadline, what)
             try:
                 return call()
+            except DownloadError:  # named already (a replaced object): no retry changes it
+                raise
             except Exception as e:
                 if is_missing(e):
                     raise _missing(url, offset) from e
@@ -192,8 +229,8 @@ class Remote:
         )
         return ShardId(url, size, version)
 
-    def _open_at(self, fs: Any, path: str, shard: ShardId, done: int) -> Any:
-        """The shard opened for reading from byte ``done``."""
+    def _open_at(self, fs: Any, path: str, shard: ShardId, done: int, end: int | None = None) -> Any:
+        """The shard opened for reading from byte ``done`` (to ``end``, when given, over HTTP)."""
         protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
         if protocol not in STREAMING:
             f = fs.open(path, "rb", block_size=8 * CHUNK)
@@ -204,11 +241,23 @@ class Remote:
                     _read_past(f, done)
             return f
         headers = dict(getattr(fs, "kwargs", {}).get("headers") or {})
-        if done:
-            headers["Range"] = f"bytes={done}-"
+        if done or end is not None:
+            headers["Range"] = f"bytes={done}-{'' if end is None else end - 1}"
+            if shard.validated and not shard.version.startswith("W/"):  # If-Range takes strong validators only
+                headers["If-Range"] = shard.version  # changed since: the server sends it all, checked below
         f = fs.open(path, "rb", block_size=0, size=shard.size or None, headers=headers)
         response = getattr(f, "r", None)
-        if done and response is not None and getattr(response, "status", None) == 206:
+        now = response_version(response.headers) if response is not None else ""
+        if shard.validated and now and _strong(now) != _strong(shard.version):
+            f.close()
+            raise ShardChanged(
+                shard.url,
+                done,
+                f"the object was replaced: it was version {shard.version!r} when identified, and the server "
+                f"now sends {now!r}",
+                now,
+            )
+        if "Range" in headers and response is not None and getattr(response, "status", None) == 206:
             got = str(response.headers.get("Content-Range", ""))
             if not got.startswith(f"bytes {done}-"):
                 f.close()
@@ -222,13 +271,14 @@ class Remote:
 
         Raises:
             FileNotFoundError: The object is gone.
-            DownloadError: The transfer failed ``retries + 1`` times without progress, took
-                longer than ``download_timeout``, or the object changed size; names the
-                byte reached.
+            ShardChanged: The server sends another version than ``shard.version`` (HTTP).
+            DownloadError: The transfer failed ``retries + 1`` times without progress, stalled
+                ``retries + 1`` times in all, took longer than ``download_timeout``, or the
+                object changed size; names the byte reached.
         """
         fs, path = self.filesystem(shard.url)
         deadline = self._deadline()
-        done, failures = 0, 0
+        done, failures, stalls = 0, 0, 0
         while done < shard.size:
             reached = done
             try:
@@ -252,26 +302,47 @@ class Remote:
                 if is_missing(e):
                     raise _missing(shard.url, done) from e
                 failures = 1 if done > reached else failures + 1  # progress earns a fresh set of retries
-                if not transient(e) or failures > self.retries:
+                stalls += is_stall(e)  # ... but stalls count over the whole shard: the wait is bounded
+                if not transient(e) or failures > self.retries or stalls > self.retries:
+                    why = (
+                        f"{stalls} stalls of {self.stall_timeout:g} s without a byte: at most retries + 1 = "
+                        f"{self.retries + 1} per shard"
+                        if stalls > self.retries
+                        else f"{failures} failed attempt(s) since the last progress"
+                    )
                     raise DownloadError(
                         shard.url,
                         done,
-                        f"the download broke off after {done} of {shard.size} "
-                        f"bytes ({failures} failed attempt(s) since the last "
-                        f"progress): {describe(e)}",
+                        f"the download broke off after {done} of {shard.size} bytes ({why}): {describe(e)}",
                     ) from e
+                if is_stall(e):
+                    warnings.warn(
+                        f"fastload: {shard.url}: the server sent no byte for {self.stall_timeout:g} s at byte {done:,} "
+                        f"of {shard.size:,} (stall {stalls} of at most {self.retries + 1} for this shard); asking "
+                        f"again from byte {done:,}",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                 self._wait(failures - 1, deadline)
                 self._check(shard.url, done, deadline, f"the download of {shard.size} bytes")
 
     def read(self, shard: ShardId, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end - 1`` of the shard (one ranged request, retried).
 
-        A server that ignores ranges sends the whole object; the span is cut from it.
+        A server that ignores ranges sends the whole object; the span is cut from it. Over
+        HTTP the response must be of the shard's version (:class:`ShardChanged`), as in
+        :meth:`stream`: an index applies to the version it was made from.
         """
         fs, path = self.filesystem(shard.url)
-        data = self._retried(
-            shard.url, f"reading bytes {start}-{end}", lambda: fs.cat_file(path, start=start, end=end), start
-        )
+        protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
+
+        def call() -> bytes:
+            if protocol not in STREAMING:
+                return fs.cat_file(path, start=start, end=end)
+            with self._open_at(fs, path, shard, start, end) as f:
+                return _read_up_to(f, end - start)
+
+        data = self._retried(shard.url, f"reading bytes {start}-{end}", call, start)
         if len(data) != end - start and len(data) == shard.size:
             data = data[start:end]
         if len(data) != end - start:
@@ -293,6 +364,18 @@ class Remote:
         if not isinstance(info.get("size"), int) or info["size"] > limit:
             return None
         return self._retried(url, "reading it", lambda: fs.cat_file(path))
+
+
+def _read_up_to(f: Any, n: int) -> bytes:
+    """``n`` bytes of ``f``, fewer only where it ends."""
+    chunks = []
+    while n > 0:
+        got = f.read(min(CHUNK, n))
+        if not got:
+            break
+        chunks.append(got)
+        n -= len(got)
+    return b"".join(chunks)
 
 
 def _read_past(f: Any, n: int) -> None:

@@ -24,7 +24,7 @@ from .cache import CacheError, CacheFull, ShardCache
 from .gz import file_chunks, gunzip
 from .gz import span as gz_span
 from .index import UNVALIDATED, ShardId, ShardIndex, group_members, load_index, save_index
-from .remote import Remote, is_url, local_path
+from .remote import Remote, ShardChanged, is_url, local_path
 from .tar import file_source, iter_members
 
 
@@ -110,8 +110,9 @@ class ShardStore:
             shard = ShardId(shard.url, shard.size, UNVALIDATED + self.session)
         return shard
 
-    def index(self, shard: ShardId) -> ShardIndex:
-        """The shard's index: the stored one, else built (and stored) now.
+    def index(self, shard: ShardId, progress: Callable[[int], None] | None = None) -> ShardIndex:
+        """The shard's index: the stored one, else built (and stored) now; ``progress(n)`` is
+        told of every ``n`` bytes downloaded for it.
 
         Raises:
             FileNotFoundError, DownloadError: The shard cannot be read.
@@ -122,7 +123,7 @@ class ShardStore:
         if index is not None:
             return index
         if is_url(shard.url) or shard.gzipped:
-            index = self._download(shard)
+            index = self._download(shard, progress)
         else:
             index = _scan_file(local_path(shard.url), shard)
         if not shard.validated:
@@ -137,6 +138,31 @@ class ShardStore:
             )
         return index
 
+    def index_current(
+        self, shard: ShardId, progress: Callable[[int], None] | None = None, attempts: int = 3
+    ) -> tuple[ShardId, ShardIndex]:
+        """(the shard as the server holds it now, its index): a shard replaced while it
+        downloads (:class:`.remote.ShardChanged`) is identified again and downloaded from its
+        start, so its index, cached copy and version are all of one version.
+
+        Raises:
+            ShardChanged: It changed ``attempts`` times in a row.
+            FileNotFoundError, DownloadError, ShardError: As :meth:`index`.
+        """
+        for attempt in range(attempts):
+            try:
+                return shard, self.index(shard, progress)
+            except ShardChanged as e:
+                if attempt == attempts - 1:
+                    raise ShardChanged(
+                        shard.url, e.offset, f"{e.problem}; it changed {attempts} times while downloading", e.version
+                    ) from e
+                warnings.warn(
+                    f"fastload: {e}; downloading the new version from its start", RuntimeWarning, stacklevel=2
+                )
+                shard = self.identify(shard.url)
+        raise AssertionError("unreachable")
+
     def _plain(self, shard: ShardId) -> Iterator[bytes]:
         """The shard's tar bytes, streamed (decompressed when it is gzip'd)."""
         raw = self.remote.stream(shard) if is_url(shard.url) else file_chunks(local_path(shard.url))
@@ -148,13 +174,18 @@ class ShardStore:
         tee.drain()
         return index
 
-    def _download(self, shard: ShardId) -> ShardIndex:
+    def _download(self, shard: ShardId, progress: Callable[[int], None] | None = None) -> ShardIndex:
         """Scans the shard while it downloads, into the cache when it can take it; a copy that
         another process put in the cache meanwhile is scanned instead of downloading again."""
         found: list[ShardIndex] = []
 
         def write(sink: Callable[[bytes], None]) -> None:
-            found.append(self._scan(shard, sink))
+            def counted(chunk: bytes) -> None:
+                sink(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+
+            found.append(self._scan(shard, counted))
 
         cache = self._cache_for(shard)
         if cache is not None:

@@ -1,16 +1,17 @@
 """GPU decode (``Loader(decode="gpu")``): workers read bytes and draw crops, the GPU decodes.
 
 Workers plan each sample exactly as the CPU path does and send the batch's JPEG bytes
-with each row's crop and flip (:class:`EncodedBatch`); the device stage decodes the batch
-in one nvImageCodec call (a region where the crop covers under half the image), then
-crops, resizes (antialiased bilinear), flips and normalizes on the GPU into N×C×H×W
-channels_last (:class:`GpuDecodeStage`). What the GPU decoder cannot take is decoded by
+with each row's crop and flip (:class:`EncodedBatch`); the device driver runs the
+:class:`GpuDecode` executor on its own thread: it decodes the batch in one nvImageCodec
+call (a region where the crop covers under half the image), then crops, resizes
+(antialiased bilinear) and flips on the GPU; the driver normalizes into N×C×H×W
+channels_last, as it does every batch. What the GPU decoder cannot take is decoded by
 the CPU path: in the worker when the header says so (CMYK, progressive, not a JPEG, cut
 short), in the main process when the decoder refuses it, each failure attributed to its
 sample under ``on_error``.
 
 Only the presets' transforms can run there (:class:`GpuPipeline`). Without a GPU,
-``FASTLOAD_GPU_DECODE_ON_CPU=1`` runs the same stage with nvImageCodec's CPU backend and
+``FASTLOAD_GPU_DECODE_ON_CPU=1`` runs the same executor with nvImageCodec's CPU backend and
 torch on the CPU (for tests).
 """
 
@@ -22,14 +23,14 @@ from typing import Any
 import torch
 
 from .encoded import EncodedBatch, gpu_decodable
+from .executor import GpuDecode
 from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline
-from .stage import GpuDecodeStage
 
 __all__ = [
     "REGION_MAX_AREA",
     "EncodedBatch",
+    "GpuDecode",
     "Geometry",
-    "GpuDecodeStage",
     "GpuPipeline",
     "check_setup",
     "gpu_decodable",
@@ -49,7 +50,7 @@ def check_setup(dataset: Any, device: torch.device, backend: str, streaming: boo
 
     Raises:
         ValueError: No CUDA device (and no ``FASTLOAD_GPU_DECODE_ON_CPU=1``), a stream,
-            the thread backend, or transforms the stage cannot run.
+            the thread backend, or transforms the executor cannot run.
         TypeError: A dataset that is not a fastload dataset.
         ImportError: nvImageCodec is not installed (names the wheels).
     """

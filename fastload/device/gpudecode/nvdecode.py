@@ -2,10 +2,10 @@
 
 On a CUDA device the decoder uses nvImageCodec's GPU backends (nvJPEG's hardware
 decoder where the GPU has one, its CUDA and hybrid decoders otherwise), enqueued on the
-stage's stream; the tensors are zero-copy views of nvImageCodec's images (DLPack). On the
+driver's stream; the tensors are zero-copy views of nvImageCodec's images (DLPack). On the
 CPU it uses the CPU backend (libjpeg-turbo; pixels identical to fastload's TurboJPEG
 decode), the stand-in the tests run. Images a backend refuses come back as None, for the
-stage's CPU fall-back.
+executor's CPU fall-back.
 
 The GPU backends need nvImageCodec built for the machine's CUDA major version with
 nvJPEG: ``pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg`` for CUDA 13 (``-cu12`` and

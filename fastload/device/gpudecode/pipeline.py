@@ -1,6 +1,6 @@
-"""Which transform pipelines the GPU decode stage runs, and each sample's geometry there.
+"""Which transform pipelines GPU decode runs, and each sample's geometry there.
 
-The stage runs the presets (:func:`fastload.transforms.train` and :func:`~fastload.transforms.eval`):
+GPU decode runs the presets (:func:`fastload.transforms.train` and :func:`~fastload.transforms.eval`):
 RandomResizedCrop or Resize + CenterCrop, antialiased, optionally followed by
 RandomHorizontalFlip. Their crops are drawn in the worker from the sample's generator,
 exactly as the CPU path draws them; the GPU then crops, resizes and flips.
@@ -26,7 +26,7 @@ _USE_CPU = "use decode='cpu' for other transforms"
 
 @dataclass(frozen=True)
 class Geometry:
-    """How the stage turns one decoded image into its batch row.
+    """How GPU decode turns one decoded image into its batch row.
 
     Attributes:
         region: (y0, x0, y1, x1) decoded as a region, in full-size pixels; None: a full decode.
@@ -43,7 +43,7 @@ class Geometry:
 
 @dataclass(frozen=True)
 class GpuPipeline:
-    """The transforms of a dataset, as the GPU decode stage runs them.
+    """The transforms of a dataset, as GPU decode runs them.
 
     Attributes:
         crop: The leading crop planner.
@@ -61,7 +61,7 @@ class GpuPipeline:
 
         Raises:
             TypeError: ``dataset`` is not a fastload dataset that plans its samples.
-            ValueError: Its transforms are not ones the stage can run (the message says which).
+            ValueError: Its transforms are not ones GPU decode can run (the message says which).
         """
         from ...datasets.base import plannable
 
@@ -91,7 +91,7 @@ class GpuPipeline:
         return cls(crop, rest[0] if rest else None, crop.size)
 
     def geometry(self, crop: Crop, height: int, width: int) -> Geometry:
-        """The stage's work for ``crop`` (drawn by :attr:`crop`) of a ``height`` x ``width`` image."""
+        """GPU decode's work for ``crop`` (drawn by :attr:`crop`) of a ``height`` x ``width`` image."""
         if isinstance(self.crop, ResizedCenterCrop):
             # Resize the whole image, then take the centre window: the CPU path's pixels
             # (its window resize computes exactly these output pixels).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,16 @@ _PIL_MODES = {0: "nearest", 2: "bilinear", 3: "bicubic", 1: "lanczos", 4: "box",
 _CV2_MODES = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR}
 
 Fill = float | Sequence[float] | None
+
+
+def finite(name: str, value: Any) -> Any:
+    """``value`` as given when it, or each number of a sequence, is finite; else a ValueError
+    naming ``name``. inf and nan pass most range checks (``v >= 0``, ``lo <= hi``) and then
+    fail every sample in a worker: transforms check their numbers with this at construction."""
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and not math.isfinite(v):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
 
 
 def check_image(img: Any, rgb_or_gray: bool = False) -> int:
@@ -70,6 +81,7 @@ def fill_values(fill: Fill, channels: int) -> list[float]:
     """``fill`` (None, a number or one per channel) as one float per channel."""
     if fill is None:
         return [0.0] * channels
+    finite("fill", fill)
     if isinstance(fill, (int, float, np.integer, np.floating)) and not isinstance(fill, bool):
         return [float(fill)] * channels
     if isinstance(fill, (list, tuple)) and all(isinstance(v, (int, float, np.integer, np.floating)) for v in fill):
@@ -85,6 +97,7 @@ def check_fill(fill: Fill) -> float | list[float] | None:
     """``fill`` checked once, at a transform's construction: None, a number, or numbers."""
     if fill is None:
         return None
+    finite("fill", fill)
     if isinstance(fill, (int, float, np.integer, np.floating)) and not isinstance(fill, bool):
         return float(fill)
     if (
