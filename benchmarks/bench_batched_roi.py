@@ -32,7 +32,8 @@ from common import parser, photo_folder, report
 
 import fastload as fl
 from fastload.decode import get_decoder, plan, roi
-from fastload.sources.batchplan import BatchedRegions, BatchPlan, PerSample, decode_regions, plan_row
+from fastload.sources import batchplan
+from fastload.sources.batchplan import BatchPlan, decode_regions, plan_row
 from fastload.sources.maker import BatchMaker
 from fastload.sources.pools import PlainPool
 from fastload.sources.request import BatchRequest
@@ -74,8 +75,8 @@ def main() -> None:
     # The batched row's batches are planned ahead, its regions decoded in one call (what the
     # sources do under FASTLOAD_ROI=trusted); the others load sample by sample.
     makers = {name: BatchMaker.of(ds) for name, ds in datasets.items()}
-    makers["batch, batched path, region"].executor = BatchedRegions()
-    assert all(isinstance(m.executor, PerSample) for name, m in makers.items() if "batched" not in name)
+    for name, m in makers.items():
+        m.executor = batchplan.BatchedRegions() if "batched" in name else batchplan.PerSample()
     clean = datasets["batch, batched path, region"]
     stage_loader = makers["batch, batched path, region"].loader
     pool = PlainPool(pin=False)

@@ -28,11 +28,11 @@ from .datasets import (
 from .datasets.sampleplan import SamplePlan
 from .datasets.storage import SharedArray, StringArray
 from .decode import DecodeError, decode_image, get_decoder, image_size
-from .device.gpudecode import EncodedBatch
 from .device.normalize import Normalizer
 from .device.prefetch import CudaPrefetcher
 from .loader import Loader
 from .sources.failures import WorkerFailure
+from .sources.packed import EncodedBatch
 from .sources.resume import merge_states
 from .sources.sampler import ShardedBatchSampler
 

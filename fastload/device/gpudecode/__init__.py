@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .encoded import EncodedBatch, gpu_decodable
+from ...sources.packed import EncodedBatch, gpu_decodable
 from .executor import GpuDecode
 from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline
 

@@ -26,9 +26,9 @@ import torch.nn.functional as F
 
 from ...batch import SkippedSample
 from ...sources.fetch import SampleLoader, put
+from ...sources.packed import EncodedBatch
 from ...targets import fill
 from ..staged import Placement, Staged
-from .encoded import EncodedBatch
 from .nvdecode import BatchDecoder
 
 __all__ = ["GpuDecode"]

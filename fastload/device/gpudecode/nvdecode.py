@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ...decode import roi
-from .encoded import EncodedBatch
+from ...sources.packed import EncodedBatch
 
 # nvJPEG upsamples chroma by replication unless asked for libjpeg's triangle filter,
 # which fastload's CPU decoders use.
