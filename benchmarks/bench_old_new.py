@@ -14,11 +14,15 @@ workers, from /proc), and the new version's ratio to the old for each case:
 - WebDataset shards of the same photos (train: shuffled; its batches now planned, regions
   decoded in one call).
 
+With ``--roi trusted`` both versions run with ``FASTLOAD_ROI=trusted`` (files trusted intact:
+region decodes planned): the thread backend's and WebDataset's batches then decode their
+regions in one call, as only the process backend did before.
+
 The target (issue 33): new >= 0.98x old for train and eval on both backends. On a machine
 shared with other jobs the wall rates swing with their load: read the CPU-time ratios, and
 re-run on a quiet machine for the record.
 
-Usage: ``python benchmarks/bench_old_new.py --old ../old [--rounds 7] [--workers N]``;
+Usage: ``python benchmarks/bench_old_new.py --old ../old [--rounds 7] [--workers N] [--roi trusted]``;
 ``--quick`` runs a few batches of each case once, to check that it still runs.
 """
 
@@ -87,9 +91,11 @@ def child(code: str) -> None:
 class Version:
     """A child process running the fastload of checkout ``code``."""
 
-    def __init__(self, name: str, code: str) -> None:
+    def __init__(self, name: str, code: str, roi: str | None = None) -> None:
         self.name = name
         env = {**os.environ, "PYTHONPATH": ""}  # the checkout alone decides which fastload runs
+        if roi is not None:
+            env["FASTLOAD_ROI"] = roi
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--child", code],
             stdin=subprocess.PIPE,
@@ -130,6 +136,7 @@ def main() -> None:
     p.set_defaults(batch_size=128)
     p.add_argument("--old", required=True, help="a checkout of the code before the redesign (git worktree)")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--roi", default=None, help="FASTLOAD_ROI for both versions (e.g. trusted: region decodes)")
     args = p.parse_args()
     folder = photo_folder(args)
     shards = shards_of(folder)
@@ -138,12 +145,19 @@ def main() -> None:
     new = os.path.dirname(HERE)
     results = {}
     for mode, train in (("train", True), ("eval", False)):
-        versions = [Version("old", os.path.abspath(args.old)), Version("new", new)]
+        versions = [Version("old", os.path.abspath(args.old), args.roi), Version("new", new, args.roi)]
         try:
             for v in versions:
                 for case in CASES:
-                    v.ask(do="open", case=case, train=train, folder=folder, shards=shards, batch_size=bs,
-                          workers=args.workers)
+                    v.ask(
+                        do="open",
+                        case=case,
+                        train=train,
+                        folder=folder,
+                        shards=shards,
+                        batch_size=bs,
+                        workers=args.workers,
+                    )
             runs: dict = {(v.name, case): [] for v in versions for case in CASES}
             order = [(v, case) for case in CASES for v in versions]
             for r in range(1, rounds + 1):
@@ -162,12 +176,23 @@ def main() -> None:
                 old = median([x[k] for x in runs[("old", case)]])
                 now = median([x[k] for x in runs[("new", case)]])
                 print(f"  {case:16s} old {old:7.0f}  new {now:7.0f}  new/old {now / old:5.2f}x")
-    print(f"({bs} per batch, {args.workers} workers/threads, old code: {os.path.abspath(args.old)})")
+    print(
+        f"({bs} per batch, {args.workers} workers/threads, FASTLOAD_ROI={args.roi}, old code: "
+        f"{os.path.abspath(args.old)})"
+    )
     if args.json:
         with open(args.json, "a") as f:
-            f.write(json.dumps({"benchmark": "bench_old_new", "quick": args.quick,
-                                "runs": {m: {f"{v} {c}": x for (v, c), x in r.items()} for m, r in results.items()}})
-                    + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "benchmark": "bench_old_new",
+                        "quick": args.quick,
+                        "roi": args.roi,
+                        "runs": {m: {f"{v} {c}": x for (v, c), x in r.items()} for m, r in results.items()},
+                    }
+                )
+                + "\n"
+            )
 
 
 if __name__ == "__main__":

@@ -62,3 +62,17 @@ def test_train_step_timing_splits_data_wait_from_compute():
     assert starved["wait_ms"] >= 55 and fed["wait_ms"] < 30 <= fed["step_ms"] - 30, (starved, fed)
     assert starved["wait_share"] > fed["wait_share"] and starved["steps"] == fed["steps"] == 4
     assert abs(fed["images_per_s"] - 2 / (fed["step_ms"] / 1e3)) < 0.5 * fed["images_per_s"]
+
+
+@pytest.mark.slow
+def test_old_new_comparison_runs_against_a_checkout(tmp_path):
+    """bench_old_new.py's --quick mode, the tree compared with itself (a checkout of the old
+    code is the user's to make): each version's process runs its own fastload."""
+    out = tmp_path / "results.jsonl"
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "bench_old_new.py"), "--old", os.path.dirname(BENCH),
+                           "--quick", "--workers", "1", "--json", str(out), "--data", str(tmp_path / "data")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("new/old") == 12  # 3 cases x train/eval x wall/CPU
+    record = json.loads(out.read_text().splitlines()[-1])
+    assert record["benchmark"] == "bench_old_new" and len(record["runs"]["train"]) == 6

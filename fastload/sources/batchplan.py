@@ -9,10 +9,11 @@ batch row under the error policy.
 
 How the plan is decoded is the executor's (:func:`cpu_executor` chooses, once):
 
-- :class:`PerSample`: nothing is planned ahead; each row is loaded whole (the dataset
-  plans and finishes it on its own).
+- :class:`PerSample`: for a dataset that does not plan (a user's own): each row is loaded
+  whole, nothing planned ahead.
 - :class:`BatchedRegions`: every row is planned first, and the regions of the rows planned
-  for a region decode are decoded in one nvImageCodec call
+  for a region decode (files trusted intact: ``FASTLOAD_ROI=trusted``) are decoded in one
+  nvImageCodec call
   (:meth:`RegionDecoder.decode_batch <fastload.decode.roi.RegionDecoder.decode_batch>`);
   finishing a row then does the rest (the other decodes, resize, flip).
 
@@ -34,7 +35,6 @@ import numpy as np
 from ..datasets.sampleplan import SamplePlan
 from ..decode import DecodeError, roi
 from ..decode.header import check_jpeg_complete
-from ..decode.plan import get_planner
 from .fetch import SampleLoader
 from .request import BatchRequest
 from .samples import RecordSamples, Samples
@@ -129,7 +129,7 @@ class PerSample:
 
 
 class BatchedRegions:
-    """Every row planned first, the planned regions decoded in one call, then each row finished."""
+    """Every row planned first, the planned regions (if any) decoded in one call, then each row finished."""
 
     plans = True
 
@@ -141,9 +141,11 @@ CpuExecutor = Union[PerSample, BatchedRegions]
 
 
 def cpu_executor(samples: Samples | RecordSamples) -> CpuExecutor:
-    """How batches of ``samples`` are decoded on the CPU: in batches of regions where the
-    dataset plans and this process's planner plans region decodes (for files trusted intact,
-    ``FASTLOAD_ROI=trusted``: see :func:`fastload.decode.plan.get_planner`), else sample by
-    sample. Workers plan as this process does (forked: its planner; started anew: the same
-    environment)."""
-    return BatchedRegions() if samples.plans and get_planner().region else PerSample()
+    """How batches of ``samples`` are decoded on the CPU: planned ahead, the regions planned
+    (for files trusted intact, ``FASTLOAD_ROI=trusted``) decoded in one call, where the dataset
+    plans; else sample by sample.
+
+    Planning a batch ahead costs nothing where no region is planned, and is the cheaper order
+    even then: its reads and header checks first, then its decodes back to back (about 3% less
+    CPU per image than each sample planned and finished in turn, measured on the photo set)."""
+    return BatchedRegions() if samples.plans else PerSample()
