@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -49,6 +50,10 @@ def child(code: str) -> None:
 
     sys.path.insert(1, HERE)
     from common import tree_cpu_seconds
+
+    def cpu_seconds() -> float:
+        """This process, its live descendants, and the workers it has joined (a stream's)."""
+        return tree_cpu_seconds() + sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2])
 
     assert os.path.dirname(os.path.abspath(fl.__file__)) == os.path.join(os.path.abspath(code), "fastload")
     loaders: dict[str, object] = {}
@@ -71,12 +76,14 @@ def child(code: str) -> None:
             loader = loaders[cmd["case"]]
             loader.set_epoch(cmd["epoch"])
             time.sleep(SETTLE)
-            start, cpu, images = time.perf_counter(), tree_cpu_seconds(), 0
+            start, cpu, images = time.perf_counter(), cpu_seconds(), 0
             for k, (x, _) in enumerate(loader):
                 images += x.shape[0]
                 if cmd["limit"] and k + 1 >= cmd["limit"]:
                     break
-            wall, spent = time.perf_counter() - start, tree_cpu_seconds() - cpu
+            wall = time.perf_counter() - start
+            time.sleep(SETTLE)  # a stream's workers (started each epoch) are joined, their time counted
+            spent = cpu_seconds() - cpu
             print(json.dumps({"rate": images / wall, "cpu_rate": images / max(spent, 1e-3)}), flush=True)
         elif cmd["do"] == "close":
             for loader in loaders.values():
