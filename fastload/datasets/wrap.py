@@ -19,6 +19,7 @@ from ..batch import SampleError
 from ..transforms import as_compose
 from ..views import contiguous
 from .base import sample_name, sample_rng
+from .protocols import Describes
 
 ACCEPTED = "a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 tensor (C×H×W or H×W×C)"
 NO_TARGET = -1  # the target of an item that is a bare image
@@ -185,7 +186,7 @@ class WrappedDataset(torch.utils.data.Dataset):
         """The dataset's name for the sample: its ``describe(i)``, a path from ``samples``/
         ``imgs`` (torchvision) or ``paths``/``files``, else "sample N"."""
         ds = self.dataset
-        if callable(getattr(ds, "describe", None)):
+        if isinstance(ds, Describes):
             return str(ds.describe(index))
         for attr in ("samples", "imgs", "paths", "files"):
             entries = getattr(ds, attr, None)

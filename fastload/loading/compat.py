@@ -10,6 +10,7 @@ honoured; it is an error, never a silent change of order or content.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +89,7 @@ def _sampler_advice(sampler: Any) -> str:
 
 def _distributed(sampler: DistributedSampler, options: dict, base: LoaderConfig, dataset: Any) -> dict:
     """LoaderConfig options that deal the samples as ``sampler`` does."""
-    if hasattr(dataset, "__len__") and len(sampler.dataset) != len(dataset):
+    if isinstance(dataset, Sized) and len(sampler.dataset) != len(dataset):
         raise ValueError(
             f"the DistributedSampler is over a dataset of {len(sampler.dataset)} samples, the "
             f"Loader's has {len(dataset)}: give both the same dataset"

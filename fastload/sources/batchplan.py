@@ -18,11 +18,12 @@ How the plan is decoded is the executor's (:func:`cpu_executor` chooses, once):
   finishing a row then does the rest (the other decodes, resize, flip).
 
 Plans, draws, pixels, errors, replacements and their order are those of the per-sample
-path, sample for sample: a row whose planning fails is loaded whole and meets its error
-again there; a region the batched call could not decode, or one of a JPEG cut short (whose
-region above the cut would decode), is decoded alone when its row is finished, where it
-fails as on the per-sample path. (The GPU's worker side, :mod:`fastload.sources.packed`,
-plans rows the same way and packs them instead.)
+path, sample for sample: a row whose planning fails raises that error when it is loaded,
+where the policy applies (its bytes are read once, as on the per-sample path); a region
+the batched call could not decode, or one of a JPEG cut short (whose region above the cut
+would decode), is decoded alone when its row is finished, where it fails as on the
+per-sample path. (The GPU's worker side, :mod:`fastload.sources.packed`, plans rows the
+same way and packs them instead.)
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class Row:
 
     key: Any  # what names the sample to its dataset: an index, or a stream's record
     index: int  # the sample's number (its index, or its record's): names it, seeds its draws
-    plan: SamplePlan | None = None  # None: loaded whole (not planned, or its planning failed)
+    plan: SamplePlan | None = None  # None: loaded whole (not planned), or failed
     pixels: np.ndarray | None = None  # its planned region, decoded with the batch's
+    error: Exception | None = None  # what its planning raised: loading it raises this
 
 
 @dataclass
@@ -77,13 +79,13 @@ class BatchPlan:
 
 
 def plan_row(loader: SampleLoader, plan: BatchPlan, j: int, worker: int) -> None:
-    """Plans row ``j``; a row whose planning fails stays unplanned (loading it meets the error again)."""
+    """Plans row ``j``; a row whose planning fails keeps its error, which loading it raises."""
     row, request = plan.rows[j], plan.request
     loader.inflight.begin(worker, row.index, request.epoch)
     try:
         row.plan = loader.samples.plan(row.key, request.epoch, request.seed)
-    except Exception:  # the per-sample path meets it again and applies the error policy
-        pass
+    except Exception as e:  # the sample's error: the error policy applies when its row is loaded
+        row.error = e
     finally:
         loader.inflight.end(worker)
 

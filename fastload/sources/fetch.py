@@ -81,9 +81,12 @@ class SampleLoader:
         shape: SampleShape | None,
         plan: SamplePlan | None = None,
         pixels: np.ndarray | None = None,
+        failed: Exception | None = None,
     ) -> tuple[np.ndarray | tuple, Target]:
         self.inflight.begin(worker, self.samples.number(key), epoch)
         try:
+            if failed is not None:  # its planning failed: the sample's error, met once
+                raise failed
             if plan is not None:
                 image, target = self.samples.finish(plan, pixels, out)
             else:
@@ -111,32 +114,34 @@ class SampleLoader:
         seed: int,
         plan: SamplePlan | None = None,
         pixels: np.ndarray | None = None,
+        failed: Exception | None = None,
     ) -> Loaded:
         """Sample ``index`` (or its replacement) with the draws of (``seed``, ``epoch``), written
         into ``out`` where the transforms allow; finished from ``plan`` (and its region's
-        ``pixels``) when it was planned. An image not of ``out``'s shape (or ``shape``) is an
+        ``pixels``) when it was planned; ``failed``: the error its planning met (raised as the
+        sample's, under the policy: read once, so a failure that would not repeat is still its own). An image not of ``out``'s shape (or ``shape``) is an
         error of its sample."""
         try:
-            image, label = self._one(index, epoch, seed, worker, out, shape, plan, pixels)
+            image, label = self._one(index, epoch, seed, worker, out, shape, plan, pixels, failed)
             return Loaded(image, label, index, [])
         except Exception as e:
             if self.on_error == "raise":
                 raise self.named(index, e) from e
             error: Exception = e
         skipped = [self.skipped(epoch, index, error)]
-        failed = {index}
+        tried = {index}
         rng = sample_rng(seed, epoch, index)
         n = len(cast(Samples, self.samples))  # replacements are drawn by index (a stream's are its neighbours)
         for _ in range(MAX_REPLACEMENTS):
             other = int(rng.integers(n))
-            while other in failed and len(failed) < n:
+            while other in tried and len(tried) < n:
                 other = int(rng.integers(n))
             try:
                 image, label = self._one(other, epoch, seed, worker, out, shape)
                 return Loaded(image, label, other, skipped)
             except Exception as e:
                 skipped.append(self.skipped(epoch, other, e))
-                failed.add(other)
+                tried.add(other)
                 error = e
         raise SampleError(
             f"on_error='skip': sample {index} and {MAX_REPLACEMENTS} replacements failed; last: {skipped[-1]}",
@@ -154,10 +159,11 @@ class SampleLoader:
         seed: int,
         plan: SamplePlan | None = None,
         pixels: np.ndarray | None = None,
+        failed: Exception | None = None,
     ) -> Loaded | Exception:
         """The sample of ``key``, or its error (named, under ``on_error="raise"``: raised)."""
         try:
-            image, label = self._one(key, epoch, seed, worker, out, None, plan, pixels)
+            image, label = self._one(key, epoch, seed, worker, out, None, plan, pixels, failed)
             return Loaded(image, label, self.samples.number(key), [])
         except Exception as e:
             if self.on_error == "raise":

@@ -78,7 +78,7 @@ class BatchMaker:
         """Row ``j`` (or its replacement) into ``out`` (else beside), under the error policy."""
         r, request = plan.take(j), plan.request
         return self.loader.load(
-            r.key, request.epoch, worker, out, shape, seed=request.seed, plan=r.plan, pixels=r.pixels
+            r.key, request.epoch, worker, out, shape, seed=request.seed, plan=r.plan, pixels=r.pixels, failed=r.error
         )
 
     def head(self, plan: BatchPlan, worker: int = 0) -> list[Loaded]:

@@ -109,7 +109,11 @@ class StreamMaker:
                     self.executor.decode_batch(self.loader, plan, worker)
                     for j in range(len(plan)):
                         r = plan.take(j)
-                        done.append(self.loader.try_load(r.key, epoch, worker, seed=seed, plan=r.plan, pixels=r.pixels))
+                        done.append(
+                            self.loader.try_load(
+                                r.key, epoch, worker, seed=seed, plan=r.plan, pixels=r.pixels, failed=r.error
+                            )
+                        )
                 for r, got in zip(plan.rows, done):
                     yield got if isinstance(got, Loaded) else self.loader.skipped(epoch, r.key, got)
                 number += 1
