@@ -225,6 +225,7 @@ class TurboJPEGDecoder(LibjpegTurboDecoder):
         left: int,
         right: int,
         fast_upsample: bool = False,
+        out: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[int, int]]:
         """The rows ``top`` to the image's bottom and at least columns ``left`` to ``right``
         of the decode at DCT ``scale`` (in its pixels), strictly (see the module docstring).
@@ -233,6 +234,11 @@ class TurboJPEGDecoder(LibjpegTurboDecoder):
         goes on: libjpeg's fancy upsampling treats a cropped decode's side edges as the
         image's, so only pixels an iMCU in from them equal the full decode's. A JPEG only
         (check ``header.format``; CMYK is not decoded here).
+
+        With ``out`` (a C-contiguous uint8 buffer of at least the whole decode's bytes), the
+        region is written where it lies in the whole decode's layout and that whole-size
+        view is returned, origin (0, 0): its pixels outside the region are undefined, so
+        only code that reads within the region may use it (:func:`fastload.decode.plan.execute`).
 
         Returns:
             The RGB pixels and where they start, (row, column) in the decode at ``scale``.
@@ -260,10 +266,17 @@ class TurboJPEGDecoder(LibjpegTurboDecoder):
         lib.tj3SetScalingFactor(handle, _ScalingFactor(scale.numerator, scale.denominator))
         if lib.tj3SetCroppingRegion(handle, _Region(x0, top, x1 - x0, full_h - top)) != 0:
             raise DecodeError(f"libjpeg-turbo: {lib.tj3GetErrorStr(handle).decode(errors='replace')}")
-        out = np.empty((full_h - top, x1 - x0, 3), np.uint8)
-        if lib.tj3Decompress8(handle, src.ctypes.data, src.size, out.ctypes.data, (x1 - x0) * 3, TJPF_RGB) != 0:
+        if out is None:
+            pixels = whole = np.empty((full_h - top, x1 - x0, 3), np.uint8)
+            origin, pitch = (top, x0), (x1 - x0) * 3
+        else:
+            if out.dtype != np.uint8 or not out.flags.c_contiguous or out.size < full_h * full_w * 3:
+                raise ValueError(f"out must be a C-contiguous uint8 buffer of at least {full_h * full_w * 3} bytes")
+            whole = out.reshape(-1)[: full_h * full_w * 3].reshape(full_h, full_w, 3)
+            pixels, origin, pitch = whole[top:, x0:x1], (0, 0), full_w * 3
+        if lib.tj3Decompress8(handle, src.ctypes.data, src.size, pixels.ctypes.data, pitch, TJPF_RGB) != 0:
             raise DecodeError(f"libjpeg-turbo: {lib.tj3GetErrorStr(handle).decode(errors='replace')}")
-        return out, (top, x0)
+        return whole, origin
 
     def _decode_jpeg(
         self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool, out: np.ndarray | None
