@@ -11,6 +11,7 @@ retired is dropped; anything else (the user's own DataLoaders) is raised as torc
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import signal
 import threading
@@ -101,3 +102,19 @@ class waiting:
         global _waiting
         if threading.current_thread() is threading.main_thread():
             _waiting -= 1
+
+def _forked() -> None:
+    """In a forked child (``os.fork``): the running sources' workers are the parent's, and so
+    are their deaths. multiprocessing still lists them as this process's children, and at its
+    exit would SIGTERM them and then fail to join them: they are forgotten here."""
+    parents = _ours()
+    _tables.clear()
+    _pending.clear()
+    # multiprocessing's own forks reset this set; os.fork does not (no public API reaches it).
+    children = multiprocessing.process._children  # type: ignore[attr-defined]
+    for process in list(children):
+        if process.pid in parents:
+            children.discard(process)
+
+
+os.register_at_fork(after_in_child=_forked)

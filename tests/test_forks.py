@@ -1,0 +1,166 @@
+"""Forks, exits and descriptors (issue 32, items 1, 3, 4, 5, 9).
+
+A Loader made before ``os.fork()`` is used in the child as users do it: a fresh pass there
+gets workers, threads and slots of the child's own; the parent's pass, inherited mid-way,
+raises at once in the child and goes on in the parent. Every batch's rows are checked
+against the samples its indices name: a batch holding rows of another is caught. Each
+scenario runs in a subprocess of its own (forks, descriptor limits and exits are per process).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+COMMON = """
+import gc, json, os, sys, time
+import numpy as np
+import fastload as fl
+
+class Numbered(fl.ImageDataset):
+    '''Each sample's pixels spell its index.'''
+
+    def __init__(self, n):
+        super().__init__(np.arange(n, dtype=np.int64))
+
+    def load(self, index, epoch=0, seed=0):
+        img = np.empty((16, 16, 3), np.uint8)
+        img[..., 0], img[..., 1], img[..., 2] = index % 256, index // 256, 7
+        return img, int(index)
+
+def check(loader, passes=1, it=None):
+    '''(batches, batches holding a row that is not the sample its index names).'''
+    batches = wrong = 0
+    for _ in range(passes):
+        for images, targets, indices in (it if it is not None else loader):
+            rows = images[:, 0, 0, 0].long() + 256 * images[:, 1, 0, 0].long()
+            batches += 1
+            wrong += bool((rows != indices).any() or (targets != indices).any())
+        it = None
+    return batches, wrong
+
+def make(n=600, **kw):
+    kw = {"batch_size": 8, "num_workers": 2, "device": "cpu", "normalize": False, "return_index": True,
+          "timeout": 20, **kw}
+    return fl.Loader(Numbered(n), **kw)
+
+def in_child(fn):
+    '''Runs fn() in a forked child (which exits as a program does: atexit, finalization);
+    returns what it printed last, as JSON.'''
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            out = fn()
+        except BaseException as e:
+            out = {"error": f"{type(e).__name__}: {e}"}
+        os.write(w, json.dumps(out).encode())
+        os.close(w)
+        sys.exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    _, status = os.waitpid(pid, 0)
+    return {"child": json.loads(text) if text else None, "exit": os.waitstatus_to_exitcode(status)}
+"""
+
+
+def run(script: str, timeout: float = 240, *args: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", COMMON + script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=_TESTS,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    found["stderr"] = proc.stderr
+    return found
+
+
+BEFORE_FORK = """
+loader = make(backend=sys.argv[1], timeout=8)
+child = in_child(lambda: check(loader, passes=2))
+print(json.dumps({**child, "parent": check(loader)}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_a_loader_made_before_a_fork_delivers_every_batch_in_the_child(backend):
+    found = run(BEFORE_FORK, 240, backend)
+    assert found["exit"] == 0, found
+    assert found["child"] == [150, 0], f"the child's two passes: {found['child']}"
+    assert found["parent"] == [75, 0], found
+
+
+INHERITED_PASS = """
+loader = make(backend=sys.argv[1])
+it = iter(loader)
+first = next(it)
+
+def child():
+    global it
+    start = time.monotonic()
+    try:
+        next(it)
+        refused = None
+    except RuntimeError as e:
+        refused = str(e)
+    waited = time.monotonic() - start
+    own = check(loader)
+    del it  # dropped and collected here: must not stop the parent's workers
+    gc.collect()
+    return {"refused": refused, "waited": waited, "own": own}
+
+child_found = in_child(child)
+rest = check(loader, it=it)
+print(json.dumps({**child_found, "parent": [rest[0] + 1, rest[1]]}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_a_forked_child_is_refused_the_parents_pass_which_goes_on(backend):
+    found = run(INHERITED_PASS, 240, backend)
+    child = found["child"]
+    assert found["exit"] == 0, found
+    assert child["refused"] and "fork" in child["refused"] and "iterate the Loader again" in child["refused"], child
+    assert child["waited"] < 1, f"the child waited {child['waited']:.1f} s for its error"
+    assert child["own"] == [75, 0], child
+    assert found["parent"] == [75, 0], f"the parent's pass after the fork: {found['parent']}"
+    assert "can only" not in found["stderr"] and "Terminated" not in found["stderr"], found["stderr"][-2000:]
+
+
+SHARED = """
+# Two fork-started ranks, and the parent, iterate one Loader made before the forks at once.
+loader = make(n=2400, start_method="fork")
+ranks = []
+for rank in range(2):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.write(w, json.dumps(check(loader)).encode())
+        os._exit(0)
+    os.close(w)
+    ranks.append((pid, r))
+found = {"parent": check(loader)}
+for rank, (pid, r) in enumerate(ranks):
+    with os.fdopen(r) as f:
+        found[f"rank {rank}"] = json.loads(f.read())
+    os.waitpid(pid, 0)
+print(json.dumps(found))
+"""
+
+
+def test_processes_sharing_a_loader_made_before_a_fork_get_only_their_own_rows():
+    found = run(SHARED)
+    found.pop("stderr")
+    assert found == {"parent": [300, 0], "rank 0": [300, 0], "rank 1": [300, 0]}, (
+        f"(batches, batches holding rows of another batch): {found}"
+    )
