@@ -6,7 +6,7 @@ import multiprocessing
 import random
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -132,13 +132,23 @@ def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, An
     return kw
 
 
-def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
-    """Drops the last references in ``holder`` on a daemon thread, waiting up to ``wait_s``.
+def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S, workers: Iterable[int] = ()) -> None:
+    """Drops the last references in ``holder`` on a thread, waiting up to ``wait_s``; then
+    kills those of the processes ``workers`` (the DataLoader's) still running, so that the
+    drop ends soon after.
 
     DataLoader has no public shutdown: dropping the last reference to it (or to its
     iterator) joins the workers, waiting 5 s for each stuck one before terminating it.
+
+    The thread is not a daemon: the interpreter joins it before it finalizes. What it frees
+    includes tensors (batches that arrived out of order, over worker slots), and a daemon
+    thread freeing a tensor while the interpreter finalizes aborts the process (torch retakes
+    the GIL inside a destructor, CPython ends the thread there: "terminate called without an
+    active exception"). Where a thread started now would not be joined (threading's shutdown
+    has run: atexit handlers, finalization), the references are dropped here instead.
     """
-    if sys.is_finalizing():  # no new thread can start now; workers are being reaped anyway
+    workers = list(workers)  # read now: the drop may forget them
+    if sys.is_finalizing() or not threading.main_thread().is_alive():
         holder.clear()
         return
     done = threading.Event()
@@ -147,8 +157,9 @@ def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
         holder.clear()
         done.set()
 
-    threading.Thread(target=drop, name="fastload-shutdown", daemon=True).start()
-    done.wait(wait_s)
+    threading.Thread(target=drop, name="fastload-shutdown").start()
+    if not done.wait(wait_s):
+        deaths.kill_children(workers)
 
 
 def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
@@ -196,9 +207,10 @@ def worker_batches(
                 raise forget_frames(e)
             yield item
     finally:
+        pids = inflight.pids().values() if workers else ()
         if workers and not options.persistent:
             deaths.retire(inflight)
-        drop_in_background(box)
+        drop_in_background(box, workers=pids if not options.persistent else ())
 
 
 class ProcessSource(IndexedSource):
@@ -252,9 +264,9 @@ class ProcessSource(IndexedSource):
             self._renew_slots()
             holder = [self._loader]
             self._loader = self._new_loader()
-            # The failure is raised at once: a stuck worker's shutdown (DataLoader waits 5 s
-            # before terminating it) goes on in the background, not inside the timeout.
-            drop_in_background(holder, wait_s=0)
+            # The failure is raised at once: the old workers are stopped in the background,
+            # not inside the timeout.
+            drop_in_background(holder, wait_s=0, workers=self.inflight.pids().values())
 
     def _renew_slots(self) -> None:
         old = self.fetcher.slots
@@ -267,9 +279,10 @@ class ProcessSource(IndexedSource):
         if self._loader is None:
             return
         self._closed.set()
+        pids = self.inflight.pids().values()
         deaths.retire(self.inflight)
         holder: list = [self._loader]
         self._loader = None
-        drop_in_background(holder)
+        drop_in_background(holder, workers=pids)
         if self.fetcher.slots is not None:
             self.fetcher.slots.close()
