@@ -262,3 +262,46 @@ def test_a_program_with_stuck_workers_exits_soon_after_close():
     # The shutdown (not a daemon: the interpreter waits for it) kills the stuck workers after
     # close()'s wait, instead of joining each for 5 s before terminating it.
     assert after < 4, f"the program took {after:.1f} s to exit after close()"
+
+
+LIMIT = """
+import resource
+def fds():
+    return len(os.listdir("/proc/self/fd"))
+
+held = make()  # one Loader's slots, then its workers' pipes
+before = fds()
+next(iter(held))
+pipes = fds() - before
+memfds = sum("memfd:fastload" in os.readlink(f"/proc/self/fd/{f}") for f in os.listdir("/proc/self/fd")
+             if os.path.exists(f"/proc/self/fd/{f}"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (fds() + 5, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+start, errors = fds(), []
+for _ in range(7):  # each fails while making its slots' segments
+    try:
+        make()
+    except OSError as e:
+        errors.append(str(e))
+leaked = fds() - start
+resource.setrlimit(resource.RLIMIT_NOFILE, (fds() + 8, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+small = make(num_workers=1, prefetch_factor=1)  # 4 segments: fits; its workers' pipes do not
+resource.setrlimit(resource.RLIMIT_NOFILE, (fds() + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    next(iter(small))
+    starting = None
+except OSError as e:
+    starting = str(e)
+print(json.dumps({"memfds": memfds, "pipes": pipes, "errors": errors, "leaked": leaked, "starting": starting}))
+"""
+
+
+def test_the_descriptor_limit_is_named_and_leaks_nothing():
+    found = run(LIMIT)
+    assert found["memfds"] == 1 + 2 * (2 + 2), f"{found['memfds']} slot descriptors held by one Loader (2 workers)"
+    # What the check before starting workers counts on (and the docs say) is enough for DataLoader.
+    assert found["pipes"] <= 2 + 4 * 2, f"2 workers opened {found['pipes']} descriptors"
+    assert len(found["errors"]) == 7 and found["leaked"] <= 0, f"{found['leaked']} descriptors leaked: {found}"
+    for message in found["errors"] + [found["starting"]]:
+        assert message and "ulimit -n" in message and "fewer workers" in message, message
+    assert "starting 1 worker processes" in found["starting"], found["starting"]
+    assert "Exception ignored" not in found["stderr"] and "_shutdown" not in found["stderr"], found["stderr"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import random
 import sys
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..batch import HostBatch
 from ..collate import pinning_on
 from . import deaths
+from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
 from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
 from .handoff import detached
@@ -164,12 +166,24 @@ def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S, workers: Iter
 
 def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
     """``iter(loader)``, with OpenCV's pool parked while workers are forked; its pin-memory
-    thread pins for the current device, made ``options.pin_device`` here."""
-    with pinning_on(options.pin_device if options.pin else None):
-        if not options.forks:
-            return iter(loader)
-        with opencv_parked():
-            return iter(loader)
+    thread pins for the current device, made ``options.pin_device`` here.
+
+    Raises:
+        OSError: Too few descriptors left for the workers' pipes (the message says what to do).
+    """
+    doing = f"starting {options.num_workers} worker processes"
+    if options.num_workers > 0:
+        check_descriptors(dataloader_descriptors(options.num_workers), doing)
+    try:
+        with pinning_on(options.pin_device if options.pin else None):
+            if not options.forks:
+                return iter(loader)
+            with opencv_parked():
+                return iter(loader)
+    except OSError as e:
+        if e.errno in (errno.EMFILE, errno.ENFILE):
+            raise descriptor_limit(e, doing) from None
+        raise
 
 
 def worker_batches(
