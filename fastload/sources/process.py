@@ -164,15 +164,16 @@ def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S, workers: Iter
         deaths.kill_children(workers)
 
 
-def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
+def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = False) -> Iterator:
     """``iter(loader)``, with OpenCV's pool parked while workers are forked; its pin-memory
-    thread pins for the current device, made ``options.pin_device`` here.
+    thread pins for the current device, made ``options.pin_device`` here. ``running``: the
+    loader's persistent workers run already (a new pass opens no descriptors).
 
     Raises:
         OSError: Too few descriptors left for the workers' pipes (the message says what to do).
     """
     doing = f"starting {options.num_workers} worker processes"
-    if options.num_workers > 0:
+    if options.num_workers > 0 and not running:
         check_descriptors(dataloader_descriptors(options.num_workers), doing)
     try:
         with pinning_on(options.pin_device if options.pin else None):
@@ -242,6 +243,7 @@ class ProcessSource(IndexedSource):
         self._requests = _EpochRequests(sampler)
         self._closed = threading.Event()  # seen by a pass running in another thread
         self._loader: DataLoader | None = self._new_loader()
+        self._started = False  # the persistent workers of _loader run
 
     def _new_loader(self) -> DataLoader:
         return DataLoader(
@@ -257,9 +259,11 @@ class ProcessSource(IndexedSource):
         if not self.options.persistent:
             self._renew_slots()  # new workers each pass
         try:
+            started = start_workers(self._loader, self.options, running=self.options.persistent and self._started)
+            self._started = True
             # Out of the worker's slot at once (the pin-memory thread has copied a pinned batch).
             for batch in worker_batches(
-                start_workers(self._loader, self.options),
+                started,
                 self.options,
                 self.inflight,
                 self.fetcher.dataset,
@@ -277,7 +281,7 @@ class ProcessSource(IndexedSource):
             deaths.retire(self.inflight)
             self._renew_slots()
             holder = [self._loader]
-            self._loader = self._new_loader()
+            self._loader, self._started = self._new_loader(), False
             # The failure is raised at once: the old workers are stopped in the background,
             # not inside the timeout.
             drop_in_background(holder, wait_s=0, workers=self.inflight.pids().values())
