@@ -131,16 +131,16 @@ class waiting:
 
 def _forked() -> None:
     """In a forked child (``os.fork``): the running sources' workers are the parent's, and so
-    are their deaths. multiprocessing still lists them as this process's children, and at its
-    exit would SIGTERM them and then fail to join them: they are forgotten here."""
-    parents = _ours()
+    are their deaths. multiprocessing still lists the parent's child processes as this one's,
+    and at its exit would SIGTERM them (the parent's workers, also those still starting) and
+    then fail to join them. Where fastload workers run, it forgets them here, as
+    multiprocessing does in the processes it forks itself."""
+    if not _tables:
+        return
     _tables.clear()
     _pending.clear()
-    # multiprocessing's own forks reset this set; os.fork does not (no public API reaches it).
-    children = multiprocessing.process._children  # type: ignore[attr-defined]
-    for process in list(children):
-        if process.pid in parents:
-            children.discard(process)
+    # No public API reaches this set (multiprocessing's own forks empty it as here).
+    multiprocessing.process._children.clear()  # type: ignore[attr-defined]
 
 
 os.register_at_fork(after_in_child=_forked)
