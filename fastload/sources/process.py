@@ -259,16 +259,17 @@ class ProcessSource(IndexedSource):
         if not self.options.persistent:
             self._renew_slots()  # new workers each pass
         try:
-            started = start_workers(self._loader, self.options, running=self.options.persistent and self._started)
-            self._started = True
-            # Out of the worker's slot at once (the pin-memory thread has copied a pinned batch).
-            for batch in worker_batches(
-                started,
+            # No name holds the DataLoader iterator here: worker_batches owns it (see there).
+            items = worker_batches(
+                start_workers(self._loader, self.options, running=self.options.persistent and self._started),
                 self.options,
                 self.inflight,
                 self.fetcher.dataset,
                 self._closed,
-            ):
+            )
+            self._started = True
+            # Out of the worker's slot at once (the pin-memory thread has copied a pinned batch).
+            for batch in items:
                 yield detached(batch)
         except WorkerFailure:
             self.restart()
