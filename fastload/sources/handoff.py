@@ -72,8 +72,9 @@ class SlotTable:
     def _setup(self, table_id: str, workers: int, slots: int, segments: Segments) -> None:
         self.id, self.workers, self.slots, self._segments = table_id, workers, slots, segments
         try:
-            flags = segments.map(0, workers * (slots + 2) * 8, grow=True)
-            self._rows = np.frombuffer(flags, dtype=np.int64).reshape(workers, slots + 2)
+            nbytes = workers * (slots + 2) * 8
+            flags = segments.map(0, nbytes, grow=True)
+            self._rows = flags[:nbytes].view(torch.int64).numpy().reshape(workers, slots + 2)
         except OSError:  # not reachable from here (a hardened /proc): every batch in a new buffer
             self._rows = np.zeros((workers, slots + 2), dtype=np.int64)
             self._rows[:, :slots] = -3  # never FREE
@@ -95,7 +96,7 @@ class SlotTable:
         per_view = shapes(shape)
         sizes = [math.prod(v) for v in per_view]
         mapped = self._segments.map(1 + worker * self.slots + slot, sum(sizes), grow)
-        flat = torch.frombuffer(mapped, dtype=torch.uint8, count=sum(sizes))
+        flat = mapped[: sum(sizes)]
         views = [part.view(v) for part, v in zip(flat.split(sizes), per_view)]
         return tuple(views) if len(views) > 1 or _multi(shape) else views[0]
 
