@@ -20,6 +20,7 @@ from ..collate import pinning_on
 from . import deaths
 from .failures import CLOSED, WorkerFailure, forget_frames, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
+from .frozen import parent_objects_frozen
 from .handoff import detached
 from .indexed import IndexedSource
 from .inflight import InFlight
@@ -152,12 +153,14 @@ def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
 
 
 def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
-    """``iter(loader)``, with OpenCV's pool parked while workers are forked; its pin-memory
-    thread pins for the current device, made ``options.pin_device`` here."""
+    """``iter(loader)``, with OpenCV's pool parked and this process's objects frozen while
+    workers are forked (so that their garbage collector does not copy them, see
+    :mod:`.frozen`); its pin-memory thread pins for the current device, made
+    ``options.pin_device`` here."""
     with pinning_on(options.pin_device if options.pin else None):
         if not options.forks:
             return iter(loader)
-        with opencv_parked():
+        with opencv_parked(), parent_objects_frozen():
             return iter(loader)
 
 
