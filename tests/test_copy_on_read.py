@@ -101,8 +101,7 @@ def paths() -> list[str]:
 
 def test_a_full_collection_in_a_worker_copies_nothing(image_root, paths):
     """Each worker collects once (at its 11th batch), between the two readings: fastload's
-    index stays flat; the list dataset grows (its reference counts, and its million
-    tuples were the collector's to visit)."""
+    index stays flat; the list dataset grows by the reference counts it writes."""
     bs, first, last = 64, 4, 80  # batch 4: no worker is past its 5th; batch 80: each past its 35th
     at = 10 * bs + 1
 

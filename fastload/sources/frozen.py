@@ -1,13 +1,14 @@
 """Forked workers keep sharing the parent's Python objects: their garbage collector skips them.
 
-A worker started by fork shares the parent's memory copy-on-write. Reading the parent's
-objects copies nothing, but CPython's full (generation 2) collection writes into the
-header of every object it tracks, so the first full collection in a worker copies every
-page that holds one of the parent's objects: about 180,000 objects (35 MB) in a program
-that imported torch, more with the user's own (a dataset holding a list of a million
-tuples adds the whole list). When that collection comes depends on how many objects
-outlive the young generations in the worker: after some 170 batches of 256 in issue 32
-item 8, each worker's USS then grew 37 MB at once ([anon]: pymalloc arenas, [heap]).
+A worker started by fork shares the parent's memory copy-on-write. fastload's per-sample
+data are flat arrays that workers read without writing (:mod:`fastload.datasets.storage`),
+but CPython's full (generation 2) collection writes into the header of every object it
+tracks, so the first full collection in a worker copies every page that holds one of the
+parent's objects: about 180,000 objects (35 MB) in a program that imported torch, more with
+the user's own (a million per-sample lists, dicts or objects add them all). When that
+collection comes depends on how many objects outlive the young generations in the worker:
+after some 170 batches of 256 in issue 32 item 8, each worker's USS then grew 37 MB at once
+([anon]: pymalloc arenas, and [heap]).
 
 ``gc.freeze()`` just before the fork moves the parent's objects to the permanent
 generation, which no collection visits (CPython's recipe for fork without exec, see
