@@ -23,6 +23,7 @@ from . import deaths
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
 from .failures import CLOSED, WorkerFailure, forget_frames, interrupted, is_worker_failure, worker_failure
 from .fetch import BatchFetcher
+from .frozen import parent_objects_frozen
 from .handoff import detached
 from .indexed import IndexedSource
 from .inflight import InFlight
@@ -167,9 +168,11 @@ def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S, workers: Iter
 
 
 def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = False) -> Iterator:
-    """``iter(loader)``, with OpenCV's pool parked while workers are forked; its pin-memory
-    thread pins for the current device, made ``options.pin_device`` here. ``running``: the
-    loader's persistent workers run already (a new pass opens no descriptors).
+    """``iter(loader)``, with OpenCV's pool parked and this process's objects frozen while
+    workers are forked (so that their garbage collector does not copy them, see
+    :mod:`.frozen`); its pin-memory thread pins for the current device, made
+    ``options.pin_device`` here. ``running``: the loader's persistent workers run already
+    (a new pass opens no descriptors).
 
     Raises:
         OSError: Too few descriptors left for the workers' pipes (the message says what to do).
@@ -181,7 +184,7 @@ def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = Fa
         with pinning_on(options.pin_device if options.pin else None):
             if not options.forks:
                 return iter(loader)
-            with opencv_parked():
+            with opencv_parked(), parent_objects_frozen():
                 return iter(loader)
     except OSError as e:
         if e.errno in (errno.EMFILE, errno.ENFILE):
