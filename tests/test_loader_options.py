@@ -133,7 +133,8 @@ def test_a_profile_saved_by_the_old_tuner_is_used(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("options, error, says", [
     (dict(normalize="yes"), ValueError, r"normalize must be True, False or fl.Normalize\(mean=..., std=..., dtype=...\)"),
-    (dict(normalize=fl.Normalize), ValueError, "normalize must be"),
+    (dict(normalize=fl.Normalize), ValueError, r"normalize=fl.Normalize is the class: call it, fl.Normalize\(\)"),
+    (dict(shard=fl.Shard), ValueError, r"shard=fl.Shard is the class: call it, fl.Shard\(rank=..., world_size=...\)"),
     (dict(shard=(0, 2)), ValueError, r"shard must be fl.Shard\(rank=..., world_size=..."),
     (dict(shard={"rank": 2, "world_size": 2}), ValueError, r"rank 2 must be in \[0, 2\)"),
     (dict(multiprocessing_context=object()), TypeError, "give a start method name"),
