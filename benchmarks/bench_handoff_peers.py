@@ -17,15 +17,16 @@ does not install here (``peers.py`` says why) and is named as not run. The full-
 is 2 x one core's full-decode rate of the same photos (``bench_loader.full_decoder``), one
 pass per round.
 
-Each round builds every pipeline anew: its first epoch is timed from the constructor to its
-last batch (worker start-up included, as a user's first epoch), then ``--later-epochs``
-epochs of each are timed from ``iter()``; the order of the rows is reversed every other
-round and every other epoch (ABBA). Medians over rounds are printed, with the range, by wall
-time (images/s), by wall time after the first wave of batches (one per worker: start-up
-left out, so a first epoch and a later one compare their decoding), and by CPU time of this
-process and its workers (images per CPU-second: robust to other jobs on the machine; the
-limit's is one core's). The last lines of each set print the default's ratios against
-issue 34's targets.
+Each round runs the rows one after another, in an order reversed every other round (ABBA).
+A row's pipeline is built anew, its first epoch timed from the constructor to its last batch
+(worker start-up included, as a user's first epoch), then ``--later-epochs`` epochs timed
+from ``iter()``, then it is closed: a pipeline's first epoch and its later ones are seconds
+apart, so the machine's drift does not come between them, and no other pipeline's workers are
+alive meanwhile. Medians over rounds are printed, with the range, by wall time (images/s), by
+wall time after the first wave of batches (one per worker: start-up left out, so a first
+epoch and a later one compare their decoding), and by CPU time of this process and its
+workers (images per CPU-second: robust to other jobs on the machine; the limit's is one
+core's). The last lines of each set print the default's ratios against issue 34's targets.
 
     python benchmarks/bench_handoff_peers.py                  # both sets, 5 rounds: ~25 min
     python benchmarks/bench_handoff_peers.py --set photos     # ~5 min
@@ -150,30 +151,28 @@ def run_set(root: str, bs: int, workers: int, rounds: int, later_epochs: int, ar
     """Per row: its first epochs' and later epochs' rates over the rounds (see the module docstring)."""
     paths = sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".jpg"))
     rows, skipped = pipelines(root, paths, bs, workers, args)
-    runs: dict = {name: {"first": [], "later": []} for name in [*rows, LIMIT]}
+    order = [*rows, LIMIT]
+    runs: dict = {name: {"first": [], "later": []} for name in order}
     for r in range(rounds):
-        names = list(rows) if r % 2 == 0 else list(rows)[::-1]
-        built = {}
-        for name in names:
+        for name in order if r % 2 == 0 else order[::-1]:  # ABBA: drift hits all rows alike
+            if name == LIMIT:
+                limit = decode_pass(paths, workers)
+                runs[name]["first"].append(limit)
+                runs[name]["later"].append(limit)
+                continue
             make, env = rows[name]
             with switched(env):  # a switch read in the workers is set while they start
                 e = timed_epoch(make, workers)
-            built[name] = e.pop("pipeline")
+            batches = e.pop("pipeline")
             runs[name]["first"].append(rates(e))
-        limit = decode_pass(paths, workers)
-        runs[LIMIT]["first"].append(limit)
-        runs[LIMIT]["later"].append(limit)
-        for k in range(later_epochs):
-            for name in names if k % 2 else names[::-1]:
-                if isinstance(built[name], fl.Loader):
-                    built[name].set_epoch(k + 1)
-                runs[name]["later"].append(rates(timed_epoch(lambda b=built[name]: b, workers)))
-        for batches in built.values():
+            for k in range(1, later_epochs + 1):
+                if isinstance(batches, fl.Loader):
+                    batches.set_epoch(k)
+                runs[name]["later"].append(rates(timed_epoch(lambda b=batches: b, workers)))
             if isinstance(batches, fl.Loader):
                 batches.close()
-        built.clear()
-        gc.collect()  # DataLoader workers and DALI's threads end with their objects
-        plan.set_planner(None)
+            batches = None
+            gc.collect()  # DataLoader workers and DALI's threads end with their objects
     return runs, skipped
 
 
