@@ -166,6 +166,41 @@ def test_rows_the_decoder_refuses_are_decoded_by_the_cpu_path(tmp_path, on_cpu, 
     assert stats["cpu_fallback_rows"] == 2
 
 
+class _RegionRefusing:
+    """nvJPEG before 13.2 as nvImageCodec runs it with fancy upsampling: every region request
+    comes back None (the tests here tell a region by its shape); whole images decode."""
+
+    def __init__(self, real, calls):
+        self.real, self.calls = real, calls
+
+    def decode(self, streams, **kw):
+        images = self.real.decode(streams, **kw)
+        self.calls.append(len(streams))
+        return [None if (img.shape[0], img.shape[1]) != (s.height, s.width) else img
+                for img, s in zip(images, streams)]
+
+
+def test_regions_the_backend_refuses_are_decoded_whole_on_the_device(tmp_path, on_cpu, monkeypatch):
+    """nvJPEG < 13.2 refused every region of a subsampled JPEG (the first GPU run: 153 rows
+    loaded again on the CPU): those images are decoded whole by the same decoder and cut,
+    and later batches ask for whole images at once."""
+    ds = fl.ImageFolder(_write(tmp_path, _photos(16)), fl.transforms.train(64, reduced_decode=False))
+    calls: list[int] = []
+    init = nvdecode.BatchDecoder.__init__
+
+    def refusing_regions(self, *a, **kw):
+        init(self, *a, **kw)
+        self._decoder = _RegionRefusing(self._decoder, calls)
+
+    monkeypatch.setattr(nvdecode.BatchDecoder, "__init__", refusing_regions)
+    gpu, stats = _batches(ds, "gpu", epochs=(0, 1))
+    cpu, _ = _batches(ds, "cpu", epochs=(0, 1))
+    _assert_same(gpu, cpu)
+    assert stats["cpu_fallback_rows"] == 0
+    # The first batch with a region asks twice; from then on whole images at once.
+    assert len(calls) == len(gpu) + 1, calls
+
+
 def _corrupt(data: bytes) -> bytes:
     """Zeros over part of the scan: libjpeg warns (corrupt data), nvImageCodec decodes on."""
     mid = len(data) // 2
