@@ -5,13 +5,15 @@ named LMDBChangedError; never another file's image under the old label."""
 import os
 import shutil
 import signal
+import threading
+import time
 
 import numpy as np
 import pytest
 
 import fastload as fl
 from fastload.convert import convert
-from fastload.datasets import LMDBChangedError, lmdb_guard
+from fastload.datasets import LMDBChangedError, lmdb_guard_registry
 from fastload.datasets.lmdb_dataset import close_env
 
 from conftest import jpeg_bytes
@@ -48,7 +50,7 @@ def live(two_lmdbs, tmp_path):
     shutil.copytree(old, path)
     shutil.copyfile(os.path.join(new, "data.mdb"), str(tmp_path / "incoming.mdb"))
     yield path, str(tmp_path / "incoming.mdb")
-    lmdb_guard.close_guard(path)
+    lmdb_guard_registry.close_guard(path)
 
 
 def _reads(ds, expected):
@@ -77,12 +79,52 @@ def test_a_data_file_renamed_over_is_named_never_read(live, guard):
     at_once = _reads(ds, expected)
     if guard is None:
         real = os.path.realpath(path)
-        (g,) = [g for k, g in lmdb_guard._guards.items() if k[:2] == (real, os.getpid())]
+        (g,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait()
     else:
         close_env(path)
     assert [at_once, _reads(ds, expected)] == [(0, 0, len(ds))] * 2, "(right, wrong, named) reads"
+
+
+def test_a_read_in_flight_when_a_new_dataset_ends_its_guard_names_the_change(live):
+    """A dataset made again after the rename ends the old file's guard while a thread reads
+    through it: that read is a named LMDBChangedError (it got the raw OSError of a pipe closed
+    under it), and the new dataset reads the new file."""
+    path, incoming = live
+    old = fl.LMDBDataset(path)
+    old.read(0)
+    real = os.path.realpath(path)
+    (guard,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
+    pid, out = guard.proc.pid, {}
+
+    def read():
+        try:
+            out["value"] = old.read(1)
+        except BaseException as e:  # the test looks at it
+            out["value"] = e
+
+    os.kill(pid, signal.SIGSTOP)  # the old dataset's read waits for its answer
+    try:
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 10
+        while not guard.lock.locked() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the request sent, its answer awaited
+        os.replace(incoming, os.path.join(path, "data.mdb"))
+        new = fl.LMDBDataset(path)  # its guard replaces the old file's
+        reader.join(15)
+        assert not reader.is_alive(), "the read in flight is still blocked"
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    got = out["value"]
+    assert isinstance(got, LMDBChangedError), repr(got)
+    assert "was replaced by another file" in str(got) and path in str(got), str(got)
+    assert len(new) == 18 and guard.proc is None
 
 
 def test_new_workers_never_read_the_replacement(live):
@@ -119,7 +161,7 @@ def test_a_rewrite_that_keeps_size_and_time_is_named_when_a_process_opens_it(liv
     path, _ = live
     ds = fl.LMDBDataset(path)
     ds.read(0)
-    lmdb_guard.close_guard(path)
+    lmdb_guard_registry.close_guard(path)
     data = os.path.join(path, "data.mdb")
     st = os.stat(data)
     with open(data, "r+b") as f:  # another transaction id in the first meta page, as a new conversion has
