@@ -188,6 +188,29 @@ def test_lock_true_allows_a_writer(live):
     assert ds.read(0) == first
 
 
+def test_datasets_of_a_file_with_a_writer_share_one_guard(live):
+    """lock=True: a commit between two datasets' opening changes the file's size and time, not
+    the file. Each read of one ended the other's guard (a process started per read; a read in
+    flight on the other failed): they share one."""
+    import lmdb
+
+    path, _ = live
+    first = fl.LMDBDataset(path, lock=True)
+    expected = first.read(0)
+    env = lmdb.open(path, map_size=1 << 26)
+    with env.begin(write=True) as txn:
+        txn.put(b"extra", b"x" * 100_000)
+    env.close()
+    second = fl.LMDBDataset(path, lock=True)
+    real = os.path.realpath(path)
+    pids = set()
+    for ds in (first, second, first, second):
+        assert ds.read(0) == expected
+        (g,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
+        pids.add(g.proc.pid)
+    assert len(pids) == 1, f"{len(pids)} guard processes for 4 reads"
+
+
 @pytest.mark.parametrize("guard", [None, False])
 def test_a_dataset_made_again_reads_the_new_file_and_the_old_one_stays_an_error(live, two_lmdbs, guard):
     path, incoming = live

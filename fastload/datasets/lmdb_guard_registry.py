@@ -15,6 +15,17 @@ from typing import Any
 from .lmdb_guard import Guard
 from .lmdb_size import DataFile, check_still_whole
 
+
+def _one_file(a: DataFile | None, b: DataFile | None) -> bool:
+    """Whether datasets that opened ``a`` and ``b`` read one file and may share a guard: the
+    file as both saw it, or, where both let writers commit (``lock=True``), the same inode."""
+    if a is None or b is None:
+        return True
+    if a.writers and b.writers:
+        return (a.device, a.inode) == (b.device, b.inode)
+    return a.same_file(b)
+
+
 _guards: dict[tuple[str, int], Guard] = {}
 _guards_lock = threading.Lock()
 
@@ -33,7 +44,7 @@ def guard_for(path: str, options: dict[str, Any], data: DataFile | None) -> Guar
     key = (os.path.realpath(path), os.getpid())
     with _guards_lock:
         guard = _guards.get(key)
-        if guard is not None and (guard.data is None or data is None or guard.data.same_file(data)):
+        if guard is not None and _one_file(guard.data, data):
             return guard
         stale, guard = guard, Guard(path, options, data)
         _guards[key] = guard
