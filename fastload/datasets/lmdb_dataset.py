@@ -167,7 +167,8 @@ class LMDBDataset(ImageDataset):
         guard_timeout: Seconds a read through the guard may wait for its answer before the
             guard is taken for hung (stopped, stuck on a dead network filesystem): it is
             killed and the read tried once more by a new one. A Loader's ``timeout`` and
-            ``close()`` end a wait sooner.
+            ``close()`` end a wait sooner. This dataset's reads only: datasets of one LMDB
+            share its guard, each read waiting as long as its own dataset says.
         buffers: Zero-copy reads: the image bytes are copied once, out of the map, in the transaction.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
