@@ -53,6 +53,23 @@ def live(two_lmdbs, tmp_path):
     lmdb_guard_registry.close_guard(path)
 
 
+def _commit(path):
+    """A writer's commit to the LMDB at ``path`` (under lmdb's own locking)."""
+    import lmdb
+
+    env = lmdb.open(path, map_size=1 << 26)
+    with env.begin(write=True) as txn:
+        txn.put(b"extra", b"x" * 100_000)
+    env.close()
+
+
+def _guard(path):
+    """This process's guard of ``path``."""
+    real = os.path.realpath(path)
+    (guard,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
+    return guard
+
+
 def _reads(ds, expected):
     """(right, wrong, named errors) over every sample read once."""
     right = wrong = named = 0
@@ -78,8 +95,7 @@ def test_a_data_file_renamed_over_is_named_never_read(live, guard):
     os.replace(incoming, os.path.join(path, "data.mdb"))  # what a converter writing beside it and renaming does
     at_once = _reads(ds, expected)
     if guard is None:
-        real = os.path.realpath(path)
-        (g,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
+        g = _guard(path)
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait()
     else:
@@ -94,8 +110,7 @@ def test_a_read_in_flight_when_a_new_dataset_ends_its_guard_names_the_change(liv
     path, incoming = live
     old = fl.LMDBDataset(path)
     old.read(0)
-    real = os.path.realpath(path)
-    (guard,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
+    guard = _guard(path)
     pid, out = guard.proc.pid, {}
 
     def read():
@@ -176,15 +191,10 @@ def test_a_rewrite_that_keeps_size_and_time_is_named_when_a_process_opens_it(liv
 
 def test_lock_true_allows_a_writer(live):
     """With lock=True a writer may commit while the dataset reads (LMDB's locking): not an error."""
-    import lmdb
-
     path, _ = live
     ds = fl.LMDBDataset(path, lock=True)
     first = ds.read(0)
-    env = lmdb.open(path, map_size=1 << 26)
-    with env.begin(write=True) as txn:
-        txn.put(b"extra", b"x" * 100_000)
-    env.close()
+    _commit(path)
     assert ds.read(0) == first
 
 
@@ -192,22 +202,15 @@ def test_datasets_of_a_file_with_a_writer_share_one_guard(live):
     """lock=True: a commit between two datasets' opening changes the file's size and time, not
     the file. Each read of one ended the other's guard (a process started per read; a read in
     flight on the other failed): they share one."""
-    import lmdb
-
     path, _ = live
     first = fl.LMDBDataset(path, lock=True)
     expected = first.read(0)
-    env = lmdb.open(path, map_size=1 << 26)
-    with env.begin(write=True) as txn:
-        txn.put(b"extra", b"x" * 100_000)
-    env.close()
+    _commit(path)
     second = fl.LMDBDataset(path, lock=True)
-    real = os.path.realpath(path)
     pids = set()
     for ds in (first, second, first, second):
         assert ds.read(0) == expected
-        (g,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
-        pids.add(g.proc.pid)
+        pids.add(_guard(path).proc.pid)
     assert len(pids) == 1, f"{len(pids)} guard processes for 4 reads"
 
 
