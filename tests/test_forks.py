@@ -138,7 +138,7 @@ def test_a_forked_child_is_refused_the_parents_pass_which_goes_on(backend):
 
 SHARED = """
 # Two fork-started ranks, and the parent, iterate one Loader made before the forks at once.
-loader = make(n=2400, start_method="fork")
+loader = make(n=2400, multiprocessing_context="fork")
 ranks = []
 for rank in range(2):
     r, w = os.pipe()
@@ -203,7 +203,7 @@ SPAWNED = """
 import torch.multiprocessing as mp
 
 def rank(_):
-    loader = make(n=2000, batch_size=32, start_method="spawn", timeout=60)
+    loader = make(n=2000, batch_size=32, multiprocessing_context="spawn", timeout=60)
     for batch in loader:
         break
     loader.close()

@@ -207,6 +207,27 @@ def _corrupt(data: bytes) -> bytes:
     return data[:mid] + bytes(400) + data[mid + 400 :]
 
 
+@pytest.mark.parametrize("preset", ["train", "eval"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_decode_gpu_is_not_strict_and_its_docs_say_so(tmp_path, on_cpu, preset, device):
+    """Corrupt scan data: decode="cpu" refuses the file, decode="gpu" decodes it into the batch
+    with no error and nothing skipped (nvImageCodec's CPU backend here; nvJPEG under -m cuda).
+    The Loader's and LoaderConfig.decode's docstrings and the GPU guide say so, and what to
+    do; should GPU decode turn strict, say that instead."""
+    files = _photos(2)
+    files["01.jpg"] = _corrupt(files["01.jpg"])
+    ds = fl.ImageFolder(_write(tmp_path, files), getattr(fl.transforms, preset)(64))
+    with pytest.raises(fl.DecodeError, match="01.jpg"):
+        _batches(ds, "cpu", batch_size=2, device=device)
+    gpu, stats = _batches(ds, "gpu", batch_size=2, device=device)
+    assert [len(x) for x, _, _ in gpu] == [2] and stats["cpu_fallback_rows"] == 0
+    guide = open(os.path.join(os.path.dirname(__file__), "..", "docs", "guides", "gpu.md")).read()
+    for doc in (fl.Loader.__doc__, fl.LoaderConfig.__doc__, guide):
+        said = " ".join(doc.replace("`", "").split())
+        assert "is not strict" in said and "whatever FASTLOAD_ROI says" in said, said
+        assert "--verify" in said and 'keep decode="cpu"' in said, said
+
+
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
 @pytest.mark.parametrize("where", ["worker", "driver"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])

@@ -77,7 +77,8 @@ def test_old_spellings_give_the_same_loader_with_a_warning_showing_the_new_form(
 
 def test_old_spellings_add_to_the_given_config_and_group():
     base = fl.LoaderConfig(normalize=fl.Normalize(dtype="float16"), shard=fl.Shard(world_size=4))
-    with pytest.warns(DeprecationWarning, match=r"fl.Loader\(mean=...\) is deprecated"):
+    with (pytest.warns(DeprecationWarning, match=r"fl.Loader\(mean=...\) is deprecated"),
+          pytest.warns(DeprecationWarning, match=r"fl.Loader\(rank=...\) is deprecated")):
         loader = fl.Loader(Pixels(), base, mean=(0.1, 0.2, 0.3), rank=3, num_workers=0, device="cpu")
     with loader:
         assert loader.config.normalize == fl.Normalize(mean=(0.1, 0.2, 0.3), dtype="float16")

@@ -134,8 +134,7 @@ class DeviceDriver:
         self.stats = stats if stats is not None else Stats()
         if stream is not None and self.device.type != "cuda":
             raise ValueError(f"a CUDA stream was given for device {self.device}")
-        self._stream = stream  # made at the first pass, on the device of that pass
-        self._own_stream = stream is None
+        self._stream = stream  # made at the first pass (a device change is a new driver)
         self._inflight: deque[_InFlight] = deque()  # batches queued on the stream, in order
         self._thread: ThreadPoolExecutor | None = None  # a threaded executor's (CUDA)
         self._submitted: deque[Future] = deque()  # batches given to that thread, not yet known done
@@ -265,17 +264,6 @@ class DeviceDriver:
                 start, end, size = done.timing
                 self.stats.h2d_s += start.elapsed_time(end) / 1000
                 self.stats.h2d_bytes += size
-
-    def set_device(self, device: torch.device) -> None:
-        """Delivers the next passes to ``device``."""
-        if device == self.device:
-            return
-        if not self._own_stream:
-            raise ValueError(f"this driver's stream is on {self.device}, not {device}")
-        if self._stream is not None:
-            self._stream.synchronize()
-        self._inflight.clear()
-        self.device, self._stream = device, None
 
     def close(self) -> None:
         """Waits for the stream's pending work and drops what it held; idempotent."""
