@@ -11,7 +11,9 @@ the full strict decode: a mode is safe only if it refuses every file that one re
 Modes: the full strict decode (simplejpeg, libjpeg's warnings as errors), libjpeg's own
 check alone (no end-of-image walk), fast chroma upsampling, DCT scales 1/2, 1/4, 1/8
 (strict), a region decode through nvImageCodec of a RandomResizedCrop box (one call per
-image, and one call per batch), a region from the box's top to the image's bottom, and
+image, and one call per batch), a region from the box's top to the image's bottom, the
+strict region decode of TurboJPEG 3 (``TurboJPEGDecoder.decode_region``: the box's columns
+from its top to the bottom, where the system libturbojpeg is libjpeg-turbo >= 3.0), and
 Pillow's full decode (not strict) for comparison.
 
     python benchmarks/bench_damage.py            # the table (about a minute)
@@ -87,8 +89,25 @@ def modes() -> dict[str, Mode]:
 
         out["region, nvImageCodec, one call per image"] = region
         out["region from the crop's top to the bottom"] = to_bottom
+    turbo3 = strict_region_decoder()
+    if turbo3 is not None:
+
+        def strict_region(d: bytes, box) -> bool:
+            hd = read_header(d)
+            return _refuses(lambda: turbo3.decode_region(d, hd, Fraction(1), box[0], box[1], box[3]))
+
+        out["strict region, TurboJPEG 3 (crop's top to the bottom)"] = strict_region
     out["Pillow full decode (not strict)"] = pillow
     return out
+
+
+def strict_region_decoder():
+    """The system libturbojpeg's decoder where it is libjpeg-turbo >= 3.0, else None."""
+    try:
+        decoder = get_decoder("turbojpeg")
+    except ImportError:
+        return None
+    return decoder if decoder.strict_regions else None
 
 
 def batched(files: list[bytes], boxes: list) -> list[bool]:

@@ -32,6 +32,7 @@ import contextlib
 import glob
 import os
 import time
+from collections.abc import Callable
 
 import torch
 from common import loader_parser, median, photo_folder, photo_set_record, report, tree_cpu_seconds
@@ -40,7 +41,6 @@ from peers import ClassicDataset, DaliBatches, TimmDataset, dali_version, timm_f
 import fastload as fl
 from fastload.decode import default_backend, get_decoder, plan, roi
 from fastload.system import available_cpus
-
 
 #: Seconds of rest before each timed epoch: threads a pipeline left busy (DALI's, in this
 #: process) would otherwise count, in wall and CPU time, against the next one.
@@ -57,19 +57,24 @@ def epoch_rate(batches) -> tuple[float, float]:
     return images / (time.perf_counter() - start), images / max(tree_cpu_seconds() - cpu, 1e-3)
 
 
-def full_decode_rate(paths: list[str], passes: int) -> tuple[float, float, str]:
-    """One-core full decode to RGB (images/s, and images per CPU-second), medians of passes
-    after a warm-up: PyTurboJPEG over the system libjpeg-turbo (the issue's reference),
-    else simplejpeg's."""
+def full_decoder() -> tuple[Callable[[bytes], object], str]:
+    """The reference full decode to RGB and its name: PyTurboJPEG over the system
+    libjpeg-turbo (the issue's reference), else simplejpeg's."""
     try:
         import turbojpeg
 
         tj = turbojpeg.TurboJPEG()
-        decode, name = (lambda b: tj.decode(b, pixel_format=turbojpeg.TJPF_RGB)), "PyTurboJPEG"
+        return (lambda b: tj.decode(b, pixel_format=turbojpeg.TJPF_RGB)), "PyTurboJPEG"
     except (ImportError, OSError, RuntimeError):
         import simplejpeg
 
-        decode, name = simplejpeg.decode_jpeg, "simplejpeg"
+        return simplejpeg.decode_jpeg, "simplejpeg"
+
+
+def full_decode_rate(paths: list[str], passes: int) -> tuple[float, float, str]:
+    """One-core full decode to RGB (images/s, and images per CPU-second), medians of passes
+    after a warm-up, with :func:`full_decoder`."""
+    decode, name = full_decoder()
     blobs = [open(p, "rb").read() for p in paths]
     times, cpu = [], []
     for i in range(passes + 1):

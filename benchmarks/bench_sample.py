@@ -4,16 +4,27 @@ The training preset (RandomResizedCrop 224 + flip, antialiased) on two photo set
 ImageNet-sized photo set (``fastload.photos.jpegs.make_photo_dataset``) and a set of 2-8 MP
 photos (:func:`large_photos`: real photographs at native scale, tiled, quality 85-95).
 One thread, CPU time of the process (``time.process_time``), rows interleaved sample by
-sample in a rotating order, passes repeated; the median pass is printed.
+sample in a shuffled order (each row follows every other one alike: a row run right after
+FFmpeg's or Pillow's decode pays for the caches and heap they leave, ~300 µs on the photo
+set), passes repeated; the median pass is printed. Each row runs once on a sample outside
+the measured ones first (the process's own warm-up: imports, first calls of each
+library), so the first pass measures samples decoded for the first time.
 
 Rows: ``ds[i]`` of a new dataset (its first pass: a sample's first decode ever, as in a
 first epoch or an evaluation script), ``ds[i]`` in a later epoch, ``ds[i]`` with each switch a
 user can flip (``reduced_decode=False``, ``FASTLOAD_ROI=trusted`` where nvImageCodec is
-installed, ``FASTLOAD_NO_CALIBRATION=1``), the bare reference (simplejpeg's full decode, the
-same crop cut out and resized with OpenCV's INTER_AREA, flipped) and the full decode alone,
-both reading the file as ``ds[i]`` does.
+installed, ``FASTLOAD_NO_CALIBRATION=1``, ``decoder='turbojpeg'`` where the system has
+libturbojpeg: with libjpeg-turbo >= 3 its strict region decodes), the bare reference
+(simplejpeg's full decode, the same crop cut out and resized with OpenCV's INTER_AREA,
+flipped), the full decode alone and the decode at DCT scale 1/8 alone (the strict floor:
+libjpeg-turbo entropy-decodes every block at any scale, and at 1/8 does little else), each
+reading the file as ``ds[i]`` does; and the peers per sample, where installed: timm-style
+(``Image.open().convert('RGB')``, RandomResizedCrop's Pillow crop and bilinear resize, flip,
+to tensor) and SPDL (FFmpeg decode, crop, scale and flip in one filter graph). DALI works on
+batches (its per-sample figure is its hand-off rate, ``bench_loader.py``); FFCV does not
+install here (``peers.py``).
 The last lines print the ratios: default / bare (target >= 1.1), first pass / later pass
-(>= 0.95), default / each switch (>= 0.97).
+(>= 0.95), default / each switch (>= 0.97), default / each peer, and the floor.
 
     python benchmarks/bench_sample.py                 # both sets
     python benchmarks/bench_sample.py --set large     # the 2-8 MP set only
@@ -25,53 +36,18 @@ import os
 import statistics
 import sys
 import time
+from fractions import Fraction
 
 import cv2
 import numpy as np
-from common import parser, photo_folder, report
+from common import large_photos, parser, photo_folder, report
+from peers import TimmDataset, spdl_train_sample, spdl_version
 
 import fastload as fl
 from fastload.datasets.base import sample_rng
 from fastload.decode import costs, get_decoder, plan, read_header, roi
 
-
-def large_photos(root: str, count: int, seed: int = 0) -> str:
-    """``count`` JPEGs of 2-8 MP in root/c0: each a canvas tiled with crops of scikit-image's
-    colour photographs at native scale (no upscaling: real photo detail per pixel), some
-    flipped, encoded 4:2:0 at quality 85-95. Made once; returns ``root``."""
-    from PIL import Image
-
-    from fastload.photos.bundled import source_photos
-
-    folder = os.path.join(root, "c0")
-    if os.path.isdir(folder) and len(os.listdir(folder)) >= count:
-        return root
-    os.makedirs(folder, exist_ok=True)
-    sources = list(source_photos(gray=False).values())
-    rng = np.random.default_rng(seed)
-    for n in range(count):
-        pixels = rng.uniform(2e6, 8e6)
-        aspect = (4 / 3, 3 / 2, 3 / 4)[int(rng.integers(3))]
-        h = int(np.sqrt(pixels / aspect)) // 16 * 16
-        w = int(h * aspect) // 16 * 16
-        canvas = np.empty((h, w, 3), np.uint8)
-        y = 0
-        while y < h:  # rows of tiles, each tile a crop of one photo at native scale
-            th = int(rng.integers(250, 420))
-            x = 0
-            while x < w:
-                src = sources[int(rng.integers(len(sources)))]
-                sh, sw = src.shape[:2]
-                tw = int(rng.integers(min(300, sw), sw + 1))
-                ch, cw = min(th, sh, h - y), min(tw, w - x)
-                y0, x0 = int(rng.integers(0, sh - ch + 1)), int(rng.integers(0, sw - cw + 1))
-                tile = src[y0 : y0 + ch, x0 : x0 + cw]
-                canvas[y : y + ch, x : x + cw] = tile[:, ::-1] if rng.random() < 0.5 else tile
-                x += cw
-            y += min(th, h - y)
-        Image.fromarray(canvas).save(os.path.join(folder, f"{n:04d}.jpg"), "JPEG",
-                                     quality=int(rng.integers(85, 96)), subsampling=2)
-    return root
+FLOOR = "decode at DCT scale 1/8 alone (the strict floor)"
 
 
 def bare(decoder, tf):
@@ -106,27 +82,46 @@ def measure(root: str, limit: int, passes: int) -> dict:
 
     def dataset_row(name, planner, **options):
         ds = fl.ImageFolder(root, transform=fl.transforms.train(224, **options))
-        rows[name] = (lambda i, ds=ds: ds.load(i, ds.epoch), planner, ds)
+        rows[name] = (lambda i, ds=ds: ds[i], planner, ds)  # as a user calls it: a contiguous array
 
     dataset_row("ds[i], default", strict)
     dataset_row("ds[i], reduced_decode=False", strict, reduced_decode=False)
     if roi.available():
         dataset_row("ds[i], FASTLOAD_ROI=trusted (not strict)", plan.Planner(fitted, True))
     dataset_row("ds[i], FASTLOAD_NO_CALIBRATION=1", plan.Planner(costs.DEFAULT_COSTS, False))
+    try:
+        turbo = get_decoder("turbojpeg")
+        regions = " (TurboJPEG 3 strict regions)" if turbo.strict_regions else ""
+        ds = fl.ImageFolder(root, transform=fl.transforms.train(224), decoder="turbojpeg")
+        rows[f"ds[i], decoder='turbojpeg'{regions}"] = (lambda i, ds=ds: ds[i], strict, ds)
+    except ImportError:
+        pass
     # The file read too, as ds[i] reads it (from the page cache after the first pass).
     rows["bare: full decode + INTER_AREA resize of the crop"] = (lambda i: reference(probe.read(i)[0], i), strict, None)
     rows["full decode alone"] = (lambda i: decoder.decode(probe.read(i)[0]), strict, None)
+    rows[FLOOR] = (lambda i: decoder.decode(probe.read(i)[0], scale=Fraction(1, 8)), strict, None)
+    timm = TimmDataset([probe.path(i) for i in range(len(probe))], list(probe.labels), True)
+    rows["peer: timm-style (Pillow) __getitem__"] = (lambda i: timm[i], strict, None)
+    if spdl_version() is not None:
+        rows[f"peer: SPDL {spdl_version()} (FFmpeg decode, crop, scale, flip)"] = (
+            lambda i: spdl_train_sample(probe.read(i)[0]), strict, None)
     names = list(rows)
+    spare = [i for i in range(len(probe)) if i not in set(idx)][:1] or idx[:1]
+    for name in names:  # the process's warm-up, on a sample not measured
+        fn, planner, _ = rows[name]
+        plan.set_planner(planner)
+        fn(spare[0])
     times: dict[str, list[float]] = {n: [] for n in names}
     first: dict[str, float] = {}
+    order = np.random.default_rng(0)
     for p in range(passes + 1):  # pass 0: every dataset's first pass (a first epoch)
         spent = dict.fromkeys(names, 0.0)
-        for k, i in enumerate(idx):
-            for name in names[k % len(names) :] + names[: k % len(names)]:
+        for i in idx:
+            for name in order.permutation(names).tolist():
                 fn, planner, ds = rows[name]
                 plan.set_planner(planner)
                 if ds is not None:
-                    ds.epoch = p
+                    ds.set_epoch(p)
                 t0 = time.process_time()
                 fn(i)
                 spent[name] += time.process_time() - t0
@@ -156,6 +151,13 @@ def show(title: str, r: dict) -> None:
     for name in later:
         if name.startswith("ds[i], ") and name != "ds[i], default":
             print(f"  default speed / {name[7:]}: {later[name] / default:.2f} (target >= 0.97)")
+    for name in later:
+        if name.startswith("peer: "):
+            ratio = first[name] / first["ds[i], default"]
+            print(f"  default speed / {name[6:]}: {later[name] / default:.2f} (first pass {ratio:.2f})")
+    full, floor = later["full decode alone"], later[FLOOR]
+    print(f"  default speed / full decode alone: {full / default:.2f}; the strict floor allows at most "
+          f"{full / floor:.2f} (full decode / decode at 1/8)")
 
 
 def main() -> None:

@@ -10,6 +10,8 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run from a checkout without installing
 
@@ -49,6 +51,45 @@ def photo_folder(args, quiet: bool = False) -> str:
                               workers=1 if args.quick else available_cpus())
     if not quiet:
         print(format_jpeg_stats(jpeg_stats(root)))
+    return root
+
+
+def large_photos(root: str, count: int, seed: int = 0) -> str:
+    """``count`` JPEGs of 2-8 MP in root/c0: each a canvas tiled with crops of scikit-image's
+    colour photographs at native scale (no upscaling: real photo detail per pixel), some
+    flipped, encoded 4:2:0 at quality 85-95. Made once; returns ``root``."""
+    from PIL import Image
+
+    from fastload.photos.bundled import source_photos
+
+    folder = os.path.join(root, "c0")
+    if os.path.isdir(folder) and len(os.listdir(folder)) >= count:
+        return root
+    os.makedirs(folder, exist_ok=True)
+    sources = list(source_photos(gray=False).values())
+    rng = np.random.default_rng(seed)
+    for n in range(count):
+        pixels = rng.uniform(2e6, 8e6)
+        aspect = (4 / 3, 3 / 2, 3 / 4)[int(rng.integers(3))]
+        h = int(np.sqrt(pixels / aspect)) // 16 * 16
+        w = int(h * aspect) // 16 * 16
+        canvas = np.empty((h, w, 3), np.uint8)
+        y = 0
+        while y < h:  # rows of tiles, each tile a crop of one photo at native scale
+            th = int(rng.integers(250, 420))
+            x = 0
+            while x < w:
+                src = sources[int(rng.integers(len(sources)))]
+                sh, sw = src.shape[:2]
+                tw = int(rng.integers(min(300, sw), sw + 1))
+                ch, cw = min(th, sh, h - y), min(tw, w - x)
+                y0, x0 = int(rng.integers(0, sh - ch + 1)), int(rng.integers(0, sw - cw + 1))
+                tile = src[y0 : y0 + ch, x0 : x0 + cw]
+                canvas[y : y + ch, x : x + cw] = tile[:, ::-1] if rng.random() < 0.5 else tile
+                x += cw
+            y += min(th, h - y)
+        Image.fromarray(canvas).save(os.path.join(folder, f"{n:04d}.jpg"), "JPEG",
+                                     quality=int(rng.integers(85, 96)), subsampling=2)
     return root
 
 

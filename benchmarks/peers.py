@@ -15,6 +15,14 @@ sources, with the same Pillow calls in the same order:
   timm's ``fast_collate`` (uint8 N×C×H×W); normalization happens on the GPU after the copy.
 * NVIDIA DALI's CPU-only pipeline, when ``nvidia-dali-cuda120`` is installed (``make bench``):
   ROI random-crop decode, antialiased resize, flip, uint8 N×H×W×C.
+* SPDL (``pip install spdl``; it loads the system's FFmpeg 4-8 shared libraries, e.g. Debian's
+  libavutil57, libavcodec59, libavformat59, libavfilter8, libswscale6): FFmpeg decodes each
+  JPEG and one filter graph crops the RandomResizedCrop box, scales it to 224 (bilinear,
+  which swscale widens when shrinking) and flips it; SPDL's thread pipeline runs the loads
+  and stacks batches, uint8 N×H×W×C.
+* FFCV is not included: ``pip install ffcv`` (1.0.2) compiles against OpenCV's C++ headers
+  and libturbojpeg found by pkg-config (``opencv4`` / ``libturbojpeg``), which a machine
+  with only pip packages lacks (its setup.py stops: "Could not find required package: opencv4").
 """
 
 from __future__ import annotations
@@ -258,3 +266,73 @@ class DaliBatches:
             if i + 1 + self.ahead < n:
                 self._schedule()
             yield x, y
+
+
+# --- SPDL (FFmpeg decode, thread pipeline) ---------------------------------------------------
+
+def spdl_version() -> str | None:
+    """SPDL's version when its FFmpeg bindings load here, else None."""
+    import io
+
+    try:
+        from importlib.metadata import version
+
+        import spdl.io
+
+        tiny = io.BytesIO()
+        Image.new("RGB", (16, 16)).save(tiny, "JPEG")
+        spdl.io.load_image(tiny.getvalue())  # loads the FFmpeg bindings, which need the system's FFmpeg
+    except (ImportError, RuntimeError):
+        return None
+    return version("spdl")
+
+
+def spdl_train_sample(data: bytes, size: int = 224) -> np.ndarray:
+    """One training sample the SPDL way: timm's RandomResizedCrop box (Python's ``random``),
+    then FFmpeg decode, crop, bilinear scale and flip in one call (uint8 H×W×C)."""
+    import spdl.io
+
+    from fastload.decode import image_size
+
+    height, width = image_size(data)
+    top, left, h, w = timm_rrc_params(width, height)
+    flip = "hflip," if random.random() < 0.5 else ""
+    desc = f"crop={w}:{h}:{left}:{top},scale={size}:{size}:flags=bilinear,{flip}format=rgb24"
+    return spdl.io.to_numpy(spdl.io.load_image(data, filter_desc=desc))
+
+
+class SpdlBatches:
+    """SPDL's thread pipeline over the training set, epoch by epoch: read each file, decode
+    and crop it with FFmpeg (``spdl_train_sample``, ``threads`` at once), batch, stack into
+    uint8 N×H×W×C tensors."""
+
+    def __init__(self, paths: list[str], labels: list[int], batch_size: int, threads: int) -> None:
+        self.paths, self.labels, self.batch_size, self.threads = paths, labels, batch_size, threads
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.paths) / self.batch_size)
+
+    def _load(self, i: int):
+        with open(self.paths[i], "rb") as f:
+            return spdl_train_sample(f.read()), self.labels[i]
+
+    @staticmethod
+    def _collate(items):
+        return torch.from_numpy(np.stack([x for x, _ in items])), torch.tensor([y for _, y in items])
+
+    def __iter__(self):
+        from spdl.pipeline import PipelineBuilder
+
+        order = list(range(len(self.paths)))
+        random.shuffle(order)
+        pipeline = (
+            PipelineBuilder()
+            .add_source(order)
+            .pipe(self._load, concurrency=self.threads)
+            .aggregate(self.batch_size)
+            .pipe(self._collate)
+            .add_sink(3)
+            .build(num_threads=self.threads)
+        )
+        with pipeline.auto_stop():
+            yield from pipeline.get_iterator(timeout=600)

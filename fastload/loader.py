@@ -49,6 +49,13 @@ class Loader(DataLoaderAttributes):
     Loader (same dataset, seed, batch size; any ranks, workers or backend) makes its next
     pass hand out exactly the batches that would have come next.
 
+    Decoding is strict (a damaged JPEG raises, or is skipped with ``on_error="skip"``)
+    unless ``FASTLOAD_ROI=trusted`` says the files are intact. ``decode="gpu"`` is not
+    strict: nvImageCodec (nvJPEG) decodes corrupt data without an error, and crops as
+    regions whatever ``FASTLOAD_ROI`` says, so a damaged file can reach a batch as wrong
+    pixels. Use it on data known to be intact (converted with ``--verify``), or keep
+    ``decode="cpu"``.
+
     Args:
         dataset: A fastload dataset (``ImageFolder``, ``LMDBDataset``, ...), anything
             with ``__len__`` and ``load(index, epoch, seed) -> (HWC uint8, target)``, a
@@ -121,7 +128,6 @@ class Loader(DataLoaderAttributes):
         # Weak: the pass holds the Loader (so `for x in Loader(...)` works); a strong reference
         # back would make a cycle that keeps a dropped Loader and its workers alive until gc runs.
         self._pass_ref: weakref.ref[Pass] | None = None
-        self._pid = os.getpid()  # a forked child that inherits this object must not close its workers
         self._fingerprint: str | None = None
         # Last: workers and threads start here, and nothing after can fail and leave them running.
         self._attach_source()
@@ -158,6 +164,9 @@ class Loader(DataLoaderAttributes):
         """A source (and samplers) for the current device, rank, world size and seeds."""
         cfg = self.config
         # With decode="gpu" workers read bytes and draw crops; the device stage decodes.
+        # The process that made the source (its workers, threads, buffers): a forked child
+        # that inherits this object builds its own at its first pass and never stops the parent's.
+        self._pid = os.getpid()
         self._source = build_source(
             self._samples,
             cfg,
@@ -198,10 +207,24 @@ class Loader(DataLoaderAttributes):
         """A new source and device driver for a changed device (an epoch asked for stays pending)."""
         self._adopt_sampler_epoch()
         self._end_pass()
-        self._watchdog.stop()
-        self._source.close()
-        self._driver.close()
+        if not self._inherited():  # a parent's source is kept as it is (see _forked)
+            self._watchdog.stop()
+            self._source.close()
+            self._driver.close()
         self._attach_source()
+
+    def _inherited(self) -> bool:
+        """The source (workers, threads, buffers) is a parent process's: this is a forked copy."""
+        return self._pid != os.getpid()
+
+    def _forked(self) -> list:
+        """Called in a forked child (``loading.passes``): the source and the pass under way are
+        the parent's. Returns them, to be kept untouched; a ``next()`` on that pass raises,
+        and the next pass here builds a source of this process's own."""
+        current = self._pass_ref() if self._pass_ref is not None else None
+        self._pass_ref = None
+        batches = current.disowned(self._pid) if current is not None else None
+        return [self._source, self._watchdog, self._driver, batches]
 
     def _follow_rank(self) -> None:
         """Re-reads rank and world size that were not given; if torch.distributed was
@@ -230,6 +253,8 @@ class Loader(DataLoaderAttributes):
         if self._closed:
             raise RuntimeError("Loader is closed")
         self._end_pass()
+        if self._inherited():
+            self._rebuild_source()  # a forked process's first pass: workers, threads and buffers of its own
         self._follow_rank()
         self._follow_device()
         self._adopt_sampler_epoch()
@@ -359,7 +384,7 @@ class Loader(DataLoaderAttributes):
         if self._closed:
             return
         self._closed = True
-        if os.getpid() != self._pid:
+        if self._inherited():
             return  # a copy inherited by a forked process: the workers are the parent's to stop
         try:
             self._end_pass("close()")

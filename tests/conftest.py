@@ -50,6 +50,12 @@ def device_memory_per_epoch(loader, epochs: int) -> list[tuple[int, int]]:
     return out
 
 
+def uss_mb(pid: int | str = "self") -> float:
+    """USS of process ``pid`` in MiB: the pages no other process maps (/proc/PID/smaps_rollup)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return sum(int(line.split()[1]) for line in f if line.startswith("Private")) / 1024
+
+
 def children() -> set[int]:
     """Live child processes of this one (earlier tests may leave some behind: compare sets)."""
     me, pids = str(os.getpid()), set()

@@ -358,6 +358,21 @@ def _skips(loader: Any) -> list[list[int]]:
     return sorted([s.epoch, s.index] for s in loader.skipped)
 
 
+SHARD_KEYS = ("rank", "world_size", "drop_uneven")
+
+
+def spelled(options: dict) -> dict:
+    """``options`` in the Loader's spelling: ``shard=fl.Shard(rank=, world_size=, drop_uneven=)``
+    where fastload has it (the suite makes the old keywords' DeprecationWarning an error); the
+    old keywords on the main the reference was recorded on, which knew no other."""
+    import fastload as fl
+
+    if not hasattr(fl, "Shard") or not any(k in options for k in SHARD_KEYS):
+        return options
+    rest = {k: v for k, v in options.items() if k not in SHARD_KEYS}
+    return {**rest, "shard": fl.Shard(**{k: options[k] for k in SHARD_KEYS if k in options})}
+
+
 def collect(config: Config, root: str) -> dict:
     """What ``config`` yields, as the reference records it."""
     import fastload as fl
@@ -366,7 +381,7 @@ def collect(config: Config, root: str) -> dict:
     options = {**BASE, **config.options}
     result: dict[str, Any] = {"input": digest_tree(root)}
     if config.run == "epochs":
-        with fl.Loader(dataset, **options) as loader:
+        with fl.Loader(dataset, **spelled(options)) as loader:
             result["batches"] = _pass(loader, 0) + _pass(loader, 1)
             result["skipped"] = _skips(loader)
             result["len"] = len(loader)
@@ -375,11 +390,11 @@ def collect(config: Config, root: str) -> dict:
     first, states = [], []
     for rank in range(options.get("world_size", 1)):
         ranked = {**options, "rank": rank} if "world_size" in options else options
-        with fl.Loader(dataset, **ranked) as loader:
+        with fl.Loader(dataset, **spelled(ranked)) as loader:
             first += _pass(loader, 1, stop=max(1, 2 - rank))
             states.append(loader.state_dict())
     resumed = {**options, **config.resumed}
-    with fl.Loader(dataset, **resumed) as again:
+    with fl.Loader(dataset, **spelled(resumed)) as again:
         again.load_state_dict(states)
         rest = []
         for batch in again:

@@ -42,7 +42,7 @@ def resume(out, n, rank, world):
     from ddp_worker import IndexDataset
 
     workers, backend = {1: (0, "process"), 3: (1, "thread")}[world]  # not the saving run's: it does not matter
-    with fl.Loader(IndexDataset(n), num_workers=workers, backend=backend, rank=rank, world_size=world,
+    with fl.Loader(IndexDataset(n), num_workers=workers, backend=backend, shard=fl.Shard(rank=rank, world_size=world),
                    **DDP_OPTS) as loader:
         saved = glob.glob(os.path.join(out, "state.*.pt"))  # in no particular order
         loader.load_state_dict([torch.load(p, weights_only=True) for p in saved])

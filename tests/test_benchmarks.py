@@ -12,9 +12,9 @@ BENCH = os.path.join(os.path.dirname(HERE), "benchmarks")
 sys.path.insert(0, BENCH)
 from run_all import BENCHMARKS  # noqa: E402
 
-
-# tests/test_bench_<name>.py check their output (test_bench_wds.py: bench_wds and wds_shuffle)
-OWN_TESTS = ("bench_resize", "bench_decode_plan", "bench_wds", "wds_shuffle", "bench_augment")
+# tests/test_bench_<name>.py check their output (test_bench_wds.py: bench_wds and wds_shuffle);
+# bench_handoff_peers: its own test below
+OWN_TESTS = ("bench_resize", "bench_decode_plan", "bench_wds", "wds_shuffle", "bench_augment", "bench_handoff_peers")
 SLOW = (
     "bench_spawn_start",  # spawned workers: most of a minute even in --quick mode
     "bench_loader",  # every peer and switch: about 20 s in --quick mode
@@ -25,6 +25,11 @@ SLOW = (
 @pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.slow) if e.split()[0] in SLOW else e
                                    for e in BENCHMARKS if e.split()[0] not in OWN_TESTS])
 def test_quick_mode_runs_and_reports(entry, tmp_path):
+    run_quick(entry, tmp_path)
+
+
+def run_quick(entry: str, tmp_path) -> tuple[str, dict]:
+    """``entry``'s --quick mode (a script and its own arguments): its printed output and its JSON record."""
     name, *own = entry.split()
     out = tmp_path / "results.jsonl"
     proc = subprocess.run([sys.executable, os.path.join(BENCH, f"{name}.py"), *own, "--quick", "--json", str(out),
@@ -33,6 +38,35 @@ def test_quick_mode_runs_and_reports(entry, tmp_path):
     assert proc.stdout.strip(), "a benchmark must print its figures"
     record = json.loads(out.read_text().splitlines()[-1])
     assert record["benchmark"] == name and record["quick"] is True
+    return proc.stdout, record
+
+
+@pytest.mark.slow  # two photo sets, six fastload loaders and the peers: about a minute
+def test_handoff_peers_names_every_peer_and_target(tmp_path):
+    from bench_handoff_peers import DALI, DEFAULT, LIMIT, SPDL, TARGETS, TIMM
+
+    stdout, record = run_quick("bench_handoff_peers", tmp_path)
+    for key in ("photos", "large"):
+        result = record["sets"][key]
+        rows, skipped = result["medians"]["wall"], result["skipped"]
+        # A peer is measured, or named as not run with the reason (never silently left out).
+        for peer in (TIMM, DALI, SPDL, "FFCV"):
+            measured = [r for r in rows if r.startswith(peer)]
+            reasons = [why for name, why in skipped.items() if name.startswith(peer)]
+            assert bool(measured) != bool(reasons), (key, peer, list(rows), skipped)
+            assert all(why.strip() for why in reasons)
+            for why in reasons:
+                assert why in stdout
+        assert rows[DEFAULT]["first"] and rows[DEFAULT]["later"] and rows[LIMIT]["later"]
+        # Every target of the set has its line: a ratio where the row ran, 'not run' where not.
+        for how in ("wall", "steady", "cpu"):
+            targets = result["targets"][how]
+            assert targets["first / later"] is not None
+            for row in TARGETS[key]:
+                if row == LIMIT:
+                    assert all(v is not None for v in targets["share of the full-decode limit"]), targets
+                elif any(r.startswith(row) for r in rows):
+                    assert any(label.startswith(row) for label in targets), (row, targets)
 
 
 def test_train_step_timing_splits_data_wait_from_compute():

@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -180,3 +181,42 @@ def test_gpu_decode_follows_set_device_between_passes(sim, photos):
         finally:
             torch.cuda.set_device(0)
     assert len(first) == len(second) and sim.contexts == {0, 1}
+
+
+def test_driver_close_waits_for_the_batch_its_thread_is_on_and_no_longer(sim):
+    """A pass broken off cancels the batches queued behind the one the driver's thread is on.
+    close() waits for that one (its work goes on the stream) and no longer: it waited for the
+    batch submitted last, which was cancelled, and so for CLOSE_WAIT_S (2 s) every time."""
+    import time
+
+    from fastload.collate import fast_collate
+    from fastload.device.copy import HostCopy
+    from fastload.device.driver import CLOSE_WAIT_S, DeviceDriver
+
+    staged = []
+
+    class SlowThreadedCopy(HostCopy):  # a threaded executor (as GPU decode) whose batches take a while
+        threaded = True
+
+        def stage(self, item, at):
+            staged.append(item)
+            if len(staged) > 1:  # all but the first
+                time.sleep(0.3)
+            return super().stage(item, at)
+
+    rng = np.random.default_rng(0)
+    batches = [fast_collate([(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8), j) for j in range(4)], pin=True)
+               for _ in range(5)]
+    driver = DeviceDriver(SlowThreadedCopy(), "cuda")
+    passing = driver.run(batches)
+    read_on_consumer(*next(passing))  # batch 0 handed over; 1 and 2 submitted to the thread
+    time.sleep(0.1)
+    assert len(staged) == 2  # the thread is on batch 1, batch 2 waits behind it
+    passing.close()  # the pass is broken off: batch 2 is cancelled, batch 1 runs on
+    start = time.monotonic()
+    driver.close()
+    took = time.monotonic() - start
+    time.sleep(0.5)  # batch 1 has ended by now, had close() not waited for it
+    assert sim.knows(driver._stream), "batch 1 queued work on the stream after close() returned"
+    assert len(staged) == 2  # batch 2 never ran
+    assert took < CLOSE_WAIT_S * 0.75, f"close() took {took:.1f} s: it waited for a cancelled batch"

@@ -80,6 +80,14 @@ def test_multiprocessing_context_is_the_start_method():
         assert (a.config.multiprocessing_context, b.config.multiprocessing_context) == ("spawn", "forkserver")
     with pytest.raises(ValueError, match="multiprocessing_context='spawn' and start_method='fork' disagree"):
         fl.Loader(ds, multiprocessing_context="spawn", start_method="fork", **OPTS)
+    # A context and the old spelling of its method agree (they did before the rename); one that
+    # disagrees is named by its method, not its repr.
+    with pytest.warns(DeprecationWarning, match="start_method"), \
+            fl.Loader(ds, multiprocessing_context=multiprocessing.get_context("spawn"), start_method="spawn",
+                      **OPTS) as c:
+        assert c.config.multiprocessing_context == "spawn"
+    with pytest.raises(ValueError, match="multiprocessing_context='forkserver' and start_method='spawn' disagree"):
+        fl.Loader(ds, multiprocessing_context=multiprocessing.get_context("forkserver"), start_method="spawn", **OPTS)
 
 
 def test_sampler_none_reads_the_whole_dataset_in_every_process(monkeypatch):

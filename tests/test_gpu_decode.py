@@ -174,10 +174,66 @@ def test_rows_the_decoder_refuses_are_decoded_by_the_cpu_path(tmp_path, on_cpu, 
     assert stats["cpu_fallback_rows"] == 2
 
 
+class _RegionRefusing:
+    """nvJPEG before 13.2 as nvImageCodec runs it with fancy upsampling: every region request
+    comes back None (the tests here tell a region by its shape); whole images decode."""
+
+    def __init__(self, real, calls):
+        self.real, self.calls = real, calls
+
+    def decode(self, streams, **kw):
+        images = self.real.decode(streams, **kw)
+        self.calls.append(len(streams))
+        return [None if (img.shape[0], img.shape[1]) != (s.height, s.width) else img
+                for img, s in zip(images, streams)]
+
+
+def test_regions_the_backend_refuses_are_decoded_whole_on_the_device(tmp_path, on_cpu, monkeypatch):
+    """nvJPEG < 13.2 refused every region of a subsampled JPEG (the first GPU run: 153 rows
+    loaded again on the CPU): those images are decoded whole by the same decoder and cut,
+    and later batches ask for whole images at once."""
+    ds = fl.ImageFolder(_write(tmp_path, _photos(16)), fl.transforms.train(64, reduced_decode=False))
+    calls: list[int] = []
+    init = nvdecode.BatchDecoder.__init__
+
+    def refusing_regions(self, *a, **kw):
+        init(self, *a, **kw)
+        self._decoder = _RegionRefusing(self._decoder, calls)
+
+    monkeypatch.setattr(nvdecode.BatchDecoder, "__init__", refusing_regions)
+    gpu, stats = _batches(ds, "gpu", epochs=(0, 1))
+    cpu, _ = _batches(ds, "cpu", epochs=(0, 1))
+    _assert_same(gpu, cpu)
+    assert stats["cpu_fallback_rows"] == 0
+    # The first batch with a region asks twice; from then on whole images at once.
+    assert len(calls) == len(gpu) + 1, calls
+
+
 def _corrupt(data: bytes) -> bytes:
     """Zeros over part of the scan: libjpeg warns (corrupt data), nvImageCodec decodes on."""
     mid = len(data) // 2
     return data[:mid] + bytes(400) + data[mid + 400 :]
+
+
+@pytest.mark.parametrize("preset", ["train", "eval"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_decode_gpu_is_not_strict_and_its_docs_say_so(tmp_path, on_cpu, preset, device):
+    """Corrupt scan data: decode="cpu" refuses the file, decode="gpu" decodes it into the batch
+    with no error and nothing skipped (nvImageCodec's CPU backend here; nvJPEG under -m cuda).
+    The Loader's and LoaderConfig.decode's docstrings and the GPU guide say so, and what to
+    do; should GPU decode turn strict, say that instead."""
+    files = _photos(2)
+    files["01.jpg"] = _corrupt(files["01.jpg"])
+    ds = fl.ImageFolder(_write(tmp_path, files), getattr(fl.transforms, preset)(64))
+    with pytest.raises(fl.DecodeError, match="01.jpg"):
+        _batches(ds, "cpu", batch_size=2, device=device)
+    gpu, stats = _batches(ds, "gpu", batch_size=2, device=device)
+    assert [len(x) for x, _, _ in gpu] == [2] and stats["cpu_fallback_rows"] == 0
+    guide = open(os.path.join(os.path.dirname(__file__), "..", "docs", "guides", "gpu.md")).read()
+    for doc in (fl.Loader.__doc__, fl.LoaderConfig.__doc__, guide):
+        said = " ".join(doc.replace("`", "").split())
+        assert "is not strict" in said and "whatever FASTLOAD_ROI says" in said, said
+        assert "--verify" in said and 'keep decode="cpu"' in said, said
 
 
 @pytest.mark.parametrize("on_error", ["raise", "skip"])

@@ -86,3 +86,25 @@ def test_an_end_marker_inside_a_metadata_segment_does_not_count():
     assert jpeg_end(data) == len(data)
     with pytest.raises(DecodeError, match="truncated JPEG"):
         check_jpeg_complete(data[:len(data) - 100])
+
+
+@pytest.mark.parametrize("backend", ["simplejpeg", "turbojpeg"])
+@pytest.mark.parametrize("which", ["photo", "progressive"])
+def test_libjpeg_turbo_refuses_cut_short_files_itself_and_names_the_cause(request, which, backend, monkeypatch):
+    """The strict decoders walk to the end-of-image marker only after libjpeg refused the
+    file (its own end-of-data warning catches every cut): an intact decode never walks, a
+    cut-short one still says 'truncated JPEG'."""
+    need_decoder(backend)
+    from fastload.decode import get_decoder, header, libjpeg
+
+    jpeg = request.getfixturevalue(which)
+    walks = []
+    monkeypatch.setattr(libjpeg, "check_jpeg_complete", lambda d: walks.append(len(d)) or header.jpeg_end(d))
+    decoder = get_decoder(backend)
+    decoder.decode(jpeg)
+    assert walks == []
+    n = len(jpeg)
+    for cut in (n // 10, n // 2, n - 3, n - 2, n - 1):
+        with pytest.raises(DecodeError, match="truncated JPEG"):
+            decoder.decode(jpeg[:cut])
+    assert len(walks) == 5

@@ -15,7 +15,7 @@ import pytest
 
 import fastload as fl
 
-from conftest import children
+from conftest import children, uss_mb
 
 BACKENDS = ["process", "thread"]
 
@@ -29,11 +29,6 @@ def no_cyclic_gc():
     finally:
         if was:
             gc.enable()
-
-
-def uss_mb() -> float:
-    with open("/proc/self/smaps_rollup") as f:
-        return sum(int(line.split()[1]) for line in f if line.startswith("Private")) / 1024
 
 
 @pytest.fixture(scope="module")

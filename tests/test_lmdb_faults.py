@@ -50,11 +50,11 @@ def test_an_empty_data_file_is_named(tmp_path):
 CUT_IN_USE = r"""
 import os, shutil, sys
 import fastload as fl
-from fastload.datasets import lmdb_dataset, lmdb_guard
+from fastload.datasets import lmdb_dataset, lmdb_guard, lmdb_guard_registry
 src, work, guard = sys.argv[1], sys.argv[2], {"auto": None, "off": False}[sys.argv[3]]
 # The file shrinks right after the size check before a read (the window no check closes):
 # stand in for that race by skipping the check, so every read meets the cut file.
-lmdb_dataset.check_still_whole = lmdb_guard.check_still_whole = lambda data: None
+lmdb_dataset.check_still_whole = lmdb_guard.check_still_whole = lmdb_guard_registry.check_still_whole = lambda data: None
 path = os.path.join(work, "cut")
 shutil.copytree(src, path)
 ds = fl.LMDBDataset(path, fl.transforms.eval(32), guard=guard)
@@ -82,8 +82,8 @@ def test_a_file_cut_short_mid_pass_is_a_named_error_not_sigbus(lmdb_path, tmp_pa
 
 def test_the_size_check_still_names_a_cut_between_reads(lmdb_path, tmp_path):
     """Without the stand-in: a file cut between batches is named by the size check (guarded reads too)."""
-    code = CUT_IN_USE.replace("lmdb_dataset.check_still_whole = lmdb_guard.check_still_whole = lambda data: None",
-                              "")
+    code = CUT_IN_USE.replace("lmdb_dataset.check_still_whole = lmdb_guard.check_still_whole = "
+                              "lmdb_guard_registry.check_still_whole = lambda data: None", "")
     proc = _child(code, lmdb_path, str(tmp_path), "auto")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "NAMED" in proc.stdout and "is truncated" in proc.stdout, proc.stdout + proc.stderr[-2000:]
@@ -154,11 +154,11 @@ def test_bit_flips_in_btree_pages_never_kill_the_training_process(lmdb_path, tmp
 
 
 def test_a_guard_killed_by_a_signal_is_named_and_the_next_read_starts_another(lmdb_path, tmp_path, monkeypatch):
-    from fastload.datasets import LMDBReadError, lmdb_guard
+    from fastload.datasets import LMDBReadError, lmdb_guard, lmdb_guard_registry
 
     ds = fl.LMDBDataset(lmdb_path)
     first = ds.read(0)
-    lmdb_guard.close_guard(lmdb_path)
+    lmdb_guard_registry.close_guard(lmdb_path)
     crashing = tmp_path / "crash.py"  # a guard that dies as a wild page would make it die
     crashing.write_text("import os, signal, sys\nsys.stdout.buffer.write(b'R' + bytes(8)); sys.stdout.flush()\n"
                         "sys.stdin.buffer.read(1)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
@@ -168,7 +168,7 @@ def test_a_guard_killed_by_a_signal_is_named_and_the_next_read_starts_another(lm
     assert info.value.key == b"000000001" and info.value.path == lmdb_path
     monkeypatch.undo()
     assert ds.read(0) == first  # the next read starts a new guard
-    lmdb_guard.close_guard(lmdb_path)
+    lmdb_guard_registry.close_guard(lmdb_path)
 
 
 def test_worker_processes_read_directly_and_guard_false_everywhere(lmdb_path, monkeypatch):

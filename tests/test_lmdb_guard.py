@@ -17,7 +17,7 @@ import pytest
 
 import fastload as fl
 from fastload.convert import convert
-from fastload.datasets import LMDBReadError, lmdb_guard
+from fastload.datasets import LMDBReadError, lmdb_guard, lmdb_guard_registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER = lmdb_guard._SERVER
@@ -34,15 +34,15 @@ def lmdb_path(folder, tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _fresh_guards(lmdb_path):
-    lmdb_guard.close_guard(lmdb_path)
+    lmdb_guard_registry.close_guard(lmdb_path)
     yield
-    lmdb_guard.close_guard(lmdb_path)
+    lmdb_guard_registry.close_guard(lmdb_path)
 
 
 def _guard_pid(path):
     """The pid of this process's running guard of ``path``."""
     real = os.path.realpath(path)
-    (guard,) = [g for k, g in lmdb_guard._guards.items() if k[:2] == (real, os.getpid())]
+    (guard,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
     assert guard.proc is not None and guard.proc.poll() is None
     return guard.proc.pid
 
@@ -95,6 +95,43 @@ def test_a_stopped_guard_is_killed_at_its_timeout_and_the_read_retried(lmdb_path
     assert ds.read(0) == first
 
 
+def _resume_later(pid, seconds):
+    """SIGCONT to ``pid`` after ``seconds`` (nothing if it has ended)."""
+
+    def resume():
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(seconds, resume)
+    timer.start()
+    return timer
+
+
+def test_each_read_waits_as_long_as_its_own_dataset_says(lmdb_path):
+    """Two datasets of one LMDB share its guard process. The shortest guard_timeout of them was
+    every read's: a patient dataset's read of a guard that answers after 2 s was killed at the
+    hasty one's 0.5 s, with a warning; now it waits, and the hasty one still ends its own wait."""
+    patient = fl.LMDBDataset(lmdb_path, guard_timeout=30)
+    hasty = fl.LMDBDataset(lmdb_path, guard_timeout=0.5)
+    expected = patient.read(1)
+    pid = _guard_pid(lmdb_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.kill(pid, signal.SIGSTOP)
+        _resume_later(pid, 2.0)
+        got, seconds = _in_thread(lambda: patient.read(1), 30)
+    assert got == expected, got
+    assert seconds > 1.5 and _guard_pid(lmdb_path) == pid, "the guard was taken for hung"
+    assert not [w for w in caught if "guard process" in str(w.message)]
+    with stopped(pid), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, seconds = _in_thread(lambda: hasty.read(1), 30)
+    assert got == expected and seconds < 10, (got, seconds)
+    assert [w for w in caught if "did not answer within 0.5 s" in str(w.message)] and _guard_pid(lmdb_path) != pid
+
+
 @pytest.mark.parametrize("bad", [0, -1, True, "5"])
 def test_guard_timeout_must_be_positive_seconds(lmdb_path, bad):
     with pytest.raises(ValueError, match=f"guard_timeout must be a number of seconds > 0, got {bad!r}"):
@@ -139,7 +176,7 @@ def test_close_ends_decode_threads_blocked_on_a_stopped_guard(lmdb_path):
     batches = iter(loader)
     next(batches)
     real = os.path.realpath(lmdb_path)
-    (guard,) = [g for k, g in lmdb_guard._guards.items() if k[:2] == (real, os.getpid())]
+    (guard,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
     ended = []
 
     def consume():
@@ -196,7 +233,7 @@ KILLED_ALWAYS = (
 def test_a_guard_killed_from_outside_is_named_and_the_read_retried(lmdb_path, tmp_path, monkeypatch):
     ds = fl.LMDBDataset(lmdb_path)
     expected = ds.read(1)
-    lmdb_guard.close_guard(lmdb_path)
+    lmdb_guard_registry.close_guard(lmdb_path)
     monkeypatch.setattr(lmdb_guard, "_SERVER", _server(tmp_path, KILLED_ONCE))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -209,7 +246,7 @@ def test_a_guard_killed_from_outside_is_named_and_the_read_retried(lmdb_path, tm
 
 def test_a_guard_killed_twice_is_an_error_that_does_not_blame_the_file(lmdb_path, tmp_path, monkeypatch):
     ds = fl.LMDBDataset(lmdb_path)
-    lmdb_guard.close_guard(lmdb_path)
+    lmdb_guard_registry.close_guard(lmdb_path)
     monkeypatch.setattr(lmdb_guard, "_SERVER", _server(tmp_path, KILLED_ALWAYS))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -5,13 +5,15 @@ named LMDBChangedError; never another file's image under the old label."""
 import os
 import shutil
 import signal
+import threading
+import time
 
 import numpy as np
 import pytest
 
 import fastload as fl
 from fastload.convert import convert
-from fastload.datasets import LMDBChangedError, lmdb_guard
+from fastload.datasets import LMDBChangedError, lmdb_guard_registry
 from fastload.datasets.lmdb_dataset import close_env
 
 from conftest import jpeg_bytes
@@ -48,7 +50,24 @@ def live(two_lmdbs, tmp_path):
     shutil.copytree(old, path)
     shutil.copyfile(os.path.join(new, "data.mdb"), str(tmp_path / "incoming.mdb"))
     yield path, str(tmp_path / "incoming.mdb")
-    lmdb_guard.close_guard(path)
+    lmdb_guard_registry.close_guard(path)
+
+
+def _commit(path):
+    """A writer's commit to the LMDB at ``path`` (under lmdb's own locking)."""
+    import lmdb
+
+    env = lmdb.open(path, map_size=1 << 26)
+    with env.begin(write=True) as txn:
+        txn.put(b"extra", b"x" * 100_000)
+    env.close()
+
+
+def _guard(path):
+    """This process's guard of ``path``."""
+    real = os.path.realpath(path)
+    (guard,) = [g for k, g in lmdb_guard_registry._guards.items() if k[:2] == (real, os.getpid())]
+    return guard
 
 
 def _reads(ds, expected):
@@ -76,13 +95,51 @@ def test_a_data_file_renamed_over_is_named_never_read(live, guard):
     os.replace(incoming, os.path.join(path, "data.mdb"))  # what a converter writing beside it and renaming does
     at_once = _reads(ds, expected)
     if guard is None:
-        real = os.path.realpath(path)
-        (g,) = [g for k, g in lmdb_guard._guards.items() if k[:2] == (real, os.getpid())]
+        g = _guard(path)
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait()
     else:
         close_env(path)
     assert [at_once, _reads(ds, expected)] == [(0, 0, len(ds))] * 2, "(right, wrong, named) reads"
+
+
+def test_a_read_in_flight_when_a_new_dataset_ends_its_guard_names_the_change(live):
+    """A dataset made again after the rename ends the old file's guard while a thread reads
+    through it: that read is a named LMDBChangedError (it got the raw OSError of a pipe closed
+    under it), and the new dataset reads the new file."""
+    path, incoming = live
+    old = fl.LMDBDataset(path)
+    old.read(0)
+    guard = _guard(path)
+    pid, out = guard.proc.pid, {}
+
+    def read():
+        try:
+            out["value"] = old.read(1)
+        except BaseException as e:  # the test looks at it
+            out["value"] = e
+
+    os.kill(pid, signal.SIGSTOP)  # the old dataset's read waits for its answer
+    try:
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 10
+        while not guard.lock.locked() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the request sent, its answer awaited
+        os.replace(incoming, os.path.join(path, "data.mdb"))
+        new = fl.LMDBDataset(path)  # its guard replaces the old file's
+        reader.join(15)
+        assert not reader.is_alive(), "the read in flight is still blocked"
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    got = out["value"]
+    assert isinstance(got, LMDBChangedError), repr(got)
+    assert "was replaced by another file" in str(got) and path in str(got), str(got)
+    assert len(new) == 18 and guard.proc is None
 
 
 def test_new_workers_never_read_the_replacement(live):
@@ -119,7 +176,7 @@ def test_a_rewrite_that_keeps_size_and_time_is_named_when_a_process_opens_it(liv
     path, _ = live
     ds = fl.LMDBDataset(path)
     ds.read(0)
-    lmdb_guard.close_guard(path)
+    lmdb_guard_registry.close_guard(path)
     data = os.path.join(path, "data.mdb")
     st = os.stat(data)
     with open(data, "r+b") as f:  # another transaction id in the first meta page, as a new conversion has
@@ -134,16 +191,27 @@ def test_a_rewrite_that_keeps_size_and_time_is_named_when_a_process_opens_it(liv
 
 def test_lock_true_allows_a_writer(live):
     """With lock=True a writer may commit while the dataset reads (LMDB's locking): not an error."""
-    import lmdb
-
     path, _ = live
     ds = fl.LMDBDataset(path, lock=True)
     first = ds.read(0)
-    env = lmdb.open(path, map_size=1 << 26)
-    with env.begin(write=True) as txn:
-        txn.put(b"extra", b"x" * 100_000)
-    env.close()
+    _commit(path)
     assert ds.read(0) == first
+
+
+def test_datasets_of_a_file_with_a_writer_share_one_guard(live):
+    """lock=True: a commit between two datasets' opening changes the file's size and time, not
+    the file. Each read of one ended the other's guard (a process started per read; a read in
+    flight on the other failed): they share one."""
+    path, _ = live
+    first = fl.LMDBDataset(path, lock=True)
+    expected = first.read(0)
+    _commit(path)
+    second = fl.LMDBDataset(path, lock=True)
+    pids = set()
+    for ds in (first, second, first, second):
+        assert ds.read(0) == expected
+        pids.add(_guard(path).proc.pid)
+    assert len(pids) == 1, f"{len(pids)} guard processes for 4 reads"
 
 
 @pytest.mark.parametrize("guard", [None, False])

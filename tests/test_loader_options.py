@@ -77,7 +77,8 @@ def test_old_spellings_give_the_same_loader_with_a_warning_showing_the_new_form(
 
 def test_old_spellings_add_to_the_given_config_and_group():
     base = fl.LoaderConfig(normalize=fl.Normalize(dtype="float16"), shard=fl.Shard(world_size=4))
-    with pytest.warns(DeprecationWarning, match=r"fl.Loader\(mean=...\) is deprecated"):
+    with (pytest.warns(DeprecationWarning, match=r"fl.Loader\(mean=...\) is deprecated"),
+          pytest.warns(DeprecationWarning, match=r"fl.Loader\(rank=...\) is deprecated")):
         loader = fl.Loader(Pixels(), base, mean=(0.1, 0.2, 0.3), rank=3, num_workers=0, device="cpu")
     with loader:
         assert loader.config.normalize == fl.Normalize(mean=(0.1, 0.2, 0.3), dtype="float16")
@@ -133,7 +134,8 @@ def test_a_profile_saved_by_the_old_tuner_is_used(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("options, error, says", [
     (dict(normalize="yes"), ValueError, r"normalize must be True, False or fl.Normalize\(mean=..., std=..., dtype=...\)"),
-    (dict(normalize=fl.Normalize), ValueError, "normalize must be"),
+    (dict(normalize=fl.Normalize), ValueError, r"normalize=fl.Normalize is the class: call it, fl.Normalize\(\)"),
+    (dict(shard=fl.Shard), ValueError, r"shard=fl.Shard is the class: call it, fl.Shard\(rank=..., world_size=...\)"),
     (dict(shard=(0, 2)), ValueError, r"shard must be fl.Shard\(rank=..., world_size=..."),
     (dict(shard={"rank": 2, "world_size": 2}), ValueError, r"rank 2 must be in \[0, 2\)"),
     (dict(multiprocessing_context=object()), TypeError, "give a start method name"),

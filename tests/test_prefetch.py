@@ -56,6 +56,13 @@ def test_bad_input_and_arguments():
         CudaPrefetcher([], depth=0)
 
 
+def test_a_prefetcher_serves_the_device_it_was_made_for():
+    """Its public methods: iterate, run and close. A device change is a new prefetcher, as the
+    Loader makes a new driver (set_device, which nothing called, was removed)."""
+    public = {name for name in dir(CudaPrefetcher) if not name.startswith("_")}
+    assert public == {"close", "run"}, public
+
+
 def test_producer_errors_reach_the_consumer():
     def broken():
         yield from _batches(1)

@@ -306,7 +306,8 @@ class _Numbers(fl.ImageDataset):
 
 def test_merge_states():
     numbers, opts = _Numbers(40), dict(batch_size=4, shuffle=True, num_workers=0, device="cpu")
-    with fl.Loader(numbers, world_size=2, rank=0, **opts) as r0, fl.Loader(numbers, world_size=2, rank=1, **opts) as r1:
+    shards = [fl.Shard(rank=r, world_size=2) for r in range(2)]
+    with fl.Loader(numbers, shard=shards[0], **opts) as r0, fl.Loader(numbers, shard=shards[1], **opts) as r1:
         _take(r0, 2), _take(r1, 3)
         states = [r0.state_dict(), r1.state_dict()]
     merged = fl.merge_states(states[::-1])

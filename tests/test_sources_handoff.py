@@ -29,7 +29,7 @@ class Pixels(torch.utils.data.Dataset):
 
 def loader(ds, **kw):
     kw = {"batch_size": 4, "num_workers": 1, "prefetch_factor": 2, "normalize": False, "device": "cpu",
-          "backend": "process", "start_method": "fork", **kw}
+          "backend": "process", "multiprocessing_context": "fork", **kw}
     return fl.Loader(ds, **kw)
 
 

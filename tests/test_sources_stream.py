@@ -29,7 +29,7 @@ def test_ranks_get_equal_batch_counts_and_every_record_once(tmp_path, gz):
     stream = fl.TFRecordStream(pattern, transform=fl.transforms.eval(8, resize=8))
     counts, seen = [], []
     for rank in range(4):
-        with fl.Loader(stream, batch_size=3, num_workers=2, rank=rank, world_size=4, device="cpu",
+        with fl.Loader(stream, batch_size=3, num_workers=2, shard=fl.Shard(rank=rank, world_size=4), device="cpu",
                        normalize=False) as loader:
             batches = [y.tolist() for _, y in loader]
             assert len(batches) == len(loader)

@@ -26,7 +26,7 @@ def _run(ds, backend, **kw):
 def test_byte_identical_to_process_backend(folder, normalize, world_size):
     ds = fl.ImageFolder(folder, transform=fl.transforms.train(20))
     for rank in range(world_size):
-        kw = dict(normalize=normalize, rank=rank, world_size=world_size)
+        kw = dict(normalize=normalize, shard=fl.Shard(rank=rank, world_size=world_size))
         a, b = _run(ds, "process", **kw), _run(ds, "thread", **kw)
         assert len(a) == len(b) > 0
         for (xa, ya), (xb, yb) in zip(a, b):

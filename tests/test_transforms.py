@@ -236,3 +236,32 @@ def test_albumentations_pipeline_through_the_adapter_is_reproducible(folder, mon
             fl.Loader(ds, num_workers=2, backend="thread", **opts) as t:
         for (px, py), (tx, ty) in zip(p, t):
             assert torch.equal(px, tx) and torch.equal(py, ty)
+
+
+def test_a_sample_is_flipped_in_place_contiguous_and_exact(folder):
+    """ds[i] and load() flip the freshly resized crop in place (cv2.flip into itself): a
+    contiguous array, the exact mirror of the unflipped sample, not a negative-stride view
+    whose copy in __getitem__ or collate costs ~100 µs."""
+    from fastload import ImageFolder
+
+    flipped = ImageFolder(folder, transform=T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(1.0)]))
+    plain = ImageFolder(folder, transform=T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(0.0)]))
+    for i in range(4):
+        img, _ = flipped.load(i, 3)
+        assert img.flags.c_contiguous and img.strides[1] == 3
+        assert np.array_equal(img, plain.load(i, 3)[0][:, ::-1])
+
+
+def test_an_already_decoded_region_is_not_flipped_in_place():
+    """finish_decode with pixels (a batched region decode's array) leaves them as they were."""
+    data = jpeg_bytes(make_image(3, 96, 128))
+    dec = get_decoder()
+    pipeline = T.Compose([T.RandomResizedCrop((96, 128), scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3)),
+                          T.RandomHorizontalFlip(1.0)])
+    rng = np.random.default_rng(0)
+    steps = pipeline.plan_decode(data, dec, rng)
+    pixels = dec.decode(data)
+    before = pixels.copy()
+    out = pipeline.finish_decode(data, dec, steps, rng, pixels=pixels)
+    assert np.array_equal(pixels, before)
+    assert np.array_equal(out, before[:, ::-1])

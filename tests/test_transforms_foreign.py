@@ -1,6 +1,8 @@
 """A torchvision (or timm) transform handed to fastload is a TypeError at construction
 that names the fastload form of each of its steps."""
 
+import warnings
+
 import numpy as np
 import pytest
 import refs
@@ -27,7 +29,25 @@ def test_torchvision_compose_names_each_steps_equivalent(folder):
     assert "RandomResizedCrop -> fl.transforms.RandomResizedCrop" in msg
     assert "ColorJitter -> fl.transforms.ColorJitter" in msg
     assert "ToTensor -> drop it: the Loader makes the tensor on the device" in msg
-    assert f"normalizes on the device: fl.Loader(..., mean={MEAN}, std={STD})" in msg
+    advice = f"fl.Loader(..., normalize=fl.Normalize(mean={MEAN}, std={STD}))"
+    assert f"normalizes on the device: {advice}" in msg
+    assert "fl.Loader(ds, normalize=fl.Normalize(mean=..., std=...))." in msg
+
+
+def test_the_normalize_advice_is_the_current_spelling(folder):
+    """What the errors tell a torchvision user to write is taken without a DeprecationWarning
+    (mean= and std= on the Loader are the old spelling)."""
+    ds = fl.ImageFolder(folder, transform=fl.transforms.eval(32))
+    msg = error_for(folder, V1.Normalize(MEAN, STD))
+    call = msg.split("normalizes on the device: ")[1].splitlines()[0]
+    assert call.startswith("fl.Loader(..., ") and call.endswith(")"), call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a DeprecationWarning fails the test
+        loader = eval(call.replace("...", "ds, batch_size=2, num_workers=0", 1), {"fl": fl, "ds": ds})
+    with loader:
+        assert loader.config.normalize == fl.Normalize(mean=MEAN, std=STD)
+    with pytest.raises(AttributeError, match=r"normalize=fl\.Normalize\(mean=\.\.\., std=\.\.\.\)\)"):
+        fl.transforms.Normalize  # noqa: B018
 
 
 def test_v2_batch_level_and_unknown_steps(folder):

@@ -203,6 +203,28 @@ def test_the_default_configuration_is_not_compared_with_itself(folder, tmp_path,
     assert report["baseline"]["samples_per_s"] == report["best_samples_per_s"]
 
 
+@pytest.mark.parametrize("seed", [0, 4, 7])
+def test_no_profile_is_saved_that_measured_slower_than_the_default(folder, tmp_path, monkeypatch, capsys, seed):
+    # Workers only cost here (every worker count runs at 0.70x num_workers=0, as on a tiny
+    # dataset) and the runs swing by a third: the finalists tie and the cheaper, a worker
+    # count, is chosen at 0.57-0.95x the default. It was saved as a profile.
+    measure = FakeMeasure(lambda c: 1000.0 if c.num_workers == 0 else 700.0, sigma=0.35, seed=seed)
+    _fake_tuner(monkeypatch, tmp_path, measure)
+    out = tmp_path / "t.json"
+    argv = [folder, *TUNE_FAKE, "--budget", "30", "--json", str(out), "--save-profile"]
+    assert main(["tune", *argv]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(out.read_text())
+    speedup = report["speedup_over_baseline"]
+    assert report["decision"]["outcome"] == "tied" and report["best"]["num_workers"] > 0
+    assert speedup < 1 / 1.05 and report["slower_than_baseline"] is True
+    said = f"the chosen configuration measured {speedup:.2f}x PyTorch's default (num_workers=0, batch 8)"
+    assert said in captured.out and "warning:" in captured.out, "the table's warnings say so"
+    assert f"no profile saved: {said}" in captured.err and "saved profile" not in captured.out
+    with fl.Loader(fl.ImageFolder(folder), device="cpu") as loader:
+        assert loader.profile is None
+
+
 def test_a_clear_winner_is_saved_with_how_to_forget_it(folder, tmp_path, monkeypatch, capsys):
     measure = FakeMeasure(lambda c: 100 + 50 * c.num_workers, sigma=0.01)
     _fake_tuner(monkeypatch, tmp_path, measure)

@@ -117,7 +117,7 @@ def test_python_m_fastload_is_the_command():
 
 
 def test_torchvision_names_missing_from_fl_transforms_say_where_they_went():
-    with pytest.raises(AttributeError, match=r"'Normalize' \(torchvision's Normalize: .*fl\.Loader\(\.\.\., mean="):
+    with pytest.raises(AttributeError, match=r"'Normalize' \(torchvision's Normalize: .*fl\.Loader\(\.\.\., normalize=fl\.Normalize\(mean="):
         T.Normalize  # noqa: B018
     with pytest.raises(AttributeError, match=r"'ToTensor' \(torchvision's ToTensor: drop it"):
         T.ToTensor  # noqa: B018

@@ -139,7 +139,7 @@ def test_ranks_get_equal_batches_and_each_sample_once(shards):
     ds = _ds(shards, window=2)
     seen, counts = [], set()
     for rank in range(3):
-        with fl.Loader(ds, num_workers=2, shuffle=True, rank=rank, world_size=3, **OPTS) as loader:
+        with fl.Loader(ds, num_workers=2, shuffle=True, shard=fl.Shard(rank=rank, world_size=3), **OPTS) as loader:
             batches = _labels(loader)
         counts.add(len(batches))
         seen += sum(batches, [])
@@ -151,13 +151,15 @@ def test_resume_on_other_ranks_and_workers_finishes_the_epoch_once(shards, old, 
     ds = _ds(shards, window=2)
     states, taken = [], []
     for rank in range(old[0]):
-        with fl.Loader(ds, num_workers=old[1], shuffle=True, rank=rank, world_size=old[0], **OPTS) as loader:
+        shard = fl.Shard(rank=rank, world_size=old[0])
+        with fl.Loader(ds, num_workers=old[1], shuffle=True, shard=shard, **OPTS) as loader:
             it = iter(loader)
             taken += sum([next(it)[1].tolist() for _ in range(rank + 1)], [])  # ranks stop at different batches
             states.append(loader.state_dict())
     rest, counts = [], set()
     for rank in range(new[0]):
-        with fl.Loader(ds, num_workers=new[1], shuffle=True, rank=rank, world_size=new[0], **OPTS) as loader:
+        shard = fl.Shard(rank=rank, world_size=new[0])
+        with fl.Loader(ds, num_workers=new[1], shuffle=True, shard=shard, **OPTS) as loader:
             loader.load_state_dict(states)
             batches = _labels(loader)
             counts.add(len(batches))

@@ -117,6 +117,56 @@ def test_a_server_that_keeps_half_stalling_is_given_up_on_after_retries_plus_one
     assert "(stall 1 of at most 4 for this shard); asking again from byte" in stalls[0]
 
 
+def test_a_stall_under_the_transports_own_timeout_is_retried_and_named(monkeypatch):
+    """``stall_timeout=None`` leaves the waits to the transport: its time-out is a stall like
+    ours, retried from the byte reached and named in words (it was a TypeError formatting None)."""
+    from fastload.datasets.webdataset import remote
+    from fastload.datasets.webdataset.index import ShardId
+
+    data = bytes(range(256)) * 40
+
+    class TimesOutOnce:  # a non-HTTP file (opened, then seeked): its first read times out
+        timed_out = False
+
+        def __init__(self):
+            self.at = 0
+
+        def seek(self, n):
+            self.at = n
+
+        def read(self, n):
+            if not TimesOutOnce.timed_out:
+                TimesOutOnce.timed_out = True
+                raise TimeoutError("Read timeout on endpoint URL")
+            chunk = data[self.at : self.at + n]
+            self.at += len(chunk)
+            return chunk
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    class Store:
+        protocol = "s3"
+
+        def open(self, path, mode, block_size=None):
+            return TimesOutOnce()
+
+    monkeypatch.setattr(remote, "filesystem", lambda url, options, stall: (Store(), url))
+    fetch = remote.Remote(stall_timeout=None, backoff_s=0.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = b"".join(fetch.stream(ShardId("s3://bucket/shard.tar", len(data), "v1")))
+    assert got == data
+    stalls = [str(w.message) for w in caught if "sent no byte" in str(w.message)]
+    assert stalls == [
+        f"fastload: s3://bucket/shard.tar: the server sent no byte for the transport's own time-out at byte 0 of "
+        f"{len(data):,} (stall 1 of at most 6 for this shard); asking again from byte 0"
+    ], stalls
+
+
 def test_the_indexing_progress_counts_bytes_while_a_shard_downloads(tmp_path, capsys):
     root, size = _big_shard(tmp_path)
     with http_server(root, faults={"shard-000000.tar": ("stall", 1, 4)}) as (base, _):

@@ -138,6 +138,11 @@ class LoaderConfig:
         decode: "cpu" (workers decode and resize) or "gpu" (workers read bytes and draw
             crops; the batch is decoded, resized, flipped and normalized on the CUDA
             device, see :mod:`fastload.device.gpudecode`; the train/eval presets only).
+            "gpu" is not strict: nvImageCodec (nvJPEG) decodes corrupt JPEG data without
+            an error and decodes crops as regions whatever ``FASTLOAD_ROI`` says, so a
+            damaged file can reach a batch as wrong pixels instead of raising (or being
+            skipped). For data not known to be intact, convert it with ``--verify`` first
+            (every image decoded strictly), or keep ``decode="cpu"``.
 
     The old spellings ``mean``, ``std``, ``dtype`` (now in ``normalize``), ``rank``,
     ``world_size``, ``drop_uneven``, ``shuffle_seed`` (now in ``shard``) and

@@ -110,6 +110,11 @@ class Normalize:
             return cls() if value else False
         if isinstance(value, Mapping):
             return cls(**value)
+        if value is cls:
+            raise ValueError(
+                "normalize=fl.Normalize is the class: call it, fl.Normalize() (ImageNet's) or "
+                "fl.Normalize(mean=..., std=..., dtype=...)"
+            )
         raise ValueError(f"normalize must be True, False or fl.Normalize(mean=..., std=..., dtype=...), got {value!r}")
 
 
@@ -162,6 +167,8 @@ class Shard:
             return cls()
         if isinstance(value, Mapping):
             return cls(**value)
+        if value is cls:
+            raise ValueError("shard=fl.Shard is the class: call it, fl.Shard(rank=..., world_size=...)")
         raise ValueError(
             f"shard must be fl.Shard(rank=..., world_size=..., drop_uneven=..., shuffle_seed=...), got {value!r}"
         )

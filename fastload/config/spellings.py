@@ -11,6 +11,7 @@ written with the old names keep working: as keywords of ``fl.Loader`` and
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing.context
 import warnings
 from typing import Any
 
@@ -30,6 +31,12 @@ MOVED = {
 RENAMED = {"start_method": "multiprocessing_context"}
 OLD = (*MOVED, *RENAMED)
 GROUPS: dict[str, type[Normalize] | type[Shard]] = {"normalize": Normalize, "shard": Shard}
+
+
+def _method(context: Any) -> Any:
+    """A multiprocessing context stands for its start method's name (``multiprocessing_context``
+    takes either: ``get_context("spawn")`` and ``start_method="spawn"`` agree)."""
+    return context.get_start_method() if isinstance(context, multiprocessing.context.BaseContext) else context
 
 
 def _call(group: str, fields: dict) -> str:
@@ -57,9 +64,10 @@ def upgrade(options: dict, current: dict[str, Any], where: str, stacklevel: int)
         if name not in options:
             continue
         value = options.pop(name)
-        if options.get(new) not in (None, value):
-            raise ValueError(f"{new}={options[new]!r} and {name}={value!r} disagree: give {new} alone")
-        options[new] = value
+        given = options.get(new)
+        if given is not None and _method(given) != value:
+            raise ValueError(f"{new}={_method(given)!r} and {name}={value!r} disagree: give {new} alone")
+        options[new] = value if given is None else given
         warnings.warn(
             f"{where}({name}=...) is deprecated: write {new}={value!r} (DataLoader's keyword)",
             DeprecationWarning,

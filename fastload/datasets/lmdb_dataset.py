@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,8 @@ import numpy as np
 from ..decode import MODULE_LIMIT, MaxPixels
 from .base import ImageDataset
 from .lmdb_foreign import DEFAULT_EXCLUDED, as_key_set, listed_keys, pickled_sample, scan
-from .lmdb_guard import DEFAULT_TIMEOUT_S, guard_for
+from .lmdb_guard import DEFAULT_TIMEOUT_S
+from .lmdb_guard_registry import guard_for
 from .lmdb_lock import MAX_READERS, reserve_lock_file
 from .lmdb_size import DataFile, check_data_file, check_same_file, check_still_whole
 from .partial import check_complete
@@ -165,7 +167,8 @@ class LMDBDataset(ImageDataset):
         guard_timeout: Seconds a read through the guard may wait for its answer before the
             guard is taken for hung (stopped, stuck on a dead network filesystem): it is
             killed and the read tried once more by a new one. A Loader's ``timeout`` and
-            ``close()`` end a wait sooner.
+            ``close()`` end a wait sooner. This dataset's reads only: datasets of one LMDB
+            share its guard, each read waiting as long as its own dataset says.
         buffers: Zero-copy reads: the image bytes are copied once, out of the map, in the transaction.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
@@ -215,8 +218,9 @@ class LMDBDataset(ImageDataset):
         self.data = check_data_file(path, writers)
         self.classes: list[str] | None = None
         if self._guarded():
-            reader = self._guard_of()
-            keys, labels = self._index(reader.get, reader.items, 0, parse, allow_pickle, exclude_keys, excluded)
+            reader, timeout = self._guard_of(), self.guard_timeout
+            get, items = partial(reader.get, timeout=timeout), partial(reader.items, timeout=timeout)
+            keys, labels = self._index(get, items, 0, parse, allow_pickle, exclude_keys, excluded)
         else:
             env = open_env(path, self.data, **self.env_options)
             with env.begin() as txn:
@@ -263,11 +267,11 @@ class LMDBDataset(ImageDataset):
         return get_worker_info() is None
 
     def _guard_of(self):
-        return guard_for(self.path, self.env_options, self.data, self.guard_timeout)
+        return guard_for(self.path, self.env_options, self.data)
 
     def _guarded_value(self, index: int) -> bytes:
         key = self.keys.get_bytes(index)
-        value = self._guard_of().get(key)
+        value = self._guard_of().get(key, self.guard_timeout)
         if value is None:
             raise KeyError(f"{self.path}: key {key!r} (sample {index}) is missing")
         return value

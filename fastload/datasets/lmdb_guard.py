@@ -7,19 +7,23 @@ new end, and a B-tree page with flipped bits sends lmdb's C code to a wild addre
 window: the file can shrink between the check and the access, and a damaged page is
 only known by following it. Worker processes of the process backend may read directly
 (a crash there is a named WorkerFailure); every other process (the thread backend, no
-workers, a dataset's own constructor) reads through one guard process per LMDB, which
-dies instead, and the read raises :class:`LMDBReadError`.
+workers, a dataset's own constructor) reads through one guard process per LMDB
+(:mod:`.lmdb_guard_registry`), which dies instead, and the read raises :class:`LMDBReadError`.
 
-Every wait on the guard is bounded: an answer that does not come within ``timeout``
-seconds (a guard stopped by SIGSTOP, stuck on a dead network filesystem) ends the guard,
-and so do the bounds of the pass the read runs for (see :mod:`.waits`). A guard that dies
-by a signal the read did not cause (SIGKILL from the OOM killer, SIGTERM) or hangs is
-replaced and the read tried once more, with a warning that says what happened.
+Every wait on the guard is bounded: an answer that does not come within the read's
+``timeout`` (its dataset's ``guard_timeout``: datasets sharing a guard keep their own) ends
+the guard (stopped by SIGSTOP, stuck on a dead network filesystem), and so do the bounds of
+the pass the read runs for (see :mod:`.waits`). A guard that dies by a signal the read did
+not cause (SIGKILL from the OOM killer, SIGTERM) or hangs is replaced and the read tried
+once more, with a warning that says what happened.
+
+A guard of a file replaced since (a dataset made again opened another file at the path) is
+ended for good, also while a thread reads through it: that read, and any later one, names
+the change (:class:`~.lmdb_size.LMDBChangedError`).
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import select
@@ -66,20 +70,21 @@ class _Hung(Exception):
 class Guard:
     """One guard process reading the LMDB at ``path``; threads share it (one request at a time).
 
+    Each request says how long its answer may take before the guard is taken for hung
+    (``timeout``): datasets sharing the guard keep their own ``guard_timeout``.
+
     Args:
         path: The LMDB.
         options: ``lmdb.open``'s options.
         data: The data file as the dataset opened it (each new guard checks it opened that one).
-        timeout: Seconds an answer may take before the guard is taken for hung.
     """
 
-    def __init__(
-        self, path: str, options: dict[str, Any], data: DataFile | None, timeout: float = DEFAULT_TIMEOUT_S
-    ) -> None:
-        self.path, self.options, self.data, self.timeout = path, options, data, timeout
+    def __init__(self, path: str, options: dict[str, Any], data: DataFile | None) -> None:
+        self.path, self.options, self.data = path, options, data
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
         self.pid = os.getpid()
+        self.ended = False  # for good (see end()): no process is started for it again
 
     def _start(self) -> tuple[subprocess.Popen, bool]:
         """(the guard, whether it is new): the running one, else one started now (a forked
@@ -100,7 +105,7 @@ class Guard:
         os.set_blocking(self.proc.stdout.fileno(), False)  # read in bounded waits (_read)
         return self.proc, True
 
-    def _opened(self, proc: subprocess.Popen) -> None:
+    def _opened(self, proc: subprocess.Popen, timeout: float) -> None:
         """Waits for a new guard to open the LMDB, and checks the file it opened is the dataset's
         (not one renamed over it since).
 
@@ -108,7 +113,7 @@ class Guard:
             LMDBReadError: lmdb could not open it.
             LMDBChangedError: The file was replaced or written to since the dataset opened it.
         """
-        status, payload = self._answer(proc, "opening it")
+        status, payload = self._answer(proc, "opening it", timeout)
         if status == b"E":
             raise LMDBReadError(f"LMDB {self.path}: {payload.decode(errors='replace')}", self.path, None)
         check_same_file(self.data)
@@ -139,27 +144,31 @@ class Guard:
             left -= len(chunk)
         return b"".join(chunks)
 
-    def _answer(self, proc: subprocess.Popen, what: str) -> tuple[bytes, bytes]:
-        deadline = time.monotonic() + self.timeout
+    def _answer(self, proc: subprocess.Popen, what: str, timeout: float) -> tuple[bytes, bytes]:
+        deadline = time.monotonic() + timeout
         head = self._read(proc, 1 + _LEN.size, deadline, what)
         (size,) = _LEN.unpack_from(head, 1)
         return head[:1], self._read(proc, size, deadline, what)
 
-    def _ask(self, request: bytes, key: bytes | None, what: str) -> tuple[bytes, bytes]:
+    def _ask(self, request: bytes, key: bytes | None, what: str, timeout: float) -> tuple[bytes, bytes]:
         """Sends ``request`` and returns the answer, on a new guard once more when the guard was
         killed from outside or hung (with a warning saying so)."""
         for attempt in (1, 2):
             proc: subprocess.Popen | None = None
             try:
+                if self.ended:
+                    raise self._why_ended(key, what)
                 proc, new = self._start()
+                if self.ended:  # ended while its process started (end() saw none to kill)
+                    raise self._why_ended(key, what)
                 if new:
-                    self._opened(proc)
+                    self._opened(proc, timeout)
                 assert proc.stdin is not None
                 proc.stdin.write(request)
-                return self._answer(proc, what)
+                return self._answer(proc, what, timeout)
             except (EOFError, BrokenPipeError, _Hung) as e:
                 assert proc is not None  # raised by its pipes
-                lost = self._lost(proc, isinstance(e, _Hung), what)
+                lost = self._lost(proc, isinstance(e, _Hung), what, timeout, key)
             except BaseException:  # Interrupted, or an error of ours: its answers would be out of step
                 if proc is not None:
                     self._end(proc)
@@ -174,13 +183,25 @@ class Guard:
             )
         raise AssertionError("unreachable")
 
-    def _lost(self, proc: subprocess.Popen, hung: bool, what: str) -> Lost:
-        """Ends ``proc`` and says what happened to it."""
+    def _lost(self, proc: subprocess.Popen, hung: bool, what: str, timeout: float, key: bytes | None) -> Lost:
+        """Ends ``proc`` and says what happened to it.
+
+        Raises:
+            LMDBChangedError, LMDBReadError: The guard was ended for good meanwhile (:meth:`_why_ended`).
+        """
         state = process_state(proc.pid) if hung else ""
         self._end(proc)
+        if self.ended:  # killed by end(): not the file's fault, nor a reason to start another
+            raise self._why_ended(key, what)
         code = proc.returncode
         cause = cause_of(signal.Signals(-code), self.path, self.options, self.data) if code and code < 0 else ""
-        return how_lost(proc.pid, code, state, hung, what, self.timeout, cause)
+        return how_lost(proc.pid, code, state, hung, what, timeout, cause)
+
+    def _why_ended(self, key: bytes | None, what: str) -> ValueError:
+        """The error of a request to a guard ended for good: the change of its data file, the
+        reason :func:`guard_for` ends one (raised here), else that it was closed."""
+        check_same_file(self.data)
+        return LMDBReadError(f"LMDB {self.path}: its guard was closed while {what}", self.path, key)
 
     def _locked(self, what: str) -> None:
         """Takes the lock, waiting within the pass's bounds (a read that hangs holds it until
@@ -188,13 +209,14 @@ class Guard:
         while not self.lock.acquire(timeout=waits.TICK_S):
             waits.check(f"the LMDB guard of {self.path} (held by another thread's read) before {what}")
 
-    def get(self, key: bytes) -> bytes | None:
-        """The value of ``key`` (None when absent).
+    def get(self, key: bytes, timeout: float) -> bytes | None:
+        """The value of ``key`` (None when absent), its answer awaited up to ``timeout`` seconds.
 
         Raises:
             LMDBReadError: The read killed the guard process, the guard was killed from
                 outside or hung twice, or lmdb reported an error.
-            LMDBChangedError: The data file was replaced or written to since it was opened.
+            LMDBChangedError: The data file was replaced or written to since it was opened
+                (also when a guard of the new file ended this one during the read).
             ValueError: The data file is shorter than when it was opened (checked first).
             waits.Interrupted: The pass this read runs for was closed or ran past its timeout.
         """
@@ -202,7 +224,7 @@ class Guard:
         what = f"reading key {key!r}"
         self._locked(what)
         try:
-            status, payload = self._ask(b"G" + _KEY.pack(len(key)) + key, key, what)
+            status, payload = self._ask(b"G" + _KEY.pack(len(key)) + key, key, what, timeout)
         finally:
             self.lock.release()
         if status == b"N":
@@ -213,15 +235,16 @@ class Guard:
             )
         return payload
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (key, value), in key order (the guard's lock is held until the scan ends;
-        a scan left unfinished ends the guard process, whose answers would be out of step)."""
+    def items(self, timeout: float) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value), in key order, each answer awaited up to ``timeout`` seconds (the
+        guard's lock is held until the scan ends; a scan left unfinished ends the guard
+        process, whose answers would be out of step)."""
         check_still_whole(self.data)
         what = "scanning its keys"
         self._locked(what)
         proc = None
         try:
-            status, payload = self._ask(b"S", None, what)  # the first answer, retried like a read
+            status, payload = self._ask(b"S", None, what, timeout)  # the first answer, retried like a read
             proc = self.proc
             while True:
                 if status == b".":
@@ -230,12 +253,12 @@ class Guard:
                     text = payload.decode(errors="replace")
                     raise LMDBReadError(f"LMDB {self.path}: scanning: {text}", self.path, None)
                 assert proc is not None
-                _, value = self._answer(proc, what)
+                _, value = self._answer(proc, what, timeout)
                 yield payload, value
-                status, payload = self._answer(proc, what)
+                status, payload = self._answer(proc, what, timeout)
         except (EOFError, BrokenPipeError, _Hung) as e:
             assert proc is not None
-            lost = self._lost(proc, isinstance(e, _Hung), what)
+            lost = self._lost(proc, isinstance(e, _Hung), what, timeout, None)
             proc = None
             raise LMDBReadError(f"LMDB {self.path}: {lost}", self.path, None) from None
         finally:
@@ -263,53 +286,25 @@ class Guard:
                     pass
 
     def close(self) -> None:
+        """Ends the guard process (the caller holds the lock, or no thread reads)."""
         proc = self.proc
         if proc is not None and self.pid == os.getpid():
             self._end(proc, grace=5)
         self.proc = None
 
+    def end(self) -> None:
+        """Ends this guard for good: a request to it, now or later, raises (:meth:`_why_ended`).
 
-_guards: dict[tuple[str, int], Guard] = {}
-_guards_lock = threading.Lock()
-
-
-def guard_for(path: str, options: dict[str, Any], data: DataFile | None, timeout: float = DEFAULT_TIMEOUT_S) -> Guard:
-    """This process's guard of the LMDB at ``path`` (one per path, shared by its datasets).
-
-    A guard of the file as another dataset saw it before it changed is ended (that
-    dataset's reads fail their own check).
-
-    Raises:
-        LMDBChangedError, ValueError: ``data``'s file was replaced, written to or cut short
-            (checked first, so a dataset of an older file never ends the current guard).
-    """
-    check_still_whole(data)
-    key = (os.path.realpath(path), os.getpid())
-    with _guards_lock:
-        guard = _guards.get(key)
-        if guard is not None and (guard.data is None or data is None or guard.data.same_file(data)):
-            guard.timeout = min(guard.timeout, timeout)
-            return guard
-        stale, guard = guard, Guard(path, options, data, timeout)
-        _guards[key] = guard
-    if stale is not None:
-        stale.close()
-    return guard
-
-
-def close_guard(path: str) -> None:
-    """Ends this process's guards of the LMDB at ``path``."""
-    with _guards_lock:
-        guard = _guards.pop((os.path.realpath(path), os.getpid()), None)
-    if guard is not None:
-        guard.close()
-
-
-@atexit.register
-def _close_all() -> None:
-    """Ends this process's guards at exit (each would end on EOF anyway; this waits for them)."""
-    with _guards_lock:
-        mine = [g for (_, pid), g in _guards.items() if pid == os.getpid()]
-        _guards.clear()
-    for guard in mine:
-        guard.close()
+        A read in progress holds the lock and reads the pipes: then only the process is killed
+        here, and that read, finding the pipe's end, closes them and raises. Closed under it,
+        it got a raw OSError, or read a descriptor number the next file opened was given."""
+        self.ended = True
+        if self.lock.acquire(blocking=False):
+            try:
+                self.close()
+            finally:
+                self.lock.release()
+            return
+        proc = self.proc
+        if proc is not None and self.pid == os.getpid():
+            proc.kill()

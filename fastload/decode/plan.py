@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from . import roi
+from ._base import check_pixels
 from .costs import (
     DEFAULT_COSTS,
     SCALE_KEYS,
@@ -57,6 +58,7 @@ from .costs import (
 from .header import ImageHeader, check_jpeg_complete
 from .libjpeg import scaled_size, scratch
 from .resize import PHASE_TOL, Crop, phase_error
+from .turbo import TurboJPEGDecoder
 
 #: A DCT-scaled decode is used only when the crop keeps at least this many decoded
 #: pixels per output pixel (on each side). Measured on real photos against Pillow's
@@ -147,7 +149,15 @@ def execute(
     """Decodes ``data`` as ``plan`` says (into this thread's scratch buffer), then crops and
     resizes into ``dst`` when given. The result never points into the scratch buffer."""
     buf = None if plan.region is not None else scratch(math.prod(scaled_size(header, plan.scale)) * 3)
-    img = plan.decode(data, decoder, header, max_pixels, buf)
+    if buf is not None and not crop.window and isinstance(decoder, TurboJPEGDecoder) and decoder.strict_regions:
+        # Only the rows and columns the crop reads, as strictly as the whole (turbo.py), into
+        # their places in the whole decode's layout: the resize below runs as on a whole decode.
+        check_pixels(header, max_pixels)
+        h, w = scaled_size(header, plan.scale)
+        top, left, right = crop.reads(h, w, float(plan.scale))
+        img, _ = decoder.decode_region(data, header, plan.scale, top, left, right, plan.fast_upsample, buf)
+    else:
+        img = plan.decode(data, decoder, header, max_pixels, buf)
     out = crop.apply(img, header.height, header.width, dst, float(plan.scale), plan.origin)
     if buf is not None and out is not dst and np.may_share_memory(out, buf):
         out = out.copy()  # a crop of the whole image at its size: the scratch is reused next

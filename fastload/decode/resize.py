@@ -193,11 +193,21 @@ def resize_box(
     """
     h, w, c = img.shape
     sy, sx = height / out_h, width / out_w  # input pixels per output pixel
-    ky, my, _ = _phase(top, sy)
-    kx, mx, _ = _phase(left, sx)
-    y1 = min(h, max(math.ceil(top + height - 1e-9), ky + 1))
-    x1 = min(w, max(math.ceil(left + width - 1e-9), kx + 1))
+    (ky, my, y1), (kx, mx, x1) = _box_span(top, height, out_h, h), _box_span(left, width, out_w, w)
     return _resize_dropping(_padded(img, ky, y1, kx, x1), my, mx, out_h, out_w, 1 / sy, 1 / sx, dst)
+
+
+def _box_span(start: float, length: float, out: int, size: int) -> tuple[int, int, int]:
+    """(k, m, end) of :func:`resize_box` along one axis of ``size`` pixels: it reads pixels
+    k (edge-repeated below 0) to end, and drops its first m outputs."""
+    k, m, _ = _phase(start, length / out)
+    return k, m, min(size, max(math.ceil(start + length - 1e-9), k + 1))
+
+
+def _cut(start: float, length: float, size: int) -> tuple[int, int]:
+    """The whole pixels [a, b) of a crop (starting at ``start``, ``length`` long) of ``size`` pixels."""
+    a = min(int(round(start)), size - 1)
+    return a, max(min(int(round(start + length)), size), a + 1)
 
 
 def _decoded_scale(h: int, w: int, full_h: int, full_w: int) -> tuple[float, float]:
@@ -271,11 +281,22 @@ class Crop:
             return resize_window(img, top, left, self.height * ry, self.width * rx, self.out_h, self.out_w, dst)
         if self.antialias and (ry != 1 or rx != 1):
             return resize_box(img, top, left, self.height * ry, self.width * rx, self.out_h, self.out_w, dst)
-        y0 = min(int(round(top)), img.shape[0] - 1)
-        x0 = min(int(round(left)), img.shape[1] - 1)
-        y1 = max(min(int(round(top + self.height * ry)), img.shape[0]), y0 + 1)
-        x1 = max(min(int(round(left + self.width * rx)), img.shape[1]), x0 + 1)
+        (y0, y1), (x0, x1) = _cut(top, self.height * ry, img.shape[0]), _cut(left, self.width * rx, img.shape[1])
         return resize(img[y0:y1, x0:x1], self.out_h, self.out_w, dst, self.antialias)
+
+    def reads(self, h: int, w: int, scale: float) -> tuple[int, int, int]:
+        """(top, left, right): the first row and the columns [left, right) of an h x w decode
+        at DCT ``scale`` that :meth:`apply` reads (no window: those read from row 0), so a
+        region decode of them, to the bottom, serves it (:func:`fastload.decode.plan.execute`)."""
+        top, left = self.top * scale, self.left * scale
+        if self.antialias and scale != 1:
+            (ky, _, _), (kx, _, x1) = (
+                _box_span(top, self.height * scale, self.out_h, h),
+                _box_span(left, self.width * scale, self.out_w, w),
+            )
+            return max(0, ky), max(0, kx), x1
+        (y0, _), (x0, x1) = _cut(top, self.height * scale, h), _cut(left, self.width * scale, w)
+        return y0, x0, x1
 
 
 # The crop geometry of torchvision's RandomResizedCrop and Resize + CenterCrop, here beside

@@ -15,6 +15,20 @@ TurboJPEG handle, asks libjpeg to stop at the first warning (TJFLAG_STOPONWARNIN
 reads the message from that handle, so concurrent calls never see each other's errors.
 Handles are kept one per thread (a fresh handle per call costs ~30 µs: libjpeg's memory
 pools are allocated anew), so errors stay attributed to the call that caused them.
+
+With libjpeg-turbo >= 3.0 (TurboJPEG 3's ``tj3*`` functions), :meth:`TurboJPEGDecoder.decode_region`
+decodes a crop strictly: the rows from the crop's top to the image's bottom, in the crop's
+columns. libjpeg-turbo still entropy-decodes every block: the rows above are skipped by
+``jpeg_skip_scanlines``, which runs the Huffman decoder over each of their MCUs
+(``decode_mcu(cinfo, NULL)``), the columns outside by ``jpeg_crop_scanline``, whose
+``decompress_onepass`` decodes every MCU of a row and transforms only the kept ones, and
+reading on to the last row lets ``jpeg_finish_decompress`` read to the end-of-image
+marker; a progressive file's scans are all decoded in ``jpeg_start_decompress``. With
+``TJPARAM_STOPONWARNING`` the first corrupt-data warning fails the call, so it refuses
+what the full strict decode refuses (``benchmarks/bench_damage.py``'s "strict region"
+row). A region that stops above the bottom would not: skipping to the last row reads
+nothing (``jpeg_skip_scanlines`` marks the end of input reached). Only IDCT, upsampling
+and colour conversion are saved, for the rows above the crop and the columns beside it.
 """
 
 from __future__ import annotations
@@ -24,13 +38,14 @@ import ctypes.util
 import os
 import platform
 import threading
-from ctypes import c_char_p, c_int, c_ulong, c_void_p
+from ctypes import c_char_p, c_int, c_size_t, c_ulong, c_void_p
 from fractions import Fraction
 
 import numpy as np
 
 from ._base import Buffer, DecodeError, as_array
-from .libjpeg import SCALES, LibjpegTurboDecoder
+from .header import ImageHeader
+from .libjpeg import SCALES, LibjpegTurboDecoder, scaled_size
 
 __all__ = ["SCALES", "LibraryProblem", "TurboJPEGDecoder"]
 
@@ -38,6 +53,23 @@ TJPF_RGB = 0
 TJFLAG_STOPONWARNING = 8192  # libjpeg-turbo >= 2.0; older versions ignore it
 TJFLAG_FASTUPSAMPLE = 256  # chroma upsampled by replication, not libjpeg's triangle filter
 NEEDED = ("tjInitDecompress", "tjDestroy", "tjDecompress2", "tjGetErrorStr")  # TurboJPEG 1.2+, kept by 3.x
+# TurboJPEG 3 (libjpeg-turbo >= 3.0): cropped decodes.
+NEEDED_3 = (
+    "tj3Init",
+    "tj3Destroy",
+    "tj3Set",
+    "tj3Get",
+    "tj3DecompressHeader",
+    "tj3SetScalingFactor",
+    "tj3SetCroppingRegion",
+    "tj3Decompress8",
+    "tj3GetErrorStr",
+)
+TJINIT_DECOMPRESS = 1
+TJPARAM_STOPONWARNING, TJPARAM_SUBSAMP, TJPARAM_FASTUPSAMPLE = 0, 4, 9
+# tjMCUWidth by TJSAMP (444, 422, 420, GRAY, 440, 411, 441): a cropped decode's left edge
+# must fall on a multiple of it (scaled).
+TJ_MCU_WIDTH = (8, 16, 16, 8, 8, 32, 8)
 INSTALL = (
     "sudo apt-get install libturbojpeg0 (Debian and Ubuntu; older Ubuntu releases name it "
     "libturbojpeg), sudo dnf install turbojpeg (Fedora), brew install jpeg-turbo (macOS)"
@@ -92,7 +124,28 @@ def _load_library() -> ctypes.CDLL:
         lib.tjGetErrorStr2.restype = c_char_p
     lib.tjGetErrorStr.argtypes = []
     lib.tjGetErrorStr.restype = c_char_p
+    if all(hasattr(lib, name) for name in NEEDED_3):
+        lib.tj3Init.argtypes = [c_int]
+        lib.tj3Init.restype = c_void_p
+        lib.tj3Destroy.argtypes = [c_void_p]
+        lib.tj3Destroy.restype = None
+        lib.tj3Set.argtypes = [c_void_p, c_int, c_int]
+        lib.tj3Get.argtypes = [c_void_p, c_int]
+        lib.tj3DecompressHeader.argtypes = [c_void_p, c_void_p, c_size_t]
+        lib.tj3SetScalingFactor.argtypes = [c_void_p, _ScalingFactor]
+        lib.tj3SetCroppingRegion.argtypes = [c_void_p, _Region]
+        lib.tj3Decompress8.argtypes = [c_void_p, c_void_p, c_size_t, c_void_p, c_int, c_int]
+        lib.tj3GetErrorStr.argtypes = [c_void_p]
+        lib.tj3GetErrorStr.restype = c_char_p
     return lib
+
+
+class _ScalingFactor(ctypes.Structure):
+    _fields_ = [("num", c_int), ("denom", c_int)]
+
+
+class _Region(ctypes.Structure):
+    _fields_ = [("x", c_int), ("y", c_int), ("w", c_int), ("h", c_int)]
 
 
 class _Handle:
@@ -110,6 +163,22 @@ class _Handle:
             self.ptr = None
 
 
+class _Handle3:
+    """A TurboJPEG 3 decompressor that stops at libjpeg's first warning."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+        self.ptr = lib.tj3Init(TJINIT_DECOMPRESS)
+        if not self.ptr:
+            raise MemoryError("tj3Init failed")
+        lib.tj3Set(self.ptr, TJPARAM_STOPONWARNING, 1)
+
+    def __del__(self) -> None:
+        if self.ptr:
+            self.lib.tj3Destroy(self.ptr)
+            self.ptr = None
+
+
 class TurboJPEGDecoder(LibjpegTurboDecoder):
     """The system's libturbojpeg (libjpeg-turbo >= 2.0), one handle per thread."""
 
@@ -120,6 +189,8 @@ class TurboJPEGDecoder(LibjpegTurboDecoder):
         self._lib = _load_library()
         self._error = getattr(self._lib, "tjGetErrorStr2", None)
         self._local = threading.local()
+        #: Whether :meth:`decode_region` can run here (libjpeg-turbo >= 3.0).
+        self.strict_regions = all(hasattr(self._lib, name) for name in NEEDED_3)
 
     def library_file(self) -> str:
         """The file of the loaded libturbojpeg (the linker may have found it by soname)."""
@@ -138,6 +209,74 @@ class TurboJPEGDecoder(LibjpegTurboDecoder):
         if handle is None:
             handle = self._local.handle = _Handle(self._lib)
         return handle
+
+    def _handle3(self) -> _Handle3:
+        handle = getattr(self._local, "handle3", None)
+        if handle is None:
+            handle = self._local.handle3 = _Handle3(self._lib)
+        return handle
+
+    def decode_region(
+        self,
+        data: Buffer,
+        header: ImageHeader,
+        scale: Fraction,
+        top: int,
+        left: int,
+        right: int,
+        fast_upsample: bool = False,
+        out: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[int, int]]:
+        """The rows ``top`` to the image's bottom and at least columns ``left`` to ``right``
+        of the decode at DCT ``scale`` (in its pixels), strictly (see the module docstring).
+
+        The columns are widened to the iMCU grid and by one iMCU each side where the image
+        goes on: libjpeg's fancy upsampling treats a cropped decode's side edges as the
+        image's, so only pixels an iMCU in from them equal the full decode's. A JPEG only
+        (check ``header.format``; CMYK is not decoded here).
+
+        With ``out`` (a C-contiguous uint8 buffer of at least the whole decode's bytes), the
+        region is written where it lies in the whole decode's layout and that whole-size
+        view is returned, origin (0, 0): its pixels outside the region are undefined, so
+        only code that reads within the region may use it (:func:`fastload.decode.plan.execute`).
+
+        Returns:
+            The RGB pixels and where they start, (row, column) in the decode at ``scale``.
+
+        Raises:
+            DecodeError: libjpeg refused the file, or warned about corrupt data in it.
+            RuntimeError: The library is older than libjpeg-turbo 3.0 (``strict_regions``).
+        """
+        if not self.strict_regions:
+            raise RuntimeError("decode_region needs libjpeg-turbo >= 3.0 (TurboJPEG 3)")
+        lib, handle = self._lib, self._handle3().ptr
+        src = as_array(data)
+        full_h, full_w = scaled_size(header, scale)
+        if not (0 <= top < full_h and 0 <= left < right <= full_w):
+            raise ValueError(f"region rows {top}.. columns {left}..{right} outside a {full_w}x{full_h} decode")
+        if lib.tj3DecompressHeader(handle, src.ctypes.data, src.size) != 0:
+            raise DecodeError(f"libjpeg-turbo: {lib.tj3GetErrorStr(handle).decode(errors='replace')}")
+        sub = lib.tj3Get(handle, TJPARAM_SUBSAMP)
+        if not 0 <= sub < len(TJ_MCU_WIDTH):
+            raise DecodeError(f"libjpeg-turbo: unknown chroma subsampling ({sub}) for a cropped decode")
+        mcu = -(-TJ_MCU_WIDTH[sub] * scale.numerator // scale.denominator)
+        x0 = max(0, left - mcu) // mcu * mcu
+        x1 = min(full_w, right + mcu)
+        lib.tj3Set(handle, TJPARAM_FASTUPSAMPLE, int(fast_upsample))
+        lib.tj3SetScalingFactor(handle, _ScalingFactor(scale.numerator, scale.denominator))
+        if lib.tj3SetCroppingRegion(handle, _Region(x0, top, x1 - x0, full_h - top)) != 0:
+            raise DecodeError(f"libjpeg-turbo: {lib.tj3GetErrorStr(handle).decode(errors='replace')}")
+        if out is None:
+            pixels = whole = np.empty((full_h - top, x1 - x0, 3), np.uint8)
+            origin, pitch = (top, x0), (x1 - x0) * 3
+        else:
+            if out.dtype != np.uint8 or not out.flags.c_contiguous or out.size < full_h * full_w * 3:
+                raise ValueError(f"out must be a C-contiguous uint8 buffer of at least {full_h * full_w * 3} bytes")
+            whole = out.reshape(-1)[: full_h * full_w * 3].reshape(full_h, full_w, 3)
+            pixels, origin, pitch = whole[top:, x0:x1], (0, 0), full_w * 3
+        if lib.tj3Decompress8(handle, src.ctypes.data, src.size, pixels.ctypes.data, pitch, TJPF_RGB) != 0:
+            raise DecodeError(f"libjpeg-turbo: {lib.tj3GetErrorStr(handle).decode(errors='replace')}")
+        return whole, origin
 
     def _decode_jpeg(
         self, data: Buffer, h: int, w: int, scale: Fraction, fast_upsample: bool, out: np.ndarray | None

@@ -134,11 +134,10 @@ class DeviceDriver:
         self.stats = stats if stats is not None else Stats()
         if stream is not None and self.device.type != "cuda":
             raise ValueError(f"a CUDA stream was given for device {self.device}")
-        self._stream = stream  # made at the first pass, on the device of that pass
-        self._own_stream = stream is None
+        self._stream = stream  # made at the first pass (a device change is a new driver)
         self._inflight: deque[_InFlight] = deque()  # batches queued on the stream, in order
         self._thread: ThreadPoolExecutor | None = None  # a threaded executor's (CUDA)
-        self._last: Future | None = None  # the batch that thread was given last
+        self._submitted: deque[Future] = deque()  # batches given to that thread, not yet known done
         self._warned_unpinned = False
         self._closed = False
 
@@ -223,8 +222,11 @@ class DeviceDriver:
             return self._queue(item)
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-device")
-        self._last = self._thread.submit(self._queue, item)
-        return self._last
+        while self._submitted and self._submitted[0].done():
+            self._submitted.popleft()
+        future = self._thread.submit(self._queue, item)
+        self._submitted.append(future)
+        return future
 
     def _queue(self, item: Any) -> _Queued:
         """Stages ``item`` and queues its normalization and ``ready`` event on the stream."""
@@ -263,24 +265,17 @@ class DeviceDriver:
                 self.stats.h2d_s += start.elapsed_time(end) / 1000
                 self.stats.h2d_bytes += size
 
-    def set_device(self, device: torch.device) -> None:
-        """Delivers the next passes to ``device``."""
-        if device == self.device:
-            return
-        if not self._own_stream:
-            raise ValueError(f"this driver's stream is on {self.device}, not {device}")
-        if self._stream is not None:
-            self._stream.synchronize()
-        self._inflight.clear()
-        self.device, self._stream = device, None
-
     def close(self) -> None:
         """Waits for the stream's pending work and drops what it held; idempotent."""
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.shutdown(wait=False, cancel_futures=True)
-            if self._last is not None:  # the batch it is on is queued on the stream before the wait below,
-                wait([self._last], timeout=CLOSE_WAIT_S)  # unless a fall-back load is stuck in a sample
+            # The batch it is on is queued on the stream before the wait below, unless a fall-back
+            # load is stuck in a sample. Not the last one submitted: that one may be cancelled (a
+            # pass broken off), and wait() never sees a future the shutdown dropped finish.
+            running = [f for f in self._submitted if not f.cancelled()]
+            self._submitted.clear()
+            wait(running, timeout=CLOSE_WAIT_S)
         if not self._closed and self._stream is not None:
             self._stream.synchronize()
         self._closed = True

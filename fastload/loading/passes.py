@@ -1,4 +1,5 @@
-"""The lifetime of a Loader's passes: one pass at a time, loud when ended, closed at exit."""
+"""The lifetime of a Loader's passes: one pass at a time, loud when ended, closed at exit,
+and never continued (or freed) by a forked process."""
 
 from __future__ import annotations
 
@@ -7,10 +8,24 @@ import os
 import sys
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fastload/, this is fastload/loading/
 _LIVE: weakref.WeakSet = weakref.WeakSet()
+# In a forked process: its copies of the parent's sources and passes. Held until the process
+# ends, never closed or freed here: closing a DataLoader iterator signals the parent's workers
+# to stop, and a slot freed here is one the parent's workers may still be writing.
+_INHERITED: list = []
+
+
+class Owner(Protocol):
+    """What the pass lifecycle asks of a Loader."""
+
+    def close(self) -> None: ...
+
+    def _forked(self) -> list:
+        """In a forked child: marks the Loader's source as the parent's and returns what to
+        keep untouched (its source, its pass's batches, ...)."""
 
 
 class Pass:
@@ -24,11 +39,19 @@ class Pass:
     def __init__(self, owner: Any, batches: Iterator) -> None:
         self._owner, self._batches = owner, batches  # the owner lives as long as the pass
         self._ended_by: str | None = None
+        self._parent: int | None = None  # in a forked child: the pid that started this pass
 
     def __iter__(self) -> Pass:
         return self
 
     def __next__(self) -> Any:
+        if self._parent is not None:
+            raise RuntimeError(
+                f"this pass over the Loader was started by process {self._parent} and this process "
+                f"({os.getpid()}) is a fork of it: its workers and buffers are the parent's, which goes on "
+                "with it. Start a pass of this process's own: iterate the Loader again here "
+                "(or make the Loader after the fork)"
+            )
         if self._ended_by is not None:
             raise RuntimeError(
                 f"this pass over the Loader was ended by {self._ended_by}; "
@@ -53,11 +76,29 @@ class Pass:
         if self._ended_by is None:
             self._ended_by = by
 
+    def disowned(self, parent: int) -> Iterator:
+        """Called in a forked child: this pass is ``parent``'s; a ``next()`` here raises. Returns
+        its batches, which the caller keeps (closing them here would stop the parent's workers)."""
+        self._parent = parent
+        batches, self._batches = self._batches, iter(())
+        return batches
 
-def register(loader: Any) -> None:
+
+def register(loader: Owner) -> None:
     """Closes ``loader`` at interpreter exit if the program did not (also after Ctrl-C):
     workers and decode threads then stop before the interpreter tears itself down."""
     _LIVE.add(loader)
+
+
+def _forked() -> None:
+    """In the child of ``os.fork()`` (``multiprocessing``'s fork too): every Loader's source,
+    workers, threads and pass are the parent's. Each is kept here, untouched; the child's
+    next pass over a Loader builds its own."""
+    for loader in list(_LIVE):
+        _INHERITED.append(loader._forked())
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 @atexit.register

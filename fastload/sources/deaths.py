@@ -11,11 +11,13 @@ retired is dropped; anything else (the user's own DataLoaders) is raised as torc
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import signal
 import threading
 import weakref
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from .failures import is_worker_failure, pids_of
@@ -73,12 +75,36 @@ def retire(table: InFlight) -> None:
     _retired.extend(pids.values())
     _tables.discard(table)
     _pending[:] = [(p, e) for p, e in _pending if not p <= set(_retired)]
-    for pid in pids.values():
-        if process_state(pid).startswith("stopped"):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    kill_children(pid for pid in pids.values() if process_state(pid).startswith("stopped"))
+
+
+def kill_children(pids: Iterable[int]) -> None:
+    """SIGKILLs those of ``pids`` that are this process's children, or its children's (workers
+    started by a forkserver). Through a pidfd where there is one: a pid reaped and reused since
+    is never signalled."""
+    me = os.getpid()
+    for pid in pids:
+        try:
+            handle = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+        except OSError:
+            continue  # gone already
+        try:
+            parent = _parent(pid)
+            if me in (parent, _parent(parent)):
+                if handle is not None:
+                    signal.pidfd_send_signal(handle, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass  # gone meanwhile
+        finally:
+            if handle is not None:
+                os.close(handle)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def check(table: InFlight) -> None:
@@ -102,3 +128,20 @@ class waiting:
         global _waiting
         if threading.current_thread() is threading.main_thread():
             _waiting -= 1
+
+
+def _forked() -> None:
+    """In a forked child (``os.fork``): the running sources' workers are the parent's, and so
+    are their deaths. multiprocessing still lists the parent's child processes as this one's,
+    and at its exit would SIGTERM them (the parent's workers, also those still starting) and
+    then fail to join them. Where fastload workers run, it forgets them here, as
+    multiprocessing does in the processes it forks itself."""
+    if not _tables:
+        return
+    _tables.clear()
+    _pending.clear()
+    # No public API reaches this set (multiprocessing's own forks empty it as here).
+    multiprocessing.process._children.clear()  # type: ignore[attr-defined]
+
+
+os.register_at_fork(after_in_child=_forked)

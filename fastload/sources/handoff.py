@@ -73,8 +73,9 @@ class BufferTable:
     def _setup(self, table_id: str, workers: int, per_worker: int, segments: Segments) -> None:
         self.id, self.workers, self.per_worker, self._segments = table_id, workers, per_worker, segments
         try:
-            flags = segments.map(0, workers * (per_worker + 2) * 8, grow=True)
-            self._rows = np.frombuffer(flags, dtype=np.int64).reshape(workers, per_worker + 2)
+            nbytes = workers * (per_worker + 2) * 8
+            flags = segments.map(0, nbytes, grow=True)
+            self._rows = flags[:nbytes].view(torch.int64).numpy().reshape(workers, per_worker + 2)
         except OSError:  # not reachable from here (a hardened /proc): every batch in a new buffer
             self._rows = np.zeros((workers, per_worker + 2), dtype=np.int64)
             self._rows[:, :per_worker] = -3  # never FREE
@@ -96,7 +97,7 @@ class BufferTable:
         per_view = shapes(shape)
         sizes = [math.prod(v) for v in per_view]
         mapped = self._segments.map(1 + worker * self.per_worker + buffer, sum(sizes), grow)
-        flat = torch.frombuffer(mapped, dtype=torch.uint8, count=sum(sizes))
+        flat = mapped[: sum(sizes)]
         views = [part.view(v) for part, v in zip(flat.split(sizes), per_view)]
         return tuple(views) if len(views) > 1 or _multi(shape) else views[0]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import random
 import sys
@@ -19,8 +20,10 @@ from ..batch import HostBatch
 from ..collate import pinning_on
 from ..datasets import waits
 from . import deaths
+from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
 from .failures import CLOSED, WorkerFailure, forget_frames, interrupted, is_worker_failure, worker_failure
 from .fetch import SampleLoader
+from .frozen import parent_objects_frozen
 from .handoff import SharedPool, detached
 from .indexed import IndexedSource
 from .inflight import InFlight
@@ -136,13 +139,23 @@ def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, An
     return kw
 
 
-def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
-    """Drops the last references in ``holder`` on a daemon thread, waiting up to ``wait_s``.
+def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S, workers: Iterable[int] = ()) -> None:
+    """Drops the last references in ``holder`` on a thread, waiting up to ``wait_s``; then
+    kills those of the processes ``workers`` (the DataLoader's) still running, so that the
+    drop ends soon after.
 
     DataLoader has no public shutdown: dropping the last reference to it (or to its
     iterator) joins the workers, waiting 5 s for each stuck one before terminating it.
+
+    The thread is not a daemon: the interpreter joins it before it finalizes. What it frees
+    includes tensors (batches that arrived out of order, over worker buffers), and a daemon
+    thread freeing a tensor while the interpreter finalizes aborts the process (torch retakes
+    the GIL inside a destructor, CPython ends the thread there: "terminate called without an
+    active exception"). Where a thread started now would not be joined (threading's shutdown
+    has run: atexit handlers, finalization), the references are dropped here instead.
     """
-    if sys.is_finalizing():  # no new thread can start now; workers are being reaped anyway
+    workers = list(workers)  # read now: the drop may forget them
+    if sys.is_finalizing() or not threading.main_thread().is_alive():
         holder.clear()
         return
     done = threading.Event()
@@ -151,18 +164,34 @@ def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S) -> None:
         holder.clear()
         done.set()
 
-    threading.Thread(target=drop, name="fastload-shutdown", daemon=True).start()
-    done.wait(wait_s)
+    threading.Thread(target=drop, name="fastload-shutdown").start()
+    if not done.wait(wait_s):
+        deaths.kill_children(workers)
 
 
-def start_workers(loader: DataLoader, options: WorkerOptions) -> Iterator:
-    """``iter(loader)``, with OpenCV's pool parked while workers are forked; its pin-memory
-    thread pins for the current device, made ``options.pin_device`` here."""
-    with pinning_on(options.pin_device if options.pin else None):
-        if not options.forks:
-            return iter(loader)
-        with opencv_parked():
-            return iter(loader)
+def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = False) -> Iterator:
+    """``iter(loader)``, with OpenCV's pool parked and this process's objects frozen while
+    workers are forked (so that their garbage collector does not copy them, see
+    :mod:`.frozen`); its pin-memory thread pins for the current device, made
+    ``options.pin_device`` here. ``running``: the loader's persistent workers run already
+    (a new pass opens no descriptors).
+
+    Raises:
+        OSError: Too few descriptors left for the workers' pipes (the message says what to do).
+    """
+    doing = f"starting {options.num_workers} worker processes"
+    if options.num_workers > 0 and not running:
+        check_descriptors(dataloader_descriptors(options.num_workers), doing)
+    try:
+        with pinning_on(options.pin_device if options.pin else None):
+            if not options.forks:
+                return iter(loader)
+            with opencv_parked(), parent_objects_frozen():
+                return iter(loader)
+    except OSError as e:
+        if e.errno in (errno.EMFILE, errno.ENFILE):
+            raise descriptor_limit(e, doing) from None
+        raise
 
 
 def worker_batches(
@@ -202,9 +231,10 @@ def worker_batches(
                 raise forget_frames(e)
             yield item
     finally:
+        pids = inflight.pids().values() if workers else ()
         if workers and not options.persistent:
             deaths.retire(inflight)
-        drop_in_background(box)
+        drop_in_background(box, workers=pids if not options.persistent else ())
 
 
 class Maker(Protocol):
@@ -252,6 +282,7 @@ class ProcessSource(IndexedSource):
         self._requests = PassRequests()
         self._closed = threading.Event()  # seen by a pass running in another thread
         self._loader: DataLoader | None = self._new_loader()
+        self._started = False  # the persistent workers of _loader run
 
     def _new_loader(self) -> DataLoader:
         return DataLoader(
@@ -268,14 +299,17 @@ class ProcessSource(IndexedSource):
         if not self.options.persistent:
             self._renew_buffers()  # new workers each pass
         try:
-            # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
-            for batch in worker_batches(
-                start_workers(self._loader, self.options),
+            # No name holds the DataLoader iterator here: worker_batches owns it (see there).
+            items = worker_batches(
+                start_workers(self._loader, self.options, running=self.options.persistent and self._started),
                 self.options,
                 self.inflight,
                 self.dataset,
                 self._closed,
-            ):
+            )
+            self._started = True
+            # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
+            for batch in items:
                 yield detached(batch)
         except WorkerFailure:
             self.restart()
@@ -288,23 +322,24 @@ class ProcessSource(IndexedSource):
             deaths.retire(self.inflight)
             self._renew_buffers()
             holder = [self._loader]
-            self._loader = self._new_loader()
-            # The failure is raised at once: a stuck worker's shutdown (DataLoader waits 5 s
-            # before terminating it) goes on in the background, not inside the timeout.
-            drop_in_background(holder, wait_s=0)
+            self._loader, self._started = self._new_loader(), False
+            # The failure is raised at once: the old workers are stopped in the background,
+            # not inside the timeout.
+            drop_in_background(holder, wait_s=0, workers=self.inflight.pids().values())
 
     def _renew_buffers(self) -> None:
         if isinstance(self.pool, SharedPool):
-            self.pool.renew()  # the old slots' memory goes with the old workers
+            self.pool.renew()  # the old buffers' memory goes with the old workers
 
     def close(self) -> None:
         """Shuts the workers down; returns within a few seconds even if one is stuck."""
         if self._loader is None:
             return
         self._closed.set()
+        pids = self.inflight.pids().values()
         deaths.retire(self.inflight)
         holder: list = [self._loader]
         self._loader = None
-        drop_in_background(holder)
+        drop_in_background(holder, workers=pids)
         if isinstance(self.pool, SharedPool):
             self.pool.close()

@@ -12,12 +12,21 @@ gone, however the processes holding them end, and it is not in ``/dev/shm``: it 
 program's memory (under a container's memory limit, not under ``--shm-size``). The process
 that makes a segment keeps its descriptor; a worker started by fork inherits it, one started
 by spawn or forkserver opens ``/proc/<maker>/fd/<n>``.
+
+Descriptors: the maker holds one per segment (a Loader with the process backend: one per
+worker buffer and one for their flags, ``1 + workers × (prefetch_factor + 2)``); mappings hold
+none (torch maps the segment and closes what it opened; Python's mmap would keep a duplicate
+descriptor per mapping).
 """
 
 from __future__ import annotations
 
-import mmap
+import errno
 import os
+
+import torch
+
+from .descriptors import descriptor_limit
 
 #: memfd segments can be made and reached here (Linux): elsewhere workers use torch's shared memory.
 SUPPORTED = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
@@ -38,13 +47,22 @@ class Segments:
     def __init__(self, name: str, count: int) -> None:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        fds = [os.memfd_create(f"{name}.{i}", os.MFD_CLOEXEC) for i in range(count)]
+        fds: list[int] = []
+        try:
+            for i in range(count):
+                fds.append(os.memfd_create(f"{name}.{i}", os.MFD_CLOEXEC))
+        except OSError as e:
+            for fd in fds:  # none of them is anyone's yet
+                os.close(fd)
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                raise descriptor_limit(e, f"making {count} shared-memory segments for worker buffers") from None
+            raise
         self._setup(os.getpid(), fds, reached=False)
 
     def _setup(self, maker: int, fds: list[int], reached: bool) -> None:
         self.maker, self._fds = maker, fds
         self._local: dict[int, int] = {} if reached else dict(enumerate(fds))  # i -> a descriptor of this process
-        self._maps: dict[int, mmap.mmap] = {}
+        self._maps: dict[int, torch.Tensor] = {}
         self._reached, self._closed = reached, False
 
     def __len__(self) -> int:
@@ -56,39 +74,43 @@ class Segments:
     def __setstate__(self, state: tuple[int, list[int]]) -> None:
         self._setup(*state, reached=True)
 
-    def _fd(self, i: int) -> int:
+    def _path(self, i: int) -> str:
+        """A path that opens segment ``i``: this process's descriptor, else the maker's."""
         fd = self._local.get(i)
-        if fd is None:
-            if self._closed:
-                raise OSError(f"segment {i} of process {self.maker} was closed in this process")
-            # The maker's descriptor, opened anew: same memory, this process's own descriptor.
-            fd = self._local[i] = os.open(f"/proc/{self.maker}/fd/{self._fds[i]}", os.O_RDWR | os.O_CLOEXEC)
-        return fd
+        if fd is not None:
+            return f"/proc/self/fd/{fd}"
+        if self._closed or not self._reached:
+            raise OSError(f"segment {i} of process {self.maker} was closed in this process")
+        return f"/proc/{self.maker}/fd/{self._fds[i]}"
 
     def mapped(self, i: int) -> int:
         """Bytes of segment ``i`` mapped in this process so far (0: none)."""
         mapped = self._maps.get(i)
-        return len(mapped) if mapped is not None else 0
+        return mapped.numel() if mapped is not None else 0
 
-    def map(self, i: int, nbytes: int, grow: bool = False) -> mmap.mmap:
-        """A mapping of at least ``nbytes`` of segment ``i``; with ``grow``, the segment is first
-        enlarged to ``nbytes`` with its pages reserved (an error here, not SIGBUS on a write).
+    def map(self, i: int, nbytes: int, grow: bool = False) -> torch.Tensor:
+        """A uint8 tensor over at least ``nbytes`` of segment ``i``; with ``grow``, the segment is
+        first enlarged to ``nbytes`` with its pages reserved (an error here, not SIGBUS on a write).
 
         Raises:
             OSError: The segment cannot be reached or grown (e.g. ENOMEM).
         """
         mapped = self._maps.get(i)
-        if mapped is not None and len(mapped) >= nbytes:
+        if mapped is not None and mapped.numel() >= nbytes:
             return mapped
-        fd = self._fd(i)
-        size = os.fstat(fd).st_size
-        if size < nbytes:
-            if not grow:
-                raise OSError(f"segment {i} holds {size} bytes, {nbytes} wanted")
-            os.posix_fallocate(fd, 0, nbytes)
-            size = nbytes
-        # Mappings already handed out stay valid: each mmap lives while a tensor views it.
-        mapped = self._maps[i] = mmap.mmap(fd, max(size, 1))
+        path = self._path(i)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            if size < nbytes:
+                if not grow:
+                    raise OSError(f"segment {i} holds {size} bytes, {nbytes} wanted")
+                os.posix_fallocate(fd, 0, nbytes)
+                size = nbytes
+        finally:
+            os.close(fd)
+        # Mappings already handed out stay valid: each lives while a tensor views it.
+        mapped = self._maps[i] = torch.from_file(path, shared=True, size=max(size, 1), dtype=torch.uint8)
         return mapped
 
     def close(self) -> None:

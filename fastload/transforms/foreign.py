@@ -61,7 +61,7 @@ def equivalent(name: str) -> str | None:
     """The fastload form of torchvision's transform ``name`` when it is not a same-named
     fastload transform, else None (for ``fl.transforms.<name>`` looked up by habit)."""
     if name == "Normalize":
-        return "drop it: the Loader normalizes on the device: fl.Loader(..., mean=..., std=...)"
+        return "drop it: the Loader normalizes on the device: fl.Loader(..., normalize=fl.Normalize(mean=..., std=...))"
     return EQUIVALENTS.get(name)
 
 
@@ -70,7 +70,8 @@ def _step(t: Any) -> str:
     if name == "Normalize":
         mean, std = getattr(t, "mean", None), getattr(t, "std", None)
         values = f"mean={list(mean)}, std={list(std)}" if mean is not None and std is not None else "mean=..., std=..."
-        return f"{name} -> drop it: the Loader normalizes on the device: fl.Loader(..., {values})"
+        call = f"fl.Loader(..., normalize=fl.Normalize({values}))"
+        return f"{name} -> drop it: the Loader normalizes on the device: {call}"
     if name in EQUIVALENTS:
         return f"{name} -> {EQUIVALENTS[name]}"
     if name in SAME_NAME:
@@ -91,5 +92,5 @@ def foreign_error(t: Any) -> str | None:
         f"{type(t).__name__} is a {library} transform: fastload transforms get the decoded image as a uint8 "
         f"H×W×C numpy array (and f(img, rng) draws from the sample's rng). Use instead:\n{lines}\n"
         f"e.g. transform=[fl.transforms.RandomResizedCrop(224), fl.transforms.RandomHorizontalFlip()] "
-        f"and fl.Loader(ds, mean=..., std=...)."
+        f"and fl.Loader(ds, normalize=fl.Normalize(mean=..., std=...))."
     )

@@ -24,7 +24,7 @@ from .files import check_output, write_output
 from .measure import bottleneck, measure_loader
 from .noise import dips, leaders
 from .options import add_arguments, command_line
-from .profile import forget, save_profile
+from .profile import forget, save_profile, slower_than_default
 from .report import figure, plot, print_table
 from .search import Searcher, Space, adaptive_search, grid_search
 
@@ -251,6 +251,10 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         "bottleneck": verdict,
         "config": to_config(best).replace(seed=None).to_dict(),  # a Loader made from it draws its own seed
     }
+    slower = slower_than_default(report)
+    report["slower_than_baseline"] = slower is not None
+    if slower:
+        report["warnings"].append(f"{slower}: --save-profile saves no profile from this run")
     if args.model:
         report["model"] = model
     return report

@@ -7,7 +7,22 @@ import argparse
 import sys
 
 from .dataset import open_tuned, short_batches, small_dataset_warning
+from .decide import TIE
 from .files import reason
+
+
+def slower_than_default(report: dict) -> str | None:
+    """Why no profile may be saved from ``report``: its chosen configuration measured slower
+    than PyTorch's default beyond the noise, by more than the ``TIE`` within which the tuner
+    counts two as equal (a tie on a busy machine chooses the cheaper finalist whatever its
+    rate). None where it did not (or is the default itself)."""
+    speedup = report["speedup_over_baseline"]
+    if speedup is None or speedup * (1 + TIE) >= 1:
+        return None
+    return (
+        f"the chosen configuration measured {speedup:.2f}x PyTorch's default (num_workers=0, batch "
+        f"{report['baseline']['batch_size']}), slower by more than the {TIE:.0%} the tuner counts as noise"
+    )
 
 
 def forget(args: argparse.Namespace) -> int:
@@ -28,6 +43,14 @@ def save_profile(args: argparse.Namespace, report: dict) -> bool:
     (and why, on stderr) where it is not saved."""
     from ..loading.profiles import forget_hint, save
 
+    slower = slower_than_default(report)
+    if slower:
+        print(
+            f"fastload tune: error: no profile saved: {slower}: Loader(num_workers='auto') would load slower "
+            "than num_workers=0. Re-run with a larger --budget, larger --batch-sizes or on a quieter machine",
+            file=sys.stderr,
+        )
+        return False
     dataset = open_tuned(args)
     best = report["best"]
     if short_batches(len(dataset), [best["batch_size"]]):

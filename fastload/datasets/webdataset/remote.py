@@ -169,6 +169,10 @@ class Remote:
     def filesystem(self, url: str) -> tuple[Any, str]:
         return filesystem(url, self.storage_options, self.stall_timeout)
 
+    def _stall(self) -> str:
+        """How long a stall lasted, for messages (``stall_timeout=None``: the transport's own timeout)."""
+        return "the transport's own time-out" if self.stall_timeout is None else f"{self.stall_timeout:g} s"
+
     def _deadline(self) -> float | None:
         return None if self.download_timeout is None else time.monotonic() + self.download_timeout
 
@@ -305,7 +309,7 @@ class Remote:
                 stalls += is_stall(e)  # ... but stalls count over the whole shard: the wait is bounded
                 if not transient(e) or failures > self.retries or stalls > self.retries:
                     why = (
-                        f"{stalls} stalls of {self.stall_timeout:g} s without a byte: at most retries + 1 = "
+                        f"{stalls} stalls of {self._stall()} without a byte: at most retries + 1 = "
                         f"{self.retries + 1} per shard"
                         if stalls > self.retries
                         else f"{failures} failed attempt(s) since the last progress"
@@ -317,7 +321,7 @@ class Remote:
                     ) from e
                 if is_stall(e):
                     warnings.warn(
-                        f"fastload: {shard.url}: the server sent no byte for {self.stall_timeout:g} s at byte {done:,} "
+                        f"fastload: {shard.url}: the server sent no byte for {self._stall()} at byte {done:,} "
                         f"of {shard.size:,} (stall {stalls} of at most {self.retries + 1} for this shard); asking "
                         f"again from byte {done:,}",
                         RuntimeWarning,

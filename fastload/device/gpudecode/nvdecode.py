@@ -68,6 +68,7 @@ class BatchDecoder:
                 backends=[nv.Backend(nv.BackendKind.CPU_ONLY)],
             )
         self._nv = nv
+        self._regions = True  # False once the backends refused regions that decode whole
 
     def decode(self, batch: EncodedBatch, cuda_stream: int = 0) -> tuple[list[torch.Tensor | None], list[Any]]:
         """Each encoded row of ``batch`` decoded (its region, or whole), as H×W×3 uint8 on
@@ -83,7 +84,7 @@ class BatchDecoder:
         streams = []
         for r in range(len(batch.rows)):
             stream = nv.CodeStream(batch.encoded(r))
-            region = batch.region(r)
+            region = batch.region(r) if self._regions else None
             if region is not None:
                 stream = stream.get_sub_code_stream(region=nv.Region(start=region[:2], end=region[2:]))
             streams.append(stream)
@@ -95,15 +96,51 @@ class BatchDecoder:
             return [None] * len(streams), streams
         out: list[torch.Tensor | None] = []
         for r, img in enumerate(images):
-            out.append(None if img is None else self._tensor(img, self._expected(batch, r)))
-        return out, [images, streams]
+            out.append(None if img is None else self._cut(batch, r, img))
+        keep: list[Any] = [images, streams]
+        self._whole_for_refused_regions(batch, out, keep, cuda_stream)
+        return out, keep
 
-    @staticmethod
-    def _expected(batch: EncodedBatch, r: int) -> tuple[int, int, int]:
+    def _whole_for_refused_regions(
+        self, batch: EncodedBatch, out: list[torch.Tensor | None], keep: list[Any], cuda_stream: int
+    ) -> None:
+        """Decodes whole, on the device, the images whose region the backends refused, and puts
+        the region's view of each in ``out``.
+
+        nvJPEG before 13.2 refuses a region of a chroma-subsampled JPEG (most photos) when
+        fancy upsampling is on, since its region upsampling is wrong on the region's edge
+        (nvImageCodec's ``enable_roi_fancy_upsampling``); a whole decode is right and stays on
+        the GPU, where the CPU fall-back would load the sample again in this process. A row
+        refused whole too (corrupt data) stays None, for the fall-back and its error.
+        """
+        again = [r for r, t in enumerate(out) if t is None and batch.region(r) is not None]
+        if not again:
+            return
+        nv = self._nv
+        streams = [nv.CodeStream(batch.encoded(r)) for r in again]
+        try:
+            images = self._decoder.decode(streams, params=self._params, cuda_stream=cuda_stream)
+        except Exception:
+            return
+        keep += [images, streams]
+        for r, img in zip(again, images):
+            out[r] = None if img is None else self._cut(batch, r, img)
+        if any(out[r] is not None for r in again):
+            # Refused as regions, decoded whole: the backend refuses regions, not these images,
+            # so later batches ask for whole images at once (one call, and no warning per row).
+            self._regions = False
+
+    def _cut(self, batch: EncodedBatch, r: int, img: Any) -> torch.Tensor | None:
+        """Row ``r``'s pixels from its decoded ``img``: its region's view when decoded whole."""
         region = batch.region(r)
+        whole = (int(batch.sizes[r, 0]), int(batch.sizes[r, 1]), 3)
         if region is None:
-            return int(batch.sizes[r, 0]), int(batch.sizes[r, 1]), 3
-        return region[2] - region[0], region[3] - region[1], 3
+            return self._tensor(img, whole)
+        y0, x0, y1, x1 = region
+        if tuple(img.shape) == (y1 - y0, x1 - x0, 3):
+            return self._tensor(img, (y1 - y0, x1 - x0, 3))
+        t = self._tensor(img, whole)
+        return None if t is None else t[y0:y1, x0:x1]
 
     def _tensor(self, img: Any, shape: tuple[int, int, int]) -> torch.Tensor | None:
         if tuple(img.shape) != shape:  # e.g. a grey JPEG decoded to one channel
