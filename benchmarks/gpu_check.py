@@ -52,13 +52,15 @@ class Step:
     needs: tuple[str, ...] = ()
 
 
+# Limits from the first GPU run (H100, 2026-11-26; seconds used): setup 14, cuda-tests 17,
+# photos 11, correctness 18, train 107, decode over 75 (stopped), h2d 6.
 STEPS = (
-    Step("setup", 45, "carried wheels the image lacks installed; versions, GPU, fastload info"),
-    Step("cuda-tests", 80, "every test marked cuda, in one process"),
-    Step("photos", 35, f"{PHOTOS:,} photos from scikit-image's and matplotlib's photographs, on every core"),
-    Step("correctness", 40, "device='cuda' batches against the CPU device's", ("photos",)),
-    Step("train", 140, "ResNet-50 and ResNet-18 fed by fastload, DataLoader, timm; the model alone", ("photos",)),
-    Step("decode", 75, "decode='gpu' against the CPU default; timm's recipe against timm's loader", ("photos",)),
+    Step("setup", 30, "carried wheels the image lacks installed; versions, GPU, fastload info"),
+    Step("cuda-tests", 45, "every test marked cuda, in one process"),
+    Step("photos", 25, f"{PHOTOS:,} photos from scikit-image's and matplotlib's photographs, on every core"),
+    Step("correctness", 30, "device='cuda' batches against the CPU device's", ("photos",)),
+    Step("train", 125, "ResNet-50 and ResNet-18 fed by fastload, DataLoader, timm; the model alone", ("photos",)),
+    Step("decode", 135, "decode='gpu' against the CPU default; timm's recipe against timm's loader", ("photos",)),
     Step("h2d", 20, "the Loader's device stage against a pinned copy_"),
 )
 BY_NAME = {s.name: s for s in STEPS}

@@ -19,6 +19,12 @@ SLOW = (
     "bench_spawn_start",  # spawned workers: most of a minute even in --quick mode
     "bench_loader",  # every peer and switch: about 20 s in --quick mode
     "bench_recipe",  # timm's create_loader beside fastload: about 10 s
+    # Over 9 s each on the busy 2-core machine (make test's budget is 4 minutes):
+    "bench_memory",  # USS of workers over several epochs: 18 s
+    "bench_gpu_decode",  # both parts of the GPU step's dry run, timm's loader included: 11 s
+    "bench_gpu_train",  # four feeds and two models in the dry run: 9 s
+    "bench_wrap",  # a user's dataset wrapped, every backend: 9 s
+    "bench_multiview",  # DINO's multi-crop against its reference: 9 s
 )  # make test-slow (.ci/run) runs them
 
 

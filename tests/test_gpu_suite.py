@@ -94,6 +94,7 @@ def fake_steps(monkeypatch):
     monkeypatch.setattr(gpu_check, "MIN_STEP_S", 1)
 
 
+@pytest.mark.slow  # steps that really wait out their limits: 10 s
 def test_a_call_out_of_budget_keeps_every_record_and_its_summary(tmp_path, fake_steps, capsys):
     out = tmp_path / "out"
     rc = gpu_check.main(["--out", str(out), "--budget", "10", "--wheels", str(tmp_path)])

@@ -208,6 +208,7 @@ def test_thread_backend_follows_a_new_image_size_between_passes(folder):
         assert {tuple(x.shape[1:]) for x, _ in loader} == {(3, 32, 32)}
 
 
+@pytest.mark.slow  # gc.get_objects() after each batch, in a process that ran many tests: about 20 s
 def test_thread_backend_holds_no_finished_batches(ds):
     import gc
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import fastload as fl
@@ -54,6 +55,7 @@ def _check(out, name, source):
     assert sorted(taken + rest) == list(range(N)), f"{name}: the resumed epoch finishes each sample exactly once"
 
 
+@pytest.mark.slow  # two ranks under torchrun with local HTTP and S3 servers: 15 s
 def test_two_ranks_two_workers_over_http_and_s3_and_resume_on_one(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     files = write_shards(tmp_path / "data", SIZES)
