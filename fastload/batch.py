@@ -1,8 +1,9 @@
 """The typed values that cross the pipeline's seams: a host batch and what was skipped.
 
-A batch source (process workers, threads, a stream) yields :class:`HostBatch` objects;
-the device stage copies and normalizes them and then calls :meth:`HostBatch.release`,
-which hands a reused buffer back to its source only once it is safe to rewrite.
+A batch source (process workers, threads, a stream) yields :class:`HostBatch` objects
+(with ``decode="gpu"``, the EncodedBatches of :mod:`fastload.sources.packed`); the device
+driver copies and normalizes them and then calls :meth:`HostBatch.release`, which hands a
+reused buffer back to its source only once it is safe to rewrite.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .augment.apply import BatchTransforms
-from .batch import HostBatch, SkippedSample
+from .batch import SkippedSample
 from .config import LoaderConfig, resolve_device
 from .datasets.protocols import Loadable, RecordStream
 from .datasets.subset import SubsetDataset
@@ -25,7 +25,7 @@ from .loading.passes import Pass, register
 from .loading.profiles import resolve_auto
 from .loading.progress import Position, Progress
 from .loading.skips import SkipLog
-from .sources import build_source, is_stream, resume
+from .sources import SourceBatch, build_source, is_stream, resume
 from .sources.build import DEVICE_AHEAD, pin_memory
 from .sources.failures import is_worker_failure, worker_failure
 from .sources.request import PassRequest
@@ -183,7 +183,7 @@ class Loader(DataLoaderAttributes):
 
             # The source's row loader loads what the GPU decoder refuses; the skip log (not the
             # Loader: no cycle) hears of what those loads replaced.
-            executor = GpuDecode(self._source.maker.loader, self._skips.record)
+            executor = GpuDecode(self._source.loader, self._skips.record)
         self._driver = DeviceDriver(
             executor, self.device, DEVICE_AHEAD, self._normalizer, cfg.return_index, stats=self._stats
         )
@@ -292,7 +292,7 @@ class Loader(DataLoaderAttributes):
             outputs.close()
             self._watchdog.arrived()
 
-    def _observed(self, batches: Iterator[HostBatch]) -> Iterator[HostBatch]:
+    def _observed(self, batches: Iterator[SourceBatch]) -> Iterator[SourceBatch]:
         while True:
             self._watchdog.waiting()
             try:

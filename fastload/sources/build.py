@@ -11,13 +11,15 @@ from ..datasets.protocols import is_stream, traits_of
 from .batchplan import cpu_executor
 from .fetch import SampleLoader
 from .handoff import BufferTable, SharedPool
+from .indexed import Maker
 from .inflight import InFlight
 from .maker import BatchMaker
 from .packed import GpuRows, PackMaker
 from .pools import BufferPool, PlainPool
-from .process import Maker, ProcessSource, WorkerOptions
+from .process import ProcessSource, WorkerOptions
 from .sampler import EpochClock, ShardedBatchSampler
 from .samples import Samples
+from .source import BatchSource
 from .start import worker_start_method
 from .stream import StreamSource
 from .thread import ThreadSource
@@ -41,7 +43,7 @@ def build_source(
     order_seed: int | None = None,
     epochs: EpochClock | None = None,
     gpu: GpuRows | None = None,
-) -> Any:
+) -> BatchSource:
     """The :class:`~fastload.sources.BatchSource` that runs ``samples`` under ``cfg``.
 
     Backends differ in where a batch is made (worker processes, threads, this process) and
@@ -50,7 +52,7 @@ def build_source(
 
     Args:
         samples: A fastload dataset (``load``), a wrapped user dataset, or a stream.
-        cfg: The resolved config (``num_workers`` an int).
+        cfg: The resolved config (``num_workers`` an int, ``seed`` drawn).
         rank, world_size: This rank among all.
         device: Where batches go (pinning and buffer reuse depend on it).
         order_seed: Seed of the shuffle order (default: ``cfg.seed``).
@@ -60,6 +62,7 @@ def build_source(
     """
     pin = pin_memory(cfg.pin_memory, device) and torch.cuda.is_available()
     workers = int(cfg.num_workers)
+    assert cfg.seed is not None  # drawn by the Loader (and the tuner) before a source is built
     options = WorkerOptions(
         workers,
         cfg.prefetch_factor,

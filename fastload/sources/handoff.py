@@ -36,6 +36,7 @@ import torch
 from ..batch import HostBatch, SharedLease
 from ..collate import alloc_batch
 from ..views import Images, SampleShape, batch_shape, map_images, shapes
+from .packed import SourceBatch
 from .pools import BatchBuffers, Need
 from .segments import SUPPORTED, Segments
 
@@ -221,9 +222,9 @@ class SharedPool:
         self.table.close()
 
 
-def detached(batch: Any) -> Any:
+def detached(batch: SourceBatch) -> SourceBatch:
     """``batch`` with its images copied out of a worker's buffer and the buffer freed; ``batch``
-    itself when its images are its own (or it is not a HostBatch)."""
+    itself when its images are its own (or it is an EncodedBatch: its buffers are its own)."""
     if not isinstance(batch, HostBatch) or not isinstance(batch.lease, BufferLease):
         return batch
     images = map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), batch.images)

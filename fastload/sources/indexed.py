@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from . import resume
+from .fetch import SampleLoader
+from .packed import SourceBatch
+from .pools import BufferPool
 from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
+
+
+class Maker(Protocol):
+    """Makes a batch from a request: a :class:`~fastload.sources.maker.BatchMaker` (a HostBatch),
+    or the GPU's :class:`~fastload.sources.packed.PackMaker` (an EncodedBatch for the device)."""
+
+    loader: SampleLoader
+
+    def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> SourceBatch: ...
 
 
 class IndexedSource:
     """The sampler side of a :class:`~fastload.sources.BatchSource` over an indexed dataset."""
 
-    maker: Any  # a BatchMaker or PackMaker: its loader names the samples
+    maker: Maker
     sampler: ShardedBatchSampler
+
+    @property
+    def loader(self) -> SampleLoader:
+        return self.maker.loader
 
     @property
     def dataset(self) -> Any:

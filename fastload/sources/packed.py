@@ -14,12 +14,12 @@ in shared memory, so nothing large is copied on the way. The device decodes the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol, TypeAlias, cast
 
 import numpy as np
 import torch
 
-from ..batch import SkippedSample
+from ..batch import HostBatch, SkippedSample
 from ..collate import alloc_batch
 from ..decode import ImageHeader
 from ..decode.header import check_jpeg_complete
@@ -118,6 +118,11 @@ class EncodedBatch:
         """The region of encoded row ``r``, or None for a full decode."""
         y0, x0, y1, x1 = (int(v) for v in self.regions[r])
         return None if y0 < 0 else (y0, x0, y1, x1)
+
+
+#: What a batch source yields and the device driver takes: a host batch of final pixels, or
+#: (``decode="gpu"``) a batch packed for the device.
+SourceBatch: TypeAlias = "HostBatch | EncodedBatch"
 
 
 @dataclass

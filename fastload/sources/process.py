@@ -1,4 +1,4 @@
-"""Process backend: torch DataLoader workers each build whole HostBatches in shared memory."""
+"""Process backend: torch DataLoader workers each make whole batches in shared memory."""
 
 from __future__ import annotations
 
@@ -16,17 +16,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
-from ..batch import HostBatch
 from ..collate import pinning_on
 from ..datasets import waits
 from . import deaths
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
 from .failures import CLOSED, WorkerFailure, forget_frames, interrupted, is_worker_failure, worker_failure
-from .fetch import SampleLoader
 from .frozen import parent_objects_frozen
 from .handoff import SharedPool, detached
-from .indexed import IndexedSource
+from .indexed import IndexedSource, Maker
 from .inflight import InFlight
+from .packed import SourceBatch
 from .pools import BufferPool
 from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
@@ -109,14 +108,15 @@ def identity(batch: Any) -> Any:
     return batch
 
 
-class PassRequests:
+class PassRequests(Iterable[Any]):
     """The DataLoader's batch sampler: the requests of the pass under way, set by the source
-    before each pass."""
+    before each pass (DataLoader's typing wants lists of indices; a request is what
+    :meth:`WorkerBatches.__getitems__` takes instead)."""
 
     def __init__(self) -> None:
         self.current: Iterable[BatchRequest] = ()
 
-    def __iter__(self) -> Iterator[BatchRequest]:
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.current)
 
 
@@ -237,15 +237,6 @@ def worker_batches(
         drop_in_background(box, workers=pids if not options.persistent else ())
 
 
-class Maker(Protocol):
-    """Makes a batch from a request: a :class:`~fastload.sources.maker.BatchMaker` (a HostBatch),
-    or the GPU's :class:`~fastload.sources.packed.PackMaker` (an EncodedBatch for the device)."""
-
-    loader: SampleLoader
-
-    def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> Any: ...
-
-
 class WorkerBatches(torch.utils.data.Dataset):
     """The torch Dataset DataLoader's workers run: a batch request in, a batch out.
 
@@ -261,7 +252,7 @@ class WorkerBatches(torch.utils.data.Dataset):
     def inflight(self) -> InFlight:
         return self.maker.loader.inflight
 
-    def __getitems__(self, request: BatchRequest) -> Any:
+    def __getitems__(self, request: BatchRequest) -> SourceBatch:
         info = get_worker_info()
         return self.maker.make(request, info.id if info is not None else 0, self.pool)
 
@@ -291,7 +282,7 @@ class ProcessSource(IndexedSource):
             **dataloader_options(self.options, self.options.persistent),
         )
 
-    def batches(self, run: PassRequest) -> Iterator[HostBatch]:
+    def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
         if self._loader is None:
             raise RuntimeError(CLOSED)

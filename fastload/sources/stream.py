@@ -203,11 +203,12 @@ class StreamSource:
     """HostBatches from a record stream (e.g. TFRecordStream), one DataLoader per epoch.
 
     Args:
-        stream: Has ``slot_length``, ``records_for`` and ``decode`` (see TFRecordStream);
-            with ``shuffles = True`` it can shuffle, with ``elastic = True`` resume on other
-            ranks and workers (both take a :class:`StreamOrder`; ``resumed_sizes`` then
-            gives ``len`` of such a pass), with ``batch_slots = True`` split whole batches
-            on one rank (``records_for(..., batch_size=...)``).
+        stream: A :class:`~fastload.datasets.protocols.RecordStream` (``slot_length``,
+            ``records_for``, ``decode``; see TFRecordStream) whose
+            :class:`~fastload.datasets.protocols.StreamTraits` say what else it does: it
+            shuffles, it resumes on other ranks and workers (both take a
+            :class:`StreamOrder`; ``resumed_sizes`` then gives ``len`` of such a pass), it
+            splits whole batches on one rank (``records_for(..., batch_size=...)``).
         batch_size, drop_last, on_error, shuffle: As in LoaderConfig.
         rank, world_size: This rank among all.
         options: Worker count and settings (workers are started each epoch).
@@ -236,6 +237,10 @@ class StreamSource:
 
     dataset = None  # records name themselves
     sampler = None
+
+    @property
+    def loader(self) -> SampleLoader:
+        return self.maker.loader
 
     @property
     def num_samples(self) -> int:

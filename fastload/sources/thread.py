@@ -200,6 +200,8 @@ class ThreadSource(IndexedSource):
         pin_device: The CUDA device buffers are pinned for (see :func:`fastload.collate.pinning_on`).
     """
 
+    maker: BatchMaker  # its steps run as separate tasks here
+
     def __init__(
         self,
         maker: BatchMaker,
@@ -297,9 +299,9 @@ class ThreadSource(IndexedSource):
                 except BaseException:
                     job.cancel()
                     raise
-                request = next(requests, None)
-                if request is not None:
-                    pending.append(self._start(request, first_of_pass=False))  # before the hand-over
+                following = next(requests, None)
+                if following is not None:
+                    pending.append(self._start(following, first_of_pass=False))  # before the hand-over
                 yield batch
         except waits.Interrupted as e:  # a wait of our own ended early: closed, or past the timeout
             raise interrupted(e) from None
