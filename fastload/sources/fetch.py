@@ -11,7 +11,7 @@ raised (``on_error="raise"``) or the sample replaced by a deterministic random o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -41,6 +41,15 @@ class Loaded:
     label: Target  # int (the fast path), float or numeric array: see fastload.targets
     index: int  # the sample actually loaded (differs from the request after a replacement)
     skipped: list[SkippedSample]
+
+
+class PlannedRow(Protocol):
+    """How far a sample was prepared before it is loaded: a batch plan's
+    :class:`~fastload.sources.batchplan.Row`."""
+
+    plan: SamplePlan | None  # planned: finished from it (None: loaded whole)
+    pixels: np.ndarray | None  # its planned region, decoded with the batch's
+    error: Exception | None  # what its planning raised: loading it raises this
 
 
 class SampleLoader:
@@ -79,16 +88,14 @@ class SampleLoader:
         worker: int,
         out: Any,
         shape: SampleShape | None,
-        plan: SamplePlan | None = None,
-        pixels: np.ndarray | None = None,
-        failed: Exception | None = None,
+        row: PlannedRow | None = None,
     ) -> tuple[np.ndarray | tuple, Target]:
         self.inflight.begin(worker, self.samples.number(key), epoch)
         try:
-            if failed is not None:  # its planning failed: the sample's error, met once
-                raise failed
-            if plan is not None:
-                image, target = self.samples.finish(plan, pixels, out)
+            if row is not None and row.error is not None:  # its planning failed: the sample's error, met once
+                raise row.error
+            if row is not None and row.plan is not None:
+                image, target = self.samples.finish(row.plan, row.pixels, out)
             else:
                 image, target = self.samples.load(key, epoch, seed, out)
         finally:
@@ -112,22 +119,18 @@ class SampleLoader:
         shape: SampleShape | None = None,
         *,
         seed: int,
-        plan: SamplePlan | None = None,
-        pixels: np.ndarray | None = None,
-        failed: Exception | None = None,
+        row: PlannedRow | None = None,
     ) -> Loaded:
         """Sample ``index`` (or its replacement) with the draws of (``seed``, ``epoch``), written
-        into ``out`` where the transforms allow; finished from ``plan`` (and its region's
-        ``pixels``) when it was planned; ``failed``: the error its planning met (raised as the
-        sample's, under the policy: read once, so a failure that would not repeat is still its own). An image not of ``out``'s shape (or ``shape``) is an
-        error of its sample."""
+        into ``out`` where the transforms allow; finished from its ``row``'s plan (and region's
+        pixels) when it was planned, or raising the error its planning met (as the sample's,
+        under the policy: read once, so a failure that would not repeat is still its own). An
+        image not of ``out``'s shape (or ``shape``) is an error of its sample."""
         try:
-            image, label = self._one(index, epoch, seed, worker, out, shape, plan, pixels, failed)
+            image, label = self._one(index, epoch, seed, worker, out, shape, row)
             return Loaded(image, label, index, [])
         except Exception as e:
-            if self.on_error == "raise":
-                raise self.named(index, e) from e
-            error: Exception = e
+            error = self._policy(index, e)
         skipped = [self.skipped(epoch, index, error)]
         tried = {index}
         rng = sample_rng(seed, epoch, index)
@@ -150,25 +153,21 @@ class SampleLoader:
         ) from error
 
     def try_load(
-        self,
-        key: Any,
-        epoch: int,
-        worker: int = 0,
-        out: Any = None,
-        *,
-        seed: int,
-        plan: SamplePlan | None = None,
-        pixels: np.ndarray | None = None,
-        failed: Exception | None = None,
+        self, key: Any, epoch: int, worker: int, *, seed: int, row: PlannedRow | None = None
     ) -> Loaded | Exception:
-        """The sample of ``key``, or its error (named, under ``on_error="raise"``: raised)."""
+        """The sample of ``key`` loaded beside its row (as :meth:`load` loads it), or its error
+        under ``on_error="skip"``: nothing replaced (a stream replaces it by its neighbour)."""
         try:
-            image, label = self._one(key, epoch, seed, worker, out, None, plan, pixels, failed)
+            image, label = self._one(key, epoch, seed, worker, None, None, row)
             return Loaded(image, label, self.samples.number(key), [])
         except Exception as e:
-            if self.on_error == "raise":
-                raise self.named(key, e) from e
-            return e
+            return self._policy(key, e)
+
+    def _policy(self, key: Any, error: Exception) -> Exception:
+        """``error``, to be skipped under ``on_error="skip"``; raised, named, under "raise"."""
+        if self.on_error == "raise":
+            raise self.named(key, error) from error
+        return error
 
     def named(self, key: Any, error: Exception) -> Exception:
         """``error`` if it already names the sample of ``key``, else a SampleError that does."""

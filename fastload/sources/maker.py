@@ -77,9 +77,7 @@ class BatchMaker:
     ) -> Loaded:
         """Row ``j`` (or its replacement) into ``out`` (else beside), under the error policy."""
         r, request = plan.take(j), plan.request
-        return self.loader.load(
-            r.key, request.epoch, worker, out, shape, seed=request.seed, plan=r.plan, pixels=r.pixels, failed=r.error
-        )
+        return self.loader.load(r.key, request.epoch, worker, out, shape, seed=request.seed, row=r)
 
     def head(self, plan: BatchPlan, worker: int = 0) -> list[Loaded]:
         """The first row(s) of a batch loaded beside it, all of the batch's sample shape; none

@@ -234,9 +234,7 @@ class PackMaker:
         skipped: list[SkippedSample] = []
         for k, j in enumerate(cpu):  # the CPU path, as decode="cpu" loads them, from their plans
             r, into = plan.take(j), row(rows, k)
-            item = self.loader.load(
-                r.index, request.epoch, worker, into, seed=request.seed, plan=r.plan, failed=r.error
-            )
+            item = self.loader.load(r.index, request.epoch, worker, into, seed=request.seed, row=r)
             put(into, item, self.loader)
             targets[j], indices[j] = item.label, item.index
             skipped.extend(item.skipped)

@@ -109,11 +109,7 @@ class StreamMaker:
                     self.executor.decode_batch(self.loader, plan, worker)
                     for j in range(len(plan)):
                         r = plan.take(j)
-                        done.append(
-                            self.loader.try_load(
-                                r.key, epoch, worker, seed=seed, plan=r.plan, pixels=r.pixels, failed=r.error
-                            )
-                        )
+                        done.append(self.loader.try_load(r.key, epoch, worker, seed=seed, row=r))
                 for r, got in zip(plan.rows, done):
                     yield got if isinstance(got, Loaded) else self.loader.skipped(epoch, r.key, got)
                 number += 1
