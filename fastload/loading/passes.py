@@ -14,7 +14,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fastlo
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 # In a forked process: its copies of the parent's sources and passes. Held until the process
 # ends, never closed or freed here: closing a DataLoader iterator signals the parent's workers
-# to stop, and a slot freed here is one the parent's workers may still be writing.
+# to stop, and a buffer freed here is one the parent's workers may still be writing.
 _INHERITED: list = []
 
 

@@ -120,7 +120,7 @@ def build_source(
         )
     maker: Maker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(loader.samples))
     # A worker has at most prefetch_factor batches in flight, and one is being copied out of
-    # its slot; one more slot spares a fresh buffer when a copy-out lags. GPU batches are
+    # its buffer; one more buffer spares a fresh one when a copy-out lags. GPU batches are
     # packed bytes: a new buffer each.
     pool: BufferPool = PlainPool(pin=False if gpu is not None else None)
     if workers > 0 and gpu is None and BufferTable.supported:
