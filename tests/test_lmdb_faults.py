@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import jpeg_bytes, write_folder
+from guards import close_guard
 
 import fastload as fl
 from fastload.convert import convert
@@ -166,7 +167,7 @@ def test_a_guard_killed_by_a_signal_is_named_and_the_next_read_starts_another(lm
 
     ds = fl.LMDBDataset(lmdb_path)
     first = ds.read(0)
-    lmdb_guard_registry.close_guard(lmdb_path)
+    close_guard(lmdb_path)
     crashing = tmp_path / "crash.py"  # a guard that dies as a wild page would make it die
     crashing.write_text("import os, signal, sys\nsys.stdout.buffer.write(b'R' + bytes(8)); sys.stdout.flush()\n"
                         "sys.stdin.buffer.read(1)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
@@ -176,7 +177,7 @@ def test_a_guard_killed_by_a_signal_is_named_and_the_next_read_starts_another(lm
     assert info.value.key == b"000000001" and info.value.path == lmdb_path
     monkeypatch.undo()
     assert ds.read(0) == first  # the next read starts a new guard
-    lmdb_guard_registry.close_guard(lmdb_path)
+    close_guard(lmdb_path)
 
 
 def test_worker_processes_read_directly_and_guard_false_everywhere(lmdb_path, monkeypatch):

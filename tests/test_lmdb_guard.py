@@ -14,6 +14,7 @@ import warnings
 from contextlib import contextmanager
 
 import pytest
+from guards import close_guard
 
 import fastload as fl
 from fastload.convert import convert
@@ -34,9 +35,9 @@ def lmdb_path(folder, tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _fresh_guards(lmdb_path):
-    lmdb_guard_registry.close_guard(lmdb_path)
+    close_guard(lmdb_path)
     yield
-    lmdb_guard_registry.close_guard(lmdb_path)
+    close_guard(lmdb_path)
 
 
 def _guard_pid(path):
@@ -233,7 +234,7 @@ KILLED_ALWAYS = (
 def test_a_guard_killed_from_outside_is_named_and_the_read_retried(lmdb_path, tmp_path, monkeypatch):
     ds = fl.LMDBDataset(lmdb_path)
     expected = ds.read(1)
-    lmdb_guard_registry.close_guard(lmdb_path)
+    close_guard(lmdb_path)
     monkeypatch.setattr(lmdb_guard, "_SERVER", _server(tmp_path, KILLED_ONCE))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -246,7 +247,7 @@ def test_a_guard_killed_from_outside_is_named_and_the_read_retried(lmdb_path, tm
 
 def test_a_guard_killed_twice_is_an_error_that_does_not_blame_the_file(lmdb_path, tmp_path, monkeypatch):
     ds = fl.LMDBDataset(lmdb_path)
-    lmdb_guard_registry.close_guard(lmdb_path)
+    close_guard(lmdb_path)
     monkeypatch.setattr(lmdb_guard, "_SERVER", _server(tmp_path, KILLED_ALWAYS))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

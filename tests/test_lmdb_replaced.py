@@ -17,6 +17,7 @@ from fastload.datasets import LMDBChangedError, lmdb_guard_registry
 from fastload.datasets.lmdb_dataset import close_env
 
 from conftest import jpeg_bytes
+from guards import close_guard
 
 pytestmark = pytest.mark.needs("lmdb")
 OPTS = dict(batch_size=4, device="cpu", normalize=False, shuffle=False, return_index=True)
@@ -50,7 +51,7 @@ def live(two_lmdbs, tmp_path):
     shutil.copytree(old, path)
     shutil.copyfile(os.path.join(new, "data.mdb"), str(tmp_path / "incoming.mdb"))
     yield path, str(tmp_path / "incoming.mdb")
-    lmdb_guard_registry.close_guard(path)
+    close_guard(path)
 
 
 def _commit(path):
@@ -176,7 +177,7 @@ def test_a_rewrite_that_keeps_size_and_time_is_named_when_a_process_opens_it(liv
     path, _ = live
     ds = fl.LMDBDataset(path)
     ds.read(0)
-    lmdb_guard_registry.close_guard(path)
+    close_guard(path)
     data = os.path.join(path, "data.mdb")
     st = os.stat(data)
     with open(data, "r+b") as f:  # another transaction id in the first meta page, as a new conversion has

@@ -53,14 +53,6 @@ def guard_for(path: str, options: dict[str, Any], data: DataFile | None) -> Guar
     return guard
 
 
-def close_guard(path: str) -> None:
-    """Ends this process's guards of the LMDB at ``path``."""
-    with _guards_lock:
-        guard = _guards.pop((os.path.realpath(path), os.getpid()), None)
-    if guard is not None:
-        guard.end()
-
-
 @atexit.register
 def _close_all() -> None:
     """Ends this process's guards at exit (each would end on EOF anyway; this waits for them)."""
