@@ -184,6 +184,7 @@ print(json.dumps({}))
 """
 
 
+@pytest.mark.slow  # spawned interpreters in a loop: about 9 s each
 @pytest.mark.parametrize("when", ["end", "atexit"])
 def test_workers_dropped_at_exit_do_not_abort_the_process(when):
     """Item 4's mechanism, made likely: tensors are still being freed by the shutdown thread

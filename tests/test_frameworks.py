@@ -122,11 +122,13 @@ def _fit(tmp_path, devices, workers, n=40):
     return [json.loads((tmp_path / f"seen.{r}").read_text()) for r in range(devices)]
 
 
+@pytest.mark.slow  # Lightning's import and Trainer: about 10 s
 def test_lightning_trainer_fits_one_epoch_on_a_loader(tmp_path):
     (rank0,) = _fit(tmp_path, devices=1, workers=2)
     assert sorted(rank0["seen"]) == list(range(40))
 
 
+@pytest.mark.slow  # two Lightning processes: about 9 s
 def test_lightning_ddp_two_cpu_processes_see_every_sample_once(tmp_path):
     ranks = _fit(tmp_path, devices=2, workers=0)
     assert [r["world_size"] for r in ranks] == [2, 2]

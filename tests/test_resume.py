@@ -375,6 +375,7 @@ def _read(out, name, ranks):
     return [json.loads((out / f"{name}.{r}.json").read_text()) for r in range(ranks)]
 
 
+@pytest.mark.slow  # torchrun twice: about 10 s
 def test_elastic_resume_under_torchrun(tmp_path):
     n, k = 60, 3  # 2 ranks x 8 batches of 4 (the last of 2); 24 samples consumed, 36 left
     _torchrun(2, "save", tmp_path, n, k)
