@@ -17,7 +17,7 @@ import torch
 from ..batch import HostBatch
 from ..targets import TargetSpec, fill
 from ..views import SampleShape, map_images, numpy_rows, row, shape_of
-from .batchplan import BatchPlan, CpuExecutor, cpu_executor, plan_row
+from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
 from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
 from .pools import BatchBuffers, BufferPool, Need, Writers
@@ -93,9 +93,12 @@ class BatchMaker:
         request = plan.request
         if self.shape(request.epoch) is not None:
             return []
+        seed, epoch = request.seed, request.epoch
+        rows: list[Row] = []
         loaded: list[Loaded] = []
         for j in range(min(3, len(plan))):
-            loaded.append(self.load_row(plan, j, worker))
+            rows.append(plan.take(j))
+            loaded.append(self.loader.load(rows[-1].key, epoch, worker, seed=seed, row=rows[-1]))
             shapes = [shape_of(item.image) for item in loaded]
             common = max(set(shapes), key=shapes.count)
             if shapes.count(common) >= 2:
@@ -109,12 +112,17 @@ class BatchMaker:
                 )
             common = shape_of(loaded[0].image)
         self._shape, self._shape_epoch = common, request.epoch
-        seed, epoch = request.seed, request.epoch
+        # A row not of the common shape is loaded again as a row of a known shape is (what any
+        # other batch does with it): from its own sample, its replacements drawn for it and its
+        # skipped samples reported. Not from ``item.index``, which may be a replacement already
+        # (its sample failed, and the replacement is the odd one): that would draw other
+        # replacements than another backend or worker count does, and drop the failed sample's
+        # record. Its plan is spent (its generator has drawn); the error its planning met stays.
         return [
             item
             if shape_of(item.image) == common
-            else self.loader.load(item.index, epoch, worker, shape=common, seed=seed)
-            for item in loaded
+            else self.loader.load(r.key, epoch, worker, shape=common, seed=seed, row=Row(r.key, r.index, error=r.error))
+            for r, item in zip(rows, loaded)
         ]
 
     def lease(
