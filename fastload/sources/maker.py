@@ -100,17 +100,9 @@ class BatchMaker:
             rows.append(plan.take(j))
             loaded.append(self.loader.load(rows[-1].key, epoch, worker, seed=seed, row=rows[-1]))
             shapes = [shape_of(item.image) for item in loaded]
-            common = max(set(shapes), key=shapes.count)
-            if shapes.count(common) >= 2:
+            if max(shapes.count(s) for s in shapes) >= 2:
                 break
-        else:
-            if len(loaded) == 3:
-                named = ", ".join(f"{self.loader.samples.title_of(i.index)} {shape_of(i.image)}" for i in loaded)
-                raise ValueError(
-                    f"the first samples of a batch differ in shape: {named}; use a transform with a "
-                    "fixed output size (e.g. RandomResizedCrop or CenterCrop)"
-                )
-            common = shape_of(loaded[0].image)
+        common = common_shape(loaded, self.loader)
         self._shape, self._shape_epoch = common, request.epoch
         # A row not of the common shape is loaded again as a row of a known shape is (what any
         # other batch does with it): from its own sample, its replacements drawn for it and its
@@ -160,6 +152,26 @@ class BatchMaker:
         """The HostBatch of ``loaded`` samples whose pixels are already in ``buffers``; the targets
         go into its room for them where their spec is the first sample's, else into a new tensor."""
         return collate(buffers, loaded, request.epoch, self.loader)
+
+
+def common_shape(loaded: list[Loaded], loader: SampleLoader) -> SampleShape:
+    """The sample shape of a batch, learnt from its first samples (up to three) by majority:
+    a first sample of an odd shape is then the error of that sample, not of every other one.
+
+    Raises:
+        ValueError: The first three samples have three different shapes.
+    """
+    shapes = [shape_of(item.image) for item in loaded[:3]]
+    for shape in shapes:
+        if shapes.count(shape) >= 2:
+            return shape
+    if len(shapes) == 3:
+        named = ", ".join(f"{loader.samples.title_of(i.index)} {shape_of(i.image)}" for i in loaded[:3])
+        raise ValueError(
+            f"the first samples of a batch differ in shape: {named}; use a transform with a "
+            "fixed output size (e.g. RandomResizedCrop or CenterCrop)"
+        )
+    return shapes[0]
 
 
 def collate(buffers: BatchBuffers, loaded: list[Loaded], epoch: int, loader: SampleLoader) -> HostBatch:
