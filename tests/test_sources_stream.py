@@ -101,3 +101,15 @@ def test_a_record_of_the_wrong_shape_is_its_own_error(tmp_path, odd):
     with fl.Loader(stream, batch_size=4, num_workers=2, device="cpu") as loader:
         with pytest.raises(fl.SampleError, match=rf"record {odd} \(.*one\.tfrecord.*shape \(5, 8, 3\)"):
             list(loader)
+
+
+def test_a_streams_records_are_what_its_source_reads_them_as(tmp_path):
+    # RecordSamples types its records as StreamRecordLike (number, where, label, error); the
+    # records flow as Any from records_for, so only this checks that a stream's are such.
+    from fastload.datasets.protocols import StreamRecordLike
+
+    path = str(tmp_path / "one.tfrecord")
+    write_records(path, range(3))
+    records = list(fl.TFRecordStream(path).records_for(0, 1))
+    assert records and all(isinstance(r, StreamRecordLike) for r in records)
+    assert [(r.number, r.label, r.error) for r in records] == [(0, 0, None), (1, 1, None), (2, 2, None)]
