@@ -51,6 +51,21 @@ def test_watchdog_names_the_stuck_sample_and_close_is_prompt(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stuck_first_sample_of_a_pass_is_a_timeout_not_a_hang(backend):
+    # The thread backend loaded the head of a pass (the rows that fix the sample shape) in the
+    # consumer's thread, where no timeout reaches a sample that never returns: it waited 30 s.
+    loader = fl.Loader(_Stuck(stuck=0), batch_size=2, num_workers=2, backend=backend, device="cpu",
+                       stall_warning=0, timeout=2)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"timed out.*sample 0 \(shard-7/img-0\.jpg\)"):
+        list(loader)
+    assert time.monotonic() - start < 15, "the timeout did not end the wait"
+    start = time.monotonic()
+    loader.close()
+    assert time.monotonic() - start < 5, "close() waited for the stuck sample"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_close_from_another_thread_while_the_consumer_waits(backend):
     loader = fl.Loader(_Stuck(), batch_size=2, num_workers=2, backend=backend, device="cpu", stall_warning=0)
     it = iter(loader)
