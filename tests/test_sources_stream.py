@@ -84,8 +84,9 @@ class _OddRecord:
 def test_a_record_of_the_wrong_shape_is_its_own_error(tmp_path, odd):
     # As for an indexed dataset (test_loader_faults): the record's error, under the policy,
     # named with its file; it was a bare ValueError from the collate, raised under "skip" too.
-    from fastload.decode import decode_image
     from tfrecord_files import tiny_jpeg
+
+    from fastload.decode import decode_image
 
     path = str(tmp_path / "one.tfrecord")
     write_records(path, range(40))

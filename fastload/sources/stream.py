@@ -234,7 +234,8 @@ class StreamSource:
         self.inflight = InFlight(max(1, options.num_workers))
         samples = RecordSamples(stream)
         loader = SampleLoader(samples, on_error, self.inflight)
-        self.maker = StreamMaker(loader, cpu_executor(samples), batch_size, drop_last, PlainPool())
+        pool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
+        self.maker = StreamMaker(loader, cpu_executor(samples), batch_size, drop_last, pool)
         self._closed = False
 
     dataset = None  # records name themselves
