@@ -33,6 +33,9 @@ from .sampler import ShardedBatchSampler
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 WAIT_S = 0.1  # result waits wake this often so Ctrl-C and timeouts are prompt
+# The consumer waits this much past the timeout for a pass's head, so that a wait of our own
+# in it (the LMDB guard's), bounded by the timeout in its thread, names what it waited for first.
+HEAD_GRACE_S = 1.0
 
 
 class _Job:
@@ -157,8 +160,8 @@ class _Head:
     shape) by a decode thread, so that the consumer waits for it as for any batch: within the
     timeout, and Ctrl-C or close() end the wait even if a sample never returns."""
 
-    def __init__(self, request: BatchRequest, maker: BatchMaker) -> None:
-        self.request, self.maker = request, maker
+    def __init__(self, request: BatchRequest, maker: BatchMaker, timeout: float, closed: threading.Event) -> None:
+        self.request, self.maker, self.timeout, self.closed = request, maker, timeout, closed
         self.plan: BatchPlan | None = None
         self.head: list[Loaded] = []
         self.error: BaseException | None = None
@@ -166,16 +169,17 @@ class _Head:
 
     def run(self, kind: str, j: int, worker: int) -> list:
         try:
-            self.plan = self.maker.plan(self.request, worker)
-            self.head = self.maker.head(self.plan, worker)
+            with waits.bounded(self.timeout, self.closed):  # our own waits end in time
+                self.plan = self.maker.plan(self.request, worker)
+                self.head = self.maker.head(self.plan, worker)
         except BaseException as e:  # re-raised in the consumer, with its traceback
             self.error = e
         finally:
             self._done.set()
         return []
 
-    def wait(self, timeout: float, on_timeout, closed: threading.Event) -> tuple[BatchPlan, list[Loaded]]:
-        _wait(self._done, timeout, on_timeout, closed)
+    def wait(self, on_timeout) -> tuple[BatchPlan, list[Loaded]]:
+        _wait(self._done, self.timeout + HEAD_GRACE_S if self.timeout else 0, on_timeout, self.closed)
         if self.error is not None:
             raise self.error
         assert self.plan is not None
@@ -282,9 +286,9 @@ class ThreadSource(IndexedSource):
             # The head of a pass fixes the shape (a transform may have changed between passes):
             # planned and loaded beside the buffer, as a worker process makes a batch (by a
             # decode thread: a sample that never returns is a timeout, not a hang); the rest in place.
-            first = _Head(request, maker)
+            first = _Head(request, maker, self.timeout, self._closed)
             self._threads.submit([(first, "head", 0)])
-            plan, head = first.wait(self.timeout, self._timed_out, self._closed)
+            plan, head = first.wait(self._timed_out)
             job = _Job(plan, maker, len(head), planned=True)
         else:
             plan = maker.plan(request, ahead=False)
