@@ -5,6 +5,7 @@ import pytest
 import torch
 from cudasim.scenes import loader, read_on_consumer
 
+import fastload as fl
 from fastload.collate import fast_collate
 from fastload.config import resolve_device
 from fastload.device.prefetch import CudaPrefetcher
@@ -142,3 +143,44 @@ def test_6_the_largest_batch_leaves_room_for_what_the_loader_keeps_on_the_gpu(si
     best = largest_batch(fits, 8)
     assert best > 0 and best * per_sample + loader_device_bytes(best, size) <= sim.allocator.capacity
     assert largest_batch(lambda bs: try_batch(step, bs, lambda: None, device), 8) > best  # without the reserve
+
+
+def test_1_without_workers_a_batch_is_pinned_for_the_loaders_gpu_only(sim, monkeypatch):
+    """num_workers=0 makes batches in this process: pinned for the rank's GPU (not in GPU 0's
+    context, where current_device() still points), and not at all for a CPU loader or with
+    pin_memory=False (they were pinned whenever CUDA was available)."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with loader("process", device=None, num_workers=0) as ld:
+        for x, y in ld:
+            with torch.cuda.device(1):
+                read_on_consumer(x, y)
+        assert ld.stats()["unpinned_batches"] == 0
+    assert sim.contexts == {1}
+    monkeypatch.delenv("LOCAL_RANK")
+    sim.contexts.clear()
+    with loader("process", device="cpu", num_workers=0) as ld:
+        assert len(list(ld)) == len(ld)
+    assert sim.contexts == set(), "a CPU loader pinned its batches: a CUDA context on a GPU it never uses"
+    with pytest.warns(RuntimeWarning, match="unpinned"):
+        with loader("process", device="cuda:1", num_workers=0, pin_memory=False) as ld:
+            with torch.cuda.device(1):
+                for x, y in ld:
+                    read_on_consumer(x, y)
+            assert ld.stats()["unpinned_batches"] == len(ld)
+
+
+@pytest.mark.needs("tfrecord")
+def test_1_a_stream_without_workers_is_pinned_only_for_a_gpu(sim, tmp_path):
+    from tfrecord_files import write_records
+
+    path = str(tmp_path / "one.tfrecord")
+    write_records(path, range(8))
+    with fl.Loader(fl.TFRecordStream(path), batch_size=4, num_workers=0, device="cpu") as ld:
+        assert len(list(ld)) == 2
+    assert sim.contexts == set()
+    with fl.Loader(fl.TFRecordStream(path), batch_size=4, num_workers=0, device="cuda:1") as ld:
+        with torch.cuda.device(1):
+            for x, y in ld:
+                read_on_consumer(x, y)
+        assert ld.stats()["unpinned_batches"] == 0
+    assert sim.contexts == {1}

@@ -155,7 +155,7 @@ def test_close_from_another_thread_ends_a_pass_blocked_on_a_stopped_guard(lmdb_p
 @pytest.mark.parametrize("workers, backend", [(0, "process"), (2, "thread")])
 def test_the_loader_timeout_ends_a_wait_on_a_stopped_guard(lmdb_path, workers, backend):
     """timeout= with num_workers=0 is accepted (was torch's AssertionError) and honoured where the
-    wait is fastload's own (item 10); the thread backend's consumer loads each pass's head."""
+    wait is fastload's own (item 10); a decode thread loads the thread backend's head of each pass."""
     ds = fl.LMDBDataset(lmdb_path, fl.transforms.eval(16))
     with fl.Loader(ds, num_workers=workers, backend=backend, timeout=2, **OPTS) as loader:
         assert len(list(loader)) == len(loader)  # a whole pass within the timeout

@@ -51,6 +51,21 @@ def test_watchdog_names_the_stuck_sample_and_close_is_prompt(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stuck_first_sample_of_a_pass_is_a_timeout_not_a_hang(backend):
+    # The thread backend loaded the head of a pass (the rows that fix the sample shape) in the
+    # consumer's thread, where no timeout reaches a sample that never returns: it waited 30 s.
+    loader = fl.Loader(_Stuck(stuck=0), batch_size=2, num_workers=2, backend=backend, device="cpu",
+                       stall_warning=0, timeout=2)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"timed out.*sample 0 \(shard-7/img-0\.jpg\)"):
+        list(loader)
+    assert time.monotonic() - start < 15, "the timeout did not end the wait"
+    start = time.monotonic()
+    loader.close()
+    assert time.monotonic() - start < 5, "close() waited for the stuck sample"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_close_from_another_thread_while_the_consumer_waits(backend):
     loader = fl.Loader(_Stuck(), batch_size=2, num_workers=2, backend=backend, device="cpu", stall_warning=0)
     it = iter(loader)
@@ -243,3 +258,40 @@ def test_an_odd_shaped_first_sample_is_its_own_error(backend, odd):
     with fl.Loader(_OddShape(odd), batch_size=4, num_workers=2, backend=backend, device="cpu") as loader:
         with pytest.raises(fl.SampleError, match=rf"sample {odd}\b.*shape \(5, 4, 3\)"):
             list(loader)
+
+
+class _FailsIntoOdd:
+    """A user's dataset: sample 8 (the first of the second batch: a second worker's first, where
+    it learns the sample shape) fails, and the replacement drawn for it is odd-shaped."""
+
+    def __init__(self, seed):
+        from fastload.datasets.base import sample_rng
+
+        self.odd = int(sample_rng(seed, 0, 8).integers(len(self)))
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        if index == 8:
+            raise OSError("sample 8 is broken")
+        return np.full((5 if index == self.odd else 4, 4, 3), index, np.uint8), index
+
+
+def test_a_failed_first_sample_replaced_by_an_odd_one_draws_as_on_every_backend():
+    # The head of a batch learns the shape from its first rows; one of them not of that shape
+    # is loaded again. From its own sample (its replacements drawn for it, its failure listed),
+    # not from the replacement that came out odd: then a worker's first batch drew other
+    # replacements than the thread backend (or another worker count) and lost sample 8's record.
+    seed, runs = 4, {}
+    for backend, workers in [("process", 2), ("thread", 2), ("process", 0)]:
+        data = _FailsIntoOdd(seed)
+        assert data.odd not in range(8, 16), "the test needs the odd replacement outside batch 1"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with fl.Loader(data, batch_size=8, num_workers=workers, backend=backend, device="cpu", seed=seed,
+                           on_error="skip", normalize=False, return_index=True) as loader:
+                runs[backend, workers] = [i.tolist() for _, _, i in loader]
+                assert sorted(s.index for s in loader.skipped) == sorted([8, data.odd]), (backend, workers)
+    assert runs["process", 2][1][0] not in (8, data.odd)
+    assert runs["process", 2] == runs["thread", 2] == runs["process", 0]

@@ -68,3 +68,49 @@ def test_stream_passes_are_epochs(tmp_path):
         b = [x.clone() for x, _ in loader]
     assert len(a) == len(b) == 2
     assert any(not (x == y).all() for x, y in zip(a, b)), "augmentation repeated across passes"
+
+
+class _OddRecord:
+    """Leaves every image as it is but the one whose pixels sum to ``odd``: that one comes out short."""
+
+    def __init__(self, odd):
+        self.odd = odd
+
+    def __call__(self, img, rng):
+        return img[:5] if int(img.sum()) == self.odd else img
+
+
+@pytest.mark.parametrize("odd", [17, 0])  # inside a batch, and the first record of the first batch
+def test_a_record_of_the_wrong_shape_is_its_own_error(tmp_path, odd):
+    # As for an indexed dataset (test_loader_faults): the record's error, under the policy,
+    # named with its file; it was a bare ValueError from the collate, raised under "skip" too.
+    from tfrecord_files import tiny_jpeg
+
+    from fastload.decode import decode_image
+
+    path = str(tmp_path / "one.tfrecord")
+    write_records(path, range(40))
+    stream = fl.TFRecordStream(path, transform=_OddRecord(int(decode_image(tiny_jpeg(odd)).sum())))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fl.Loader(stream, batch_size=4, num_workers=2, device="cpu", on_error="skip") as loader:
+            labels = [label for _, y in loader for label in y.tolist()]
+            skipped = loader.skipped
+    assert len(labels) == 40 and odd not in labels
+    assert [s.index for s in skipped] == [odd] and "shape (5, 8, 3)" in skipped[0].error
+    assert "one.tfrecord" in skipped[0].where
+    with fl.Loader(stream, batch_size=4, num_workers=2, device="cpu") as loader:
+        with pytest.raises(fl.SampleError, match=rf"record {odd} \(.*one\.tfrecord.*shape \(5, 8, 3\)"):
+            list(loader)
+
+
+def test_a_streams_records_are_what_its_source_reads_them_as(tmp_path):
+    # RecordSamples types its records as StreamRecordLike (number, where, label, error); the
+    # records flow as Any from records_for, so only this checks that a stream's are such.
+    from fastload.datasets.protocols import StreamRecordLike
+
+    path = str(tmp_path / "one.tfrecord")
+    write_records(path, range(3))
+    records = list(fl.TFRecordStream(path).records_for(0, 1))
+    assert records and all(isinstance(r, StreamRecordLike) for r in records)
+    assert [(r.number, r.label, r.error) for r in records] == [(0, 0, None), (1, 1, None), (2, 2, None)]

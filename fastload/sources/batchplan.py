@@ -64,8 +64,8 @@ class BatchPlan:
 
     @classmethod
     def of(cls, request: BatchRequest) -> BatchPlan:
-        if request.records:
-            return cls(request, [Row(r, int(i)) for r, i in zip(request.records, request.indices)])
+        """The plan of an indexed dataset's request: a row per index (a stream's plan gets its
+        rows as its records are read, :class:`~fastload.sources.stream.StreamMaker`)."""
         return cls(request, [Row(int(i), int(i)) for i in request.indices])
 
     def __len__(self) -> int:

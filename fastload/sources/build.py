@@ -121,8 +121,9 @@ def build_source(
     maker: Maker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(loader.samples))
     # A worker has at most prefetch_factor batches in flight, and one is being copied out of
     # its buffer; one more buffer spares a fresh one when a copy-out lags. GPU batches are
-    # packed bytes: a new buffer each.
-    pool: BufferPool = PlainPool(pin=False if gpu is not None else None)
+    # packed bytes: a new buffer each. Made in this process (no workers), a batch is pinned
+    # as the Loader says and for its device: not for a CPU loader, nor in another GPU's context.
+    pool: BufferPool = PlainPool(pin=pin and gpu is None, device=options.pin_device)
     if workers > 0 and gpu is None and BufferTable.supported:
         pool = SharedPool(BufferTable(workers, cfg.prefetch_factor + 2))
     return ProcessSource(maker, pool, sampler, options)

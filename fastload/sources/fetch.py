@@ -102,12 +102,9 @@ class SampleLoader:
             self.inflight.end(worker)
         # A bad image is an error of its sample, so the error policy applies to it too.
         check_image(image, "the image")
-        shape = shape_of(out) if out is not None else shape
-        if shape is not None and shape_of(image) != shape:
-            raise ValueError(
-                f"image has shape {shape_of(image)} but the batch holds {tuple(shape)}; use a transform "
-                "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)"
-            )
+        misfit = shape_error(image, shape_of(out) if out is not None else shape)
+        if misfit is not None:
+            raise misfit
         return image, as_target(target)  # a TypeError here is named as the sample's error
 
     def load(
@@ -163,6 +160,13 @@ class SampleLoader:
         except Exception as e:
             return self._policy(key, e)
 
+    def fitted(self, key: Any, got: Loaded | Exception, shape: SampleShape | None) -> Loaded | Exception:
+        """``got`` (the sample of ``key`` loaded beside its row, as :meth:`try_load` gives it) if
+        its image is of the batch's ``shape`` (None: not known yet); else, under the policy, the
+        error of its sample, as a row of a known shape meets it."""
+        misfit = shape_error(got.image, shape) if isinstance(got, Loaded) else None
+        return got if misfit is None else self._policy(key, misfit)
+
     def _policy(self, key: Any, error: Exception) -> Exception:
         """``error``, to be skipped under ``on_error="skip"``; raised, named, under "raise"."""
         if self.on_error == "raise":
@@ -185,6 +189,16 @@ class SampleLoader:
         number = self.samples.number(key)
         shown = error.__cause__ if names_sample(error, number) and error.__cause__ is not None else error
         return SkippedSample(epoch, number, self.samples.name(key), f"{error_kind(error)}: {shown}")
+
+
+def shape_error(image: Any, shape: SampleShape | None) -> ValueError | None:
+    """The error of an image not of the batch's ``shape`` (None: it fits, or no shape is known)."""
+    if shape is None or shape_of(image) == shape:
+        return None
+    return ValueError(
+        f"image has shape {shape_of(image)} but the batch holds {tuple(shape)}; use a transform "
+        "with a fixed output size (e.g. RandomResizedCrop or CenterCrop)"
+    )
 
 
 def put(into: Any, item: Loaded, loader: SampleLoader) -> int:

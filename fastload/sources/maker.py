@@ -17,7 +17,7 @@ import torch
 from ..batch import HostBatch
 from ..targets import TargetSpec, fill
 from ..views import SampleShape, map_images, numpy_rows, row, shape_of
-from .batchplan import BatchPlan, CpuExecutor, cpu_executor, plan_row
+from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
 from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
 from .pools import BatchBuffers, BufferPool, Need, Writers
@@ -93,28 +93,28 @@ class BatchMaker:
         request = plan.request
         if self.shape(request.epoch) is not None:
             return []
+        seed, epoch = request.seed, request.epoch
+        rows: list[Row] = []
         loaded: list[Loaded] = []
         for j in range(min(3, len(plan))):
-            loaded.append(self.load_row(plan, j, worker))
+            rows.append(plan.take(j))
+            loaded.append(self.loader.load(rows[-1].key, epoch, worker, seed=seed, row=rows[-1]))
             shapes = [shape_of(item.image) for item in loaded]
-            common = max(set(shapes), key=shapes.count)
-            if shapes.count(common) >= 2:
+            if max(shapes.count(s) for s in shapes) >= 2:
                 break
-        else:
-            if len(loaded) == 3:
-                named = ", ".join(f"{self.loader.samples.title_of(i.index)} {shape_of(i.image)}" for i in loaded)
-                raise ValueError(
-                    f"the first samples of a batch differ in shape: {named}; use a transform with a "
-                    "fixed output size (e.g. RandomResizedCrop or CenterCrop)"
-                )
-            common = shape_of(loaded[0].image)
+        common = common_shape(loaded, self.loader)
         self._shape, self._shape_epoch = common, request.epoch
-        seed, epoch = request.seed, request.epoch
+        # A row not of the common shape is loaded again as a row of a known shape is (what any
+        # other batch does with it): from its own sample, its replacements drawn for it and its
+        # skipped samples reported. Not from ``item.index``, which may be a replacement already
+        # (its sample failed, and the replacement is the odd one): that would draw other
+        # replacements than another backend or worker count does, and drop the failed sample's
+        # record. Its plan is spent (its generator has drawn); the error its planning met stays.
         return [
             item
             if shape_of(item.image) == common
-            else self.loader.load(item.index, epoch, worker, shape=common, seed=seed)
-            for item in loaded
+            else self.loader.load(r.key, epoch, worker, shape=common, seed=seed, row=Row(r.key, r.index, error=r.error))
+            for r, item in zip(rows, loaded)
         ]
 
     def lease(
@@ -152,6 +152,26 @@ class BatchMaker:
         """The HostBatch of ``loaded`` samples whose pixels are already in ``buffers``; the targets
         go into its room for them where their spec is the first sample's, else into a new tensor."""
         return collate(buffers, loaded, request.epoch, self.loader)
+
+
+def common_shape(loaded: list[Loaded], loader: SampleLoader) -> SampleShape:
+    """The sample shape of a batch, learnt from its first samples (up to three) by majority:
+    a first sample of an odd shape is then the error of that sample, not of every other one.
+
+    Raises:
+        ValueError: The first three samples have three different shapes.
+    """
+    shapes = [shape_of(item.image) for item in loaded[:3]]
+    for shape in shapes:
+        if shapes.count(shape) >= 2:
+            return shape
+    if len(shapes) == 3:
+        named = ", ".join(f"{loader.samples.title_of(i.index)} {shape_of(i.image)}" for i in loaded[:3])
+        raise ValueError(
+            f"the first samples of a batch differ in shape: {named}; use a transform with a "
+            "fixed output size (e.g. RandomResizedCrop or CenterCrop)"
+        )
+    return shapes[0]
 
 
 def collate(buffers: BatchBuffers, loaded: list[Loaded], epoch: int, loader: SampleLoader) -> HostBatch:

@@ -126,7 +126,9 @@ def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, An
         collate_fn=identity,
         # Without workers DataLoader refuses a timeout; its waits are ours then (worker_batches).
         timeout=options.timeout if options.num_workers > 0 else 0,
-        pin_memory=options.pin,
+        # Without workers a batch is made here, in memory its pool pinned for the device:
+        # DataLoader would pin its labels again, in the context of the current device.
+        pin_memory=options.pin and options.num_workers > 0,
         generator=torch.Generator().manual_seed(options.seed),
     )
     if options.num_workers > 0:

@@ -1,15 +1,16 @@
 """What crosses from the Loader to a batch source: a pass, and the requests it is cut into.
 
 A :class:`BatchRequest` says everything that fixes a batch: its epoch, the seed of its draws,
-the rank and its number in the epoch, and its samples (dataset indices, or the records a
-stream's reading slot read). Workers hold no seed, epoch or rank of their own, so changing
+the rank and its number in the epoch, and its samples (dataset indices; a stream's batch
+plan takes its rows from its reading slot's records as they are read,
+:class:`fastload.sources.stream.StreamMaker`). Workers hold no seed, epoch or rank of their own, so changing
 the seed or the rank starts no new workers: the next requests simply carry the new values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,11 +22,11 @@ class BatchRequest:
 
     Attributes:
         epoch: The epoch of its draws (and of its shuffle order).
-        indices: int64 dataset indices of its rows; for a stream batch, its records' numbers.
+        indices: int64 dataset indices of its rows (none for a stream batch: its plan's rows
+            are its records).
         seed: The seed of its augmentation draws: sample i draws from (seed, epoch, i).
         rank: The rank it is made for.
         number: Its number among this rank's batches of the epoch.
-        records: A stream batch's records (each reads its own bytes), else empty.
     """
 
     epoch: int
@@ -33,7 +34,6 @@ class BatchRequest:
     seed: int = 0
     rank: int = 0
     number: int = 0
-    records: tuple[Any, ...] = field(default=(), repr=False)
 
     def __len__(self) -> int:
         return len(self.indices)

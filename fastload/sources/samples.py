@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..datasets.base import accepts_out, plannable, sample_name
-from ..datasets.protocols import PlansRecords, name_of
+from ..datasets.protocols import PlansRecords, StreamRecordLike, name_of
 from ..datasets.sampleplan import SamplePlan
 
 
@@ -81,13 +81,13 @@ class RecordSamples:
         self.dataset = stream
         self.plans = isinstance(stream, PlansRecords)
 
-    def name(self, record: Any) -> str:
+    def name(self, record: StreamRecordLike) -> str:
         return str(record.where)
 
-    def number(self, record: Any) -> int:
+    def number(self, record: StreamRecordLike) -> int:
         return int(record.number)
 
-    def title(self, record: Any) -> str:
+    def title(self, record: StreamRecordLike) -> str:
         """ "record N (where)", for messages."""
         return f"record {record.number} ({record.where})"
 
@@ -95,7 +95,7 @@ class RecordSamples:
         """ "record N": a loaded sample, by its number."""
         return f"record {number}"
 
-    def plan(self, record: Any, epoch: int, seed: int) -> SamplePlan:
+    def plan(self, record: StreamRecordLike, epoch: int, seed: int) -> SamplePlan:
         """The record read (its image, then its target), its header checked and its crop drawn
         (raises its read error). Read now, in the slot's order: a reader may let go of a shard's
         bytes once its records are read."""
@@ -106,7 +106,7 @@ class RecordSamples:
     def finish(self, plan: SamplePlan, pixels: np.ndarray | None, out: Any) -> tuple[Any, Any]:
         return self.dataset.finish(plan, pixels, out), plan.label
 
-    def load(self, record: Any, epoch: int, seed: int, out: Any = None) -> tuple[Any, Any]:
+    def load(self, record: StreamRecordLike, epoch: int, seed: int, out: Any = None) -> tuple[Any, Any]:
         """(image, target) of ``record``, decoded whole (raises its read error)."""
         if record.error is not None:
             raise record.error

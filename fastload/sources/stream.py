@@ -24,13 +24,13 @@ from ..batch import HostBatch, SampleError, SkippedSample
 from ..collate import check_image
 from ..datasets.protocols import ResumedSizes, traits_of
 from ..datasets.stream_slots import batch_count, slot_batches_done
-from ..views import numpy_rows, row, shape_of
+from ..views import SampleShape, numpy_rows, row, shape_of
 from . import resume
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
 from .failures import CLOSED
 from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
-from .maker import collate
+from .maker import collate, common_shape
 from .pools import BufferPool, Need, PlainPool
 from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
 from .request import BatchRequest, PassRequest
@@ -96,6 +96,7 @@ class StreamMaker:
         plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank))
         done: list[Loaded | Exception] = []
         number = 0
+        shape: SampleShape | None = None  # of a sample, learnt from the slot's first batch as a maker learns it
         for record in itertools.chain(records, [None]):
             if record is not None:
                 plan.rows.append(Row(record, int(record.number)))
@@ -110,7 +111,12 @@ class StreamMaker:
                     for j in range(len(plan)):
                         r = plan.take(j)
                         done.append(self.loader.try_load(r.key, epoch, worker, seed=seed, row=r))
+                good = [got for got in done if isinstance(got, Loaded)]
+                if shape is None and good:
+                    shape = common_shape(good, self.loader)
                 for r, got in zip(plan.rows, done):
+                    # A record not of the batch's shape is its own error (raised, or replaced by its neighbour).
+                    got = self.loader.fitted(r.key, got, shape)
                     yield got if isinstance(got, Loaded) else self.loader.skipped(epoch, r.key, got)
                 number += 1
                 plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank, number))
@@ -228,7 +234,8 @@ class StreamSource:
         self.inflight = InFlight(max(1, options.num_workers))
         samples = RecordSamples(stream)
         loader = SampleLoader(samples, on_error, self.inflight)
-        self.maker = StreamMaker(loader, cpu_executor(samples), batch_size, drop_last, PlainPool())
+        pool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
+        self.maker = StreamMaker(loader, cpu_executor(samples), batch_size, drop_last, pool)
         self._closed = False
 
     dataset = None  # records name themselves

@@ -33,6 +33,9 @@ from .sampler import ShardedBatchSampler
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 WAIT_S = 0.1  # result waits wake this often so Ctrl-C and timeouts are prompt
+# The consumer waits this much past the timeout for a pass's head, so that a wait of our own
+# in it (the LMDB guard's), bounded by the timeout in its thread, names what it waited for first.
+HEAD_GRACE_S = 1.0
 
 
 class _Job:
@@ -124,12 +127,7 @@ class _Job:
                 self.on_done()
 
     def wait(self, timeout: float, on_timeout, closed: threading.Event) -> None:
-        deadline = time.monotonic() + timeout if timeout else None
-        while not self._done.wait(WAIT_S):
-            if closed.is_set():
-                raise RuntimeError(CLOSED)
-            if deadline is not None and time.monotonic() > deadline:
-                raise on_timeout()
+        _wait(self._done, timeout, on_timeout, closed)
         if self.error is not None:
             raise self.error
         if self.cancelled or any(item is None for item in self.loaded):
@@ -145,6 +143,47 @@ class _Job:
         buffers, self.buffers = self.buffers, None
         if buffers is not None and buffers.lease is not None:
             buffers.lease.release()
+
+
+def _wait(done: threading.Event, timeout: float, on_timeout, closed: threading.Event) -> None:
+    """Waits for ``done``: up to ``timeout`` s (0: forever), waking often so Ctrl-C and close() are prompt."""
+    deadline = time.monotonic() + timeout if timeout else None
+    while not done.wait(WAIT_S):
+        if closed.is_set():
+            raise RuntimeError(CLOSED)
+        if deadline is not None and time.monotonic() > deadline:
+            raise on_timeout()
+
+
+class _Head:
+    """The first batch of a pass planned and its head loaded (the rows that fix the sample
+    shape) by a decode thread, so that the consumer waits for it as for any batch: within the
+    timeout, and Ctrl-C or close() end the wait even if a sample never returns."""
+
+    def __init__(self, request: BatchRequest, maker: BatchMaker, timeout: float, closed: threading.Event) -> None:
+        self.request, self.maker, self.timeout, self.closed = request, maker, timeout, closed
+        self.plan: BatchPlan | None = None
+        self.head: list[Loaded] = []
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def run(self, kind: str, j: int, worker: int) -> list:
+        try:
+            with waits.bounded(self.timeout, self.closed):  # our own waits end in time
+                self.plan = self.maker.plan(self.request, worker)
+                self.head = self.maker.head(self.plan, worker)
+        except BaseException as e:  # re-raised in the consumer, with its traceback
+            self.error = e
+        finally:
+            self._done.set()
+        return []
+
+    def wait(self, on_timeout) -> tuple[BatchPlan, list[Loaded]]:
+        _wait(self._done, self.timeout + HEAD_GRACE_S if self.timeout else 0, on_timeout, self.closed)
+        if self.error is not None:
+            raise self.error
+        assert self.plan is not None
+        return self.plan, self.head
 
 
 class _Pool:
@@ -245,10 +284,11 @@ class ThreadSource(IndexedSource):
         head: list[Loaded] = []
         if first_of_pass:
             # The head of a pass fixes the shape (a transform may have changed between passes):
-            # planned and loaded here, as a worker process makes a batch; the rest in place.
-            with waits.bounded(self.timeout, self._closed):  # loaded in this thread: our own waits end in time
-                plan = maker.plan(request, self._consumer)
-                head = maker.head(plan, self._consumer)
+            # planned and loaded beside the buffer, as a worker process makes a batch (by a
+            # decode thread: a sample that never returns is a timeout, not a hang); the rest in place.
+            first = _Head(request, maker, self.timeout, self._closed)
+            self._threads.submit([(first, "head", 0)])
+            plan, head = first.wait(self._timed_out)
             job = _Job(plan, maker, len(head), planned=True)
         else:
             plan = maker.plan(request, ahead=False)
@@ -263,13 +303,13 @@ class ThreadSource(IndexedSource):
         self._threads.submit(job.tasks())
         return job
 
-    def _finish(self, job: _Job) -> HostBatch:
-        def timed_out() -> RuntimeError:
-            return worker_failure(
-                RuntimeError(f"thread backend timed out after {self.timeout} s"), self.inflight, self.dataset
-            )
+    def _timed_out(self) -> RuntimeError:
+        return worker_failure(
+            RuntimeError(f"thread backend timed out after {self.timeout} s"), self.inflight, self.dataset
+        )
 
-        job.wait(self.timeout, timed_out, self._closed)
+    def _finish(self, job: _Job) -> HostBatch:
+        job.wait(self.timeout, self._timed_out, self._closed)
         self.copies += job.copies
         buffers, job.buffers = job.buffers, None
         if buffers is None:  # cancelled since it was started
