@@ -25,6 +25,8 @@ SLOW = (
     "bench_gpu_train",  # four feeds and two models in the dry run: 9 s
     "bench_wrap",  # a user's dataset wrapped, every backend: 9 s
     "bench_multiview",  # DINO's multi-crop against its reference: 9 s
+    # 4-6 s each on the quiet machine (make test took 243 s there with them):
+    "bench_pip_only", "bench_sample", "bench_handoff", "bench_decode",
 )  # make test-slow (.ci/run) runs them
 
 

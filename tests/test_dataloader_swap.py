@@ -60,6 +60,7 @@ def _check_validation(ranks, epochs):
             assert r["aux"][e] == [VAL - 1], "sampler=None: every rank reads the left-over sample"
 
 
+@pytest.mark.slow  # torchrun with 2 ranks: 7 s
 def test_imagenet_style_script_under_torchrun(data, tmp_path):
     ranks = _torchrun(tmp_path, data, "--epochs", "3", "--seed", "7", "--rerun-from", "2")
     first = [r[0] for r in ranks]

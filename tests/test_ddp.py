@@ -13,7 +13,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("n,workers", [(40, 0), (39, 2)])
+@pytest.mark.parametrize("n,workers", [(40, 0), pytest.param(39, 2, marks=pytest.mark.slow)])  # 4 s each
 def test_two_ranks_under_torchrun_cover_the_dataset(tmp_path, n, workers):
     out = tmp_path / "seen"
     here = os.path.dirname(__file__)

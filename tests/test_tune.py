@@ -69,6 +69,7 @@ def test_worker_candidates_stop_at_available_cpus():
     assert worker_candidates(5) == [0, 1, 2, 4, 5]
 
 
+@pytest.mark.slow  # a whole tuner run in a subprocess: 6 s
 def test_cli_small_grid_writes_json(folder, tmp_path, capsys):
     out = tmp_path / "tune.json"
     rc = main(["tune", folder, "--batch-sizes", "8", "--workers", "0,1", "--backends", "process",
@@ -379,6 +380,7 @@ def test_cli_empty_list_is_rejected_by_the_parser(folder):
     assert proc.returncode == 2 and "--workers is empty" in proc.stderr
 
 
+@pytest.mark.slow  # a tuner run and matplotlib: 5 s
 def test_plot_writes_png_or_says_what_to_install(folder, tmp_path, capsys):
     png = tmp_path / "t.png"
     rc = main(["tune", folder, "--batch-sizes", "8", "--workers", "0", "--backends", "process",
@@ -392,6 +394,7 @@ def test_plot_writes_png_or_says_what_to_install(folder, tmp_path, capsys):
         assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # a tuner run: 6.5 s
 def test_list_file_with_root_and_best_is_a_loader_config(folder, tmp_path, capsys, monkeypatch):
     import os
 
