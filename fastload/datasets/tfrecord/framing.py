@@ -13,6 +13,8 @@ import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from ..chunks import read_up_to
+
 HEADER_BYTES = 12  # length + its CRC
 OVERHEAD = 16  # header + data CRC
 # Protobuf refuses messages over 2 GiB, so a longer record is corruption, not data.
@@ -121,24 +123,10 @@ def parse_record(buf: Any, path: str, offset: int, check_data_crc: bool = True) 
     return check_data(view[HEADER_BYTES:], length, path, offset, check_data_crc)
 
 
-def read_exact(f: BinaryIO, n: int) -> bytes:
-    """Up to ``n`` bytes, read in chunks so memory follows the data actually there."""
-    if n <= _CHUNK:
-        return f.read(n)
-    parts, left = [], n
-    while left:
-        part = f.read(min(left, _CHUNK))
-        if not part:
-            break
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)
-
-
 def _read(f: BinaryIO, n: int, path: str, offset: int) -> bytes:
     # GZIP and zlib report a damaged or cut stream as these; they are framing errors too.
     try:
-        return read_exact(f, n)
+        return read_up_to(f, n, _CHUNK)
     except (EOFError, zlib.error, OSError) as e:
         raise TFRecordError(path, offset, f"unreadable compressed data near record at byte {offset}: {e}") from e
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ..chunks import read_up_to
 from .index import ShardId
 from .netfaults import describe, is_missing, is_stall, transient
 
@@ -344,7 +345,7 @@ class Remote:
             if protocol not in STREAMING:
                 return fs.cat_file(path, start=start, end=end)
             with self._open_at(fs, path, shard, start, end) as f:
-                return _read_up_to(f, end - start)
+                return read_up_to(f, end - start, CHUNK)
 
         data = self._retried(shard.url, f"reading bytes {start}-{end}", call, start)
         if len(data) != end - start and len(data) == shard.size:
@@ -368,18 +369,6 @@ class Remote:
         if not isinstance(info.get("size"), int) or info["size"] > limit:
             return None
         return self._retried(url, "reading it", lambda: fs.cat_file(path))
-
-
-def _read_up_to(f: Any, n: int) -> bytes:
-    """``n`` bytes of ``f``, fewer only where it ends."""
-    chunks = []
-    while n > 0:
-        got = f.read(min(CHUNK, n))
-        if not got:
-            break
-        chunks.append(got)
-        n -= len(got)
-    return b"".join(chunks)
 
 
 def _read_past(f: Any, n: int) -> None:
