@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import math
 import os
+import statistics
 import sys
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import gpu_photos
@@ -26,6 +28,18 @@ from common import ROOT, parser
 import fastload as fl
 
 QUICK_PHOTOS = 32  # the dry run's photo set: 4 batches of 8
+STARTED = time.monotonic()  # this step's process began (about): --time-limit counts from here
+CLOSE_MARGIN_S = 5.0  # of --time-limit, kept for ending the last loader and writing the records
+
+# The Loader keyword of both decoders at once (decode="gpu" with a share of each batch decoded
+# by the workers on the CPU): ``gpu_cpu_share`` ("auto", None, or a share in [0, 1]) on the
+# branch that adds it. Until the Loader accepts it, the "gpu+cpu" mode is skipped (and said);
+# where it lands under another name, change it here only.
+GPU_SHARE_OPTION = "gpu_cpu_share"
+
+# fastload's decode modes: "cpu" (the default), "gpu" (every row the GPU can take decoded there:
+# the share option, where accepted, set to None), "gpu+cpu" (both at once: --gpu-share).
+MODES = ("cpu", "gpu", "gpu+cpu")
 
 
 def gpu_parser(description: str, workers: int = 14) -> Any:
@@ -34,7 +48,148 @@ def gpu_parser(description: str, workers: int = 14) -> Any:
     p.set_defaults(images=8192)
     p.add_argument("--photos", default=None, help="a set built by gpu_photos.py (default: built under --data)")
     p.add_argument("--workers", type=int, default=workers, help=f"loader workers (default: {workers})")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds this process has (gpu_check passes its step's limit): optional parts that would "
+                        "not fit are skipped and said so, never cut off half-way")
     return p
+
+
+def seconds_left(args: Any) -> float:
+    """Of --time-limit, what is left (less CLOSE_MARGIN_S); infinite without one."""
+    if getattr(args, "time_limit", None) is None:
+        return math.inf
+    return args.time_limit - CLOSE_MARGIN_S - (time.monotonic() - STARTED)
+
+
+def share_accepted() -> bool:
+    """Whether this fastload's Loader takes GPU_SHARE_OPTION (the "gpu+cpu" mode's hook)."""
+    return GPU_SHARE_OPTION in inspect.signature(fl.Loader.__init__).parameters
+
+
+def mode_options(mode: str, share: Any = "auto") -> dict | None:
+    """The Loader keywords of a decode mode; None where this Loader cannot run it ("gpu+cpu"
+    without GPU_SHARE_OPTION)."""
+    if mode == "cpu":
+        return {"decode": "cpu"}
+    if mode == "gpu":
+        return {"decode": "gpu", **({GPU_SHARE_OPTION: None} if share_accepted() else {})}
+    if mode == "gpu+cpu":
+        return {"decode": "gpu", GPU_SHARE_OPTION: share} if share_accepted() else None
+    raise ValueError(f"unknown decode mode {mode!r}; the modes: {', '.join(MODES)}")
+
+
+def share_value(text: str) -> Any:
+    """--gpu-share's value as the option takes it: "auto", None ("none") or a number."""
+    if text.lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def modes_list(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise SystemExit(f"unknown decode mode(s) {unknown or text!r}; the modes: {', '.join(MODES)}")
+    return modes
+
+
+def interleaved(labels: Sequence[str], repeats: int) -> list[tuple[int, str]]:
+    """(repeat, label) in the order A B C, C B A, A B C, ...: a drift over the call (clocks,
+    temperature, page cache) falls on every label alike."""
+    order = []
+    for r in range(repeats):
+        order += [(r, label) for label in (labels if r % 2 == 0 else list(reversed(labels)))]
+    return order
+
+
+def spread(values: Sequence[float]) -> dict:
+    """min, median and max of ``values`` (all None where there are none)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"min": None, "median": None, "max": None}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def per_repeat_ratios(num: dict[int, float], den: dict[int, float]) -> list[float]:
+    """num[r] / den[r] for every repeat r both have (repeat -> images/s)."""
+    return [num[r] / den[r] for r in sorted(num) if r in den and den[r]]
+
+
+def gpu_clocks(when: str) -> dict:
+    """The GPU's clocks, temperature and throttle reasons now (read only; gpu_check.gpu_clocks)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_check
+
+    return {"when": when, **gpu_check.gpu_clocks()}
+
+
+class CpuMeter:
+    """CPU seconds (user + system) of this process and every process below it (the loaders'
+    workers), between start() and stop(): psutil where it is installed, else /proc (Linux).
+    A worker that exits inside the window is counted up to its last reading only, so the
+    window is always taken with the loader's workers alive (after warm-up, before close)."""
+
+    def __init__(self) -> None:
+        self.before: dict[int, float] = {}
+        self.seconds: float | None = None
+
+    @staticmethod
+    def readings() -> dict[int, float] | None:
+        try:
+            import psutil
+        except ImportError:
+            psutil = None
+        if psutil is not None:
+            me = psutil.Process()
+            out = {}
+            for proc in [me, *me.children(recursive=True)]:
+                try:
+                    t = proc.cpu_times()
+                    out[proc.pid] = t.user + t.system
+                except psutil.Error:
+                    continue
+            return out
+        if not os.path.isdir("/proc/self"):
+            return None
+        return _proc_readings()
+
+    def start(self) -> None:
+        self.before = self.readings() or {}
+
+    def stop(self) -> float | None:
+        after = self.readings()
+        if after is None:
+            return None
+        self.seconds = sum(t - self.before.get(pid, 0.0) for pid, t in after.items())
+        return self.seconds
+
+
+def _proc_readings() -> dict[int, float]:
+    """pid -> user + system CPU seconds of this process and its descendants, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, used = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        pid = int(name)
+        parent[pid] = int(fields[1])
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick
+    me, mine = os.getpid(), {}
+    for pid in used:
+        p = pid
+        while p > 1 and p != me:
+            p = parent.get(p, 0)
+        if p == me:
+            mine[pid] = used[pid]
+    return mine
 
 
 def device_or_exit(args: Any, name: str) -> torch.device:

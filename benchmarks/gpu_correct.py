@@ -9,6 +9,12 @@
 2. normalized float batches equal the CPU device's within 1e-5.
 3. the timm recipe's batch stage on the device (RandomErasing 0.25 "pixel", Mixup 0.8 /
    CutMix 1.0, label smoothing 0.1): images finite, soft targets summing to 1.
+4. decode="gpu" pixels against the CPU path's (issue 38): the same seeded batch (no
+   shuffle, seed 0, ``train(224, reduced_decode=False)``: the same crops, full-scale decode
+   both ways) through decode="gpu" (the share option, where the Loader takes it, None: every
+   row the GPU can take decoded there) and decode="cpu", uint8 (``normalize=False``); the
+   mean absolute difference in levels per image and over the batch. Within 1 level mean
+   over the batch passes; the worst image and the images over 1 level are named.
 
 One JSON record of every check; exit status 1 when one fails. --quick: the dry run on the
 CPU (both "devices" the CPU, a thread's matrix products standing in for the busy stream).
@@ -16,19 +22,21 @@ CPU (both "devices" the CPU, a thread's matrix products standing in for the busy
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
 
 import torch
 from common import report
-from gpu_common import device_or_exit, gpu_parser, photos
+from gpu_common import device_or_exit, gpu_parser, mode_options, photos
 
 import fastload as fl
 
 DELAY_CYCLES = 5_000_000  # torch.cuda._sleep: a few milliseconds of GPU time before each read
 PAUSE_S = 0.005  # and the host's pause per batch, so the workers and the device stage run ahead
 TOLERANCE = 1e-5
+PIXELS = "decode='gpu' pixels within 1 level mean of the CPU path"
 
 
 class Busy:
@@ -136,6 +144,30 @@ def check_batch_transform(ds: Any, device: torch.device, opts: dict, classes: in
                                 f"{device.type}; soft targets sum to 1 within {worst:.2g}"}
 
 
+def check_gpu_decode_pixels(paths: list[str], labels: list[int], root: str, device: torch.device, bs: int,
+                            workers: int) -> dict:
+    """decode="gpu" against decode="cpu" on one seeded batch (the module doc, check 4)."""
+    ds = fl.ImageList.from_arrays(paths[:bs], labels[:bs], root, transform=fl.transforms.train(224,
+                                                                                               reduced_decode=False))
+    opts = dict(batch_size=bs, num_workers=workers, shuffle=False, seed=0, normalize=False, device=device)
+    batches = {}
+    for mode in ("gpu", "cpu"):
+        with fl.Loader(ds, **opts, **mode_options(mode)) as loader:
+            x, y = next(iter(loader))[:2]
+            batches[mode] = (x.cpu(), y.cpu())
+    (xg, yg), (xc, yc) = batches["gpu"], batches["cpu"]
+    if xg.shape != xc.shape or not torch.equal(yg, yc):
+        return {"ok": False, "detail": f"gpu {tuple(xg.shape)} against cpu {tuple(xc.shape)}, labels "
+                                       f"{'equal' if torch.equal(yg, yc) else 'differ'}"}
+    per_image = (xg.double() - xc.double()).abs().flatten(1).mean(1)
+    batch_mean, worst = per_image.mean().item(), per_image.max().item()
+    over = int((per_image > 1).sum())
+    return {"ok": batch_mean <= 1.0, "mean_abs_levels": batch_mean, "per_image_max": worst, "images_over_1": over,
+            "per_image": [round(v, 3) for v in per_image.tolist()],
+            "detail": f"{len(per_image)} images: mean |gpu - cpu| {batch_mean:.3f} levels over the batch (within 1), "
+                      f"worst image {worst:.3f} (row {int(per_image.argmax())}), {over} image(s) over 1 level"}
+
+
 def main() -> int:
     p = gpu_parser(__doc__.splitlines()[0], workers=4)
     p.add_argument("--samples", type=int, default=512, help="photos compared (default: 512)")
@@ -150,6 +182,9 @@ def main() -> int:
     checks = {f"uint8 equal, {b} backend, 2 epochs": check_uint8(ds, device, b, opts) for b in ("process", "thread")}
     checks["normalized within 1e-5"] = check_normalized(ds, device, opts)
     checks["batch_transform finite, targets sum to 1"] = check_batch_transform(ds, device, opts, max(labels) + 1)
+    if device.type != "cuda":
+        os.environ["FASTLOAD_GPU_DECODE_ON_CPU"] = "1"  # the dry run: nvImageCodec's CPU backend
+    checks[PIXELS] = check_gpu_decode_pixels(paths, labels, root, device, bs, workers)
     for name, c in checks.items():
         print(f"  {'ok  ' if c['ok'] else 'FAIL'} {name}: {c['detail']}")
     report("correctness", args, {"checks": checks, "samples": n, "batch_size": bs, "workers": workers,
