@@ -26,7 +26,8 @@ A B C ...: each run a fresh loader, --warmup untimed steps (2 per worker), then 
 timed ones (100). Per feed: min / median / max images/s over the repeats; the ratio of
 fastload's best mode (highest median) to the better peer of the same repeat, and to the
 model alone of the same repeat, per repeat (min and max). ResNet-50: --r50-repeats (1) of
-fastload's modes with --r50-workers (4): the data wait with few workers. GPU clocks,
+fastload's best mode (--r50-modes: gpu+cpu where the Loader takes the share option, else
+cpu) with --r50-workers (4): the data wait with few workers. GPU clocks,
 temperature and throttle reasons are read before and after every repeat.
 
 A repeat is started only while the time left (--time-limit, from gpu_check) holds the last
@@ -416,8 +417,11 @@ def arguments() -> Any:
     p.add_argument("--sweep-steps", type=int, default=20, help="timed steps per sweep point (default: 20)")
     p.add_argument("--r50-workers", type=int, default=4, help="ResNet-50's fastload workers (default: 4)")
     p.add_argument("--r50-repeats", type=int, default=1, help="ResNet-50 repeats (default: 1; 0: none)")
+    p.add_argument("--r50-modes", default="best",
+                   help="ResNet-50's fastload modes (default: best: gpu+cpu where the Loader takes the share option, "
+                        "else cpu)")
     p.add_argument("--r50-all", action="store_true", help="ResNet-50 with the peers and the model alone too")
-    p.add_argument("--r50-needs", type=float, default=30.0,
+    p.add_argument("--r50-needs", type=float, default=20.0,
                    help="seconds a ResNet-50 run is given in the plan: it starts only with that many left per run")
     return p
 
@@ -471,9 +475,14 @@ def main() -> None:
     sweep_dataloader(feeds, sweep_net, s)
     del sweep_net
     fastloads = [label_of(m) for m in runnable]
+    if args.quick or args.r50_modes != "best":
+        r50 = [label_of(m) for m in (runnable if args.quick else modes_list(args.r50_modes))
+               if mode_options(m) is not None]
+    else:
+        r50 = [label_of("gpu+cpu" if mode_options("gpu+cpu") is not None else "cpu")]
     plan = [("resnet18", [*fastloads, *PEERS, ALONE], workers, s["repeats"], None),
-            ("resnet50", [*fastloads, *PEERS, ALONE] if args.r50_all else fastloads, s["r50_workers"],
-             s["r50_repeats"], args.r50_needs)]
+            ("resnet50", [*r50, *PEERS, ALONE] if args.r50_all else r50, s["r50_workers"], s["r50_repeats"],
+             args.r50_needs)]
     for name, labels, count, repeats, needs in plan:
         if repeats < 1:
             continue

@@ -2,6 +2,7 @@
 
     python3 benchmarks/gpu_check.py                       # every step, 450 s budget
     STEPS=train,h2d python3 benchmarks/gpu_check.py       # only these (and what they need)
+    TRAIN_ARGS="--r50-repeats 0" make gpu-check           # a step's script given more arguments
     python3 benchmarks/gpu_check.py --dry-run             # here, no GPU: every step, small
 
 The steps run in priority order, each a process under its own time limit, all under one
@@ -23,6 +24,7 @@ import datetime
 import glob
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -63,13 +65,13 @@ class Step:
 # limit (--time-limit) so that what would not fit is skipped, not cut off.
 STEPS = (
     Step("setup", 25, "carried wheels the image lacks installed; versions, GPU, fastload info"),
-    Step("cuda-tests", 35, "every test marked cuda, in one process"),
-    Step("photos", 20, f"{PHOTOS:,} photos from scikit-image's and matplotlib's photographs, on every core"),
+    Step("cuda-tests", 30, "every test marked cuda, in one process"),
+    Step("photos", 15, f"{PHOTOS:,} photos from scikit-image's and matplotlib's photographs, on every core"),
     Step("correctness", 30, "device='cuda' batches against the CPU device's; decode='gpu' pixels against the CPU "
          "path's", ("photos",)),
-    Step("train", 145, "ResNet-18 (3 repeats) and ResNet-50 (1, 4 workers) fed by fastload, DataLoader + its "
+    Step("train", 150, "ResNet-18 (3 repeats) and ResNet-50 (1, 4 workers) fed by fastload, DataLoader + its "
          "prefetcher (workers and prefetch_factor swept), timm; the model alone", ("photos",)),
-    Step("decode", 105, "decode='gpu' (and with the CPU's share) against the CPU default and torchvision's "
+    Step("decode", 115, "decode='gpu' (and with the CPU's share) against the CPU default and torchvision's "
          "decode_jpeg on the GPU, 3 repeats; CPU seconds per image", ("photos",)),
     Step("h2d", 20, "the Loader's device stage against a copy timed the same way, 14 and 4 workers"),
 )
@@ -120,8 +122,9 @@ def command(step: Step, python: str, args: argparse.Namespace, jsonl: str, grant
     script = {"correctness": "gpu_correct.py", "train": "bench_gpu_train.py", "decode": "bench_gpu_decode.py",
               "h2d": "bench_h2d.py"}[step.name]
     limit = ["--time-limit", f"{granted:.0f}"] if granted else []
+    extra = shlex.split(os.environ.get(f"{step.name.upper()}_ARGS", ""))  # e.g. TRAIN_ARGS="--r50-repeats 0"
     return [python, os.path.join(HERE, script), *bench, *limit, *(["--photos", photos] if "photos" in step.needs
-                                                                   else [])]
+                                                                   else []), *extra]
 
 
 def gpu_clocks() -> dict:
