@@ -188,6 +188,7 @@ class SideStreamPrefetcher:
                 yield self.prepare(x, y)
             return
         stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))  # mean and std were made on the current one
         batches = iter(self.loader)
 
         def queue() -> tuple | None:

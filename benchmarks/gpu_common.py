@@ -10,6 +10,7 @@ the ``cuda`` branches below.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import inspect
 import math
@@ -62,8 +63,16 @@ def seconds_left(args: Any) -> float:
 
 
 def share_accepted() -> bool:
-    """Whether this fastload's Loader takes GPU_SHARE_OPTION (the "gpu+cpu" mode's hook)."""
-    return GPU_SHARE_OPTION in inspect.signature(fl.Loader.__init__).parameters
+    """Whether this fastload's Loader takes GPU_SHARE_OPTION (the "gpu+cpu" mode's hook): a
+    keyword of Loader itself, or a field of the LoaderConfig its ``**options`` fill."""
+    if GPU_SHARE_OPTION in inspect.signature(fl.Loader.__init__).parameters:
+        return True
+    try:
+        from fastload.config import LoaderConfig
+
+        return GPU_SHARE_OPTION in {f.name for f in dataclasses.fields(LoaderConfig)}
+    except (ImportError, TypeError):
+        return False
 
 
 def mode_options(mode: str, share: Any = "auto") -> dict | None:
