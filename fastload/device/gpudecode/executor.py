@@ -29,7 +29,7 @@ from ...sources.fetch import SampleLoader, put
 from ...sources.packed import EncodedBatch
 from ...targets import fill
 from ..staged import Placement, Staged
-from .nvdecode import BatchDecoder
+from .nvdecode import SIZE_HINT, BatchDecoder
 
 __all__ = ["GpuDecode"]
 
@@ -43,6 +43,7 @@ class GpuDecode:
         on_skipped: Called with the samples such a load replaced (``on_error="skip"``).
         resize_dtype: What the resize computes in: None for uint8 on the CPU (the CPU
             path's kernel) and float32 on CUDA (the CUDA kernel takes floats; rounded once).
+        decoder_threads: CPU threads for nvImageCodec; None: at most 4 (nvdecode.default_threads).
     """
 
     threaded: ClassVar[bool] = True  # the decoder call blocks its thread
@@ -52,15 +53,21 @@ class GpuDecode:
         fallback: SampleLoader,
         on_skipped: Callable[[tuple[SkippedSample, ...]], None] | None = None,
         resize_dtype: torch.dtype | None = None,
+        decoder_threads: int | None = None,
     ) -> None:
         self.fallback = fallback
         self.on_skipped = on_skipped
         self.resize_dtype = resize_dtype
+        self.decoder_threads = decoder_threads
         self._decoder: BatchDecoder | None = None  # made on the device of the first batch
 
     def stage(self, batch: EncodedBatch, at: Placement) -> Staged:
         if self._decoder is None or self._decoder.device != at.device:
-            self._decoder = BatchDecoder(at.device)
+            # Preallocated for the first batch: its size and its median image (the batches of
+            # one loader are alike).
+            self._decoder = BatchDecoder(
+                at.device, threads=self.decoder_threads, batch_size=max(len(batch), 1), image_size=typical_size(batch)
+            )
         if at.stream is None:
             return self._decode(batch, at, self._decoder)
         with torch.cuda.stream(at.stream):
@@ -140,6 +147,14 @@ class GpuDecode:
         if skipped and self.on_skipped is not None:
             self.on_skipped(tuple(skipped))
         return out
+
+
+def typical_size(batch: EncodedBatch) -> tuple[int, int]:
+    """The median (height, width) of ``batch``'s encoded rows (nvdecode.SIZE_HINT if none)."""
+    if not len(batch.rows):
+        return SIZE_HINT
+    height, width = np.median(batch.sizes[: len(batch.rows)], axis=0)
+    return max(1, int(height)), max(1, int(width))
 
 
 def _named(name: str) -> Callable[[int], str]:
