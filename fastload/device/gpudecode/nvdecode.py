@@ -126,29 +126,36 @@ def decoder_options(batch_size: int, image_size: tuple[int, int], fancy: bool = 
     """
     height, width = image_size
     if batch_size < 1 or height < 1 or width < 1:
-        raise ValueError(f"preallocation hints must be positive, got batch_size={batch_size}, "
-                         f"image_size={image_size}")
+        raise ValueError(f"preallocation hints must be positive, got batch_size={batch_size}, image_size={image_size}")
     # Regions with fancy upsampling asked for explicitly: on nvJPEG < 13.2 nvImageCodec would
     # refuse them (a warning per image); the decoder pads them there, so the edge error is cut off.
-    return " ".join([
-        f":fancy_upsampling={int(fancy)}",
-        "nvjpeg_cuda_decoder:enable_roi_fancy_upsampling=1",
-        "nvjpeg_hw_decoder:enable_roi_fancy_upsampling=1",
-        f"nvjpeg_hw_decoder:preallocate_batch_size={batch_size}",
-        f"nvjpeg_hw_decoder:preallocate_width_hint={width}",
-        f"nvjpeg_hw_decoder:preallocate_height_hint={height}",
-    ])
+    return " ".join(
+        [
+            f":fancy_upsampling={int(fancy)}",
+            "nvjpeg_cuda_decoder:enable_roi_fancy_upsampling=1",
+            "nvjpeg_hw_decoder:enable_roi_fancy_upsampling=1",
+            f"nvjpeg_hw_decoder:preallocate_batch_size={batch_size}",
+            f"nvjpeg_hw_decoder:preallocate_width_hint={width}",
+            f"nvjpeg_hw_decoder:preallocate_height_hint={height}",
+        ]
+    )
 
 
-def gpu_backends(nv: Any, kinds: tuple[str, ...] = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU"),
-                 hw_load: float = HW_LOAD) -> list[Any]:
+def gpu_backends(
+    nv: Any, kinds: tuple[str, ...] = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU"), hw_load: float = HW_LOAD
+) -> list[Any]:
     """nvImageCodec backends of ``kinds``, in order: the hardware engines with ``hw_load`` of a
     batch (adapted by nvImageCodec to keep every backend busy), the others what is left."""
     out = []
     for kind in kinds:
         if kind == "HW_GPU_ONLY" and len(kinds) > 1:
-            out.append(nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=hw_load,
-                                  load_hint_policy=nv.LoadHintPolicy.ADAPTIVE_MINIMIZE_IDLE_TIME))
+            out.append(
+                nv.Backend(
+                    nv.BackendKind.HW_GPU_ONLY,
+                    load_hint=hw_load,
+                    load_hint_policy=nv.LoadHintPolicy.ADAPTIVE_MINIMIZE_IDLE_TIME,
+                )
+            )
         else:
             out.append(nv.Backend(getattr(nv.BackendKind, kind)))
     return out
