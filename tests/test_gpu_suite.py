@@ -18,7 +18,7 @@ import gpu_summary  # noqa: E402
 import gpu_wheels  # noqa: E402
 
 LEASE_COMMAND_S = 540  # the timeout_s GPU.md gives the device call (of the 600 s a command may run)
-ORDER = ["setup", "cuda-tests", "photos", "correctness", "train", "decode", "h2d"]  # issue 31's priority order
+ORDER = ["setup", "cuda-tests", "photos", "probe", "correctness", "train", "decode", "h2d"]  # issue 31's priority order
 
 
 def test_the_step_limits_fit_the_budget_and_the_budget_the_lease():
@@ -37,13 +37,13 @@ def test_selected_steps_bring_what_they_need_in_priority_order():
         gpu_check.selected("tarin")
     # Every step that reads the photo set runs after the step that builds it.
     for step in gpu_check.STEPS:
-        argv = gpu_check.command(step, "python", argparse.Namespace(dry_run=False, data="d", wheels="w"), "j")
+        argv = gpu_check.command(step, "python", argparse.Namespace(dry_run=False, data="d", wheels="w", slack=1.0), "j")
         assert ("--photos" in argv) == ("photos" in step.needs), step
 
 
 def test_the_cuda_tests_run_in_one_process():
     step = gpu_check.BY_NAME["cuda-tests"]
-    argv = gpu_check.command(step, "python", argparse.Namespace(dry_run=False, data="d", wheels="w"), "j")
+    argv = gpu_check.command(step, "python", argparse.Namespace(dry_run=False, data="d", wheels="w", slack=1.0), "j")
     assert argv[:3] == ["python", "-m", "pytest"] and argv[argv.index("-p") + 1] == "no:xdist"
     assert argv[argv.index("-o") + 1] == "addopts=" and argv[argv.index("-m", 3) + 1] == "cuda"
     assert "tests/test_prefetch.py" in argv and "tests/test_gpu_decode.py" in argv
@@ -149,7 +149,7 @@ def test_summary_reads_the_targets_off_the_figures(tmp_path):
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": "h2d", "sta')  # cut short
     lines = gpu_summary.render(gpu_summary.load(str(jsonl)))
     text = "\n".join(lines)
-    assert lines[0] == "gpu-check D on NVIDIA H100 80GB HBM3" and "1 of 7 steps ok" in lines[1]
+    assert lines[0] == "gpu-check D on NVIDIA H100 80GB HBM3" and "1 of 8 steps ok" in lines[1]
     assert "MISSED uint8 batches byte-identical to the CPU's" in text and "2 of 64 differ" in text
     assert "met    data wait < 5% of the ResNet-50 step: 2.0%" in text
     assert "MISSED ResNet-18 images/s >= 1.5x the better peer: 1.50x" not in text  # 9000/6000 = 1.5: met
@@ -307,7 +307,9 @@ def test_dry_run_of_the_call_in_a_venv_of_the_device_image(tmp_path):
     assert set(trained) == {"fastload", "DataLoader best", "timm create_loader", "model alone"}, trained
     assert all(len(r["runs"]) == 2 for r in trained.values())
     benchmarks = {r["benchmark"] for r in records if "benchmark" in r}
-    assert {"photos", "correctness", "bench_gpu_train", "bench_gpu_decode", "bench_h2d"} <= benchmarks
+    assert {"photos", "gpu_decode_probe", "correctness", "bench_gpu_train", "bench_gpu_decode", "bench_h2d"} <= benchmarks
+    probe = [r for r in records if r.get("benchmark") == "gpu_decode_probe" and "config" in r]
+    assert probe and not [r for r in probe if r.get("error")], probe
     assert set(gpu_summary.latest(records, "bench_gpu_decode", "recipe")["recipe"]) == {"fastload", "timm"}
     correctness = next(r for r in records if r.get("benchmark") == "correctness")
     assert all(c["ok"] for c in correctness["checks"].values()) and len(correctness["checks"]) == 4

@@ -30,7 +30,7 @@ from ...sources.fetch import SampleLoader, put
 from ...sources.packed import EncodedBatch
 from ...targets import fill
 from ..staged import Placement, Staged
-from .nvdecode import BatchDecoder
+from .nvdecode import SIZE_HINT, BatchDecoder
 
 __all__ = ["DECODE_THREADS", "GpuDecode", "decode_threads"]
 
@@ -60,6 +60,8 @@ class GpuDecode:
             path's kernel) and float32 on CUDA (the CUDA kernel takes floats; rounded once).
         threads: Batches decoded at once on CUDA, each on a driver thread with its own
             decoder and stream (default: ``FASTLOAD_GPU_DECODE_THREADS``, else 2).
+        decoder_threads: CPU threads for each nvImageCodec decoder; None: at most 4
+            (nvdecode.default_threads).
 
     Raises:
         ValueError: ``threads`` is not an int >= 1.
@@ -71,6 +73,7 @@ class GpuDecode:
         on_skipped: Callable[[tuple[SkippedSample, ...]], None] | None = None,
         resize_dtype: torch.dtype | None = None,
         threads: int | None = None,
+        decoder_threads: int | None = None,
     ) -> None:
         threads = decode_threads() if threads is None else threads
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -81,13 +84,18 @@ class GpuDecode:
         # The decoder call blocks its thread: the driver runs ``threads`` batches at once, each
         # on its own thread and stream, with a decoder of that thread's own.
         self.threads = threads
+        self.decoder_threads = decoder_threads
         self._local = threading.local()  # a thread's decoder, made on the device of its first batch
         self._fallback_lock = threading.Lock()  # the row loader keeps one in-flight row for this process
 
     def stage(self, batch: EncodedBatch, at: Placement) -> Staged:
         decoder = getattr(self._local, "decoder", None)
         if decoder is None or decoder.device != at.device:
-            decoder = self._local.decoder = BatchDecoder(at.device)
+            # Preallocated for the first batch: its size and its median image (the batches of
+            # one loader are alike).
+            decoder = self._local.decoder = BatchDecoder(
+                at.device, threads=self.decoder_threads, batch_size=max(len(batch), 1), image_size=typical_size(batch)
+            )
         if at.stream is None:
             return self._decode(batch, at, decoder)
         with torch.cuda.stream(at.stream):
@@ -168,6 +176,14 @@ class GpuDecode:
         if skipped and self.on_skipped is not None:
             self.on_skipped(tuple(skipped))
         return out
+
+
+def typical_size(batch: EncodedBatch) -> tuple[int, int]:
+    """The median (height, width) of ``batch``'s encoded rows (nvdecode.SIZE_HINT if none)."""
+    if not len(batch.rows):
+        return SIZE_HINT
+    height, width = np.median(batch.sizes[: len(batch.rows)], axis=0)
+    return max(1, int(height)), max(1, int(width))
 
 
 def _named(name: str) -> Callable[[int], str]:
