@@ -39,10 +39,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import gpu_summary  # noqa: E402  (no torch: this process imports nothing heavy)
 
-BUDGET_S = 480
-# Kept free for the probe step (about 90 s, added after photos by another change): the limits
-# below and it must still add up to less than the budget (tests/test_gpu_suite.py).
-RESERVED_S = 90
+BUDGET_S = 480  # 450 until the probe step (90 s) came; the lease's command is 540 s
 MIN_STEP_S = 10
 SMI_TIMEOUT_S = 5  # each nvidia-smi reading; a hung one costs seconds, not the step
 CLOCK_FIELDS = "clocks.sm,clocks.mem,temperature.gpu,clocks_throttle_reasons.active"
@@ -60,13 +57,16 @@ class Step:
 
 
 # Seconds used on the H200 on 2026-11-27 (results/2026-11-27-gpu): setup 14, cuda-tests 19,
-# photos 9, correctness 16, train 97, decode 115, h2d 5. The train and decode limits are
+# photos 9, correctness 16, train 97, decode 115, h2d 5; the probe's own hard deadline is
+# 85 + 5 s. The train and decode limits are
 # the plan of GPU.md ("The plan of the train and decode steps"), their scripts told their
 # limit (--time-limit) so that what would not fit is skipped, not cut off.
 STEPS = (
     Step("setup", 25, "carried wheels the image lacks installed; versions, GPU, fastload info"),
     Step("cuda-tests", 30, "every test marked cuda, in one process"),
     Step("photos", 15, f"{PHOTOS:,} photos from scikit-image's and matplotlib's photographs, on every core"),
+    Step("probe", 90, "nvImageCodec's decode ceiling: backends, regions, threads; nvJPEG 13.3 against 13.0",
+         ("photos",)),
     Step("correctness", 30, "device='cuda' batches against the CPU device's; decode='gpu' pixels against the CPU "
          "path's", ("photos",)),
     Step("train", 150, "ResNet-18 (3 repeats) and ResNet-50 (1, 4 workers) fed by fastload, DataLoader + its "
@@ -119,6 +119,11 @@ def command(step: Step, python: str, args: argparse.Namespace, jsonl: str, grant
         n, workers = (QUICK_PHOTOS, ["--workers", "2"]) if args.dry_run else (PHOTOS, [])
         return [python, os.path.join(HERE, "gpu_photos.py"), "--root", photos, "--images", str(n), *workers,
                 "--json", jsonl]
+    if step.name == "probe":  # its deadline inside the step's limit; the 13.0 wheel compared
+        budget = f"{(step.limit - 5) * args.slack:.0f}"
+        return [python, os.path.join(HERE, "gpu_decode_probe.py"), "--photos", photos, "--json", jsonl,
+                "--budget", budget, "--compare-wheels", os.path.join(args.wheels, "nvjpeg130"),
+                *(["--dry-run"] * args.dry_run)]
     script = {"correctness": "gpu_correct.py", "train": "bench_gpu_train.py", "decode": "bench_gpu_decode.py",
               "h2d": "bench_h2d.py"}[step.name]
     limit = ["--time-limit", f"{granted:.0f}"] if granted else []

@@ -47,6 +47,10 @@ CARRIED = {
     "nvidia-nvjpeg{suffix}": "nvImageCodec's nvJPEG extension (GPU JPEG decode)",
 }
 GPU_DECODE = ("nvidia-nvimgcodec-cu{cuda}", "nvidia-nvjpeg{suffix}")  # left out with --cuda none
+# Older versions carried for benchmarks/gpu_decode_probe.py's comparison, each in a subfolder
+# of its own (the GPU check installs only the folder's top level): subfolder -> (name, version).
+# nvJPEG 13.0 refuses (or, told to, gets wrong) the edge of a region with fancy upsampling.
+COMPARED = {"nvjpeg130": ("nvidia-nvjpeg", "13.0.4.44")}
 # The GPU machine's Python packages (.library/device/KINDS.md, read 2026-11-17), lower case.
 DEVICE_HAS = set(
     """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
@@ -230,13 +234,21 @@ def main(argv: list[str] | None = None) -> int:
             "add them to CARRIED and constraints.txt"
         )
     shutil.rmtree(os.path.join(args.dest, "lib"), ignore_errors=True)  # what older versions carried
+    compared = {}
+    if args.cuda != "none" and int(args.cuda) >= 13:  # the compared wheels are CUDA 13 builds
+        for folder, (name, version) in COMPARED.items():
+            sub = os.path.join(args.dest, folder)
+            shutil.rmtree(sub, ignore_errors=True)
+            os.makedirs(sub)
+            compared[folder] = fetch(name, version, args.python, platforms, sub)
     with open(os.path.join(args.dest, "MANIFEST"), "w") as f:
         f.write(f"python {args.python}\ncuda {args.cuda}\nplatforms {' '.join(platforms)}\n")
         f.writelines(f"wheel {os.path.basename(w)}\n" for w in wheels.values())
-    carried_bytes, tree = folder_bytes(args.dest), tree_bytes()
+        f.writelines(f"compared {folder}/{os.path.basename(w)}\n" for folder, w in compared.items())
+    carried_bytes, tree = folder_bytes(args.dest), tree_bytes()  # subfolders included
     total = (carried_bytes + tree) / 2**20
-    for w in wheels.values():
-        print(f"  {os.path.getsize(w) / 2**20:6.2f} MiB  {os.path.basename(w)}")
+    for w in [*wheels.values(), *compared.values()]:
+        print(f"  {os.path.getsize(w) / 2**20:6.2f} MiB  {os.path.relpath(w, args.dest)}")
     print(
         f"{args.dest}: {carried_bytes / 2**20:.1f} MiB for Python {args.python}, CUDA {args.cuda}; with the "
         f"working tree ({tree / 2**20:.1f} MiB) {total:.1f} MiB of the {args.limit_mib:.0f} MiB a call may carry"

@@ -108,7 +108,7 @@ def test_close_with_decode_work_in_flight_waits_for_it(sim, photos):
     read_on_consumer(*next(iter(ld)))
     driver = ld._driver
     ld.close()
-    assert sim.knows(driver._stream)
+    assert driver._side and all(sim.knows(s) for s in driver._side)
 
 
 def test_a_decoder_error_on_the_driver_thread_reaches_the_training_loop(sim, photos, monkeypatch):
@@ -196,7 +196,7 @@ def test_driver_close_waits_for_the_batch_its_thread_is_on_and_no_longer(sim):
     staged = []
 
     class SlowThreadedCopy(HostCopy):  # a threaded executor (as GPU decode) whose batches take a while
-        threaded = True
+        threads = 1
 
         def stage(self, item, at):
             staged.append(item)
@@ -217,6 +217,51 @@ def test_driver_close_waits_for_the_batch_its_thread_is_on_and_no_longer(sim):
     driver.close()
     took = time.monotonic() - start
     time.sleep(0.5)  # batch 1 has ended by now, had close() not waited for it
-    assert sim.knows(driver._stream), "batch 1 queued work on the stream after close() returned"
+    assert driver._side and all(sim.knows(s) for s in driver._side), (
+        "batch 1 queued work on the stream after close() returned"
+    )
     assert len(staged) == 2  # batch 2 never ran
     assert took < CLOSE_WAIT_S * 0.75, f"close() took {took:.1f} s: it waited for a cancelled batch"
+
+
+def test_threads_decode_batches_at_once_on_their_own_streams_and_hand_them_over_in_order(sim):
+    """An executor with threads=3 stages three batches at once, each driver thread on a stream
+    of its own; batches that finish out of order are still handed over in the source's order,
+    and the consumer reads each only after its own event (no race in the simulator)."""
+    import threading
+    import time
+
+    from fastload.collate import fast_collate
+    from fastload.device.copy import HostCopy
+    from fastload.device.driver import DeviceDriver
+
+    lock, running, most, streams = threading.Lock(), [0], [0], set()
+
+    class ThreeThreads(HostCopy):
+        threads = 3
+
+        def stage(self, item, at):
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+                streams.add(id(at.stream))
+            time.sleep(0.05 * (3 - int(item[1][0]) % 3))  # later batches finish first
+            with lock:
+                running[0] -= 1
+            return super().stage(item, at)
+
+    rng = np.random.default_rng(0)
+    batches = [fast_collate([(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8), b) for _ in range(4)], pin=True)
+               for b in range(9)]
+    want = [b[0].clone() for b in batches]
+    with DeviceDriver(ThreeThreads(), "cuda", normalizer=lambda x: x) as driver:
+        got = []
+        for x, y in driver.run(batches):
+            read_on_consumer(x, y)
+            got.append((int(y.cpu()[0]), x.cpu()))
+    assert [label for label, _ in got] == list(range(9))
+    for (_, x), w in zip(got, want):
+        assert torch.equal(x, w)
+    assert most[0] == 3, f"at most {most[0]} batches were staged at once"
+    assert len(streams) == 3 and id(driver._stream) not in streams
+    assert not sim.races, sim.races

@@ -59,7 +59,7 @@ MUTATIONS = {
     "driver: ready recorded before normalizing": (D, "_queue", [
         ("images = self.normalizer(staged.images)", "ready.record(stream); images = self.normalizer(staged.images)"),
         ("ready.record(stream)", "pass")], reads),
-    "driver: close() without synchronize": (D, "close", [("self._stream.synchronize()", "pass")], closing),
+    "driver: close() without synchronize": (D, "close", [("stream.synchronize()", "pass")], closing),
     "driver on gpu decode: no consumer wait_event": (D, "_cuda", [("consumer.wait_event(batch.ready)", "pass")],
                                                      gpu_reads),
     "driver on gpu decode: no record_stream of images": (D, "_cuda", [("view.record_stream(consumer)", "pass")],
@@ -70,10 +70,10 @@ MUTATIONS = {
         ("images = self.normalizer(staged.images)", "ready.record(stream); images = self.normalizer(staged.images)"),
         ("ready.record(stream)", "pass")], gpu_reads),
     "driver on gpu decode: ready recorded before staging": (D, "_queue", [
-        ("staged = self.executor.stage(item, self._placement())",
-         "early = torch.cuda.Event(); early.record(stream); staged = self.executor.stage(item, self._placement())"),
+        ("staged = self.executor.stage(item, self._placement(stream))",
+         "early = torch.cuda.Event(); early.record(stream); staged = self.executor.stage(item, self._placement(stream))"),
         ("ready.record(stream)", "ready = early")], gpu_reads),
-    "driver on gpu decode: close() without synchronize": (D, "close", [("self._stream.synchronize()", "pass")],
+    "driver on gpu decode: close() without synchronize": (D, "close", [("stream.synchronize()", "pass")],
                                                           gpu_closing),
     "copy: buffer released without its copy event": (H, "_copy", [("batch.release(copied)", "batch.release()")], slots),
     "copy: copy event recorded before the copies": (H, "_copy", [

@@ -175,38 +175,46 @@ def test_rows_the_decoder_refuses_are_decoded_by_the_cpu_path(tmp_path, on_cpu, 
 
 
 class _RegionRefusing:
-    """nvJPEG before 13.2 as nvImageCodec runs it with fancy upsampling: every region request
-    comes back None (the tests here tell a region by its shape); whole images decode."""
+    """nvJPEG before 13.2 as nvImageCodec runs it by default with fancy upsampling: every
+    region request comes back None (the tests here tell a region by its shape); whole images
+    decode. ``calls`` gets (streams, of which regions) per call."""
 
     def __init__(self, real, calls):
         self.real, self.calls = real, calls
 
     def decode(self, streams, **kw):
         images = self.real.decode(streams, **kw)
-        self.calls.append(len(streams))
-        return [None if (img.shape[0], img.shape[1]) != (s.height, s.width) else img
-                for img, s in zip(images, streams)]
+        regions = [(img.shape[0], img.shape[1]) != (s.height, s.width) for img, s in zip(images, streams)]
+        self.calls.append((len(streams), sum(regions)))
+        return [None if region else img for img, region in zip(images, regions)]
 
 
-def test_regions_the_backend_refuses_are_decoded_whole_on_the_device(tmp_path, on_cpu, monkeypatch):
-    """nvJPEG < 13.2 refused every region of a subsampled JPEG (the first GPU run: 153 rows
-    loaded again on the CPU): those images are decoded whole by the same decoder and cut,
-    and later batches ask for whole images at once."""
+@pytest.mark.parametrize("regions", ["plain", "padded"])
+def test_regions_the_backend_refuses_are_decoded_whole_and_asked_for_again(tmp_path, on_cpu, monkeypatch, regions):
+    """A backend that refuses regions (nvJPEG < 13.2 under nvImageCodec's default, the first
+    GPU runs: 153 rows loaded again on the CPU, then regions switched off for good): those
+    images are decoded whole by the same decoder and cut, counted, and every later batch
+    still asks for its regions (a refusal never switches regions off)."""
     ds = fl.ImageFolder(_write(tmp_path, _photos(16)), fl.transforms.train(64, reduced_decode=False))
-    calls: list[int] = []
+    calls: list[tuple[int, int]] = []
+    decoders = []
     init = nvdecode.BatchDecoder.__init__
 
     def refusing_regions(self, *a, **kw):
-        init(self, *a, **kw)
+        init(self, *a, **{**kw, "regions": regions})
         self._decoder = _RegionRefusing(self._decoder, calls)
+        decoders.append(self)
 
     monkeypatch.setattr(nvdecode.BatchDecoder, "__init__", refusing_regions)
     gpu, stats = _batches(ds, "gpu", epochs=(0, 1))
     cpu, _ = _batches(ds, "cpu", epochs=(0, 1))
     _assert_same(gpu, cpu)
     assert stats["cpu_fallback_rows"] == 0
-    # The first batch with a region asks twice; from then on whole images at once.
-    assert len(calls) == len(gpu) + 1, calls
+    asked = [n for _, n in calls[::2]]  # each batch: its call, then the refused regions whole
+    assert len(calls) == 2 * len(gpu) and all(n > 0 for n in asked), calls
+    assert [total for total, _ in calls[1::2]] == asked, calls  # whole: exactly the refused rows
+    (decoder,) = decoders
+    assert decoder.regions == regions and decoder.regions_refused == sum(asked)
 
 
 def _corrupt(data: bytes) -> bytes:
@@ -359,3 +367,140 @@ def test_cuda_refused_rows_and_memory_stay_flat(tmp_path, refuse):
     # The driver maps in 2 MiB pages: a leak of decoded images (about 1 MiB a batch here)
     # grows by more over 5 epochs.
     assert used[-1] - used[2] <= 2 * 2**20, used
+
+
+# --- the decoder as built for the hardware (nvdecode.BatchDecoder), without a GPU -----------
+
+
+def _fake_nv(made):
+    """nvImageCodec's Python API as BatchDecoder uses it on CUDA, recording each Decoder."""
+    from types import SimpleNamespace
+
+    kinds = SimpleNamespace(HW_GPU_ONLY="HW", GPU_ONLY="GPU", HYBRID_CPU_GPU="HYBRID", CPU_ONLY="CPU")
+    policies = SimpleNamespace(FIXED="fixed", ADAPTIVE_MINIMIZE_IDLE_TIME="adaptive")
+    return SimpleNamespace(
+        BackendKind=kinds, LoadHintPolicy=policies, NVIMGCODEC_DEVICE_CPU_ONLY=-1,
+        Backend=lambda kind, load_hint=1.0, load_hint_policy="fixed": (kind, load_hint, load_hint_policy),
+        DecodeParams=lambda **kw: kw,
+        Decoder=lambda **kw: made.append(kw) or object(),
+    )
+
+
+@pytest.fixture
+def built_on_cuda(monkeypatch):
+    """BatchDecoder on cuda:0 with a recording stand-in for nvImageCodec: what it asks for."""
+    made: list[dict] = []
+    monkeypatch.setattr(nvdecode.roi, "module", lambda: _fake_nv(made))
+    return made
+
+
+@pytest.mark.parametrize("version, mode", [
+    ((13, 0, 4), "padded"), ((13, 1, 9), "padded"), ((12, 9, 0), "padded"), (None, "padded"),
+    ((13, 2, 0), "plain"), ((13, 3, 2), "plain"), ((14, 0, 0), "plain"),
+])
+def test_regions_are_decided_by_the_nvjpeg_version_when_the_decoder_is_built(built_on_cuda, monkeypatch, version,
+                                                                            mode):
+    """nvJPEG >= 13.2 decodes regions with fancy upsampling exactly: plain regions; older (or
+    unknown) nvJPEG gets a region's edge pixel wrong: regions padded by one MCU. Either way
+    nvImageCodec is told to take regions with fancy upsampling (else it refuses them on old
+    nvJPEG, a warning per image), the backends come hardware first, and the hardware
+    decoder preallocates for the batch."""
+    monkeypatch.setattr(nvdecode, "nvjpeg_version", lambda: version)
+    decoder = nvdecode.BatchDecoder(torch.device("cuda", 0), batch_size=128, image_size=(375, 500))
+    assert decoder.regions == mode and decoder.nvjpeg == version
+    (made,) = built_on_cuda
+    options = made["options"].split()
+    assert ":fancy_upsampling=1" in options
+    assert {"nvjpeg_cuda_decoder:enable_roi_fancy_upsampling=1", "nvjpeg_hw_decoder:enable_roi_fancy_upsampling=1",
+            "nvjpeg_hw_decoder:preallocate_batch_size=128", "nvjpeg_hw_decoder:preallocate_width_hint=500",
+            "nvjpeg_hw_decoder:preallocate_height_hint=375"} <= set(options), options
+    assert made["backends"] == [("HW", nvdecode.HW_LOAD, "adaptive"), ("GPU", 1.0, "fixed"), ("HYBRID", 1.0, "fixed")]
+    assert made["device_id"] == 0
+    # Told explicitly, the version does not matter.
+    assert nvdecode.BatchDecoder(torch.device("cuda", 0), regions="whole").regions == "whole"
+
+
+def test_the_nvjpeg_version_is_read_from_the_loaded_library_else_its_wheel(monkeypatch):
+    monkeypatch.setattr(nvdecode, "loaded_nvjpeg", lambda: None)
+    versions = {"nvidia-nvjpeg": "13.3.2.43"}
+
+    def version(dist):
+        if dist not in versions:
+            raise nvdecode.importlib.metadata.PackageNotFoundError(dist)
+        return versions[dist]
+
+    monkeypatch.setattr(nvdecode.importlib.metadata, "version", version)
+    assert nvdecode.nvjpeg_version() == (13, 3, 2)
+    versions.clear()
+    assert nvdecode.nvjpeg_version() is None
+    monkeypatch.setattr(nvdecode, "loaded_nvjpeg", lambda: "/x/libnvjpeg.so.13")
+    monkeypatch.setattr(nvdecode, "_library_version", lambda path: (13, 0, 4) if path == "/x/libnvjpeg.so.13" else None)
+    versions["nvidia-nvjpeg"] = "13.3.2.43"  # installed, but not the one loaded
+    assert nvdecode.nvjpeg_version() == (13, 0, 4)
+
+
+@pytest.mark.parametrize("cores, threads", [(64, 4), (16, 4), (2, 2), (1, 1)])
+def test_nvimgcodec_threads_are_bounded_not_one_per_core(built_on_cuda, monkeypatch, cores, threads):
+    """nvImageCodec's 0 means a thread per core, beside 14 loader workers on 16 cores: the
+    decoder asks for at most 4, and a negative count is an error naming it."""
+    monkeypatch.setattr(nvdecode.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(nvdecode, "nvjpeg_version", lambda: (13, 3, 2))
+    assert nvdecode.default_threads() == threads
+    assert nvdecode.BatchDecoder(torch.device("cuda", 0)).threads == threads
+    assert nvdecode.BatchDecoder(torch.device("cuda", 0), threads=0).threads == 0  # asked for: kept
+    assert [m["max_num_cpu_threads"] for m in built_on_cuda] == [threads, 0]
+    with pytest.raises(ValueError, match="threads must be >= 0.*got -1"):
+        nvdecode.BatchDecoder(torch.device("cuda", 0), threads=-1)
+    with pytest.raises(ValueError, match="regions must be one of.*got 'roi'"):
+        nvdecode.BatchDecoder(torch.device("cpu"), regions="roi")
+
+
+def test_the_executor_preallocates_for_its_first_batch(tmp_path, on_cpu, monkeypatch):
+    ds = fl.ImageFolder(_write(tmp_path, _photos(6)), fl.transforms.train(48, reduced_decode=False))
+    fetcher, batch = _packed(ds, InFlight(2))
+    made = []
+    init = nvdecode.BatchDecoder.__init__
+
+    def recording(self, *a, **kw):
+        made.append(kw)
+        init(self, *a, **kw)
+
+    monkeypatch.setattr(nvdecode.BatchDecoder, "__init__", recording)
+    driver = DeviceDriver(GpuDecode(fetcher, decoder_threads=2), "cpu", 1, fl.Normalizer(normalize=False))
+    list(driver.run([batch]))
+    sizes = np.array([[140 + 9 * i, 190 + 7 * i] for i in range(6)])
+    assert made == [{"threads": 2, "batch_size": 6, "image_size": tuple(int(v) for v in np.median(sizes, axis=0))}]
+
+
+def test_padded_regions_cut_exactly_the_whole_decodes_pixels(tmp_path):
+    """Real photos, RandomResizedCrop regions: the region cut from a region padded by one MCU
+    (clamped to the image) is the whole decode's cut, pixel for pixel, as is a plain region's
+    (libjpeg-turbo here; on a GPU the probe measures nvJPEG's: benchmarks/gpu_decode_probe.py)."""
+    photos = {f"{i:02d}.jpg": data for i, data in enumerate(photo_jpegs((200, 420), 2, seed=3))}
+    ds = fl.ImageFolder(_write(tmp_path, photos), fl.transforms.train(64, scale=(0.05, 0.3)))
+    batch = _packed(ds, InFlight(1))[1]
+    rows = [r for r in range(len(batch.rows)) if batch.region(r) is not None]
+    assert len(rows) >= 8
+    decoders = {m: nvdecode.BatchDecoder(torch.device("cpu"), regions=m) for m in nvdecode.REGION_MODES}
+    out = {m: d.decode(batch)[0] for m, d in decoders.items()}
+    edges = 0
+    for r in rows:
+        region, asked = batch.region(r), decoders["padded"].asked(batch, r)
+        h, w = (int(v) for v in batch.sizes[r])
+        assert asked == nvdecode.padded(region, h, w) != region
+        assert asked[0] == max(0, region[0] - 16) and asked[3] == min(w, region[3] + 16)
+        edges += asked[0] == 0 or asked[1] == 0 or asked[2] == h or asked[3] == w
+        assert decoders["whole"].asked(batch, r) is None and decoders["plain"].asked(batch, r) == region
+        want = out["whole"][r]
+        assert want.shape == (region[2] - region[0], region[3] - region[1], 3)
+        assert torch.equal(out["padded"][r], want) and torch.equal(out["plain"][r], want), r
+    assert edges, "some padded regions clamped to the image"
+    assert nvdecode.padded((3, 5, 40, 60), 50, 70) == (0, 0, 50, 70)
+
+
+def test_nvimgcodec_logs_errors_only(monkeypatch):
+    """A refused row is a warning line per image from nvImageCodec: fastload counts those
+    (BatchDecoder.regions_refused, the CPU fall-back rows) and asks for errors only, unless
+    the user set PYNVIMGCODEC_VERBOSITY."""
+    roi.module()
+    assert os.environ.get("PYNVIMGCODEC_VERBOSITY") == "1"

@@ -52,6 +52,10 @@ _failed: ImportError | None = None
 
 def _import_quietly():
     """``nvidia.nvimgcodec``, its expected missing-GPU-library lines dropped from stderr."""
+    # Errors only: a row a backend refuses is logged as a warning per image, and fastload
+    # handles and counts those itself (decode="gpu": the GPU decoder's whole-image retry and
+    # CPU fall-back). Read once, when the module initialises; a user's setting is kept.
+    os.environ.setdefault("PYNVIMGCODEC_VERBOSITY", "1")
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as log:

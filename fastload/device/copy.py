@@ -41,7 +41,7 @@ class HostCopy:
     """Stages HostBatches, or a user's (uint8 N×H×W×C images, labels, ...) tuples, by copying
     them to the device (see the module's docstring)."""
 
-    threaded: ClassVar[bool] = False  # the copies are queued without blocking
+    threads: ClassVar[int] = 0  # the copies are queued without blocking
 
     def stage(self, item: HostBatch | tuple, at: Placement) -> Staged:
         batch, extras = as_host_batch(item)

@@ -13,14 +13,16 @@ the side stream, which would make ``depth`` > 1 useless), and every handed-over 
 ``record_stream``-ed on the consumer so the caching allocator never reuses its memory while
 the step still reads it. What an executor's queued work reads outside torch's allocator
 (its ``keep``) is dropped only once the batch's event has passed. An executor whose work
-blocks its thread (the GPU decoder's call, a few launches per row) runs on the driver's own
-thread, in order: the training thread then only waits for each batch's event. On the CPU
-the same numbers and layout are produced synchronously. ``tests/cudasim`` proves this
-ordering without a GPU (docs/guides/gpu.md).
+blocks its thread (the GPU decoder's call) runs on the driver's own threads
+(``executor.threads`` of them), each with its own side stream, one batch on each at a time,
+handed over in the source's order: the training thread then only waits for each batch's
+event. On the CPU the same numbers and layout are produced synchronously.
+``tests/cudasim`` proves this ordering without a GPU (docs/guides/gpu.md).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections import deque
@@ -107,7 +109,8 @@ class DeviceDriver:
         depth: Batches in flight on the side stream.
         normalizer: Applied to each staged batch (default: ImageNet float32).
         indices: Also hand out each batch's int64 sample indices (a CPU copy).
-        stream: The CUDA side stream to use (default: a new one, made at the first pass).
+        stream: The CUDA side stream to use (default: a new one, made at the first pass); an
+            executor that runs on the driver's threads queues on each thread's own stream.
         stats: Counters to add to (default: new ones; the Loader keeps its own across drivers).
 
     Raises:
@@ -135,9 +138,12 @@ class DeviceDriver:
         if stream is not None and self.device.type != "cuda":
             raise ValueError(f"a CUDA stream was given for device {self.device}")
         self._stream = stream  # made at the first pass (a device change is a new driver)
-        self._inflight: deque[_InFlight] = deque()  # batches queued on the stream, in order
-        self._thread: ThreadPoolExecutor | None = None  # a threaded executor's (CUDA)
-        self._submitted: deque[Future] = deque()  # batches given to that thread, not yet known done
+        self._inflight: deque[_InFlight] = deque()  # batches queued on the streams
+        self._threads: ThreadPoolExecutor | None = None  # a threaded executor's (CUDA)
+        self._submitted: deque[Future] = deque()  # batches given to those threads, not yet known done
+        self._local = threading.local()  # a driver thread's own side stream
+        self._side: list[Any] = []  # every driver thread's stream, for close()
+        self._count_lock = threading.Lock()  # stats are counted from several threads
         self._warned_unpinned = False
         self._closed = False
 
@@ -169,11 +175,21 @@ class DeviceDriver:
         finally:
             outputs.close()
 
-    def _placement(self) -> Placement:
-        return Placement(self.device, self._stream, self.indices)
+    def _placement(self, stream: Any = None) -> Placement:
+        return Placement(self.device, stream, self.indices)
+
+    def _thread_stream(self) -> Any:
+        """The side stream of the driver thread this runs on, made at its first batch: threads
+        decode concurrently, and work on one stream would run one batch after another."""
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = torch.cuda.Stream(self.device)
+            with self._count_lock:
+                self._side.append(stream)
+        return stream
 
     def _cpu(self, source: Iterator) -> Generator[Output, None, None]:
-        at = self._placement()
+        at = self._placement(None)
         for item in source:
             staged = self.executor.stage(item, at)
             self._count(staged)
@@ -188,12 +204,13 @@ class DeviceDriver:
             yield _Queued(images, staged.labels, staged.indices, staged.extras, None).outputs()
 
     def _cuda(self, source: Iterator) -> Generator[Output, None, None]:
-        queued: deque[Future | _Queued] = deque()  # a Future where the executor runs on the thread
+        queued: deque[Future | _Queued] = deque()  # a Future where the executor runs on a thread
+        # ``depth`` batches queued before one is handed over (at least one per driver thread),
+        # the next one queued before the consumer's step.
+        ahead = max(self.depth, self.executor.threads)
         try:
             while True:
-                # ``depth`` batches queued on the stream before one is handed over, the next one
-                # queued before the consumer's step.
-                while len(queued) < self.depth:
+                while len(queued) < ahead:
                     item = next(source, None)
                     if item is None:
                         break
@@ -218,20 +235,19 @@ class DeviceDriver:
                     pending.cancel()
 
     def _submit(self, item: Any) -> Future | _Queued:
-        if not self.executor.threaded:
-            return self._queue(item)
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-device")
+        if self.executor.threads < 1:
+            return self._queue(item, self._stream)
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.executor.threads, thread_name_prefix="fastload-device")
         while self._submitted and self._submitted[0].done():
             self._submitted.popleft()
-        future = self._thread.submit(self._queue, item)
+        future = self._threads.submit(lambda: self._queue(item, self._thread_stream()))
         self._submitted.append(future)
         return future
 
-    def _queue(self, item: Any) -> _Queued:
-        """Stages ``item`` and queues its normalization and ``ready`` event on the stream."""
-        stream = self._stream
-        staged = self.executor.stage(item, self._placement())
+    def _queue(self, item: Any, stream: Any) -> _Queued:
+        """Stages ``item`` and queues its normalization and ``ready`` event on ``stream``."""
+        staged = self.executor.stage(item, self._placement(stream))
         self._count(staged)
         ready = torch.cuda.Event()
         with torch.cuda.stream(stream):
@@ -244,20 +260,23 @@ class DeviceDriver:
         return _Queued(images, staged.labels, staged.indices, staged.extras, ready)
 
     def _count(self, staged: Staged) -> None:
-        self.stats.fallbacks += staged.fallbacks
-        if staged.unpinned:
-            self.stats.unpinned += 1
-            if not self._warned_unpinned:
-                self._warned_unpinned = True
-                warnings.warn(
-                    "fastload: a batch arrived in unpinned memory, so its host-to-device "
-                    "copy cannot overlap compute; pin it (Loader(pin_memory=True))",
-                    RuntimeWarning,
-                    stacklevel=6,
-                )
+        with self._count_lock:
+            self.stats.fallbacks += staged.fallbacks
+            self.stats.unpinned += int(staged.unpinned)
+            warn = staged.unpinned and not self._warned_unpinned
+            self._warned_unpinned |= staged.unpinned
+        if warn:
+            warnings.warn(
+                "fastload: a batch arrived in unpinned memory, so its host-to-device "
+                "copy cannot overlap compute; pin it (Loader(pin_memory=True))",
+                RuntimeWarning,
+                stacklevel=6,
+            )
 
     def _drop_finished(self) -> None:
-        # Only passed events are read, so this never blocks the host.
+        # Only passed events are read, so this never blocks the host. With several driver
+        # threads, batches are appended as they are staged, not in order: one whose event has
+        # passed may wait behind one that has not, which only keeps it a little longer.
         while self._inflight and self._inflight[0].ready.query():
             done = self._inflight.popleft()
             if done.timing is not None:
@@ -267,17 +286,20 @@ class DeviceDriver:
 
     def close(self) -> None:
         """Waits for the stream's pending work and drops what it held; idempotent."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.shutdown(wait=False, cancel_futures=True)
-            # The batch it is on is queued on the stream before the wait below, unless a fall-back
-            # load is stuck in a sample. Not the last one submitted: that one may be cancelled (a
-            # pass broken off), and wait() never sees a future the shutdown dropped finish.
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
+            # The batches they are on are queued on their streams before the waits below, unless
+            # a fall-back load is stuck in a sample. Not only the last ones submitted: those may be
+            # cancelled (a pass broken off), and wait() never sees a future the shutdown dropped finish.
             running = [f for f in self._submitted if not f.cancelled()]
             self._submitted.clear()
             wait(running, timeout=CLOSE_WAIT_S)
-        if not self._closed and self._stream is not None:
-            self._stream.synchronize()
+        if not self._closed:
+            with self._count_lock:
+                streams = [*self._side, *([self._stream] if self._stream is not None else [])]
+            for stream in streams:
+                stream.synchronize()
         self._closed = True
         self._inflight.clear()
 

@@ -8,7 +8,7 @@ batch, which the driver normalizes and hands over (:mod:`fastload.device.driver`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -23,7 +23,8 @@ class Placement:
 
     Attributes:
         device: The driver's device.
-        stream: The driver's CUDA side stream, on which the executor queues its work; None on the CPU.
+        stream: The CUDA side stream the executor queues this batch's work on (the driver's, or
+            the stream of the driver thread the batch runs on); None on the CPU.
         indices: Whether the batch's dataset indices are handed out (a host copy, taken
             before any reused buffer goes back).
     """
@@ -66,9 +67,13 @@ class Staged:
 class Executor(Protocol):
     """Puts one batch of a source on the device (see :class:`Staged`).
 
-    ``threaded``: run on the driver's own thread on CUDA (work that blocks its thread).
+    ``threads``: on CUDA, 0 runs :meth:`stage` on the consumer's thread (work queued without
+    blocking); n >= 1 runs it on n driver threads, each with its own side stream, a batch on
+    each, handed over in order (work that blocks its thread, as a decoder call does).
+    :meth:`stage` must then be safe to call from that many threads at once.
     """
 
-    threaded: ClassVar[bool]
+    @property
+    def threads(self) -> int: ...
 
     def stage(self, item: Any, at: Placement) -> Staged: ...

@@ -22,12 +22,12 @@ from .tensor import kernel, new_on
 POOL = 64 * 2**20  # the decoder's pool, reserved when it is made
 
 
-def decoder(device: torch.device, threads: int = 0) -> Any:
+def decoder(device: torch.device, threads: int | None = None, **hints: Any) -> Any:
     """What replaces ``fastload.device.gpudecode.executor.BatchDecoder``: the stand-in on a simulated
-    GPU, nvImageCodec's CPU decoder on the CPU."""
+    GPU, nvImageCodec's CPU decoder on the CPU (``hints``: its preallocation hints)."""
     if device.type != "cuda":
-        return nvdecode.BatchDecoder(device, threads)
-    return StandInDecoder(device, threads)
+        return nvdecode.BatchDecoder(device, threads, **hints)
+    return StandInDecoder(device, threads or 0)
 
 
 class StandInDecoder:

@@ -2,13 +2,13 @@
 
 Workers plan each sample exactly as the CPU path does and send the batch's JPEG bytes
 with each row's crop and flip (:class:`EncodedBatch`); the device driver runs the
-:class:`GpuDecode` executor on its own thread: it decodes the batch in one nvImageCodec
-call (a region where the crop covers under half the image), then crops, resizes
-(antialiased bilinear) and flips on the GPU; the driver normalizes into N×C×H×W
-channels_last, as it does every batch. What the GPU decoder cannot take is decoded by
-the CPU path: in the worker when the header says so (CMYK, progressive, not a JPEG, cut
-short), in the main process when the decoder refuses it, each failure attributed to its
-sample under ``on_error``.
+:class:`GpuDecode` executor on its threads (each with its own decoder and stream, batches
+handed over in order): it decodes the batch in one nvImageCodec call (a region where the
+crop covers under half the image), then crops, resizes (antialiased bilinear) and flips on
+the GPU; the driver normalizes into N×C×H×W channels_last, as it does every batch. What
+the GPU decoder cannot take is decoded by the CPU path: in the worker when the header says
+so (CMYK, progressive, not a JPEG, cut short), in the main process when the decoder refuses
+it, each failure attributed to its sample under ``on_error``.
 
 Only the presets' transforms can run there (:class:`GpuPipeline`). Without a GPU,
 ``FASTLOAD_GPU_DECODE_ON_CPU=1`` runs the same executor with nvImageCodec's CPU backend and

@@ -4,7 +4,7 @@ Each batch is decoded in one nvImageCodec call (regions where the worker planned
 then every row is cut, resized (``interpolate(mode="bilinear", antialias=True)``) and
 written into one buffer; flips, the rows decoded on the CPU and rounding are batch-wide;
 the device driver normalizes and hands it over (:mod:`fastload.device.driver`). On CUDA
-all of it is queued on the driver's stream by the driver's own thread (the decoder call
+all of it is queued on a driver thread's own stream by that thread (the decoder call
 blocks its thread, and a batch takes a few kernel launches per row), with no host
 synchronization; what nvImageCodec and the workers own (decoded images, encoded bytes) is
 the batch's ``keep``, dropped by the driver once the batch's event has passed. On the CPU
@@ -17,8 +17,9 @@ replacement under ``on_error="skip"`` is reported like the workers'.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -29,9 +30,23 @@ from ...sources.fetch import SampleLoader, put
 from ...sources.packed import EncodedBatch
 from ...targets import fill
 from ..staged import Placement, Staged
-from .nvdecode import BatchDecoder
+from .nvdecode import SIZE_HINT, BatchDecoder
 
-__all__ = ["GpuDecode"]
+__all__ = ["DECODE_THREADS", "GpuDecode", "decode_threads"]
+
+#: Batches decoded at once by default, each on a driver thread with its own decoder and
+#: stream: one thread leaves the GPU idle while it prepares and launches a batch's work.
+DECODE_THREADS = 2
+
+
+def decode_threads() -> int:
+    """Driver threads decoding at once: ``FASTLOAD_GPU_DECODE_THREADS``, else :data:`DECODE_THREADS`."""
+    raw = os.environ.get("FASTLOAD_GPU_DECODE_THREADS", "").strip()
+    if not raw:
+        return DECODE_THREADS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"FASTLOAD_GPU_DECODE_THREADS must be an int >= 1, got {raw!r}")
+    return int(raw)
 
 
 class GpuDecode:
@@ -43,28 +58,48 @@ class GpuDecode:
         on_skipped: Called with the samples such a load replaced (``on_error="skip"``).
         resize_dtype: What the resize computes in: None for uint8 on the CPU (the CPU
             path's kernel) and float32 on CUDA (the CUDA kernel takes floats; rounded once).
-    """
+        threads: Batches decoded at once on CUDA, each on a driver thread with its own
+            decoder and stream (default: ``FASTLOAD_GPU_DECODE_THREADS``, else 2).
+        decoder_threads: CPU threads for each nvImageCodec decoder; None: at most 4
+            (nvdecode.default_threads).
 
-    threaded: ClassVar[bool] = True  # the decoder call blocks its thread
+    Raises:
+        ValueError: ``threads`` is not an int >= 1.
+    """
 
     def __init__(
         self,
         fallback: SampleLoader,
         on_skipped: Callable[[tuple[SkippedSample, ...]], None] | None = None,
         resize_dtype: torch.dtype | None = None,
+        threads: int | None = None,
+        decoder_threads: int | None = None,
     ) -> None:
+        threads = decode_threads() if threads is None else threads
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an int >= 1, got {threads!r}")
         self.fallback = fallback
         self.on_skipped = on_skipped
         self.resize_dtype = resize_dtype
-        self._decoder: BatchDecoder | None = None  # made on the device of the first batch
+        # The decoder call blocks its thread: the driver runs ``threads`` batches at once, each
+        # on its own thread and stream, with a decoder of that thread's own.
+        self.threads = threads
+        self.decoder_threads = decoder_threads
+        self._local = threading.local()  # a thread's decoder, made on the device of its first batch
+        self._fallback_lock = threading.Lock()  # the row loader keeps one in-flight row for this process
 
     def stage(self, batch: EncodedBatch, at: Placement) -> Staged:
-        if self._decoder is None or self._decoder.device != at.device:
-            self._decoder = BatchDecoder(at.device)
+        decoder = getattr(self._local, "decoder", None)
+        if decoder is None or decoder.device != at.device:
+            # Preallocated for the first batch: its size and its median image (the batches of
+            # one loader are alike).
+            decoder = self._local.decoder = BatchDecoder(
+                at.device, threads=self.decoder_threads, batch_size=max(len(batch), 1), image_size=typical_size(batch)
+            )
         if at.stream is None:
-            return self._decode(batch, at, self._decoder)
+            return self._decode(batch, at, decoder)
         with torch.cuda.stream(at.stream):
-            return self._decode(batch, at, self._decoder)
+            return self._decode(batch, at, decoder)
 
     def _to_device(self, t: torch.Tensor, at: Placement) -> torch.Tensor:
         if at.stream is None:
@@ -107,7 +142,8 @@ class GpuDecode:
         pixels, where = batch.decoded, batch.decoded_rows
         if refused:
             labels, indices = labels.clone(), indices.clone()
-            more = self._load_on_cpu(batch, refused, labels, indices)
+            with self._fallback_lock:
+                more = self._load_on_cpu(batch, refused, labels, indices)
             pixels, where = torch.cat([pixels, more]), np.concatenate([where, batch.rows[refused]])
         if len(where):
             host = self._to_device(pixels, at)
@@ -140,6 +176,14 @@ class GpuDecode:
         if skipped and self.on_skipped is not None:
             self.on_skipped(tuple(skipped))
         return out
+
+
+def typical_size(batch: EncodedBatch) -> tuple[int, int]:
+    """The median (height, width) of ``batch``'s encoded rows (nvdecode.SIZE_HINT if none)."""
+    if not len(batch.rows):
+        return SIZE_HINT
+    height, width = np.median(batch.sizes[: len(batch.rows)], axis=0)
+    return max(1, int(height)), max(1, int(width))
 
 
 def _named(name: str) -> Callable[[int], str]:
