@@ -22,7 +22,7 @@ __all__ = ["COLUMNS", "compiled", "interpreted"]
 COLUMNS = ("src", "pitch", "in_h", "in_w", "resize_h", "resize_w", "top", "left", "flip", "dest")
 
 
-def _rows(out_ptr, table_ptr, out_h, out_w, BLOCK: tl.constexpr):  # noqa: N803 (Triton's constexpr style)
+def _rows(out_ptr, table_ptr, out_h, out_w, BLOCK: tl.constexpr):
     r = tl.program_id(1)
     row = table_ptr + r * 10
     # The box's top-left pixel, an address: each row reads its own decoded image in place.

@@ -20,6 +20,7 @@ Three ways compute it:
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,12 +33,14 @@ __all__ = ["METHODS", "kernel", "method_for", "resize_rows", "row_table", "trito
 #: The ways :func:`resize_rows` computes (``"auto"`` picks one by device).
 METHODS = ("auto", "float", "triton", "uint8")
 
-# Output pixels per kernel program (a power of 2): 256 keeps a program's loads coalesced
-# along an output line and the grid at a few hundred programs per 224x224 row.
+# Output pixels per kernel program (a power of 2): on CUDA, 256 keeps a program's loads
+# coalesced along an output line and the grid at a few hundred programs per 224x224 row; the
+# interpreter runs each program's ops in numpy, so fewer, larger programs run faster there.
 BLOCK = 256
+BLOCK_INTERPRETED = 4096
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def triton_available() -> bool:
     """Whether Triton imports (the kernel of ``method="triton"``)."""
     try:
@@ -54,7 +57,7 @@ def kernel(interpret: bool) -> Any:
         ImportError: Triton is missing (names the pip command).
     """
     try:
-        from . import rowkernel
+        rowkernel = importlib.import_module(f"{__package__}.rowkernel")
     except ImportError as e:
         raise ImportError(f"GPU decode's row kernel needs Triton: pip install triton ({e})") from e
     return rowkernel.interpreted if interpret else rowkernel.compiled
@@ -99,8 +102,7 @@ def row_table(
     for r, img in enumerate(images):
         if img.dtype != torch.uint8 or img.dim() != 3 or img.shape[2] != 3 or img.stride()[1:] != (3, 1):
             raise ValueError(
-                f"image {r}: H×W×3 uint8 with packed pixels, got {img.dtype} {tuple(img.shape)} "
-                f"strides {img.stride()}"
+                f"image {r}: H×W×3 uint8 with packed pixels, got {img.dtype} {tuple(img.shape)} strides {img.stride()}"
             )
         y0, x0, y1, x1 = (int(v) for v in boxes[r])
         rh, rw = (int(v) for v in resize[r])
@@ -184,8 +186,9 @@ def _launch(
         # caching host allocator keeps the pinned block until the copy has run.
         table = table.pin_memory().to(out.device, non_blocking=True)
     h, w = out_size
-    grid = ((h * w + BLOCK - 1) // BLOCK, len(table))
-    run[grid](out, table, h, w, BLOCK=BLOCK)
+    block = BLOCK_INTERPRETED if out.device.type == "cpu" else BLOCK
+    grid = ((h * w + block - 1) // block, len(table))
+    run[grid](out, table, h, w, BLOCK=block)
 
 
 def _loop(
