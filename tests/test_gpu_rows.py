@@ -175,6 +175,8 @@ def test_tables_that_do_not_fit_are_refused():
         rows.resize_rows(torch.zeros((1, 3, *OUT), dtype=torch.uint8), [img], **ok)
     with pytest.raises(ValueError, match="H×W×3 uint8"):
         rows.resize_rows(_batch(1), [img.float()], **ok, method="float")
+    with pytest.raises(ValueError, match="not on out's device"):
+        rows.resize_rows(_batch(1), [img.to("meta")], **ok, method="float")
     with pytest.raises(ValueError, match="method must be one of"):
         rows.resize_rows(_batch(1), [img], **ok, method="bicubic")
 

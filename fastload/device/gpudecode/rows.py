@@ -147,7 +147,8 @@ def resize_rows(
 
     Raises:
         ValueError: A method not in :data:`METHODS`, an ``out`` not uint8 N×3×H×W
-            channels_last, or tables that do not fit (see :func:`row_table`).
+            channels_last, images on another device, or tables that do not fit (see
+            :func:`row_table`).
         ImportError: ``method="triton"`` without Triton.
     """
     if method not in METHODS:
@@ -156,6 +157,9 @@ def resize_rows(
         raise ValueError(f"out must be uint8 N×3×H×W, got {out.dtype} {tuple(out.shape)}")
     if not out.is_contiguous(memory_format=torch.channels_last):
         raise ValueError("out must be channels_last (N×H×W×3 in memory)")
+    elsewhere = [r for r, t in enumerate(images) if t.device != out.device]
+    if elsewhere:  # the kernel would read another device's addresses
+        raise ValueError(f"images {elsewhere[:5]} are not on out's device {out.device}")
     out_size = (int(out.shape[2]), int(out.shape[3]))
     method = method_for(out.device) if method == "auto" else method
     if method == "triton":
@@ -181,14 +185,16 @@ def _launch(
     table = row_table(images, boxes, resize, windows, flips, dest, out_size)
     if not len(table):
         return
-    if out.device.type == "cuda":
-        # Pinned, so the copy is queued on the current stream without blocking the host; the
-        # caching host allocator keeps the pinned block until the copy has run.
-        table = table.pin_memory().to(out.device, non_blocking=True)
     h, w = out_size
-    block = BLOCK_INTERPRETED if out.device.type == "cpu" else BLOCK
-    grid = ((h * w + block - 1) // block, len(table))
-    run[grid](out, table, h, w, BLOCK=block)
+    if out.device.type == "cpu":
+        grid = ((h * w + BLOCK_INTERPRETED - 1) // BLOCK_INTERPRETED, len(table))
+        run[grid](out, table, h, w, BLOCK=BLOCK_INTERPRETED)
+        return
+    # Pinned, so the copy is queued on the current stream without blocking the host; the
+    # caching host allocator keeps the pinned block until the copy has run.
+    table = table.pin_memory().to(out.device, non_blocking=True)
+    with torch.cuda.device(out.device):  # Triton launches on the current device's current stream
+        run[((h * w + BLOCK - 1) // BLOCK, len(table))](out, table, h, w, BLOCK=BLOCK)
 
 
 def _loop(
