@@ -16,6 +16,14 @@ _REPO = os.path.dirname(_TESTS)
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
+
+def _triton_skip():
+    from fastload.device.gpudecode.rows import triton_available
+
+    return pytest.mark.skipif(
+        not triton_available(), reason="needs Triton (its interpreter runs the kernel on the CPU): pip install triton"
+    )
+
 # The packages each dataset format needs: optional where fastload is used (lazily imported),
 # maybe absent where the suite runs (the GPU machine gets them as carried wheels).
 FORMAT_PACKAGES = {"lmdb": ("lmdb",), "tfrecord": ("tfrecord", "crc32c")}
@@ -25,6 +33,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(cuda)
+        if "triton" in item.keywords:
+            item.add_marker(_triton_skip())
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ SLOW = (
     "bench_multiview",  # DINO's multi-crop against its reference: 9 s
     # 4-6 s each on the quiet machine (make test took 243 s there with them):
     "bench_pip_only", "bench_sample", "bench_handoff", "bench_decode",
+    "bench_gpu_rows",  # the row kernel in Triton's interpreter: 4 s
 )  # make test-slow (.ci/run) runs them
 
 

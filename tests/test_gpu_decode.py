@@ -137,18 +137,28 @@ def test_workers_send_bytes_for_the_gpu_and_pixels_for_what_it_cannot_take(tmp_p
         assert batch.encoded(r).tobytes() == files[names[j]]
 
 
-def test_the_float_resize_cuda_runs_is_the_uint8_one_to_a_level(tmp_path):
-    """CUDA's antialiased kernel takes floats: the executor resizes in float32 there and rounds
-    once. Run here on the CPU, that branch stays within one level of the uint8 kernel."""
-    ds = fl.ImageFolder(_write(tmp_path, {**_photos(6), **_odd_ones()}), fl.transforms.train(64))
+@pytest.mark.parametrize("resize", ["float", pytest.param("triton", marks=pytest.mark.triton)])
+def test_the_float_resize_cuda_runs_is_the_uint8_one_to_a_level(tmp_path, resize):
+    """On CUDA the executor resizes in float32 (the Triton kernel; a loop of F.interpolate
+    without Triton) and rounds once. Run here on the CPU (the kernel in Triton's
+    interpreter), that stays within one level of the uint8 kernel the CPU path runs."""
+    ds = fl.ImageFolder(_write(tmp_path, {**_photos(3), **_odd_ones()}), fl.transforms.train(64))
     fetcher, batch = _packed(ds, InFlight(2))
     out = {}
-    for dtype in (torch.uint8, torch.float32):
-        driver = DeviceDriver(GpuDecode(fetcher, resize_dtype=dtype), "cpu", 1, fl.Normalizer(normalize=False))
-        (out[dtype], _), = list(driver.run([batch]))
-    diff = (out[torch.uint8].int() - out[torch.float32].int()).abs()
+    for method in ("uint8", resize):
+        driver = DeviceDriver(GpuDecode(fetcher, resize=method), "cpu", 1, fl.Normalizer(normalize=False))
+        (out[method], _), = list(driver.run([batch]))
+    diff = (out["uint8"].int() - out[resize].int()).abs()
     assert diff.max() <= 1 and diff.float().mean() < 0.2  # the uint8 kernel rounds its weights too
     assert batch.flips.any() and not batch.flips.all()
+    sent = torch.from_numpy(batch.decoded_rows)  # the rows the workers decoded, as they sent them
+    for x in out.values():
+        assert torch.equal(x[sent].permute(0, 2, 3, 1), batch.decoded)
+
+
+def test_the_executor_refuses_an_unknown_resize():
+    with pytest.raises(ValueError, match="resize must be one of"):
+        GpuDecode(None, resize="bicubic")
 
 
 @pytest.fixture

@@ -147,6 +147,10 @@ def install(monkeypatch: Any, devices: int = 2, seed: int | None = None) -> Simu
     for name, value in (("to", _to), ("cuda", _cuda), ("cpu", _cpu), ("pin_memory", _pin_memory),
                         ("is_pinned", _is_pinned), ("record_stream", _record_stream)):
         monkeypatch.setattr(torch.Tensor, name, value)
+    # A Triton kernel reads its images by address, out of the simulator's sight: GPU decode's
+    # row step runs as it does on CUDA without Triton (a float32 F.interpolate per row), whose
+    # launches the simulator orders. tests/test_gpu_rows.py checks the kernel's pixels.
+    monkeypatch.setattr("fastload.device.gpudecode.rows.triton_available", lambda: False)
     return sim
 
 

@@ -1,14 +1,15 @@
 """The executor of ``decode="gpu"``: EncodedBatches → uint8 batches on the device, for the driver.
 
 Each batch is decoded in one nvImageCodec call (regions where the worker planned them),
-then every row is cut, resized (``interpolate(mode="bilinear", antialias=True)``) and
-written into one buffer; flips, the rows decoded on the CPU and rounding are batch-wide;
-the device driver normalizes and hands it over (:mod:`fastload.device.driver`). On CUDA
-all of it is queued on a driver thread's own stream by that thread (the decoder call
-blocks its thread, and a batch takes a few kernel launches per row), with no host
-synchronization; what nvImageCodec and the workers own (decoded images, encoded bytes) is
-the batch's ``keep``, dropped by the driver once the batch's event has passed. On the CPU
-(the stand-in the tests run) the resize runs on uint8, the CPU path's kernel.
+then every row is cut, resized (``interpolate(mode="bilinear", antialias=True)``),
+windowed, flipped and rounded into one uint8 buffer in one step (:mod:`.rows`: on CUDA one
+Triton kernel launch for the batch); the rows decoded on the CPU are copied in; the device
+driver normalizes and hands it over (:mod:`fastload.device.driver`). On CUDA all of it is
+queued on a driver thread's own stream by that thread (the decoder call blocks its
+thread), with no host synchronization; what nvImageCodec and the workers own (decoded
+images, encoded bytes) is the batch's ``keep``, dropped by the driver once the batch's
+event has passed. On the CPU (the stand-in the tests run) the resize runs on uint8, the CPU
+path's kernel, so the pixels are the CPU path's.
 
 A row the decoder refuses is loaded by the CPU path in this process, as ``decode="cpu"``
 would load it, under the loader's error policy: its error names the sample's file; a
@@ -23,7 +24,6 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ...batch import SkippedSample
 from ...sources.fetch import SampleLoader, put
@@ -31,6 +31,7 @@ from ...sources.packed import EncodedBatch
 from ...targets import fill
 from ..staged import Placement, Staged
 from .nvdecode import SIZE_HINT, BatchDecoder
+from .rows import METHODS, resize_rows
 
 __all__ = ["DECODE_THREADS", "GpuDecode", "decode_threads"]
 
@@ -56,31 +57,35 @@ class GpuDecode:
         fallback: Loads a row the decoder refuses by the CPU path, with the error policy
             (the row loader of the source whose workers made the batches).
         on_skipped: Called with the samples such a load replaced (``on_error="skip"``).
-        resize_dtype: What the resize computes in: None for uint8 on the CPU (the CPU
-            path's kernel) and float32 on CUDA (the CUDA kernel takes floats; rounded once).
+        resize: How rows are resized (:func:`.rows.resize_rows`): ``"auto"`` runs the
+            Triton kernel on CUDA (a float32 loop of ``F.interpolate`` without Triton) and
+            the CPU path's uint8 kernel on the CPU; ``"triton"``, ``"float"`` or ``"uint8"``
+            to choose.
         threads: Batches decoded at once on CUDA, each on a driver thread with its own
             decoder and stream (default: ``FASTLOAD_GPU_DECODE_THREADS``, else 2).
         decoder_threads: CPU threads for each nvImageCodec decoder; None: at most 4
             (nvdecode.default_threads).
 
     Raises:
-        ValueError: ``threads`` is not an int >= 1.
+        ValueError: ``threads`` is not an int >= 1, or ``resize`` not one of :data:`.rows.METHODS`.
     """
 
     def __init__(
         self,
         fallback: SampleLoader,
         on_skipped: Callable[[tuple[SkippedSample, ...]], None] | None = None,
-        resize_dtype: torch.dtype | None = None,
+        resize: str = "auto",
         threads: int | None = None,
         decoder_threads: int | None = None,
     ) -> None:
         threads = decode_threads() if threads is None else threads
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+        if resize not in METHODS:
+            raise ValueError(f"resize must be one of {METHODS}, got {resize!r}")
         self.fallback = fallback
         self.on_skipped = on_skipped
-        self.resize_dtype = resize_dtype
+        self.resize = resize
         # The decoder call blocks its thread: the driver runs ``threads`` batches at once, each
         # on its own thread and stream, with a decoder of that thread's own.
         self.threads = threads
@@ -111,33 +116,20 @@ class GpuDecode:
     def _decode(self, batch: EncodedBatch, at: Placement, decoder: BatchDecoder) -> Staged:
         n = len(batch)
         out_h, out_w = batch.out_size
-        work = self.resize_dtype or (torch.uint8 if at.device.type == "cpu" else torch.float32)
-        rows = torch.empty((n, 3, out_h, out_w), dtype=work, device=at.device, memory_format=torch.channels_last)
+        rows = torch.empty((n, 3, out_h, out_w), dtype=torch.uint8, device=at.device, memory_format=torch.channels_last)
         tensors, keep = decoder.decode(batch, at.stream.cuda_stream if at.stream is not None else 0)
-        refused, flipped = [], []
-        for r, img in enumerate(tensors):
-            j = int(batch.rows[r])
-            if img is None:
-                refused.append(r)
-                continue
-            y0, x0, y1, x1 = (int(v) for v in batch.boxes[r])
-            x = img[y0:y1, x0:x1].permute(2, 0, 1).unsqueeze(0)
-            x = F.interpolate(
-                x if work is torch.uint8 else x.float(),
-                size=tuple(int(v) for v in batch.resize[r]),
-                mode="bilinear",
-                antialias=True,
-                align_corners=False,
-            )
-            wy, wx = (int(v) for v in batch.windows[r])
-            rows[j].copy_(x[0, :, wy : wy + out_h, wx : wx + out_w])
-            if batch.flips[r]:
-                flipped.append(j)
-        if flipped:
-            flips = self._to_device(torch.tensor(flipped, dtype=torch.int64), at)
-            rows.index_copy_(0, flips, rows.index_select(0, flips).flip(-1))
-        if work is not torch.uint8:
-            rows.round_().clamp_(0, 255)
+        done = [r for r, img in enumerate(tensors) if img is not None]
+        refused = [r for r, img in enumerate(tensors) if img is None]
+        resize_rows(
+            rows,
+            [t for t in tensors if t is not None],
+            batch.boxes[done],
+            batch.resize[done],
+            batch.windows[done],
+            batch.flips[done],
+            batch.rows[done],
+            self.resize,
+        )
         labels, indices = batch.labels, batch.indices
         pixels, where = batch.decoded, batch.decoded_rows
         if refused:
@@ -147,8 +139,8 @@ class GpuDecode:
             pixels, where = torch.cat([pixels, more]), np.concatenate([where, batch.rows[refused]])
         if len(where):
             host = self._to_device(pixels, at)
-            rows.index_copy_(0, self._to_device(torch.from_numpy(where), at), host.permute(0, 3, 1, 2).to(work))
-        images = rows.to(torch.uint8).permute(0, 2, 3, 1)  # an NHWC view, contiguous
+            rows.index_copy_(0, self._to_device(torch.from_numpy(where), at), host.permute(0, 3, 1, 2))
+        images = rows.permute(0, 2, 3, 1)  # an NHWC view, contiguous
         return Staged(
             images,
             self._to_device(labels, at),
