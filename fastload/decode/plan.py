@@ -259,7 +259,8 @@ class Planner:
                 cost = price(header, union, crops, key)
                 if cost < best_cost and all(c.window or self._phase_ok(c, f) for c in antialiased):
                     best_cost, best_key = cost, key
-        if (self._regions_for_verified() if verified else self._region) and not windows and header.components == 3 and not header.progressive:
+        regions = self._regions_for_verified() if verified else self._region
+        if regions and not windows and header.components == 3 and not header.progressive:
             cost = price(header, union, crops, "region")
             if cost < best_cost:
                 best_cost, best_key = cost, "region"
