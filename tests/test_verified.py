@@ -240,3 +240,56 @@ def test_verified_pixels_differ_only_where_the_plan_does_and_by_what_the_guide_s
             diffs.append(d.mean())
     assert regions >= 10 and changed >= 5, (regions, changed)
     assert np.mean(diffs) <= 0.8, diffs
+
+
+# --- converters: verified and recorded ---------------------------------------------------------
+
+
+@ROI
+@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=2), dict(num_workers=2, backend="thread")])
+def test_lmdb_converted_with_verify_records_checksums_and_refuses_changed_records(
+    photo_folder, tmp_path_factory, region_wanted, capsys, options
+):
+    import lmdb
+
+    from fastload.convert import main as convert_main
+
+    good = (photo_folder / "c0" / "00.jpg").read_bytes()
+    (photo_folder / "c1" / "bad-flip.jpg").write_bytes(_damaged(good))
+    dst = str(tmp_path_factory.mktemp("lmdb") / "train.lmdb")
+    with pytest.raises(SystemExit) as exited:
+        convert_main("lmdb", [str(photo_folder), dst, "--verify", "--workers", "2"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "1 of 13 records failed" in err and "refused by the strict decode" in err, err
+    assert str(photo_folder / "c1" / "bad-flip.jpg") in err, err
+    ds = fl.LMDBDataset(dst, transform=fl.transforms.train(48, scale=(0.05, 0.5)))
+    assert ds.verified_count == 12 and ds.verified_by.startswith(f"fastload {fl.__version__}, strict, ")
+    bad = next(i for i in range(len(ds)) if _refused(ds.read(i)[0]))
+    assert ds.verified_checksum(bad) == -1 and not ds.plan(bad).verified
+    assert sum(ds.plan(i).steps.plan.kind == "region" for i in range(len(ds))) >= 8
+    assert fl.LMDBDataset(dst, verified=False).verified_count == 0
+    # A record rewritten after the conversion (damage the region decode lets through):
+    changed = 3
+    key = ds.keys.get_bytes(changed)
+    env = lmdb.open(dst, subdir=True)
+    with env.begin(write=True) as txn:
+        txn.put(key, _damaged(bytes(txn.get(key))))
+    env.close()
+    ds = fl.LMDBDataset(dst, transform=fl.transforms.train(48, scale=(0.05, 0.5)))
+    where = ds.describe(changed)
+    with pytest.raises(ChangedSinceVerifiedError, match="the record changed since it was verified"):
+        ds[changed]
+    common = dict(batch_size=4, device="cpu", return_index=True, seed=0, shuffle=True, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fl.Loader(ds, on_error="skip", **common) as loader:
+            for epoch in range(3):
+                loader.set_epoch(epoch)
+                seen = {int(i) for _, _, idx in loader for i in idx}
+                assert not {changed, bad} & seen
+                assert {s.index for s in loader.skipped if s.epoch == epoch} == {changed, bad}
+    with fl.Loader(ds, **common) as loader, pytest.raises(DecodeError) as info:
+        for _ in loader:
+            pass
+    assert where in str(info.value) or ds.describe(bad) in str(info.value)
