@@ -261,7 +261,7 @@ def test_lmdb_converted_with_verify_records_checksums_and_refuses_changed_record
         convert_main("lmdb", [str(photo_folder), dst, "--verify", "--workers", "2"])
     assert exited.value.code == 1
     err = capsys.readouterr().err
-    assert "1 of 13 records failed" in err and "refused by the strict decode" in err, err
+    assert "1 of 13 records failed" in err and "does not decode strictly" in err, err
     assert str(photo_folder / "c1" / "bad-flip.jpg") in err, err
     ds = fl.LMDBDataset(dst, transform=fl.transforms.train(48, scale=(0.05, 0.5)))
     assert ds.verified_count == 12 and ds.verified_by.startswith(f"fastload {fl.__version__}, strict, ")

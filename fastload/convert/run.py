@@ -160,7 +160,7 @@ def convert(
         try:
             decode_image(data)
         except Exception as e:  # written all the same, unverified; listed in the VerifyError
-            refused[j] = f"record {j} (source index {i}, {source.describe(i)}): refused by the strict decode: {e}"
+            refused[j] = f"record {j} (source index {i}, {source.describe(i)}): does not decode strictly: {e}"
             return
         assert verified is not None
         verified[j] = crc32c(data)
