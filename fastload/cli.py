@@ -84,9 +84,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"decoder {name}: ok ({detail}{strict})")
     print(f"default decoder: {default_backend()}{_measured()}")
     if roi.trusted():
-        region = f"nvImageCodec {roi.version()} (CPU), planned: FASTLOAD_ROI=trusted (not strict)"
+        region = f"nvImageCodec {roi.version()} (CPU), planned for every file: FASTLOAD_ROI=trusted (deprecated)"
     elif roi.available():
-        region = f"nvImageCodec {roi.version()} (CPU), not planned: it cannot see corrupt data (FASTLOAD_ROI=trusted)"
+        region = (
+            f"nvImageCodec {roi.version()} (CPU), planned only for bytes verified strictly before "
+            "(fastload verify DIR, converters' --verify): it cannot see corrupt data"
+        )
     else:
         try:
             roi.module()
