@@ -103,7 +103,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """``fastload verify DIR``: every image decoded strictly, the manifest of those that passed
     written into DIR (:mod:`fastload.verified`); status 1 when any failed, unless ``--allow-bad``."""
-    from fastload.verified import verify_folder
+    from fastload.convert.manifest import verify_folder
 
     report = verify_folder(args.dir, manifest=args.manifest, workers=args.workers, progress=not args.quiet)
     for rel, why in report.failed:
