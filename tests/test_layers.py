@@ -16,7 +16,7 @@ PACKAGE = os.path.dirname(fastload.__file__)
 LAYERS = [
     {"photos", "system"},
     {"views", "targets", "batch", "config"},
-    {"decode"},
+    {"decode", "verified"},
     {"transforms"},
     {"datasets"},
     {"collate"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,8 +15,9 @@ from tqdm import tqdm
 from ..datasets.open import open_dataset
 from ..datasets.tfrecord import TFRecordDataset, TFRecordStream
 from ..datasets.webdataset import WebDataset
-from ..decode import DecodeError, decode_image
-from .verify import verify
+from ..decode import JPEG_BACKENDS, DecodeError, decode_image, default_backend
+from ..verified import NOT_VERIFIED, crc32c
+from .verify import VerifyError, verify
 from .wds_writer import write_wds
 from .writers import write_lmdb, write_tfrecord
 
@@ -48,9 +49,12 @@ def read_all(
     desc: str,
     progress: bool,
     order: np.ndarray | None = None,
+    check: Callable[[int, int, bytes], None] | None = None,
 ) -> Iterator[tuple[int, bytes, int]]:
     """(position, encoded bytes, label) in position order, read by ``workers`` threads: position
-    ``j`` holds source index ``order[j]`` (default: ``j``).
+    ``j`` holds source index ``order[j]`` (default: ``j``). ``check(j, i, data)`` runs in the
+    reading thread on each record's final bytes before it is handed on (the strict decode of
+    ``--verify``).
 
     Raises:
         DecodeError: An image does not decode for re-encoding (names the source record and index).
@@ -65,6 +69,8 @@ def read_all(
                 data = reencode(data, resize_shorter, quality or 90)
             except Exception as e:
                 raise DecodeError(f"cannot re-encode index {i} ({source.describe(i)}): {type(e).__name__}: {e}") from e
+        if check is not None:
+            check(j, i, data)
         return j, data, label
 
     n = len(source)
@@ -104,6 +110,15 @@ def convert(
     class-sorted source would otherwise give batches of a few classes. Each sample's key
     is its source index.
 
+    With ``verify_output``, every record's bytes (as written) are decoded strictly while they
+    are read, and those the strict decode accepts are recorded with their CRC32C and
+    "fastload VERSION, strict, DECODER" in the LMDB's metadata record, so that
+    :class:`~fastload.LMDBDataset` decodes them the cheapest way the crop allows while their
+    checksum holds and refuses them once it does not (:mod:`fastload.verified`); records
+    that fail are written, left unverified (decoded strictly when read), and listed in the
+    VerifyError. Then the output is read back: count, labels and checksums (each record was
+    decoded strictly already; without a strict decoder here, every record is decoded then).
+
     Class names travel with the data (LMDB metadata record, TFRecord and WebDataset sidecars). Missing
     parent folders of ``dst`` are created. Output is written under a hidden temporary
     name and renamed when complete.
@@ -134,7 +149,32 @@ def convert(
     if labels is not None and order is not None:
         labels = labels[order]
     start = time.perf_counter()
-    records = read_all(source, workers, resize_shorter, quality, f"{os.path.basename(src)} → {fmt}", progress, order)
+    from .. import __version__
+
+    strict = verify_output and default_backend() in JPEG_BACKENDS
+    verified = np.full(n, NOT_VERIFIED, np.int64) if strict else None
+    refused: dict[int, str] = {}
+    by = f"fastload {__version__}, strict, {default_backend()}"
+
+    def strict_decode(j: int, i: int, data: bytes) -> None:
+        try:
+            decode_image(data)
+        except Exception as e:  # written all the same, unverified; listed in the VerifyError
+            refused[j] = f"record {j} (source index {i}, {source.describe(i)}): does not decode strictly: {e}"
+            return
+        assert verified is not None
+        verified[j] = crc32c(data)
+
+    records = read_all(
+        source,
+        workers,
+        resize_shorter,
+        quality,
+        f"{os.path.basename(src)} → {fmt}",
+        progress,
+        order,
+        strict_decode if strict else None,
+    )
     if labels is None:  # TFRecord and WebDataset labels are only known while reading
         got = np.zeros(n, np.int64)
 
@@ -145,7 +185,7 @@ def convert(
 
         records = record_labels(records)
     if fmt == "lmdb":
-        crcs = write_lmdb(records, dst, n, classes, overwrite)
+        crcs = write_lmdb(records, dst, n, classes, overwrite, verified=verified, verified_by=by)
     elif fmt == "wds":
         if shard_bytes is None and shard_samples is None:
             shard_bytes = 10**9
@@ -168,6 +208,12 @@ def convert(
     if labels is None:
         labels = got
     if verify_output:
-        verify(dst, crcs, labels, progress, workers)
+        failures = [refused[j] for j in sorted(refused)]
+        try:  # every record was decoded strictly above (refused ones are listed): none is decoded again
+            verify(dst, crcs, labels, progress, workers, decoded=None if verified is None else np.ones(n, bool))
+        except VerifyError as e:
+            failures += e.failures
+        if failures:
+            raise VerifyError(dst, failures, n)
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(dst) for f in fs)
     return {"records": n, "seconds": seconds, "images_per_s": n / seconds, "bytes": size}

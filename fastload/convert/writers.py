@@ -21,9 +21,21 @@ Records = Iterator[tuple[int, bytes, int]]  # (index, encoded bytes, label) in i
 
 
 def write_lmdb(
-    records: Records, dst: str, n: int, classes: Sequence[str] | None, overwrite: bool = False, map_size: int = 1 << 26
+    records: Records,
+    dst: str,
+    n: int,
+    classes: Sequence[str] | None,
+    overwrite: bool = False,
+    map_size: int = 1 << 26,
+    *,
+    verified: np.ndarray | None = None,
+    verified_by: str = "",
 ) -> np.ndarray:
-    """Writes fastload's LMDB layout; returns the crc32 of every record's bytes."""
+    """Writes fastload's LMDB layout; returns the crc32 of every record's bytes.
+
+    ``verified``: per record, the CRC32C of its bytes where a strict decode accepted them, else
+    NOT_VERIFIED, filled in by the time ``records`` ends; written into the metadata record
+    with ``verified_by`` (:func:`~fastload.datasets.lmdb_dataset.pack_meta`)."""
     import lmdb
 
     tmp = stage(dst, overwrite)
@@ -59,7 +71,8 @@ def write_lmdb(
                 commit()
         if count != n:
             raise RuntimeError(f"expected {n} records, got {count}")
-        pending.append((META_KEY, pack_meta(StringArray(keys), labels, list(classes or []))))
+        meta = pack_meta(StringArray(keys), labels, list(classes or []), verified, verified_by)
+        pending.append((META_KEY, meta))
         commit()
         env.sync(True)
         env.close()

@@ -11,6 +11,7 @@ import torch
 from ..batch import SampleError
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
 from ..transforms import Compose, MultiView, as_compose
+from ..verified import NOT_VERIFIED, check_bytes
 from ..views import contiguous
 from .sampleplan import SamplePlan
 from .storage import SharedArray
@@ -82,6 +83,9 @@ class ImageDataset(torch.utils.data.Dataset):
         """Encoded image bytes and label of sample ``index``."""
         raise NotImplementedError
 
+    #: How a changed verified sample is called ("the file changed since it was verified").
+    _verified_what = "file"
+
     def describe(self, index: int) -> str:
         """A name for sample ``index`` in error messages (its path or key)."""
         return f"sample {index}"
@@ -107,13 +111,24 @@ class ImageDataset(torch.utils.data.Dataset):
         data, label = self.read(index)
         return self._plan_bytes(index, data, label, epoch, seed)
 
+    def verified_checksum(self, index: int) -> int:
+        """The CRC32C sample ``index``'s bytes had when they were verified strictly, or
+        :data:`fastload.verified.NOT_VERIFIED` (the default: datasets that record checksums
+        override it)."""
+        return NOT_VERIFIED
+
     def _plan_bytes(self, index: int, data: Any, label: Any, epoch: int, seed: int) -> SamplePlan:
+        # A verified sample whose bytes changed is refused here, before anything decodes it.
+        verified = check_bytes(data, self.verified_checksum(index), index, self.describe(index), self._verified_what)
         rng = sample_rng(seed, epoch, index)
         try:
-            steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels)
+            if verified:
+                steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels, verified=True)
+            else:
+                steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels)
         except DecodeError as e:
             raise self._named(index, e) from e
-        return SamplePlan(index, data, label, rng, steps)
+        return SamplePlan(index, data, label, rng, steps, verified)
 
     def finish(self, plan: SamplePlan, pixels: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Decodes, resizes and transforms a planned sample (into ``out`` when it can): the

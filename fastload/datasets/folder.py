@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
 from ..decode import MODULE_LIMIT, MaxPixels
+from ..verified import NOT_VERIFIED, expected_checksums, load_manifest, manifest_path
 from .base import ImageDataset
-from .storage import StringArray, as_string_array
+from .storage import SharedArray, StringArray, as_string_array
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -31,17 +32,53 @@ def _scan_files(top: str, extensions: tuple[str, ...], prefix: str) -> list[str]
     return found
 
 
+Verified = Union[bool, str, os.PathLike]
+
+
+def _checksums(root: str, paths: StringArray, verified: Verified) -> SharedArray | None:
+    """Each path's CRC32C in the ``fastload verify`` manifest ``verified`` names (True: the
+    root's, where there is one), else NOT_VERIFIED; None when no file is verified."""
+    if isinstance(verified, bool):
+        if not verified or not root:  # no root (paths as given): no folder to hold a manifest
+            return None
+        manifest = manifest_path(root)
+        if not os.path.exists(manifest):
+            return None
+    elif isinstance(verified, (str, os.PathLike)):
+        manifest = os.fspath(verified)
+    else:
+        raise TypeError(f"verified must be True, False or a manifest's path, got {verified!r}")
+    expected = expected_checksums(paths, load_manifest(manifest))
+    return SharedArray(expected) if (expected != NOT_VERIFIED).any() else None
+
+
 class _FileDataset(ImageDataset):
     """Shared reading of files named by relative paths under ``root``."""
 
     def __init__(
-        self, root: str, paths: StringArray, labels: Any, transform: Any, decoder: str | None, max_pixels: MaxPixels
+        self,
+        root: str,
+        paths: StringArray,
+        labels: Any,
+        transform: Any,
+        decoder: str | None,
+        max_pixels: MaxPixels,
+        verified: Verified = True,
     ) -> None:
         super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         if len(paths) != len(self.labels):
             raise ValueError(f"{len(paths)} paths but {len(self.labels)} labels")
         self.root = os.fspath(root)
         self.paths = paths
+        self._checksums = _checksums(self.root, paths, verified)
+
+    @property
+    def verified_count(self) -> int:
+        """How many samples the manifest lists as verified strictly (0 without one)."""
+        return 0 if self._checksums is None else int((self._checksums.array != NOT_VERIFIED).sum())
+
+    def verified_checksum(self, index: int) -> int:
+        return NOT_VERIFIED if self._checksums is None else int(self._checksums.array[index])
 
     def path(self, index: int) -> str:
         return os.path.join(self.root, self.paths[index])
@@ -76,11 +113,17 @@ class ImageFolder(_FileDataset):
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
         allow_empty: Keep class folders that hold no image (each still gets its class
             index), as torchvision's ``allow_empty``.
+        verified: Use the ``fastload verify`` manifest of ``root`` where there is one
+            (True), the manifest at this path, or none (False). A file it lists is
+            checksummed when read: the same bytes are decoded the cheapest way the crop
+            allows, changed bytes are refused (:mod:`fastload.verified`). Files it does
+            not list are decoded strictly.
 
     Raises:
         FileNotFoundError: ``root`` does not exist or is not a folder, or a class folder
-            holds no image (named; as torchvision's ImageFolder).
-        ValueError: No class folder or no image was found.
+            holds no image (named; as torchvision's ImageFolder), or ``verified`` names a
+            manifest that does not exist.
+        ValueError: No class folder or no image was found, or the manifest is malformed.
     """
 
     def __init__(
@@ -92,6 +135,7 @@ class ImageFolder(_FileDataset):
         decoder: str | None = None,
         max_pixels: MaxPixels = MODULE_LIMIT,
         allow_empty: bool = False,
+        verified: Verified = True,
     ) -> None:
         root = os.fspath(root)
         if not os.path.isdir(root):
@@ -117,7 +161,7 @@ class ImageFolder(_FileDataset):
                 "remove them (each would still be a class) or pass allow_empty=True"
             )
         labels = np.repeat(np.arange(len(classes), dtype=np.int64), counts)
-        super().__init__(root, StringArray(paths), labels, transform, decoder, max_pixels)
+        super().__init__(root, StringArray(paths), labels, transform, decoder, max_pixels, verified)
         self.classes = classes
         self.class_to_idx = {c: i for i, c in enumerate(classes)}
 
@@ -137,10 +181,14 @@ class ImageList(_FileDataset):
         transform: Applied to each decoded image.
         decoder: Decoder backend name; None picks the best available.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
+        verified: Use the ``fastload verify`` manifest of ``root`` (paths relative to it)
+            where there is one (True), the manifest at this path, or none (False); see
+            :class:`ImageFolder`.
 
     Raises:
-        FileNotFoundError: The list file does not exist.
-        ValueError: A line is malformed (the message gives its number) or the list is empty.
+        FileNotFoundError: The list file (or the manifest ``verified`` names) does not exist.
+        ValueError: A line is malformed (the message gives its number), the list is
+            empty, or the manifest is malformed.
     """
 
     def __init__(
@@ -151,13 +199,14 @@ class ImageList(_FileDataset):
         *,
         decoder: str | None = None,
         max_pixels: MaxPixels = MODULE_LIMIT,
+        verified: Verified = True,
     ) -> None:
         list_file = os.fspath(list_file)
         if not os.path.isfile(list_file):
             raise FileNotFoundError(f"list file {list_file!r} does not exist")
         paths, labels = parse_list_file(list_file)
         root = os.path.dirname(os.path.abspath(list_file)) if root is None else os.fspath(root)
-        super().__init__(root, StringArray(paths), labels, transform, decoder, max_pixels)
+        super().__init__(root, StringArray(paths), labels, transform, decoder, max_pixels, verified)
         self.list_file = list_file
 
     @classmethod
@@ -170,13 +219,15 @@ class ImageList(_FileDataset):
         *,
         decoder: str | None = None,
         max_pixels: MaxPixels = MODULE_LIMIT,
+        verified: Verified = True,
     ) -> ImageList:
-        """Builds the dataset from paths (relative to ``root``) and int labels."""
+        """Builds the dataset from paths (relative to ``root``) and int labels; ``verified``
+        as for the constructor."""
         self = cls.__new__(cls)
         paths = as_string_array(paths)
         if len(paths) == 0:
             raise ValueError("ImageList.from_arrays got no paths")
-        _FileDataset.__init__(self, os.fspath(root), paths, labels, transform, decoder, max_pixels)
+        _FileDataset.__init__(self, os.fspath(root), paths, labels, transform, decoder, max_pixels, verified)
         self.list_file = None
         return self
 

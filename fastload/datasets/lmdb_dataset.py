@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..decode import MODULE_LIMIT, MaxPixels
+from ..verified import NOT_VERIFIED
 from .base import ImageDataset
 from .lmdb_foreign import DEFAULT_EXCLUDED, as_key_set, listed_keys, pickled_sample, scan
 from .lmdb_guard import DEFAULT_TIMEOUT_S
@@ -20,7 +21,7 @@ from .lmdb_guard_registry import guard_for
 from .lmdb_lock import MAX_READERS, reserve_lock_file
 from .lmdb_size import DataFile, check_data_file, check_same_file, check_still_whole
 from .partial import check_complete
-from .storage import StringArray
+from .storage import SharedArray, StringArray
 
 META_KEY = b"__fastload_meta__"
 FORMAT_VERSION = 1
@@ -92,9 +93,25 @@ def close_env(path: str) -> None:
         opened.env.close()
 
 
-def pack_meta(keys: StringArray, labels: np.ndarray, classes: list[str]) -> bytes:
-    """The metadata record of fastload's layout: an .npz of plain arrays (no pickle)."""
+def pack_meta(
+    keys: StringArray,
+    labels: np.ndarray,
+    classes: list[str],
+    verified: np.ndarray | None = None,
+    verified_by: str = "",
+) -> bytes:
+    """The metadata record of fastload's layout: an .npz of plain arrays (no pickle).
+
+    ``verified``: per record, the CRC32C of its bytes when a strict decode accepted them, or
+    :data:`fastload.verified.NOT_VERIFIED` (a converter's ``--verify``), with ``verified_by``
+    ("fastload VERSION, strict, DECODER"); readers that predate them ignore both."""
     names = StringArray(classes)
+    extra = {}
+    if verified is not None:
+        extra = {
+            "verified_crc32c": np.asarray(verified, np.int64),
+            "verified_by": np.frombuffer(verified_by.encode(), np.uint8),
+        }
     buf = io.BytesIO()
     np.savez(
         buf,
@@ -105,8 +122,30 @@ def pack_meta(keys: StringArray, labels: np.ndarray, classes: list[str]) -> byte
         labels=np.asarray(labels, np.int64),
         classes_data=names.data,
         classes_offsets=names.offsets,
+        **extra,
     )
     return buf.getvalue()
+
+
+def unpack_verified(value: bytes, path: str, count: int) -> tuple[np.ndarray | None, str]:
+    """The per-record verified CRC32Cs (int64, NOT_VERIFIED where not) and who verified them,
+    from the metadata record ``value``; (None, "") where the converter did not verify.
+
+    Raises:
+        ValueError: They are malformed (named).
+    """
+    try:
+        with np.load(io.BytesIO(value), allow_pickle=False) as z:
+            if "verified_crc32c" not in z.files:
+                return None, ""
+            crcs, by = z["verified_crc32c"], z["verified_by"]
+    except (KeyError, OSError, ValueError) as e:
+        raise ValueError(f"{path}: corrupt fastload metadata record: {e}") from e
+    if crcs.dtype != np.int64 or crcs.shape != (count,) or by.dtype != np.uint8 or by.ndim != 1:
+        raise ValueError(f"{path}: corrupt fastload metadata record: verified checksums {crcs.dtype}{crcs.shape}")
+    if count and (crcs.min() < NOT_VERIFIED or crcs.max() > 0xFFFFFFFF):
+        raise ValueError(f"{path}: corrupt fastload metadata record: a verified checksum out of range")
+    return crcs, by.tobytes().decode(errors="replace")
 
 
 def unpack_meta(value: bytes, path: str) -> tuple[StringArray, np.ndarray, list[str]]:
@@ -171,6 +210,10 @@ class LMDBDataset(ImageDataset):
             share its guard, each read waiting as long as its own dataset says.
         buffers: Zero-copy reads: the image bytes are copied once, out of the map, in the transaction.
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
+        verified: Use the checksums a converter's ``--verify`` recorded (fastload's layout):
+            a record whose bytes still have its CRC32C is decoded the cheapest way the crop
+            allows, one whose bytes changed is refused ("the record changed since it was
+            verified"), see :mod:`fastload.verified`. False: every record decoded strictly.
         **env_options: Passed to ``lmdb.open``; defaults are ``readonly=True, lock=False,
             readahead=False, meminit=False``.
 
@@ -197,8 +240,11 @@ class LMDBDataset(ImageDataset):
         guard_timeout: float = DEFAULT_TIMEOUT_S,
         buffers: bool = True,
         max_pixels: MaxPixels = MODULE_LIMIT,
+        verified: bool = True,
         **env_options: Any,
     ) -> None:
+        if not isinstance(verified, bool):
+            raise TypeError(f"verified must be True or False, got {verified!r}")
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"LMDB {path!r} does not exist")
@@ -217,6 +263,8 @@ class LMDBDataset(ImageDataset):
         # What the data file is now: every process checks it reads this one (see lmdb_size).
         self.data = check_data_file(path, writers)
         self.classes: list[str] | None = None
+        self._verified: np.ndarray | None = None
+        self.verified_by = ""
         if self._guarded():
             reader, timeout = self._guard_of(), self.guard_timeout
             get, items = partial(reader.get, timeout=timeout), partial(reader.items, timeout=timeout)
@@ -232,6 +280,18 @@ class LMDBDataset(ImageDataset):
             raise ValueError(f"LMDB {path!r} holds no samples")
         super().__init__(labels, transform, decoder, max_pixels=max_pixels)
         self.keys = keys
+        found, self._verified = self._verified, None
+        self._checksums = SharedArray(found) if verified and found is not None else None
+
+    _verified_what = "record"
+
+    @property
+    def verified_count(self) -> int:
+        """How many records the converter verified strictly (0 when it did not, or ``verified=False``)."""
+        return 0 if self._checksums is None else int((self._checksums.array != NOT_VERIFIED).sum())
+
+    def verified_checksum(self, index: int) -> int:
+        return NOT_VERIFIED if self._checksums is None else int(self._checksums.array[index])
 
     def _index(
         self,
@@ -246,6 +306,7 @@ class LMDBDataset(ImageDataset):
         meta = get(META_KEY)
         if meta is not None:
             keys, labels, self.classes = unpack_meta(meta, self.path)
+            self._verified, self.verified_by = unpack_verified(meta, self.path, len(keys))
             self._parse = None
             return keys, labels
         if parse is None and not allow_pickle:

@@ -6,8 +6,11 @@ chooses the decode, and :meth:`~fastload.ImageDataset.finish` decodes, resizes a
 the later transforms; ``load`` is ``finish(plan(...))``, so ``ds[i]``, a worker's sample
 and a batch planned ahead decode alike. Between the two a batch source may decode the
 regions of many samples in one call (:mod:`fastload.sources.batchplan`) or hand the bytes
-to the GPU (:mod:`fastload.device.gpudecode`). Every plan is as strict as a full decode:
-no sample decodes that a full strict decode would refuse (:mod:`fastload.decode.plan`).
+to the GPU (:mod:`fastload.device.gpudecode`). Every plan of bytes not verified before is
+as strict as a full decode: no such sample decodes that a full strict decode would refuse
+(:mod:`fastload.decode.plan`); bytes whose checksum matches a strict verification
+(:mod:`fastload.verified`) may take a cheaper plan, and bytes whose checksum no longer
+matches are refused while planning.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ class SamplePlan:
         rng: The sample's generator, past the crop's draws: the later transforms (a
             flip) draw from it next, so a plan is finished once.
         steps: The header, the crop and the decode plan.
+        verified: The bytes were verified strictly before (their CRC32C matched the
+            dataset's record of it, :mod:`fastload.verified`), so the plan may be one that
+            cannot see damage (a region decode); False: every plan is as strict as a full decode.
     """
 
     index: int
@@ -41,6 +47,7 @@ class SamplePlan:
     label: Any
     rng: np.random.Generator
     steps: DecodeSteps | ViewSteps
+    verified: bool = False
 
     @property
     def header(self) -> ImageHeader:

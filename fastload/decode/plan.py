@@ -13,14 +13,18 @@ that the calibration cannot tell apart from it):
 * a DCT-scaled decode at n/8 (libjpeg-turbo), when the crop is still at least
   :data:`MIN_RATIO` times its output size at that scale and the resize can start on
   the crop's exact phase (:func:`fastload.decode.resize.phase_error`);
-* a region decode (:mod:`fastload.decode.roi`): the crop's pixels exactly, only under
-  ``FASTLOAD_ROI=trusted``, for files known intact. nvImageCodec's region decode fails on
+* a region decode (:mod:`fastload.decode.roi`): the crop's pixels of a full-size decode,
+  only for a sample whose bytes were verified strictly before (``verified=True`` to
+  :meth:`Planner.choose`: their CRC32C matched a ``fastload verify`` manifest or a
+  converter's record, :mod:`fastload.verified`). nvImageCodec's region decode fails on
   none of libjpeg's corrupt-data warnings and never reads the data below the crop, so it
   lets through damage that every other plan refuses (``benchmarks/bench_damage.py``
-  measures it); by default it is never planned, and every plan detects what the full
-  strict decode detects: libjpeg-turbo entropy-decodes every block at any DCT scale and
-  fails on its warnings. Its pixels are the full decode's, so the switch changes speed
-  and strictness, never pixels.
+  measures it); for bytes not verified it is never planned, and every plan detects what
+  the full strict decode detects: libjpeg-turbo entropy-decodes every block at any DCT
+  scale and fails on its warnings. Where it replaces a DCT-scaled or fast-upsampled plan
+  the pixels differ from the unverified decode's by that plan's filtering (measured in
+  ``docs/guides/transforms.md``). ``FASTLOAD_ROI=trusted`` (deprecated) treats every
+  sample as verified.
 
 Costs are linear models (µs) of the bytes and pixels each plan decodes and resizes,
 fitted per plan by :func:`fastload.decode.costs.calibrate` on photographs, end to end
@@ -37,6 +41,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -173,17 +178,25 @@ class Planner:
 
     Args:
         costs: The fitted costs, as :data:`DEFAULT_COSTS` or a calibration's JSON.
-        region: Whether region decode may be planned (it must be available).
+        region: Whether region decode may be planned for every sample (it must be available).
         margin: How much cheaper than the full decode another plan must be predicted.
+        verified_region: Whether region decode may be planned for a sample whose bytes were
+            verified strictly (:meth:`choose`'s ``verified``); None (default): where
+            ``region`` says so or nvImageCodec is available (asked on the first verified sample).
     """
 
-    def __init__(self, costs: dict[str, Any], region: bool, margin: float = MARGIN) -> None:
+    def __init__(
+        self, costs: dict[str, Any], region: bool, margin: float = MARGIN, verified_region: bool | None = None
+    ) -> None:
         self.costs = costs
         self._decode = dict(costs["decode"])
         self._resize = {**costs["resize"], "none": [0.0, 0.0, 0.0, 0.0]}
         # (scale as float, key), largest first; floats: Fraction arithmetic is slow.
         self._scales = [(int(k[0]) / 8, k) for k in reversed(SCALE_KEYS) if k in self._decode]
         self._region = region and "region" in self._decode
+        self._verified_region: bool | None = (
+            True if self._region else None if verified_region is None else verified_region and "region" in self._decode
+        )
         self.margin = margin
 
     @property
@@ -202,7 +215,9 @@ class Planner:
             cost += _lin(self._resize[path], x)
         return cost
 
-    def choose(self, header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True) -> DecodePlan:
+    def choose(
+        self, header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True, verified: bool = False
+    ) -> DecodePlan:
         """The cheapest single decode serving ``crops`` (one crop, or the views of a
         multi-view transform) of the JPEG described by ``header``.
 
@@ -214,6 +229,8 @@ class Planner:
             crops: The crop(s) and the size each is resized to.
             scales: Allow DCT-scaled and fast-upsampled decodes (False: only plans with a
                 full decode's pixels).
+            verified: The sample's bytes were verified strictly before (their checksum
+                matched): a region decode, which cannot see damage, may be planned.
         """
         if isinstance(crops, Crop):
             crops = (crops,)
@@ -242,13 +259,19 @@ class Planner:
                 cost = price(header, union, crops, key)
                 if cost < best_cost and all(c.window or self._phase_ok(c, f) for c in antialiased):
                     best_cost, best_key = cost, key
-        if self._region and not windows and header.components == 3 and not header.progressive:
+        regions = self._regions_for_verified() if verified else self._region
+        if regions and not windows and header.components == 3 and not header.progressive:
             cost = price(header, union, crops, "region")
             if cost < best_cost:
                 best_cost, best_key = cost, "region"
         if best_key != "full" and best_cost > (1 - self.margin) * full:
             return DecodePlan(_ONE, None, full)
         return plan_for_key(best_key, header, union, best_cost)
+
+    def _regions_for_verified(self) -> bool:
+        if self._verified_region is None:
+            self._verified_region = "region" in self._decode and roi.available()
+        return self._verified_region
 
     @staticmethod
     def _phase_ok(crop: Crop, s: float) -> bool:
@@ -270,9 +293,30 @@ def _costs_source() -> tuple[str | None, ...]:
     return tuple(os.environ.get(name) for name in _SOURCE_VARIABLES)
 
 
+_warned_trusted = False
+
+
+def _legacy_trusted() -> bool:
+    """``FASTLOAD_ROI=trusted`` (every sample treated as verified), with a DeprecationWarning once per process."""
+    global _warned_trusted
+    trusted = roi.trusted()
+    if trusted and not _warned_trusted:
+        _warned_trusted = True
+        warnings.warn(
+            "FASTLOAD_ROI=trusted is deprecated: it plans region decodes, which cannot see damage, for every "
+            "file; run `fastload verify DIR` (or convert with --verify) instead: a file whose checksum still "
+            "matches is then decoded as cheaply, and one that changed is refused",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    return trusted
+
+
 def get_planner() -> Planner:
     """The process's planner: cached costs (or DEFAULT_COSTS under FASTLOAD_NO_CALIBRATION=1),
-    region decode only under ``FASTLOAD_ROI=trusted`` (:func:`fastload.decode.roi.trusted`).
+    region decode for samples verified strictly before (where nvImageCodec is available,
+    :func:`fastload.decode.roi.available`), and for every sample under the deprecated
+    ``FASTLOAD_ROI=trusted`` (:func:`fastload.decode.roi.trusted`).
 
     Built once per process, and again if the environment it came from changed
     (``XDG_CACHE_HOME``, ``FASTLOAD_CACHE_DIR``, ``FASTLOAD_NO_CALIBRATION``,
@@ -284,7 +328,9 @@ def get_planner() -> Planner:
         with _lock:
             if _planner is None or _planner_source != source:
                 costs = DEFAULT_COSTS if calibration_disabled() else load_or_calibrate()
-                _planner, _planner_source = Planner(costs, roi.trusted()), source
+                trusted = _legacy_trusted()
+                planner = Planner(costs, trusted)
+                _planner, _planner_source = planner, source
     return _planner
 
 
@@ -297,6 +343,9 @@ def set_planner(planner: Planner | None) -> None:
         _planner, _planner_source = planner, _costs_source()
 
 
-def choose(header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True) -> DecodePlan:
-    """The process planner's single decode serving ``crops`` (one crop or several)."""
-    return get_planner().choose(header, crops, scales)
+def choose(
+    header: ImageHeader, crops: Crop | Sequence[Crop], scales: bool = True, verified: bool = False
+) -> DecodePlan:
+    """The process planner's single decode serving ``crops`` (one crop or several); ``verified``:
+    the sample's bytes were verified strictly before (see :meth:`Planner.choose`)."""
+    return get_planner().choose(header, crops, scales, verified)

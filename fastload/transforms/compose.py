@@ -118,7 +118,13 @@ class Compose:
         return None
 
     def plan_decode(
-        self, data, decoder: Decoder, rng: np.random.Generator, max_pixels: int | None = None
+        self,
+        data,
+        decoder: Decoder,
+        rng: np.random.Generator,
+        max_pixels: int | None = None,
+        *,
+        verified: bool = False,
     ) -> DecodeSteps:
         """The first half of :meth:`decode`: the header read and checked against the pixel
         limit, the leading crop drawn from ``rng`` and, for TurboJPEG, the decode planned.
@@ -128,13 +134,15 @@ class Compose:
             decoder: The decoder :meth:`finish_decode` will use.
             rng: The sample's generator; the crop draws from it, later transforms go on.
             max_pixels: Pixel limit (None: ``fastload.decode.MAX_IMAGE_PIXELS``).
+            verified: ``data`` was verified strictly before (its checksum matched): the
+                cheapest plan may be one that cannot see damage (a region decode).
         """
         header = read_header(data)
         check_pixels(header, max_pixels)
         crop = self.plan(header.height, header.width, rng)
         planned = None
         if crop is not None and getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
-            planned = choose(header, (crop,), self.reduced_decode)
+            planned = choose(header, (crop,), self.reduced_decode, verified)
         return DecodeSteps(header, crop, planned)
 
     def finish_decode(

@@ -147,6 +147,8 @@ class MultiView:
         decoder: Decoder,
         rng: np.random.Generator,
         max_pixels: int | None = None,
+        *,
+        verified: bool = False,
     ) -> ViewSteps:
         """The first half of :meth:`decode`: the header read and checked against the pixel
         limit, every view's crop drawn from ``rng`` and, for TurboJPEG, the one decode planned
@@ -161,7 +163,7 @@ class MultiView:
             and header.format == "jpeg"
             and header.components != 4
         ):
-            planned = choose(header, cast(tuple[Crop, ...], crops), self.reduced_decode)
+            planned = choose(header, cast(tuple[Crop, ...], crops), self.reduced_decode, verified)
         return ViewSteps(header, crops, planned)
 
     def finish_decode(
