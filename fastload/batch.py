@@ -8,6 +8,7 @@ reused buffer back to its source only once it is safe to rewrite.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -66,6 +67,71 @@ class SampleError(RuntimeError):
 
     def __reduce__(self):  # crosses process boundaries from DataLoader workers
         return type(self), (self.args[0], self.index, self.where)
+
+
+class _OfKind(type):
+    """The metaclass of a SampleError that is also another error's type (:func:`sample_error`):
+    such a class is made at run time, so it is pickled as the type it is made of (a worker's
+    error crosses to the main process) and made again where it arrives."""
+
+
+def _of_kind_init(self: SampleError, message: str, index: int | None = None, where: str | None = None) -> None:
+    # The error type's own __init__ with one message, as DataLoader re-raises a worker's error
+    # (a TypeError here, e.g. from an __init__ of several arguments: see sample_error).
+    type(self).__bases__[0].__init__(self, message)  # type: ignore[misc]
+    SampleError.__init__(self, message, index, where)
+
+
+def _of_kind_str(self: BaseException) -> str:
+    # The message as it is (KeyError's own __str__ would quote it).
+    return str(self.args[0]) if len(self.args) == 1 else BaseException.__str__(self)
+
+
+_OF_KIND: dict[type, type] = {}
+
+
+def of_kind(kind: type[BaseException]) -> type[SampleError] | None:
+    """The SampleError subclass that is also a ``kind`` (``kind`` itself when it is a
+    SampleError already); None where no such class can be made (a ``kind`` of another
+    metaclass, or one whose layout does not combine with RuntimeError's)."""
+    if issubclass(kind, SampleError):
+        return kind
+    made = _OF_KIND.get(kind)
+    if made is None:
+        body = {
+            "__module__": kind.__module__,
+            "__qualname__": kind.__qualname__,
+            "__doc__": f"A {kind.__name__} that names its sample: a fastload.SampleError too.",
+            "__init__": _of_kind_init,
+            "__str__": _of_kind_str,
+        }
+        try:
+            made = _OfKind(kind.__name__, (kind, SampleError), body)
+        except TypeError:
+            return None
+        _OF_KIND[kind] = made
+    return made
+
+
+copyreg.pickle(_OfKind, lambda cls: (of_kind, (cls.__bases__[0],)))  # type: ignore[arg-type,return-value]
+
+
+def sample_error(error: BaseException, message: str, index: int | None, where: str | None) -> SampleError:
+    """``error`` of sample ``index`` as the error the loader raises: of ``error``'s own type (so
+    ``except KeyError`` still catches a dataset's KeyError) and a :class:`SampleError` (``index``,
+    ``where``), with ``message``; a plain SampleError where ``error``'s type cannot be made with
+    one message (as DataLoader falls back to RuntimeError). ``error`` is the ``__cause__``."""
+    kind = of_kind(type(error))
+    named: SampleError | None = None
+    if kind is not None:
+        try:
+            named = kind(message, index, where)
+        except Exception:
+            named = None
+    if named is None:
+        named = SampleError(message, index, where)
+    named.__cause__ = error
+    return named
 
 
 def error_kind(error: BaseException) -> str:

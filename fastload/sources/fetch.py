@@ -3,7 +3,8 @@
 Every batch source, every executor and the device's fall-backs load a row through
 :class:`SampleLoader`: a planned sample is finished, any other loaded whole; the image is
 checked (uint8 H×W×C of the batch's shape) and the target normalized; an error is named
-once (:class:`~fastload.SampleError`, whose ``index`` says which sample it names) and then
+once (an error of its own type that is a :class:`~fastload.SampleError` too, whose ``index``
+says which sample it names) and then
 raised (``on_error="raise"``) or the sample replaced by a deterministic random other one
 (``"skip"``), reported with the batch.
 """
@@ -15,7 +16,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from ..batch import SampleError, SkippedSample, error_kind, names_sample
+from ..batch import SampleError, SkippedSample, error_kind, names_sample, sample_error
 from ..collate import check_image, write_row
 from ..datasets.base import sample_rng
 from ..datasets.protocols import name_of
@@ -174,13 +175,12 @@ class SampleLoader:
         return error
 
     def named(self, key: Any, error: Exception) -> Exception:
-        """``error`` if it already names the sample of ``key``, else a SampleError that does."""
+        """``error`` if it already names the sample of ``key``, else an error of its type that
+        does (and is a SampleError: :func:`~fastload.batch.sample_error`)."""
         number = self.samples.number(key)
         if names_sample(error, number):
             return error
-        named = SampleError(f"{self.title(key)}: {error_kind(error)}: {error}", number, self.samples.name(key))
-        named.__cause__ = error
-        return named
+        return sample_error(error, f"{self.title(key)}: {error_kind(error)}: {error}", number, self.samples.name(key))
 
     def skipped(self, epoch: int, key: Any, error: Exception) -> SkippedSample:
         """The record of a sample that failed under ``on_error="skip"``."""

@@ -20,7 +20,7 @@ from ..collate import pinning_on
 from ..datasets import waits
 from . import deaths
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
-from .failures import CLOSED, WorkerFailure, forget_frames, interrupted, is_worker_failure, worker_failure
+from .failures import CLOSED, WorkerFailure, forget_frames, in_worker, interrupted, is_worker_failure, worker_failure
 from .frozen import parent_objects_frozen
 from .handoff import SharedPool, detached
 from .indexed import IndexedSource, Maker
@@ -256,7 +256,9 @@ class WorkerBatches(torch.utils.data.Dataset):
 
     def __getitems__(self, request: BatchRequest) -> SourceBatch:
         info = get_worker_info()
-        return self.maker.make(request, info.id if info is not None else 0, self.pool)
+        if info is None:
+            return self.maker.make(request, 0, self.pool)
+        return in_worker(lambda: self.maker.make(request, info.id, self.pool), info.id)
 
 
 class ProcessSource(IndexedSource):

@@ -27,7 +27,7 @@ from ..datasets.stream_slots import batch_count, slot_batches_done
 from ..views import SampleShape, numpy_rows, row, shape_of
 from . import resume
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
-from .failures import CLOSED
+from .failures import CLOSED, in_worker_iter
 from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
 from .maker import collate, common_shape
@@ -198,7 +198,10 @@ class SlotRecords(torch.utils.data.IterableDataset):
         skip = slot_batches_done(self.start, local, workers) * self.maker.batch_size
         ordered = {} if self.order is None else {"order": self.order}
         records = self.stream.records_for(into, slots, drop_last=self.maker.drop_last, **ordered, **self.layout)
-        return self.maker.batches(itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, into, worker)
+        batches = self.maker.batches(
+            itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, into, worker
+        )
+        return in_worker_iter(batches, info.id if info is not None else None)
 
 
 class StreamSource:
