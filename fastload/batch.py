@@ -164,6 +164,8 @@ class HostBatch:
         epoch: The epoch the batch belongs to (its augmentation draws).
         skipped: Samples that failed and were replaced (``on_error="skip"``).
         lease: Set when ``images`` is a reused buffer: see :meth:`release`.
+        extras: The samples' further fields (a user's dataset returning ``(image, target,
+            path, ...)``), one batched value per field (:func:`fastload.collate.collate_extras`).
     """
 
     images: Images
@@ -172,6 +174,7 @@ class HostBatch:
     epoch: int
     skipped: tuple[SkippedSample, ...] = ()
     lease: Lease | None = field(default=None, repr=False, compare=False)
+    extras: tuple = ()
 
     def __len__(self) -> int:
         return batch_len(self.images)
@@ -213,6 +216,7 @@ class HostBatch:
             self.epoch,
             self.skipped,
             self.lease,
+            _tree(travelling, self.extras),
         )
 
 
@@ -238,7 +242,21 @@ class _ByValue:
         return torch.from_numpy(self.data).view(self.dtype).reshape(self.shape)
 
 
-def _arrived(images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple, lease: Any) -> HostBatch:
+def _tree(fn: Any, value: Any) -> Any:
+    """``value`` (the batched extra fields: tensors in tuples, lists and dicts) with ``fn``
+    applied to each tensor (``_ByValue`` to each one travelled so)."""
+    if isinstance(value, (torch.Tensor, _ByValue)):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _tree(fn, v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_tree(fn, v) for v in value)
+    return value
+
+
+def _arrived(
+    images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple, lease: Any, extras: tuple = ()
+) -> HostBatch:
     """A HostBatch unpickled: its images mapped from the slot its lease names, or rebuilt."""
 
     def rebuilt(x: Any) -> Any:
@@ -247,4 +265,4 @@ def _arrived(images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple,
     arrived = [map_images(rebuilt, images), rebuilt(labels), rebuilt(indices)]
     if images is None:
         arrived[0] = lease.images()
-    return HostBatch(arrived[0], arrived[1], arrived[2], epoch, skipped, lease)
+    return HostBatch(arrived[0], arrived[1], arrived[2], epoch, skipped, lease, _tree(rebuilt, extras))

@@ -134,9 +134,9 @@ class StreamMaker:
                 if last is None:
                     owed.append(got)
                 else:
-                    ready.append(Loaded(last.image, last.label, last.index, [got]))
+                    ready.append(dataclasses.replace(last, skipped=[got]))
             else:
-                ready += [Loaded(got.image, got.label, got.index, [skip]) for skip in owed]
+                ready += [dataclasses.replace(got, skipped=[skip]) for skip in owed]
                 owed, last = [], got
                 ready.append(got)
             while len(ready) >= self.batch_size:
