@@ -130,6 +130,7 @@ class Loader(DataLoaderAttributes):
         samples = dataset
         if not isinstance(dataset, (RecordStream, Loadable)):
             samples = SubsetDataset.of(dataset) or WrappedDataset(dataset)
+            samples.given = dataset  # what get_worker_info().dataset is in a worker
         if not is_stream(samples) and len(samples) == 0:
             raise ValueError("dataset is empty")
         self._dataset = dataset  # as given (DataLoader's attribute)
@@ -275,9 +276,23 @@ class Loader(DataLoaderAttributes):
                 self.device = device
                 self._rebuild_source()  # its host buffers are pinned for the device
 
+    def _follow_length(self) -> None:
+        """A map-style dataset whose length changed since the source was built (one that grows
+        between passes) gets a source for its new length, as DataLoader's ``len`` and passes
+        follow ``len(dataset)``: new workers, which see the dataset as it is now."""
+        if is_stream(self._samples) or self._inherited():
+            return
+        n = len(self._samples)
+        if n != self._source.num_samples:
+            if n == 0:
+                raise ValueError("dataset is empty (it had samples when the Loader was made)")
+            self._fingerprint = None
+            self._rebuild_source()
+
     def __len__(self) -> int:
         """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""
         if not self._closed:
+            self._follow_length()
             self._follow_rank()
         return self._progress.next_pass_length(len(self._source))
 
@@ -287,6 +302,7 @@ class Loader(DataLoaderAttributes):
         self._end_pass()
         if self._inherited():
             self._rebuild_source()  # a forked process's first pass: workers, threads and buffers of its own
+        self._follow_length()
         self._follow_rank()
         self._follow_device()
         self._adopt_sampler_epoch()

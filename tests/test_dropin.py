@@ -154,3 +154,48 @@ def test_subscriptable_for_annotations():
     assert fl.DataLoader[int].__origin__ is fl.DataLoader and fl.Loader[tuple].__origin__ is fl.Loader
     assert issubclass(fl.DataLoader, fl.Loader)
 
+
+
+class Growing(Plain):
+    """A dataset that grows between passes (new files found, a replay buffer)."""
+
+
+@pytest.mark.parametrize("kind,workers", [(fl.DataLoader, 0), (fl.DataLoader, 1), (fl.Loader, 1)])
+def test_len_and_passes_follow_a_dataset_that_grows(kind, workers):
+    ds = Growing(6)
+    with kind(ds, batch_size=4, num_workers=workers, **CPU) as loader:
+        assert len(loader) == 2 and sum(labels(loader), []) == list(range(6))
+        ds.n = 10
+        assert len(loader) == 3, "len(loader) follows len(dataset), as DataLoader's"
+        assert sum(labels(loader), []) == list(range(10)), "and the next pass reads the new samples"
+        assert len(loader.sampler) == 10
+        ds.n = 0
+        with pytest.raises(ValueError, match="dataset is empty"):
+            len(loader)
+
+
+class Reporting(Plain):
+    def __getitem__(self, i):
+        info = torch.utils.data.get_worker_info()
+        return np.full((4, 4, 3), i, np.uint8), i, info.dataset is self if info is not None else None
+
+
+@pytest.mark.parametrize("backend", ["process", "spawn"])
+def test_get_worker_info_dataset_is_the_users_dataset(backend):
+    ds = Reporting(4)
+    context = "spawn" if backend == "spawn" else None
+    with fl.DataLoader(ds, 2, num_workers=1, multiprocessing_context=context, **CPU) as loader:
+        seen = [flags for _, _, flags in loader]
+    # Under spawn the worker's copy is the dataset (pickled): `is self` compares with that copy.
+    assert [f.tolist() for f in seen] == [[True, True], [True, True]]
+
+
+def test_a_subset_of_a_users_dataset_is_shown_as_given():
+    class Shows(Plain):
+        def __getitem__(self, i):
+            info = torch.utils.data.get_worker_info()
+            return np.full((4, 4, 3), i, np.uint8), i, type(info.dataset).__name__
+
+    part = torch.utils.data.Subset(Shows(6), [1, 3])
+    (_, labels_, names), = list(fl.DataLoader(part, 2, num_workers=1, **CPU))
+    assert labels_.tolist() == [1, 3] and names == ("Subset", "Subset")

@@ -47,7 +47,7 @@ def test_further_fields_are_batched_as_default_collate_batches_them(backend):
 
 
 def test_with_return_index_the_fields_follow_the_indices():
-    for images, labels, indices, paths, *_ in fl.DataLoader(WithFields(), 4, return_index=True, **CPU):
+    for _images, labels, indices, paths, *_ in fl.DataLoader(WithFields(), 4, return_index=True, **CPU):
         assert indices.tolist() == labels.tolist() and paths == tuple(f"img/{i}.jpg" for i in labels.tolist())
 
 

@@ -167,7 +167,12 @@ def test_bad_targets_are_named(target, error, message):
 
 @pytest.mark.parametrize("image,message", [
     (lambda i: torch.rand(3, 8, 8), r"sample 0: the image is float32 \(3, 8, 8\), not uint8.*ToTensor"),
-    (lambda i: "img.jpg", r"sample 0 \(img.jpg\): the image is a str; fastload takes a PIL image"),
+    (lambda i: "img.jpg", r"sample 0 \(img.jpg\): the image field is a str, not an image.*it takes a PIL image"),
+    # What is not an image is told so, without advice about images (issue 40).
+    (lambda i: np.zeros(5, np.float32), r"sample 0: the image field is a float32 array of shape \(5,\), not an "
+                                        r"image.*fastload's Loader batches images.*torch.utils.data.DataLoader$"),
+    (lambda i: torch.zeros(2, 5, 7), r"float32 array of shape \(2, 5, 7\), not an image"),
+    (lambda i: 3, r"the image field is a int, not an image"),
     (lambda i: np.zeros((3, 8, 8), np.uint8), r"image of shape \(3, 8, 8\) is not H×W×C.*transpose"),
 ])
 def test_bad_images_are_type_errors_naming_sample_and_type(image, message):

@@ -43,8 +43,20 @@ class SampleKeyError(KeyError, SampleError):
         SampleError.__init__(self, message, index, where)
 
 
+NOT_IMAGES = (
+    "fastload's Loader batches images (its items' first field, or image_key=); for data that is not images, "
+    "use torch.utils.data.DataLoader"
+)
+
+
+def _looks_like_an_image(shape: tuple) -> bool:
+    """H×W, or H×W×C / C×H×W with 1, 3 or 4 channels: an image in another dtype or layout."""
+    return len(shape) == 2 or (len(shape) == 3 and (shape[0] in CHANNELS or shape[2] in CHANNELS))
+
+
 def to_hwc_uint8(image: Any) -> np.ndarray:
-    """``image`` as an H×W×C uint8 array (a view where it can be); TypeError otherwise."""
+    """``image`` as an H×W×C uint8 array (a view where it can be); TypeError otherwise (advice
+    for an image of another dtype or layout; for what is not an image, that it is not one)."""
     if isinstance(image, Image.Image):
         arr = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     elif isinstance(image, np.ndarray):
@@ -54,10 +66,15 @@ def to_hwc_uint8(image: Any) -> np.ndarray:
         if arr.ndim == 3 and arr.shape[0] in CHANNELS and arr.shape[2] not in CHANNELS:
             arr = arr.transpose(1, 2, 0)  # C×H×W, torch's layout
     else:
-        raise TypeError(f"the image is a {type(image).__name__}; fastload takes {ACCEPTED}")
+        raise TypeError(f"the image field is a {type(image).__name__}, not an image: {NOT_IMAGES}; it takes {ACCEPTED}")
+    shape = tuple(getattr(image, "shape", arr.shape))
+    if not _looks_like_an_image(shape):
+        raise TypeError(
+            f"the image field is a {arr.dtype} array of shape {shape}, not an image (H×W×C, C×H×W or H×W): {NOT_IMAGES}"
+        )
     if arr.dtype != np.uint8:
         raise TypeError(
-            f"the image is {arr.dtype} {tuple(getattr(image, 'shape', arr.shape))}, not uint8; fastload takes "
+            f"the image is {arr.dtype} {shape}, not uint8; fastload takes "
             "uint8 pixels and normalizes them on the device: drop ToTensor()/Normalize() from the "
             "dataset's own transform (or give PILToTensor() / uint8 arrays)"
         )

@@ -80,6 +80,10 @@ def worker_init(worker_id: int) -> None:
     info = get_worker_info()
     if info is not None and isinstance(info.dataset, Tracked):
         info.dataset.inflight.register(info.id)
+    if info is not None and hasattr(info.dataset, "shown"):
+        # get_worker_info().dataset in the user's code (a dataset's __getitem__ sharding its
+        # reads by worker) is the dataset given to the Loader, not the batch maker torch runs.
+        object.__setattr__(info, "dataset", info.dataset.shown)
     seed = info.seed if info is not None else worker_id
     np.random.seed(seed % 2**32)
     random.seed(seed)
@@ -239,6 +243,12 @@ def worker_batches(
         drop_in_background(box, workers=pids if not options.persistent else ())
 
 
+def given_dataset(samples: Any) -> Any:
+    """The dataset as given to the Loader, of the ``samples`` its workers load (a wrapper the
+    Loader made keeps it as ``given``)."""
+    return getattr(samples, "given", samples)
+
+
 class WorkerBatches(torch.utils.data.Dataset):
     """The torch Dataset DataLoader's workers run: a batch request in, a batch out.
 
@@ -253,6 +263,11 @@ class WorkerBatches(torch.utils.data.Dataset):
     @property
     def inflight(self) -> InFlight:
         return self.maker.loader.inflight
+
+    @property
+    def shown(self) -> Any:
+        """The dataset the user gave (``get_worker_info().dataset`` in a worker)."""
+        return given_dataset(self.maker.loader.dataset)
 
     def __getitems__(self, request: BatchRequest) -> SourceBatch:
         info = get_worker_info()

@@ -190,6 +190,11 @@ class SlotRecords(torch.utils.data.IterableDataset):
     def inflight(self) -> InFlight:
         return self.maker.loader.inflight
 
+    @property
+    def shown(self) -> Any:
+        """The stream (``get_worker_info().dataset`` in a worker)."""
+        return self.stream
+
     def __iter__(self) -> Iterator[HostBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
