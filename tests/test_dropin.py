@@ -160,10 +160,11 @@ class Growing(Plain):
     """A dataset that grows between passes (new files found, a replay buffer)."""
 
 
-@pytest.mark.parametrize("kind,workers", [(fl.DataLoader, 0), (fl.DataLoader, 1), (fl.Loader, 1)])
-def test_len_and_passes_follow_a_dataset_that_grows(kind, workers):
+@pytest.mark.parametrize("kind,workers,backend", [(fl.DataLoader, 0, "process"), (fl.DataLoader, 1, "process"),
+                                                  (fl.Loader, 1, "process"), (fl.Loader, 2, "thread")])
+def test_len_and_passes_follow_a_dataset_that_grows(kind, workers, backend):
     ds = Growing(6)
-    with kind(ds, batch_size=4, num_workers=workers, **CPU) as loader:
+    with kind(ds, batch_size=4, num_workers=workers, backend=backend, **CPU) as loader:
         assert len(loader) == 2 and sum(labels(loader), []) == list(range(6))
         ds.n = 10
         assert len(loader) == 3, "len(loader) follows len(dataset), as DataLoader's"

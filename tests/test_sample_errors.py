@@ -45,18 +45,22 @@ class Failing(Plain):
 
 
 BACKENDS = {"in-process": dict(num_workers=0), "process": dict(num_workers=1),
-            "thread": dict(num_workers=2, backend="thread")}
+            "thread": dict(num_workers=2, backend="thread"), "spawn": dict(num_workers=1, multiprocessing_context="spawn")}
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
-@pytest.mark.parametrize("kind", [KeyError, NotImplementedError, FileNotFoundError, ValueError])
+KINDS = [KeyError, NotImplementedError, FileNotFoundError, ValueError]
+
+
+# Every type on the three backends; spawned workers (a second or two each to start) with one.
+@pytest.mark.parametrize("kind,backend", [(k, b) for b in ("in-process", "process", "thread") for k in KINDS]
+                         + [(KeyError, "spawn")])
 def test_a_datasets_exception_keeps_its_type(kind, backend):
     with pytest.raises(kind) as info, fl.DataLoader(Failing(kind), 2, **BACKENDS[backend], **CPU) as loader:
         list(loader)
     error = info.value
     assert isinstance(error, fl.SampleError) and error.index == 5, "still a SampleError naming its sample"
     assert str(error).startswith(f"sample 5: {kind.__name__}: ") and "no such row" in str(error)
-    if backend == "process":  # the worker's traceback, the dataset's own frame included
+    if backend in ("process", "spawn"):  # the worker's traceback, the dataset's own frame included
         assert "Raised in DataLoader worker process 0; its traceback there:" in str(error)
         assert "in __getitem__" in str(error) and "The above exception was the direct cause" in str(error)
     else:
