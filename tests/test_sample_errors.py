@@ -45,7 +45,8 @@ class Failing(Plain):
 
 
 BACKENDS = {"in-process": dict(num_workers=0), "process": dict(num_workers=1),
-            "thread": dict(num_workers=2, backend="thread"), "spawn": dict(num_workers=1, multiprocessing_context="spawn")}
+            "thread": dict(num_workers=2, backend="thread"),
+            "spawn": dict(num_workers=1, multiprocessing_context="spawn")}
 
 
 KINDS = [KeyError, NotImplementedError, FileNotFoundError, ValueError]
