@@ -9,6 +9,7 @@ from . import augment, transforms
 from .batch import HostBatch, SampleError, SkippedSample
 from .collate import fast_collate
 from .config import LoaderConfig, Normalize, Shard
+from .dataloader import DataLoader
 from .datasets import (
     DownloadError,
     ImageDataset,
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CudaPrefetcher",
+    "DataLoader",
     "DecodeError",
     "DownloadError",
     "EncodedBatch",

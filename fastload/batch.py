@@ -8,6 +8,7 @@ reused buffer back to its source only once it is safe to rewrite.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -68,6 +69,71 @@ class SampleError(RuntimeError):
         return type(self), (self.args[0], self.index, self.where)
 
 
+class _OfKind(type):
+    """The metaclass of a SampleError that is also another error's type (:func:`sample_error`):
+    such a class is made at run time, so it is pickled as the type it is made of (a worker's
+    error crosses to the main process) and made again where it arrives."""
+
+
+def _of_kind_init(self: SampleError, message: str, index: int | None = None, where: str | None = None) -> None:
+    # The error type's own __init__ with one message, as DataLoader re-raises a worker's error
+    # (a TypeError here, e.g. from an __init__ of several arguments: see sample_error).
+    type(self).__bases__[0].__init__(self, message)  # type: ignore[misc]
+    SampleError.__init__(self, message, index, where)
+
+
+def _of_kind_str(self: BaseException) -> str:
+    # The message as it is (KeyError's own __str__ would quote it).
+    return str(self.args[0]) if len(self.args) == 1 else BaseException.__str__(self)
+
+
+_OF_KIND: dict[type, type] = {}
+
+
+def of_kind(kind: type[BaseException]) -> type[SampleError] | None:
+    """The SampleError subclass that is also a ``kind`` (``kind`` itself when it is a
+    SampleError already); None where no such class can be made (a ``kind`` of another
+    metaclass, or one whose layout does not combine with RuntimeError's)."""
+    if issubclass(kind, SampleError):
+        return kind
+    made = _OF_KIND.get(kind)
+    if made is None:
+        body = {
+            "__module__": kind.__module__,
+            "__qualname__": kind.__qualname__,
+            "__doc__": f"A {kind.__name__} that names its sample: a fastload.SampleError too.",
+            "__init__": _of_kind_init,
+            "__str__": _of_kind_str,
+        }
+        try:
+            made = _OfKind(kind.__name__, (kind, SampleError), body)
+        except TypeError:
+            return None
+        _OF_KIND[kind] = made
+    return made
+
+
+copyreg.pickle(_OfKind, lambda cls: (of_kind, (cls.__bases__[0],)))  # type: ignore[arg-type,return-value]
+
+
+def sample_error(error: BaseException, message: str, index: int | None, where: str | None) -> SampleError:
+    """``error`` of sample ``index`` as the error the loader raises: of ``error``'s own type (so
+    ``except KeyError`` still catches a dataset's KeyError) and a :class:`SampleError` (``index``,
+    ``where``), with ``message``; a plain SampleError where ``error``'s type cannot be made with
+    one message (as DataLoader falls back to RuntimeError). ``error`` is the ``__cause__``."""
+    kind = of_kind(type(error))
+    named: SampleError | None = None
+    if kind is not None:
+        try:
+            named = kind(message, index, where)
+        except Exception:
+            named = None
+    if named is None:
+        named = SampleError(message, index, where)
+    named.__cause__ = error
+    return named
+
+
 def error_kind(error: BaseException) -> str:
     """The name of ``error``'s type as users know it: a dataset's named error by the type it
     names (``DecodeError`` for :class:`fastload.datasets.base.SampleDecodeError`)."""
@@ -98,6 +164,8 @@ class HostBatch:
         epoch: The epoch the batch belongs to (its augmentation draws).
         skipped: Samples that failed and were replaced (``on_error="skip"``).
         lease: Set when ``images`` is a reused buffer: see :meth:`release`.
+        extras: The samples' further fields (a user's dataset returning ``(image, target,
+            path, ...)``), one batched value per field (:func:`fastload.collate.collate_extras`).
     """
 
     images: Images
@@ -106,6 +174,7 @@ class HostBatch:
     epoch: int
     skipped: tuple[SkippedSample, ...] = ()
     lease: Lease | None = field(default=None, repr=False, compare=False)
+    extras: tuple = ()
 
     def __len__(self) -> int:
         return batch_len(self.images)
@@ -147,6 +216,7 @@ class HostBatch:
             self.epoch,
             self.skipped,
             self.lease,
+            _tree(travelling, self.extras),
         )
 
 
@@ -172,7 +242,21 @@ class _ByValue:
         return torch.from_numpy(self.data).view(self.dtype).reshape(self.shape)
 
 
-def _arrived(images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple, lease: Any) -> HostBatch:
+def _tree(fn: Any, value: Any) -> Any:
+    """``value`` (the batched extra fields: tensors in tuples, lists and dicts) with ``fn``
+    applied to each tensor (``_ByValue`` to each one travelled so)."""
+    if isinstance(value, (torch.Tensor, _ByValue)):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _tree(fn, v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_tree(fn, v) for v in value)
+    return value
+
+
+def _arrived(
+    images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple, lease: Any, extras: tuple = ()
+) -> HostBatch:
     """A HostBatch unpickled: its images mapped from the slot its lease names, or rebuilt."""
 
     def rebuilt(x: Any) -> Any:
@@ -181,4 +265,4 @@ def _arrived(images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple,
     arrived = [map_images(rebuilt, images), rebuilt(labels), rebuilt(indices)]
     if images is None:
         arrived[0] = lease.images()
-    return HostBatch(arrived[0], arrived[1], arrived[2], epoch, skipped, lease)
+    return HostBatch(arrived[0], arrived[1], arrived[2], epoch, skipped, lease, _tree(rebuilt, extras))

@@ -178,3 +178,59 @@ def fast_collate(
     labels = alloc_batch((len(samples),), torch.int64, pin=pin)
     labels.numpy()[:] = np.fromiter((label for _, label in samples), dtype=np.int64, count=len(samples))
     return images, labels
+
+
+def collate_extras(fields: Sequence[tuple]) -> tuple:
+    """The further fields of a batch's samples (after image and target), batched field by field
+    as DataLoader's ``default_collate`` batches them: strings, bytes and paths as the samples'
+    values (a tuple for a field of a tuple item, a list for a dict's key, as there);
+    numbers (Python or numpy) as a tensor (ints int64, floats float64, bools bool); numpy
+    arrays and tensors of one shape and dtype stacked; dicts of the same keys key by key;
+    sequences of one length position by position. Nothing is dropped: what does not batch so
+    (None, ragged arrays, other objects) is handed out as the list of the samples' values.
+
+    Args:
+        fields: Each sample's further fields, all of the same number.
+
+    Returns:
+        One batched value per field.
+
+    Raises:
+        ValueError: The samples carry different numbers of fields.
+    """
+    if not fields or not fields[0]:
+        return ()
+    count = len(fields[0])
+    if any(len(f) != count for f in fields):
+        counts = sorted({len(f) for f in fields})
+        raise ValueError(
+            f"the samples of a batch carry different numbers of fields after (image, target): {counts}; "
+            "return the same fields from every item"
+        )
+    return tuple(collate_values(tuple(f[k] for f in fields)) for k in range(count))
+
+
+def collate_values(values: Sequence) -> Any:
+    """``values`` (one per sample) as one batched value: see :func:`collate_extras`."""
+    first = values[0]
+    if isinstance(first, (str, bytes, os.PathLike)):
+        return values
+    if all(isinstance(v, (bool, np.bool_)) for v in values):
+        return torch.tensor([bool(v) for v in values])
+    numbers = (int, float, np.integer, np.floating)
+    if all(isinstance(v, numbers) and not isinstance(v, (bool, np.bool_)) for v in values):
+        if all(isinstance(v, (int, np.integer)) for v in values):
+            return torch.tensor([int(v) for v in values], dtype=torch.int64)
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    if all(isinstance(v, (np.ndarray, torch.Tensor)) for v in values):
+        tensors = [torch.as_tensor(v) if isinstance(v, np.ndarray) and v.dtype != object else v for v in values]
+        if all(
+            isinstance(t, torch.Tensor) and t.shape == tensors[0].shape and t.dtype == tensors[0].dtype for t in tensors
+        ):
+            return torch.stack(tensors)
+        return list(values)
+    if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys() for v in values):
+        return {k: collate_values([v[k] for v in values]) for k in first}
+    if isinstance(first, (tuple, list)) and all(isinstance(v, (tuple, list)) and len(v) == len(first) for v in values):
+        return [collate_values(tuple(v[k] for v in values)) for k in range(len(first))]
+    return list(values)

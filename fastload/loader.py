@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -31,6 +32,8 @@ from .sources.failures import is_worker_failure, worker_failure
 from .sources.request import PassRequest
 from .sources.sampler import RankSampler, resolve_rank
 from .sources.watchdog import Watchdog
+
+_NOT_GIVEN: Any = object()  # a Loader made without a dataset
 
 
 class Loader(DataLoaderAttributes):
@@ -60,7 +63,11 @@ class Loader(DataLoaderAttributes):
         dataset: A fastload dataset (``ImageFolder``, ``LMDBDataset``, ...), anything
             with ``__len__`` and ``load(index, epoch, seed) -> (HWC uint8, target)``, a
             stream (``TFRecordStream``), or a map-style dataset of your own (``__len__`` and
-            ``__getitem__``), wrapped in :class:`~fastload.WrappedDataset`.
+            ``__getitem__``), wrapped in :class:`~fastload.WrappedDataset`; by position or
+            ``dataset=``, as in DataLoader.
+        *args: DataLoader's positional arguments after the dataset, in its order
+            (``batch_size``, ``shuffle``, ``sampler``, ...), with the meanings below; or a
+            LoaderConfig (``fl.Loader(dataset, config)``).
         config: A LoaderConfig to start from (the tuner writes these).
         batch_transform: A callable ``f(images, targets, generator) -> (images, targets)``
             or a list of them, applied in order to each normalized batch on ``device`` as
@@ -83,14 +90,39 @@ class Loader(DataLoaderAttributes):
         With ``batch_transform``, images and targets as the last transform returns them
         (``fl.augment.Mixup``: float32 N × num_classes soft targets).
 
+    Omitted options take fastload's defaults (:class:`~fastload.LoaderConfig`: batches of
+    256, workers from the tuner or the CPUs, persistent); :class:`fastload.DataLoader` takes
+    DataLoader's signature and defaults instead.
+
     Raises:
         TypeError: Unknown option, or a dataset fastload cannot read (the message says why).
         ValueError: A bad option value (the message names it).
     """
 
+    #: ``fl.Loader[T]`` in annotations, as ``DataLoader[T]``.
+    __class_getitem__ = classmethod(types.GenericAlias)
+
     def __init__(
-        self, dataset: Any, config: LoaderConfig | None = None, /, *, batch_transform: Any = None, **options: Any
+        self,
+        dataset: Any = _NOT_GIVEN,
+        *args: Any,
+        config: LoaderConfig | None = None,
+        batch_transform: Any = None,
+        **options: Any,
     ) -> None:
+        where = f"fl.{type(self).__name__}"  # for the messages
+        if dataset is _NOT_GIVEN:
+            raise TypeError(f"{where} needs a dataset: {where}(dataset, batch_size=...) or dataset=...")
+        if args and isinstance(args[0], LoaderConfig):
+            if config is not None:
+                raise TypeError(f"{where} got two configs, by position and config=: give one")
+            config, args = args[0], args[1:]
+            if args:
+                raise TypeError(
+                    f"{where}(dataset, config, ...) takes the options after the config by keyword: "
+                    f"write {where}(dataset, config, batch_size=..., ...)"
+                )
+        options = compat.positional(args, options, where)
         if config is not None and not isinstance(config, LoaderConfig):
             raise TypeError(f"config must be a LoaderConfig, got {type(config).__name__}")
         self._closed = True  # until construction succeeds (for __del__)
@@ -98,12 +130,13 @@ class Loader(DataLoaderAttributes):
         samples = dataset
         if not isinstance(dataset, (RecordStream, Loadable)):
             samples = SubsetDataset.of(dataset) or WrappedDataset(dataset)
+            samples.given = dataset  # what get_worker_info().dataset is in a worker
         if not is_stream(samples) and len(samples) == 0:
             raise ValueError("dataset is empty")
-        self.dataset = dataset  # as given (DataLoader's attribute)
+        self._dataset = dataset  # as given (DataLoader's attribute)
         self._samples = samples  # what the workers load: the dataset, or its SubsetDataset or WrappedDataset
         base = config or LoaderConfig()
-        keywords = compat.translate(options, base, samples)
+        keywords = compat.translate(options, base, samples, where)
         cfg, self.profile = resolve_auto(base.replace(**keywords.options), keywords.options, samples)
         cfg, self._seed_drawn = compat.resolve_seed(cfg, keywords.generator)
         self.config = cfg
@@ -192,7 +225,7 @@ class Loader(DataLoaderAttributes):
 
     def _show_sampler(self) -> None:
         # DataLoader's sampler: this rank's samples (len), set_epoch; None for a stream.
-        self.sampler = RankSampler(self._source.sampler) if self._source.sampler is not None else None
+        self._sampler = RankSampler(self._source.sampler) if self._source.sampler is not None else None
 
     def _reshard(self) -> None:
         """This rank's share dealt anew for a changed rank, world size or order seed: the
@@ -243,9 +276,23 @@ class Loader(DataLoaderAttributes):
                 self.device = device
                 self._rebuild_source()  # its host buffers are pinned for the device
 
+    def _follow_length(self) -> None:
+        """A map-style dataset whose length changed since the source was built (one that grows
+        between passes) gets a source for its new length, as DataLoader's ``len`` and passes
+        follow ``len(dataset)``: new workers, which see the dataset as it is now."""
+        if is_stream(self._samples) or self._inherited():
+            return
+        n = len(self._samples)
+        if n != self._source.num_samples:
+            if n == 0:
+                raise ValueError("dataset is empty (it had samples when the Loader was made)")
+            self._fingerprint = None
+            self._rebuild_source()
+
     def __len__(self) -> int:
         """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""
         if not self._closed:
+            self._follow_length()
             self._follow_rank()
         return self._progress.next_pass_length(len(self._source))
 
@@ -255,6 +302,7 @@ class Loader(DataLoaderAttributes):
         self._end_pass()
         if self._inherited():
             self._rebuild_source()  # a forked process's first pass: workers, threads and buffers of its own
+        self._follow_length()
         self._follow_rank()
         self._follow_device()
         self._adopt_sampler_epoch()

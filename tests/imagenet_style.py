@@ -95,12 +95,12 @@ def main_worker(args, record):
         val_sampler = None
 
     # fastload: was torch.utils.data.DataLoader(...), same arguments
-    train_loader = fl.Loader(
+    train_loader = fl.DataLoader(
         train_dataset, batch_size=args.batch_size, shuffle=(train_sampler is None),
         num_workers=args.workers, pin_memory=True, sampler=train_sampler)
 
     # fastload: was torch.utils.data.DataLoader(...), same arguments
-    val_loader = fl.Loader(
+    val_loader = fl.DataLoader(
         val_dataset, batch_size=args.batch_size, shuffle=False,
         num_workers=args.workers, pin_memory=True, sampler=val_sampler)
     seen["val_sampler_len"] = len(val_loader.sampler)
@@ -174,11 +174,11 @@ def validate(val_loader, model, criterion, args, epoch, seen):
     if args.distributed and (len(val_loader.sampler) * args.world_size < len(val_loader.dataset)):
         aux_val_dataset = Subset(val_loader.dataset,
                                  range(len(val_loader.sampler) * args.world_size, len(val_loader.dataset)))
-        # fastload: was torch.utils.data.DataLoader(aux_val_dataset, ...); sampler=None: every rank reads
-        # all of it, as DataLoader does (without it, fastload would shard it by rank)
-        aux_val_loader = fl.Loader(
+        # fastload: was torch.utils.data.DataLoader(aux_val_dataset, ...), same arguments: without a
+        # sampler every rank reads all of it, as DataLoader does
+        aux_val_loader = fl.DataLoader(
             aux_val_dataset, batch_size=args.batch_size, shuffle=False,
-            num_workers=args.workers, pin_memory=True, sampler=None)
+            num_workers=args.workers, pin_memory=True)
         run_validate(aux_val_loader, seen["aux"][epoch])
     return correct[0] / max(1, correct[1])
 

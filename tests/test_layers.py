@@ -24,6 +24,7 @@ LAYERS = [
     {"device", "augment"},
     {"loading"},
     {"loader"},
+    {"dataloader"},
     {"tune", "convert"},
     {"cli", "__main__", "__init__"},
 ]

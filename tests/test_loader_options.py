@@ -34,7 +34,7 @@ class Pixels:
 
 def loader_options() -> set[str]:
     """Every keyword the Loader takes, as a user sees them."""
-    signature = {p for p in inspect.signature(fl.Loader).parameters if p not in ("dataset", "options")}
+    signature = {p for p in inspect.signature(fl.Loader).parameters if p not in ("dataset", "args", "options")}
     return signature | {f.name for f in dataclasses.fields(fl.LoaderConfig)} | set(compat.KEYWORDS)
 
 

@@ -55,7 +55,7 @@ def _run(ds, **kw):
     opts = dict(batch_size=5, num_workers=0, device="cpu", normalize=False, seed=1)
     opts.update(kw)
     with fl.Loader(ds, **opts) as loader:
-        return [tuple(t.clone() for t in batch) for batch in loader]
+        return [tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in batch) for batch in loader]
 
 
 @pytest.mark.parametrize("kind", ["pil", "numpy", "chw", "hwc", "extra", "dict", "gray"])
@@ -63,7 +63,14 @@ def test_a_torch_dataset_of_any_image_form_loads(folder, kind):
     ds = PathsDataset(folder, kind)
     batches = _run(ds)
     assert sum(len(b[1]) for b in batches) == len(ds)
-    x, y = batches[1]
+    x, y, *extras = batches[1]
+    rows = range(5, 10)
+    if kind == "extra":  # (img, label, path, index): the further fields carried, as DataLoader batches them
+        assert extras[0] == tuple(ds.samples[i][0] for i in rows) and extras[1].tolist() == list(rows)
+    elif kind == "dict":  # a dict's other keys: one dict
+        assert extras[0]["path"] == [ds.samples[i][0] for i in rows] and extras[0]["id"].tolist() == list(rows)
+    else:
+        assert extras == []
     assert x.shape == (5, 3, SIZE, SIZE) and x.dtype == torch.uint8 and y.dtype == torch.int64
     for row in range(5):
         want = _expected(ds, 5 + row)
@@ -79,8 +86,9 @@ def test_workers_give_the_batches_of_the_main_process(folder, backend, workers, 
     want = _run(ds, shuffle=True, normalize=True)
     got = _run(ds, shuffle=True, normalize=True, backend=backend, num_workers=workers, multiprocessing_context=start)
     assert len(got) == len(want)
-    for (gx, gy), (wx, wy) in zip(got, want):
+    for (gx, gy, grest), (wx, wy, wrest) in zip(got, want):
         assert torch.equal(gx, wx) and torch.equal(gy, wy)
+        assert grest["path"] == wrest["path"] and torch.equal(grest["id"], wrest["id"]), "the dict's other keys too"
 
 
 def test_loader_keeps_the_users_dataset_and_transforms_the_wrapped_one(folder):
@@ -159,7 +167,12 @@ def test_bad_targets_are_named(target, error, message):
 
 @pytest.mark.parametrize("image,message", [
     (lambda i: torch.rand(3, 8, 8), r"sample 0: the image is float32 \(3, 8, 8\), not uint8.*ToTensor"),
-    (lambda i: "img.jpg", r"sample 0 \(img.jpg\): the image is a str; fastload takes a PIL image"),
+    (lambda i: "img.jpg", r"sample 0 \(img.jpg\): the image field is a str, not an image.*it takes a PIL image"),
+    # What is not an image is told so, without advice about images (issue 40).
+    (lambda i: np.zeros(5, np.float32), r"sample 0: the image field is a float32 array of shape \(5,\), not an "
+                                        r"image.*fastload's Loader batches images.*torch.utils.data.DataLoader$"),
+    (lambda i: torch.zeros(2, 5, 7), r"float32 array of shape \(2, 5, 7\), not an image"),
+    (lambda i: 3, r"the image field is a int, not an image"),
     (lambda i: np.zeros((3, 8, 8), np.uint8), r"image of shape \(3, 8, 8\) is not H×W×C.*transpose"),
 ])
 def test_bad_images_are_type_errors_naming_sample_and_type(image, message):
@@ -210,8 +223,9 @@ def test_dict_keys_and_errors(folder):
 
     with pytest.raises(KeyError, match=r"sample 0 \(r0.png\): the item has none of the image keys"):
         _run(Records())
-    x, y = _run(fl.WrappedDataset(Records(), image_key="pixels", target_key="y"))[0]
+    x, y, rest = _run(fl.WrappedDataset(Records(), image_key="pixels", target_key="y"))[0]
     assert y.tolist() == [[0, 0], [1, 2], [2, 4]] and x[:, 0, 0, 0].tolist() == [0, 1, 2]
+    assert rest == {"path": ["r0.png", "r1.png", "r2.png"]}, "the other key, carried"
 
 
 def test_errors_name_the_path_a_torchvision_style_dataset_keeps(folder):

@@ -76,7 +76,7 @@ def main() -> None:
         val_sampler = DistributedSampler(val_dataset, shuffle=False, drop_last=True)
     else:
         train_sampler = val_sampler = None
-    train_loader = fl.Loader(
+    train_loader = fl.DataLoader(
         train_dataset,
         batch_size=args.batch_size,
         shuffle=(train_sampler is None),
@@ -84,7 +84,7 @@ def main() -> None:
         pin_memory=True,
         sampler=train_sampler,
     )
-    val_loader = fl.Loader(
+    val_loader = fl.DataLoader(
         val_dataset,
         batch_size=args.batch_size,
         shuffle=False,
@@ -179,16 +179,15 @@ def validate(val_loader, val_dataset, model, criterion, device, args, distribute
         covered = len(val_loader.sampler) * dist.get_world_size()
         if covered < len(val_dataset):
             # The samples the DistributedSampler (drop_last=True) left out, read by every rank
-            # after the all_reduce, so each rank adds the same counts. sampler=None written out:
-            # "this process reads all of them", as in DataLoader (left out, fastload would shard).
+            # after the all_reduce, so each rank adds the same counts. No sampler: "this process
+            # reads all of them", as in DataLoader.
             aux_val_dataset = Subset(val_dataset, range(covered, len(val_dataset)))
-            with fl.Loader(
+            with fl.DataLoader(
                 aux_val_dataset,
                 batch_size=args.batch_size,
                 shuffle=False,
                 num_workers=args.workers,
                 pin_memory=True,
-                sampler=None,
             ) as aux_val_loader:
                 run(aux_val_loader)
     acc1 = 100.0 * (totals[1] / totals[2]).item()

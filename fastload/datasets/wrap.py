@@ -43,8 +43,20 @@ class SampleKeyError(KeyError, SampleError):
         SampleError.__init__(self, message, index, where)
 
 
+NOT_IMAGES = (
+    "fastload's Loader batches images (its items' first field, or image_key=); for data that is not images, "
+    "use torch.utils.data.DataLoader"
+)
+
+
+def _looks_like_an_image(shape: tuple) -> bool:
+    """H×W, or H×W×C / C×H×W with 1, 3 or 4 channels: an image in another dtype or layout."""
+    return len(shape) == 2 or (len(shape) == 3 and (shape[0] in CHANNELS or shape[2] in CHANNELS))
+
+
 def to_hwc_uint8(image: Any) -> np.ndarray:
-    """``image`` as an H×W×C uint8 array (a view where it can be); TypeError otherwise."""
+    """``image`` as an H×W×C uint8 array (a view where it can be); TypeError otherwise (advice
+    for an image of another dtype or layout; for what is not an image, that it is not one)."""
     if isinstance(image, Image.Image):
         arr = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     elif isinstance(image, np.ndarray):
@@ -54,10 +66,15 @@ def to_hwc_uint8(image: Any) -> np.ndarray:
         if arr.ndim == 3 and arr.shape[0] in CHANNELS and arr.shape[2] not in CHANNELS:
             arr = arr.transpose(1, 2, 0)  # C×H×W, torch's layout
     else:
-        raise TypeError(f"the image is a {type(image).__name__}; fastload takes {ACCEPTED}")
+        raise TypeError(f"the image field is a {type(image).__name__}, not an image: {NOT_IMAGES}; it takes {ACCEPTED}")
+    shape = tuple(getattr(image, "shape", arr.shape))
+    if not _looks_like_an_image(shape):
+        raise TypeError(
+            f"the image field is a {arr.dtype} array of shape {shape}, not an image (H×W×C, C×H×W or H×W): {NOT_IMAGES}"
+        )
     if arr.dtype != np.uint8:
         raise TypeError(
-            f"the image is {arr.dtype} {tuple(getattr(image, 'shape', arr.shape))}, not uint8; fastload takes "
+            f"the image is {arr.dtype} {shape}, not uint8; fastload takes "
             "uint8 pixels and normalizes them on the device: drop ToTensor()/Normalize() from the "
             "dataset's own transform (or give PILToTensor() / uint8 arrays)"
         )
@@ -85,8 +102,13 @@ def _pick(item: dict, key: Any, defaults: tuple[str, ...], what: str, option: st
     )
 
 
-def split_item(item: Any, image_key: Any, target_key: Any) -> tuple[Any, Any]:
-    """(image, target) of a dataset item: a sequence, a dict, or a bare image."""
+def split_fields(item: Any, image_key: Any, target_key: Any) -> tuple[Any, Any, tuple]:
+    """(image, target, further fields) of a dataset item: a sequence, a dict, or a bare image.
+
+    The further fields are what the item holds besides its image and target: a sequence's
+    other fields in order (``(image, target, path)``: ``(path,)``), or a dict's other keys as
+    one dict (``({"path": ...},)``); none for a bare image or a two-field item.
+    """
     if callable(target_key):
         target = target_key(item)
         target_key = False  # taken
@@ -94,17 +116,35 @@ def split_item(item: Any, image_key: Any, target_key: Any) -> tuple[Any, Any]:
         image = _pick(item, image_key, _IMAGE_KEYS, "image", "image_key")
         if target_key is not False:
             target = _pick(item, target_key, _TARGET_KEYS, "target", "target_key")
-    elif isinstance(item, (tuple, list)):
+        taken = {_key_of(item, image_key, _IMAGE_KEYS)}
+        if target_key is not False:
+            taken.add(_key_of(item, target_key, _TARGET_KEYS))
+        rest = {k: v for k, v in item.items() if k not in taken}
+        return image, target, (rest,) if rest else ()
+    if isinstance(item, (tuple, list)):
         if len(item) < 2 and target_key is not False:
             raise TypeError(f"the item is a {type(item).__name__} of {len(item)}; expected (image, target, ...)")
-        image = item[0 if image_key is None else image_key]
+        at = 0 if image_key is None else image_key
+        image = item[at]
+        # A target function's target stands for the second field (what it reads, as a rule).
+        target_at = 1 if target_key is None or target_key is False else target_key
         if target_key is not False:
-            target = item[1 if target_key is None else target_key]
-    else:
-        image = item
-        if target_key is not False:
-            target = NO_TARGET
-    return image, target
+            target = item[target_at]
+        taken_at = {_position(at, len(item)), _position(target_at, len(item))}
+        return image, target, tuple(v for j, v in enumerate(item) if j not in taken_at)
+    if target_key is not False:
+        target = NO_TARGET
+    return item, target, ()
+
+
+def _key_of(item: dict, key: Any, defaults: tuple[str, ...]) -> Any:
+    """The key :func:`_pick` took ``item``'s field from."""
+    return key if key is not None else next(k for k in defaults if k in item)
+
+
+def _position(at: Any, length: int) -> Any:
+    """A tuple position as a non-negative index (``-1``: the last)."""
+    return at + length if isinstance(at, int) and at < 0 else at
 
 
 def item_path(item: Any) -> str | None:
@@ -125,9 +165,11 @@ def item_path(item: Any) -> str | None:
 class WrappedDataset(torch.utils.data.Dataset):
     """A map-style dataset (``__len__`` + ``__getitem__``) as a fastload dataset.
 
-    Items may be ``(image, target, ...)`` (further fields are ignored), a dict (image
-    under ``"image"``/``"img"``, target under ``"label"``/``"target"``, other keys
-    ignored), or a bare image (target -1). Images may be PIL (converted to RGB), uint8
+    Items may be ``(image, target, ...)``, a dict (image under ``"image"``/``"img"``, target
+    under ``"label"``/``"target"``), or a bare image (target -1). What an item holds besides
+    its image and target is carried: a sequence's further fields, a dict's other keys (as one
+    dict), batched as DataLoader's ``default_collate`` batches them and handed out after the
+    targets (``for images, labels, paths in loader``). Images may be PIL (converted to RGB), uint8
     numpy H×W×C or H×W, or uint8 tensors C×H×W or H×W×C. Targets: see
     :mod:`fastload.targets`.
 
@@ -161,12 +203,13 @@ class WrappedDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def load(self, index: int, epoch: int = 0, seed: int = 0) -> tuple[np.ndarray, Any]:
-        """Item ``index`` as (H×W×C uint8, target), transformed with the rng of (seed, epoch, index)."""
+    def load(self, index: int, epoch: int = 0, seed: int = 0) -> tuple:
+        """Item ``index`` as (H×W×C uint8, target), transformed with the rng of (seed, epoch, index);
+        then the item's further fields (see :func:`split_fields`), where it has some."""
         item = self.dataset[index]
 
         try:
-            image, target = split_item(item, self.image_key, self.target_key)
+            image, target, extras = split_fields(item, self.image_key, self.target_key)
             image = to_hwc_uint8(image)
         except (TypeError, KeyError) as e:
             try:
@@ -180,7 +223,7 @@ class WrappedDataset(torch.utils.data.Dataset):
             raise kind(f"{sample_name(index, path)}: {text}", index, path) from e
         if self.transform.transforms:
             image = self.transform(image, sample_rng(seed, epoch, index))
-        return image, target
+        return (image, target, *extras)
 
     def describe(self, index: int) -> str:
         """The dataset's name for the sample: its ``describe(i)``, a path from ``samples``/
@@ -199,9 +242,9 @@ class WrappedDataset(torch.utils.data.Dataset):
                 return os.fspath(entry)
         return f"sample {index}"
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, Any]:
-        image, target = self.load(int(index))
-        return contiguous(image), target
+    def __getitem__(self, index: int) -> tuple:
+        image, target, *extras = self.load(int(index))
+        return (contiguous(image), target, *extras)
 
     def summary(self) -> dict:
         return {"type": f"WrappedDataset({type(self.dataset).__name__})", "samples": len(self)}

@@ -24,10 +24,11 @@ __all__ = ["HostCopy", "as_host_batch"]
 
 
 def as_host_batch(item: Any) -> tuple[HostBatch, tuple]:
-    """A HostBatch and the item's further fields: a HostBatch has none; a user's
-    ``(images, labels, *extras)`` (e.g. ``(x, y, idx)``) keeps its extras, handed out as they are."""
+    """A HostBatch and the item's further fields: a HostBatch's are its ``extras`` (its samples'
+    further fields, batched); a user's ``(images, labels, *extras)`` (e.g. ``(x, y, idx)``)
+    keeps its extras, handed out as they are."""
     if isinstance(item, HostBatch):
-        return item, ()
+        return item, item.extras
     if not isinstance(item, (tuple, list)) or len(item) < 2:
         raise TypeError(
             f"CudaPrefetcher takes HostBatch or (uint8 images, labels, ...) items, got {type(item).__name__}"

@@ -56,8 +56,8 @@ def _short(value: Any) -> str:
     return getattr(value, "__qualname__", None) or f"{type(value).__name__}(...)"
 
 
-def _refuse(keyword: str, value: Any, instead: str) -> TypeError:
-    return TypeError(f"fl.Loader does not take {keyword}={_short(value)}: {instead}")
+def _refuse(keyword: str, value: Any, instead: str, where: str = "fl.Loader") -> TypeError:
+    return TypeError(f"{where} does not take {keyword}={_short(value)}: {instead}")
 
 
 def _sampler_advice(sampler: Any) -> str:
@@ -124,9 +124,10 @@ def _shard(options: dict, base: LoaderConfig) -> Shard:
     return Shard.of(options["shard"]) if "shard" in options else base.shard
 
 
-def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
+def translate(options: dict, base: LoaderConfig, dataset: Any, where: str = "fl.Loader") -> Translated:
     """The LoaderConfig options, DistributedSampler and seed generator that ``options``
-    (the Loader's keywords, DataLoader's included) mean, on top of ``base``.
+    (the Loader's keywords, DataLoader's included) mean, on top of ``base``; ``where``: the
+    call, for the messages (``fl.Loader``, ``fl.DataLoader``).
 
     Raises:
         TypeError: A keyword fastload cannot honour (the message says what to write).
@@ -134,14 +135,14 @@ def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
     """
     # (+ 1: upgrade warns from a frame below this one)
     groups = {"normalize": base.normalize, "shard": base.shard}
-    options = upgrade(dict(options), groups, "fl.Loader", user_stacklevel() + 1)
+    options = upgrade(dict(options), groups, where, user_stacklevel() + 1)
     extra = {k: options.pop(k) for k in KEYWORDS if k in options}
     if options.get("shuffle", False) is None:
         del options["shuffle"]  # DataLoader's default: no shuffling
     if "prefetch_factor" in options and options["prefetch_factor"] is None:
         del options["prefetch_factor"]  # DataLoader's default
     if "batch_size" in options and options["batch_size"] is None:
-        raise _refuse("batch_size", None, "fastload always batches; give batch_size= (samples per batch)")
+        raise _refuse("batch_size", None, "fastload always batches; give batch_size= (samples per batch)", where)
     for keyword, instead in (
         ("batch_sampler", "fastload batches this rank's samples itself: give batch_size= and drop_last="),
         (
@@ -156,12 +157,13 @@ def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
         ),
     ):
         if extra.get(keyword) is not None:
-            raise _refuse(keyword, extra[keyword], instead)
+            raise _refuse(keyword, extra[keyword], instead, where)
     if extra.get("pin_memory_device"):
         raise _refuse(
             "pin_memory_device",
             extra["pin_memory_device"],
             f"batches arrive on the device itself: write device={extra['pin_memory_device']!r}",
+            where,
         )
     generator = extra.get("generator")
     if generator is not None:
@@ -170,6 +172,7 @@ def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
                 "generator",
                 generator,
                 "give a torch.Generator (it seeds the shuffle order and the augmentation, as in DataLoader) or seed=",
+                where,
             )
         if options.get("seed") is not None:
             raise ValueError("seed= and generator= both given: give one (generator= draws the seed)")
@@ -185,7 +188,7 @@ def translate(options: dict, base: LoaderConfig, dataset: Any) -> Translated:
             options.update(_distributed(sampler, options, base, dataset))
             distributed = sampler
         else:
-            raise _refuse("sampler", sampler, _sampler_advice(sampler))
+            raise _refuse("sampler", sampler, _sampler_advice(sampler), where)
     return Translated(options, distributed, generator)
 
 
@@ -211,26 +214,168 @@ def resolve_seed(cfg: LoaderConfig, generator: torch.Generator | None = None) ->
     return cfg.replace(seed=draw_seed(generator)), True
 
 
+def _set_refused(owner: Any, name: str, value: Any) -> None:
+    """DataLoader's refusal to set ``name`` after construction, as a ValueError naming the value."""
+    kind = type(owner).__name__
+    raise ValueError(
+        f"{name} attribute should not be set after {kind} is initialized (got {name}={_short(value)}): "
+        f"make a new {kind} with {name}=..."
+    )
+
+
 class DataLoaderAttributes:
-    """DataLoader's read-only attributes that training frameworks look for (the Loader also
-    sets ``dataset``, ``num_workers``, ``pin_memory`` and ``sampler`` itself)."""
+    """DataLoader's attributes that training frameworks look for (the Loader also sets
+    ``num_workers`` and ``pin_memory`` itself). Those DataLoader refuses to have set after
+    construction (``dataset``, ``batch_size``, ``sampler``, ``batch_sampler``, ``drop_last``,
+    ``persistent_workers``) are refused here too, with a ValueError."""
 
     config: LoaderConfig
     _source: Any
+    _dataset: Any
+    _sampler: Any
+
+    @property
+    def dataset(self) -> Any:
+        """The dataset as given."""
+        return self._dataset
+
+    @dataset.setter
+    def dataset(self, value: Any) -> None:
+        _set_refused(self, "dataset", value)
+
+    @property
+    def sampler(self) -> Any:
+        """This rank's samples (``len()``, ``set_epoch``), as DataLoader's; None for a stream."""
+        return self._sampler
+
+    @sampler.setter
+    def sampler(self, value: Any) -> None:
+        _set_refused(self, "sampler", value)
 
     @property
     def batch_size(self) -> int:
         return self.config.batch_size
 
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        _set_refused(self, "batch_size", value)
+
     @property
     def drop_last(self) -> bool:
         return self.config.drop_last
+
+    @drop_last.setter
+    def drop_last(self, value: Any) -> None:
+        _set_refused(self, "drop_last", value)
 
     @property
     def batch_sampler(self) -> Any:
         """This rank's index batches (``len()``: batches per epoch); None for a stream."""
         return self._source.sampler
 
+    @batch_sampler.setter
+    def batch_sampler(self, value: Any) -> None:
+        _set_refused(self, "batch_sampler", value)
+
     @property
     def persistent_workers(self) -> bool:
         return self.config.persistent_workers
+
+    @persistent_workers.setter
+    def persistent_workers(self, value: Any) -> None:
+        _set_refused(self, "persistent_workers", value)
+
+
+#: DataLoader's parameters after ``dataset`` that may be given by position, in its order.
+POSITIONAL = (
+    "batch_size",
+    "shuffle",
+    "sampler",
+    "batch_sampler",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+)
+
+
+def positional(args: tuple, options: dict, where: str = "fl.Loader") -> dict:
+    """``options`` with the positional arguments after the dataset named, in DataLoader's order
+    (``fl.Loader(ds, 64, True)`` is ``batch_size=64, shuffle=True``).
+
+    Raises:
+        TypeError: More positional arguments than DataLoader takes, or one also given by keyword.
+    """
+    if len(args) > len(POSITIONAL):
+        raise TypeError(
+            f"{where} takes at most {len(POSITIONAL) + 1} positional arguments (dataset, "
+            f"{', '.join(POSITIONAL)}), got {len(args) + 1}: give the rest by keyword"
+        )
+    named = dict(options)
+    for name, value in zip(POSITIONAL, args):
+        if name in named:
+            raise TypeError(f"{where} got multiple values for argument {name!r} (by position and by keyword)")
+        named[name] = value
+    return named
+
+
+def check_combinations(
+    dataset: Any,
+    *,
+    batch_size: Any,
+    shuffle: Any,
+    sampler: Any,
+    batch_sampler: Any,
+    num_workers: Any,
+    drop_last: Any,
+    prefetch_factor: Any,
+    persistent_workers: Any,
+    multiprocessing_context: Any,
+) -> None:
+    """DataLoader's checks of arguments that contradict each other, as ValueErrors naming the values.
+
+    Raises:
+        ValueError: The combination DataLoader refuses.
+    """
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError(
+            f"prefetch_factor={prefetch_factor!r} needs num_workers > 0 (as in DataLoader), got num_workers=0: "
+            "leave prefetch_factor out, or give num_workers"
+        )
+    if persistent_workers and num_workers == 0:
+        raise ValueError("persistent_workers=True needs num_workers > 0 (as in DataLoader), got num_workers=0")
+    if multiprocessing_context is not None and num_workers == 0:
+        raise ValueError(
+            f"multiprocessing_context={_short(multiprocessing_context)} can only be used with worker processes "
+            "(num_workers > 0, as in DataLoader), got num_workers=0"
+        )
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        for name, value in (("shuffle", shuffle), ("sampler", sampler), ("batch_sampler", batch_sampler)):
+            if value not in (None, False):
+                raise ValueError(
+                    f"{name}={_short(value)} cannot go with an IterableDataset (as in DataLoader): it orders itself"
+                )
+    if sampler is not None and shuffle:
+        raise ValueError(
+            f"sampler={_short(sampler)} and shuffle={shuffle!r} cannot go together (as in DataLoader): "
+            "the sampler orders the samples; write shuffle=(sampler is None)"
+        )
+    if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
+        given = {"batch_size": batch_size, "shuffle": shuffle, "sampler": sampler, "drop_last": drop_last}
+        clash = ", ".join(
+            f"{k}={_short(v)}"
+            for k, v in given.items()
+            if (k == "batch_size" and v != 1) or (k == "sampler" and v is not None) or (k != "batch_size" and v)
+        )
+        raise ValueError(
+            f"batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last "
+            f"(as in DataLoader), got {clash}"
+        )
+    if batch_size is None and drop_last:
+        raise ValueError(
+            "batch_size=None with drop_last=True (as in DataLoader: without batching there is no last batch to drop)"
+        )

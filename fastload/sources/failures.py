@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
+from torch._utils import ExceptionWrapper
+
+from ..batch import SampleError
 from ..datasets.waits import Interrupted
 from .fetch import describe
 from .inflight import InFlight, process_state
@@ -96,3 +100,53 @@ def interrupted(error: Interrupted) -> RuntimeError:
     if error.closed:
         return RuntimeError(CLOSED)
     return WorkerFailure(f"fastload: {error}")
+
+
+class InWorker(ExceptionWrapper):
+    """A sample's error raised in a DataLoader worker, as the worker hands it to the main process
+    in place of its batch (DataLoader re-raises an ExceptionWrapper it receives): re-raised
+    there as the same error, of the same type, naming the same sample (``index``, ``where``),
+    with the worker's traceback after its message. (DataLoader's own wrapper would make the
+    type again from the traceback's text alone, the sample's index lost.)
+
+    Args:
+        error: The error, raised in this worker.
+        worker: The worker's number.
+    """
+
+    def __init__(self, error: SampleError, worker: int) -> None:
+        super().__init__((type(error), error, error.__traceback__), f"in DataLoader worker process {worker}")
+        self.message = str(error.args[0]) if error.args else str(error)
+        self.index, self.sample = error.index, error.where
+
+    def reraise(self) -> None:
+        """Raises the error in this (the receiving) process."""
+        message = f"{self.message}\n\nRaised {self.where}; its traceback there:\n{self.exc_msg.rstrip()}"
+        try:
+            error = self.exc_type(message, self.index, self.sample)  # type: ignore[misc]
+        except Exception:  # a SampleError subclass of the dataset's own, of other arguments
+            error = SampleError(message, self.index, self.sample)
+        raise error
+
+
+def in_worker(make: Any, worker: int | None) -> Any:
+    """``make()``, or, in DataLoader worker ``worker``, its SampleError as :class:`InWorker`
+    (the main process re-raises it); None: not in a worker, the error is raised here."""
+    if worker is None:
+        return make()
+    try:
+        return make()
+    except SampleError as e:
+        return InWorker(e, worker)
+
+
+def in_worker_iter(items: Iterator, worker: int | None) -> Iterator:
+    """``items``; in DataLoader worker ``worker``, a SampleError among them ends them as
+    :class:`InWorker` (the main process re-raises it)."""
+    if worker is None:
+        yield from items
+        return
+    try:
+        yield from items
+    except SampleError as e:
+        yield InWorker(e, worker)

@@ -3,7 +3,8 @@
 Every batch source, every executor and the device's fall-backs load a row through
 :class:`SampleLoader`: a planned sample is finished, any other loaded whole; the image is
 checked (uint8 H×W×C of the batch's shape) and the target normalized; an error is named
-once (:class:`~fastload.SampleError`, whose ``index`` says which sample it names) and then
+once (an error of its own type that is a :class:`~fastload.SampleError` too, whose ``index``
+says which sample it names) and then
 raised (``on_error="raise"``) or the sample replaced by a deterministic random other one
 (``"skip"``), reported with the batch.
 """
@@ -15,7 +16,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from ..batch import SampleError, SkippedSample, error_kind, names_sample
+from ..batch import SampleError, SkippedSample, error_kind, names_sample, sample_error
 from ..collate import check_image, write_row
 from ..datasets.base import sample_rng
 from ..datasets.protocols import name_of
@@ -41,6 +42,7 @@ class Loaded:
     label: Target  # int (the fast path), float or numeric array: see fastload.targets
     index: int  # the sample actually loaded (differs from the request after a replacement)
     skipped: list[SkippedSample]
+    extras: tuple = ()  # the sample's further fields (a user's item after image and target)
 
 
 class PlannedRow(Protocol):
@@ -89,15 +91,17 @@ class SampleLoader:
         out: Any,
         shape: SampleShape | None,
         row: PlannedRow | None = None,
-    ) -> tuple[np.ndarray | tuple, Target]:
+    ) -> tuple[np.ndarray | tuple, Target, tuple]:
         self.inflight.begin(worker, self.samples.number(key), epoch)
+        extras: tuple = ()
         try:
             if row is not None and row.error is not None:  # its planning failed: the sample's error, met once
                 raise row.error
             if row is not None and row.plan is not None:
                 image, target = self.samples.finish(row.plan, row.pixels, out)
             else:
-                image, target = self.samples.load(key, epoch, seed, out)
+                image, target, *further = self.samples.load(key, epoch, seed, out)
+                extras = tuple(further)
         finally:
             self.inflight.end(worker)
         # A bad image is an error of its sample, so the error policy applies to it too.
@@ -105,7 +109,7 @@ class SampleLoader:
         misfit = shape_error(image, shape_of(out) if out is not None else shape)
         if misfit is not None:
             raise misfit
-        return image, as_target(target)  # a TypeError here is named as the sample's error
+        return image, as_target(target), extras  # a TypeError here is named as the sample's error
 
     def load(
         self,
@@ -124,8 +128,8 @@ class SampleLoader:
         under the policy: read once, so a failure that would not repeat is still its own). An
         image not of ``out``'s shape (or ``shape``) is an error of its sample."""
         try:
-            image, label = self._one(index, epoch, seed, worker, out, shape, row)
-            return Loaded(image, label, index, [])
+            image, label, extras = self._one(index, epoch, seed, worker, out, shape, row)
+            return Loaded(image, label, index, [], extras)
         except Exception as e:
             error = self._policy(index, e)
         skipped = [self.skipped(epoch, index, error)]
@@ -137,8 +141,8 @@ class SampleLoader:
             while other in tried and len(tried) < n:
                 other = int(rng.integers(n))
             try:
-                image, label = self._one(other, epoch, seed, worker, out, shape)
-                return Loaded(image, label, other, skipped)
+                image, label, extras = self._one(other, epoch, seed, worker, out, shape)
+                return Loaded(image, label, other, skipped, extras)
             except Exception as e:
                 skipped.append(self.skipped(epoch, other, e))
                 tried.add(other)
@@ -155,8 +159,8 @@ class SampleLoader:
         """The sample of ``key`` loaded beside its row (as :meth:`load` loads it), or its error
         under ``on_error="skip"``: nothing replaced (a stream replaces it by its neighbour)."""
         try:
-            image, label = self._one(key, epoch, seed, worker, None, None, row)
-            return Loaded(image, label, self.samples.number(key), [])
+            image, label, extras = self._one(key, epoch, seed, worker, None, None, row)
+            return Loaded(image, label, self.samples.number(key), [], extras)
         except Exception as e:
             return self._policy(key, e)
 
@@ -174,13 +178,12 @@ class SampleLoader:
         return error
 
     def named(self, key: Any, error: Exception) -> Exception:
-        """``error`` if it already names the sample of ``key``, else a SampleError that does."""
+        """``error`` if it already names the sample of ``key``, else an error of its type that
+        does (and is a SampleError: :func:`~fastload.batch.sample_error`)."""
         number = self.samples.number(key)
         if names_sample(error, number):
             return error
-        named = SampleError(f"{self.title(key)}: {error_kind(error)}: {error}", number, self.samples.name(key))
-        named.__cause__ = error
-        return named
+        return sample_error(error, f"{self.title(key)}: {error_kind(error)}: {error}", number, self.samples.name(key))
 
     def skipped(self, epoch: int, key: Any, error: Exception) -> SkippedSample:
         """The record of a sample that failed under ``on_error="skip"``."""

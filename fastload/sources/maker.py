@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..batch import HostBatch
+from ..collate import collate_extras
 from ..targets import TargetSpec, fill
 from ..views import SampleShape, map_images, numpy_rows, row, shape_of
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
@@ -184,4 +185,7 @@ def collate(buffers: BatchBuffers, loaded: list[Loaded], epoch: int, loader: Sam
     fill(labels, [item.label for item in loaded], lambda j: loader.samples.title_of(loaded[j].index))
     indices.numpy()[:] = [item.index for item in loaded]
     skipped = tuple(s for item in loaded for s in item.skipped)
-    return HostBatch(map_images(lambda t: t[:n], buffers.images), labels, indices, epoch, skipped, buffers.lease)
+    extras = collate_extras([item.extras for item in loaded])
+    return HostBatch(
+        map_images(lambda t: t[:n], buffers.images), labels, indices, epoch, skipped, buffers.lease, extras
+    )

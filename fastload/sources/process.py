@@ -20,7 +20,7 @@ from ..collate import pinning_on
 from ..datasets import waits
 from . import deaths
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
-from .failures import CLOSED, WorkerFailure, forget_frames, interrupted, is_worker_failure, worker_failure
+from .failures import CLOSED, WorkerFailure, forget_frames, in_worker, interrupted, is_worker_failure, worker_failure
 from .frozen import parent_objects_frozen
 from .handoff import SharedPool, detached
 from .indexed import IndexedSource, Maker
@@ -80,6 +80,10 @@ def worker_init(worker_id: int) -> None:
     info = get_worker_info()
     if info is not None and isinstance(info.dataset, Tracked):
         info.dataset.inflight.register(info.id)
+    if info is not None and hasattr(info.dataset, "shown"):
+        # get_worker_info().dataset in the user's code (a dataset's __getitem__ sharding its
+        # reads by worker) is the dataset given to the Loader, not the batch maker torch runs.
+        object.__setattr__(info, "dataset", info.dataset.shown)
     seed = info.seed if info is not None else worker_id
     np.random.seed(seed % 2**32)
     random.seed(seed)
@@ -239,6 +243,12 @@ def worker_batches(
         drop_in_background(box, workers=pids if not options.persistent else ())
 
 
+def given_dataset(samples: Any) -> Any:
+    """The dataset as given to the Loader, of the ``samples`` its workers load (a wrapper the
+    Loader made keeps it as ``given``)."""
+    return getattr(samples, "given", samples)
+
+
 class WorkerBatches(torch.utils.data.Dataset):
     """The torch Dataset DataLoader's workers run: a batch request in, a batch out.
 
@@ -254,9 +264,16 @@ class WorkerBatches(torch.utils.data.Dataset):
     def inflight(self) -> InFlight:
         return self.maker.loader.inflight
 
+    @property
+    def shown(self) -> Any:
+        """The dataset the user gave (``get_worker_info().dataset`` in a worker)."""
+        return given_dataset(self.maker.loader.dataset)
+
     def __getitems__(self, request: BatchRequest) -> SourceBatch:
         info = get_worker_info()
-        return self.maker.make(request, info.id if info is not None else 0, self.pool)
+        if info is None:
+            return self.maker.make(request, 0, self.pool)
+        return in_worker(lambda: self.maker.make(request, info.id, self.pool), info.id)
 
 
 class ProcessSource(IndexedSource):

@@ -61,8 +61,9 @@ class Samples:
         ``pixels``: its planned region, already decoded."""
         return self.dataset.finish(plan, pixels, out), plan.label
 
-    def load(self, index: int, epoch: int, seed: int, out: Any = None) -> tuple[Any, Any]:
-        """(image, target) of sample ``index``, loaded whole (into ``out`` where it can)."""
+    def load(self, index: int, epoch: int, seed: int, out: Any = None) -> tuple:
+        """(image, target) of sample ``index``, loaded whole (into ``out`` where it can); then
+        its further fields, where the dataset gives some (a wrapped user dataset's items)."""
         if out is None or not self._out:
             return self.dataset.load(index, epoch, seed)
         return self.dataset.load(index, epoch, seed, out=out)

@@ -27,7 +27,7 @@ from ..datasets.stream_slots import batch_count, slot_batches_done
 from ..views import SampleShape, numpy_rows, row, shape_of
 from . import resume
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
-from .failures import CLOSED
+from .failures import CLOSED, in_worker_iter
 from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
 from .maker import collate, common_shape
@@ -134,9 +134,9 @@ class StreamMaker:
                 if last is None:
                     owed.append(got)
                 else:
-                    ready.append(Loaded(last.image, last.label, last.index, [got]))
+                    ready.append(dataclasses.replace(last, skipped=[got]))
             else:
-                ready += [Loaded(got.image, got.label, got.index, [skip]) for skip in owed]
+                ready += [dataclasses.replace(got, skipped=[skip]) for skip in owed]
                 owed, last = [], got
                 ready.append(got)
             while len(ready) >= self.batch_size:
@@ -190,6 +190,11 @@ class SlotRecords(torch.utils.data.IterableDataset):
     def inflight(self) -> InFlight:
         return self.maker.loader.inflight
 
+    @property
+    def shown(self) -> Any:
+        """The stream (``get_worker_info().dataset`` in a worker)."""
+        return self.stream
+
     def __iter__(self) -> Iterator[HostBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
@@ -198,7 +203,10 @@ class SlotRecords(torch.utils.data.IterableDataset):
         skip = slot_batches_done(self.start, local, workers) * self.maker.batch_size
         ordered = {} if self.order is None else {"order": self.order}
         records = self.stream.records_for(into, slots, drop_last=self.maker.drop_last, **ordered, **self.layout)
-        return self.maker.batches(itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, into, worker)
+        batches = self.maker.batches(
+            itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, into, worker
+        )
+        return in_worker_iter(batches, info.id if info is not None else None)
 
 
 class StreamSource:

@@ -1,0 +1,202 @@
+"""fl.DataLoader, the drop-in: DataLoader's signature, positional order and defaults; fl.Loader
+takes positional arguments and dataset= as DataLoader does; DataLoader's refusals of
+contradicting arguments and of attributes set after construction (issue 40, part 1)."""
+
+import inspect
+import multiprocessing
+
+import numpy as np
+import pytest
+import torch
+
+import fastload as fl
+
+CPU = dict(device="cpu", normalize=False)
+
+
+class Plain(torch.utils.data.Dataset):
+    """A user's map-style dataset: sample i is a 4x4 image of value i and label i."""
+
+    def __init__(self, n=10):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return np.full((4, 4, 3), i, np.uint8), i
+
+
+def labels(loader):
+    return [y.tolist() for _, y in loader]
+
+
+def test_the_signature_is_dataloaders():
+    theirs = inspect.signature(torch.utils.data.DataLoader.__init__).parameters
+    ours = inspect.signature(fl.DataLoader.__init__).parameters
+    names = list(theirs)
+    assert list(ours)[: len(names)] == names, "the same parameters in the same order"
+    for name in names:
+        assert (ours[name].kind, ours[name].default) == (theirs[name].kind, theirs[name].default), name
+    # What follows is fastload's own options, by keyword only.
+    assert [p.kind for p in list(ours.values())[len(names):]] == [inspect.Parameter.VAR_KEYWORD]
+
+
+def test_omitted_keywords_mean_what_they_mean_in_dataloader(monkeypatch):
+    # Under torch.distributed too: without a sampler this process reads every sample.
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 1)
+    ds = Plain(5)
+    with fl.DataLoader(ds, **CPU) as loader:
+        assert (loader.batch_size, loader.num_workers, loader.persistent_workers) == (1, 0, False)
+        assert (loader.config.shuffle, loader.drop_last, loader.pin_memory, loader.config.timeout) == (
+            False, False, False, 0)
+        assert labels(loader) == [[0], [1], [2], [3], [4]] and len(loader) == 5
+    with fl.Loader(ds, **CPU) as native:  # fastload's defaults stay fl.Loader's
+        assert (native.batch_size, native.persistent_workers, native.world_size) == (256, True, 2)
+
+
+def test_positional_arguments_in_dataloaders_order():
+    ds = Plain(10)
+    with fl.DataLoader(ds, 4, True, None, None, 0, None, False, True, seed=3, **CPU) as a, \
+            fl.Loader(ds, 4, True, None, None, 0, None, False, True, seed=3, **CPU) as b, \
+            fl.Loader(dataset=ds, batch_size=4, shuffle=True, drop_last=True, num_workers=0, seed=3, **CPU) as c:
+        assert labels(a) == labels(b) == labels(c) and len(a) == 2
+        assert a.config.shuffle and a.drop_last
+    with fl.DataLoader(dataset=ds, batch_size=5, **CPU) as d:
+        assert labels(d) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+
+
+def test_positional_mistakes_say_what_to_write():
+    ds = Plain(4)
+    with pytest.raises(TypeError, match="fl.Loader got multiple values for argument 'batch_size'"):
+        fl.Loader(ds, 2, batch_size=2, **CPU)
+    with pytest.raises(TypeError, match="fl.Loader needs a dataset: fl.Loader\\(dataset, batch_size=...\\)"):
+        fl.Loader(batch_size=2)
+    with pytest.raises(TypeError, match="at most 13 positional arguments .* give the rest by keyword"):
+        fl.Loader(ds, *([None] * 13))
+    with pytest.raises(TypeError, match=r"takes the options after the config by keyword"):
+        fl.Loader(ds, fl.LoaderConfig(), 4)
+    with fl.Loader(ds, fl.LoaderConfig(batch_size=3, num_workers=0), **CPU) as loader:
+        assert loader.batch_size == 3, "a LoaderConfig by position, as before"
+
+
+@pytest.mark.parametrize("kwargs,says", [
+    (dict(num_workers=0, prefetch_factor=2), "prefetch_factor=2 needs num_workers > 0"),
+    (dict(num_workers=0, persistent_workers=True), "persistent_workers=True needs num_workers > 0"),
+    (dict(num_workers=0, multiprocessing_context="spawn"), "multiprocessing_context='spawn' can only be used"),
+    (dict(sampler="dist", shuffle=True), r"sampler=DistributedSampler\(...\) and shuffle=True cannot go together"),
+    (dict(sampler="random", shuffle=True), r"sampler=RandomSampler\(...\) and shuffle=True"),
+    (dict(batch_sampler=[[0, 1]], batch_size=2), "batch_sampler is mutually exclusive .* got batch_size=2"),
+    (dict(batch_sampler=[[0, 1]], drop_last=True), "got drop_last=True"),
+    (dict(batch_size=None, drop_last=True), "batch_size=None with drop_last=True"),
+    (dict(num_workers=-1), "num_workers must be an int >= 0, got -1"),
+    (dict(timeout=-1), "timeout must be a number of seconds >= 0, got -1"),
+])
+def test_argument_combinations_dataloader_refuses_are_value_errors(kwargs, says):
+    ds = Plain(4)
+    samplers = {"dist": torch.utils.data.DistributedSampler(ds, num_replicas=1, rank=0),
+                "random": torch.utils.data.RandomSampler(ds)}
+    kwargs = {k: samplers.get(v, v) if isinstance(v, str) and k == "sampler" else v for k, v in kwargs.items()}
+    with pytest.raises(ValueError, match=says):
+        fl.DataLoader(ds, **CPU, **kwargs)
+
+
+def test_an_iterable_dataset_with_shuffle_is_dataloaders_value_error():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(())
+
+    with pytest.raises(ValueError, match="shuffle=True cannot go with an IterableDataset"):
+        fl.DataLoader(Stream(), shuffle=True)
+    with pytest.raises(TypeError, match="Stream is an IterableDataset"):
+        fl.DataLoader(Stream())
+
+
+@pytest.mark.parametrize("keyword,value", [
+    ("collate_fn", lambda b: b), ("worker_init_fn", print), ("batch_sampler", [[0]]), ("batch_size", None),
+])
+def test_what_dataloader_takes_and_fastload_cannot_is_refused_naming_fl_dataloader(keyword, value):
+    with pytest.raises(TypeError, match=f"fl.DataLoader does not take {keyword}="):
+        fl.DataLoader(Plain(4), **CPU, **{keyword: value})
+
+
+def test_dataloaders_keywords_with_their_values_change_nothing():
+    ds = Plain(6)
+    given = dict(batch_size=2, shuffle=False, sampler=None, batch_sampler=None, num_workers=0, collate_fn=None,
+                 pin_memory=False, drop_last=False, timeout=0, worker_init_fn=None, multiprocessing_context=None,
+                 generator=None, prefetch_factor=None, persistent_workers=False, pin_memory_device="", in_order=True)
+    with fl.DataLoader(ds, seed=1, **CPU, **given) as a, fl.DataLoader(ds, 2, seed=1, **CPU) as b:
+        assert labels(a) == labels(b) == [[0, 1], [2, 3], [4, 5]] and a.config == b.config
+
+
+def test_workers_with_a_multiprocessing_context():
+    ds = Plain(6)
+    with fl.DataLoader(ds, 3, num_workers=1, multiprocessing_context=multiprocessing.get_context("fork"),
+                       **CPU) as loader:
+        assert loader.config.multiprocessing_context == "fork" and labels(loader) == [[0, 1, 2], [3, 4, 5]]
+
+
+@pytest.mark.parametrize("attr", ["dataset", "batch_size", "sampler", "batch_sampler", "drop_last",
+                                  "persistent_workers"])
+def test_setting_dataloaders_fixed_attributes_is_a_value_error(attr):
+    for kind in (fl.DataLoader, fl.Loader):
+        with kind(Plain(4), num_workers=0, **CPU) as loader:
+            before = getattr(loader, attr)
+            with pytest.raises(ValueError, match=f"{attr} attribute should not be set after {kind.__name__} is "
+                                                 f"initialized \\(got {attr}=5\\)"):
+                setattr(loader, attr, 5)
+            assert getattr(loader, attr) is before or getattr(loader, attr) == before
+
+
+def test_subscriptable_for_annotations():
+    assert fl.DataLoader[int].__origin__ is fl.DataLoader and fl.Loader[tuple].__origin__ is fl.Loader
+    assert issubclass(fl.DataLoader, fl.Loader)
+
+
+
+class Growing(Plain):
+    """A dataset that grows between passes (new files found, a replay buffer)."""
+
+
+@pytest.mark.parametrize("kind,workers,backend", [(fl.DataLoader, 0, "process"), (fl.DataLoader, 1, "process"),
+                                                  (fl.Loader, 1, "process"), (fl.Loader, 2, "thread")])
+def test_len_and_passes_follow_a_dataset_that_grows(kind, workers, backend):
+    ds = Growing(6)
+    with kind(ds, batch_size=4, num_workers=workers, backend=backend, **CPU) as loader:
+        assert len(loader) == 2 and sum(labels(loader), []) == list(range(6))
+        ds.n = 10
+        assert len(loader) == 3, "len(loader) follows len(dataset), as DataLoader's"
+        assert sum(labels(loader), []) == list(range(10)), "and the next pass reads the new samples"
+        assert len(loader.sampler) == 10
+        ds.n = 0
+        with pytest.raises(ValueError, match="dataset is empty"):
+            len(loader)
+
+
+class Reporting(Plain):
+    def __getitem__(self, i):
+        info = torch.utils.data.get_worker_info()
+        return np.full((4, 4, 3), i, np.uint8), i, info.dataset is self if info is not None else None
+
+
+@pytest.mark.parametrize("backend", ["process", "spawn"])
+def test_get_worker_info_dataset_is_the_users_dataset(backend):
+    ds = Reporting(4)
+    context = "spawn" if backend == "spawn" else None
+    with fl.DataLoader(ds, 2, num_workers=1, multiprocessing_context=context, **CPU) as loader:
+        seen = [flags for _, _, flags in loader]
+    # Under spawn the worker's copy is the dataset (pickled): `is self` compares with that copy.
+    assert [f.tolist() for f in seen] == [[True, True], [True, True]]
+
+
+def test_a_subset_of_a_users_dataset_is_shown_as_given():
+    class Shows(Plain):
+        def __getitem__(self, i):
+            info = torch.utils.data.get_worker_info()
+            return np.full((4, 4, 3), i, np.uint8), i, type(info.dataset).__name__
+
+    part = torch.utils.data.Subset(Shows(6), [1, 3])
+    (_, labels_, names), = list(fl.DataLoader(part, 2, num_workers=1, **CPU))
+    assert labels_.tolist() == [1, 3] and names == ("Subset", "Subset")
