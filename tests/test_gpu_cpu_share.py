@@ -175,16 +175,18 @@ def test_rows_the_decoder_refuses_under_a_share_are_counted_as_fallbacks_not_gpu
 
 
 def test_each_request_takes_the_share_of_the_moment_it_is_sent():
-    shares = iter([0.1, 0.2, 0.3, 0.4])
+    share = [0.1]
 
     class Source(IndexedSource):
         def __init__(self):
             self.sampler = ShardedBatchSampler(8, 2, shuffle=False, seed=0, rank=0, world_size=1)
-            self.cpu_share = lambda: next(shares)
+            self.cpu_share = lambda: share[0]
 
     requests = Source().requests(PassRequest(0, 0))
-    first = next(requests)  # read as drawn: the second request is not made yet
-    assert first.cpu_share == 0.1 and [r.cpu_share for r in requests] == [0.2, 0.3, 0.4]
+    first = next(requests)
+    share[0] = 0.7  # read as each is drawn (DataLoader draws a request as it sends it)
+    assert first.cpu_share == 0.1 and [r.cpu_share for r in requests] == [0.7, 0.7, 0.7]
+    assert [int(r.indices[0]) for r in Source().requests(PassRequest(0, 0))] == [0, 2, 4, 6]
 
 
 # --- the option ----------------------------------------------------------------------------
@@ -282,5 +284,4 @@ def test_a_share_on_a_simulated_gpu_is_race_free_and_within_a_level_of_the_cpu(s
         assert (g.float() - w.float()).abs().mean() <= 1.0
     assert stats["cpu_share_rows"] > 0 and stats["gpu_decoded_rows"] > 0
     assert stats["cpu_share_rows"] + stats["gpu_decoded_rows"] == 2 * 24
-    if share == "auto":  # the stream's timing events were read (only once passed)
-        assert stats["gpu_rows_per_s"] is not None
+    assert stats["gpu_rows_per_s"] is not None  # the stream's timing events were read (only once passed)

@@ -88,14 +88,14 @@ class CpuShare:
 
     def observe_cpu(self, rows: int, seconds: float) -> None:
         """A worker spent ``seconds`` decoding ``rows`` rows for the share."""
-        if self.auto and rows > 0 and seconds > 0:
+        if rows > 0 and seconds > 0:
             with self._lock:
                 self.cpu_row_s = _smoothed(self.cpu_row_s, seconds / rows)
                 self._steer()
 
     def observe_gpu(self, rows: int, seconds: float) -> None:
         """The executor spent ``seconds`` on a batch of which the GPU decoded ``rows`` rows."""
-        if self.auto and rows > 0 and seconds > 0:
+        if rows > 0 and seconds > 0:
             with self._lock:
                 self.gpu_row_s = _smoothed(self.gpu_row_s, seconds / rows)
                 self._steer()
@@ -114,9 +114,10 @@ class CpuShare:
         return min(max(cpu / (cpu + gpu), 0.0), AUTO_MAX)
 
     def _steer(self) -> None:
-        target = self.target()
+        """``"auto"``: the share moved toward the target (it stays in the target's bounds); a fixed share stays."""
+        target = self.target() if self.auto else None
         if target is not None:
-            self.share = min(max(self.share + STEP * (target - self.share), 0.0), AUTO_MAX)
+            self.share += STEP * (target - self.share)
 
     def as_dict(self) -> dict:
         """What ``loader.stats()`` shows of it."""
@@ -126,14 +127,13 @@ class CpuShare:
                 "cpu_share_rows": self.cpu_rows,
                 "gpu_decoded_rows": self.gpu_rows,
             }
-        if self.auto:
-            cpu, gpu = self.rates()
-            out.update(cpu_share_rows_per_s=cpu, gpu_rows_per_s=gpu)
+        cpu, gpu = self.rates()
+        out.update(cpu_share_rows_per_s=cpu, gpu_rows_per_s=gpu)
         return out
 
 
 class SharedDecode:
-    """The GPU decode executor, its rows counted and (``"auto"``) its time per batch measured.
+    """The GPU decode executor, its rows counted and its time per batch measured.
 
     Args:
         inner: The executor (:class:`~fastload.device.gpudecode.GpuDecode`).
@@ -149,7 +149,7 @@ class SharedDecode:
 
     def stage(self, batch: EncodedBatch, at: Placement) -> Staged:
         self._collect()
-        timed = self.share.auto and at.stream is not None
+        timed = at.stream is not None
         if timed:
             start = torch.cuda.Event(enable_timing=True)
             start.record(at.stream)
