@@ -221,10 +221,12 @@ def _steer(share, cpu_row_s, gpu_row_s, gpu_batch_s=0.0, rows=100, batches=60):
     return share.current()
 
 
-@pytest.mark.parametrize("workers, cpu_row_s, gpu_row_s", [(4, 2e-3, 1e-3), (14, 1.8e-3, 0.22e-3), (2, 5e-3, 0.1e-3)])
-def test_auto_converges_to_the_share_where_the_rates_add(workers, cpu_row_s, gpu_row_s):
-    rate_cpu, rate_gpu = workers / cpu_row_s, 1 / gpu_row_s
-    share = CpuShare("auto", workers)
+@pytest.mark.parametrize("workers, cpu_row_s, threads, gpu_row_s",
+                         [(4, 2e-3, 1, 1e-3), (14, 1.8e-3, 2, 0.44e-3), (2, 5e-3, 1, 0.1e-3)])
+def test_auto_converges_to_the_share_where_the_rates_add(workers, cpu_row_s, threads, gpu_row_s):
+    """Each side's rate: its batches in progress at once (workers; driver threads) over its time per row."""
+    rate_cpu, rate_gpu = workers / cpu_row_s, threads / gpu_row_s
+    share = CpuShare("auto", workers, gpu_threads=threads)
     assert share.current() == AUTO_START and share.target() is None
     got = _steer(share, cpu_row_s, gpu_row_s)
     assert got == pytest.approx(rate_cpu / (rate_cpu + rate_gpu), abs=0.01)
@@ -280,6 +282,7 @@ def test_a_share_on_a_simulated_gpu_is_race_free_and_within_a_level_of_the_cpu(s
                 read_on_consumer(x, y)
                 got.append(x.cpu())
         stats = ld.stats()
+        assert ld._share.gpu_threads == ld._driver.executor.threads >= 2  # the GPU's rate counts its threads
     for g, w in zip(got, want, strict=True):  # the float resize on "CUDA", rounded once: within a level
         assert (g.float() - w.float()).abs().mean() <= 1.0
     assert stats["cpu_share_rows"] > 0 and stats["gpu_decoded_rows"] > 0

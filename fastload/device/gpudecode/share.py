@@ -16,8 +16,9 @@ keep theirs.
 ``"auto"`` (:class:`CpuShare`) sets the share from measured rates so that the two add up:
 the workers' CPU rate is ``workers / t_cpu``, ``t_cpu`` the time a worker spends per row it
 decodes for the share (each batch carries it, :attr:`EncodedBatch.cpu_seconds`); the GPU's
-is ``1 / t_gpu``, ``t_gpu`` the executor's time per batch (host time of its call, and on
-CUDA the stream's time between two events around its work, the larger) over the rows the
+is ``threads / t_gpu``, ``threads`` the driver threads decoding batches at once (on CUDA;
+one on the CPU) and ``t_gpu`` the executor's time per batch (host time of its call, and on
+CUDA its stream's time between two events around its work, the larger) over the rows the
 GPU decoded. Both times are smoothed over batches, and after each batch the share moves
 half way toward ``rate_cpu / (rate_cpu + rate_gpu)``, clamped to [0, 0.95]; it starts at
 0.5. Rows the GPU decoded and rows decoded in the workers for the share are counted
@@ -35,8 +36,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from typing import Any, ClassVar, Union
+from typing import Any, Union
 
 import torch
 
@@ -64,12 +64,15 @@ class CpuShare:
     Args:
         setting: ``gpu_cpu_share``: a share in [0, 1], ``"auto"``, or None (0).
         workers: The workers making batches (0: this process makes them, counted as 1).
+        gpu_threads: The executor's batches in progress at once (its driver threads on CUDA;
+            the executor sets it, :class:`SharedDecode`).
     """
 
-    def __init__(self, setting: ShareSetting, workers: int) -> None:
+    def __init__(self, setting: ShareSetting, workers: int, gpu_threads: int = 1) -> None:
         self.auto = setting == "auto"
         self.share = AUTO_START if self.auto else float(setting or 0.0)  # type: ignore[arg-type]
         self.workers = max(1, int(workers))
+        self.gpu_threads = max(1, int(gpu_threads))
         self.cpu_row_s: float | None = None  # a worker's smoothed time per shared row
         self.gpu_row_s: float | None = None  # the executor's smoothed time per GPU row
         self.cpu_rows = 0  # GPU-decodable rows the workers decoded (the share's)
@@ -103,7 +106,7 @@ class CpuShare:
     def rates(self) -> tuple[float | None, float | None]:
         """(the workers' CPU rows/s, the GPU's rows/s), as measured so far (None: not yet)."""
         cpu = self.workers / self.cpu_row_s if self.cpu_row_s else None
-        gpu = 1 / self.gpu_row_s if self.gpu_row_s else None
+        gpu = self.gpu_threads / self.gpu_row_s if self.gpu_row_s else None
         return cpu, gpu
 
     def target(self) -> float | None:
@@ -133,23 +136,29 @@ class CpuShare:
 
 
 class SharedDecode:
-    """The GPU decode executor, its rows counted and its time per batch measured.
+    """The GPU decode executor, its rows counted and its time per batch measured; called from
+    as many driver threads at once as the executor it runs.
 
     Args:
         inner: The executor (:class:`~fastload.device.gpudecode.GpuDecode`).
         share: Hears of each batch: its rows, the workers' time, the executor's time.
     """
 
-    threaded: ClassVar[bool] = True  # as the executor it runs
-
     def __init__(self, inner: Any, share: CpuShare) -> None:
         self.inner, self.share = inner, share
-        # (start, end, rows, host seconds) of batches whose work on the stream may not have run yet.
-        self._pending: deque[tuple[Any, Any, int, float]] = deque()
+        # (start, end, rows, host seconds) of batches whose work on their stream may not have run yet.
+        self._pending: list[tuple[Any, Any, int, float]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def threads(self) -> int:
+        return int(self.inner.threads)
 
     def stage(self, batch: EncodedBatch, at: Placement) -> Staged:
         self._collect()
         timed = at.stream is not None
+        # The batches in progress at once: one per driver thread on CUDA, one at a time on the CPU.
+        self.share.gpu_threads = max(1, self.threads) if timed else 1
         if timed:
             start = torch.cuda.Event(enable_timing=True)
             start.record(at.stream)
@@ -162,13 +171,19 @@ class SharedDecode:
         if timed:
             end = torch.cuda.Event(enable_timing=True)
             end.record(at.stream)
-            self._pending.append((start, end, rows, host))
+            with self._lock:
+                self._pending.append((start, end, rows, host))
         else:
             self.share.observe_gpu(rows, host)
         return staged
 
     def _collect(self) -> None:
         """The GPU times of the batches whose work has run (only passed events are read: no wait)."""
-        while self._pending and self._pending[0][1].query():
-            start, end, rows, host = self._pending.popleft()
+        done: list[tuple[Any, Any, int, float]] = []
+        with self._lock:
+            waiting: list[tuple[Any, Any, int, float]] = []
+            for p in self._pending:  # several streams' batches: each one's own end event
+                (done if p[1].query() else waiting).append(p)
+            self._pending = waiting
+        for start, end, rows, host in done:
             self.share.observe_gpu(rows, max(host, start.elapsed_time(end) / 1000))
