@@ -25,11 +25,12 @@ half way toward ``rate_cpu / (rate_cpu + rate_gpu)``, clamped to [0, 0.95]; it s
 (``loader.stats()``: ``gpu_decoded_rows``, ``cpu_share_rows``, and the share now,
 ``gpu_cpu_share``).
 
-The fixed point of that rule is where the workers' time per batch for the share equals the
-executor's time per batch, whatever fixed cost per batch either side has: at share ``s``
-the rule settles where ``s R t_cpu / workers = T_gpu(s)``. The workers' other work (reading
-and planning every row, the rows the GPU cannot take) is not counted as CPU time, so where
-it is large the share settles somewhat high.
+The fixed point of that rule (within its bounds) is where the workers' time per batch on the
+share equals the executor's, also where the executor has a fixed cost per batch (``t_gpu``,
+measured at the share in use, holds it): it settles where
+``s R t_cpu / workers = T_gpu(s) / threads``, ``T_gpu(s)`` the executor's time per batch.
+The workers' other work (reading and planning every row, the rows the GPU cannot take) is
+not counted as CPU time, so where it is large the share settles somewhat high.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ __all__ = ["AUTO_MAX", "AUTO_START", "CpuShare", "ShareSetting", "SharedDecode"]
 ShareSetting = Union[float, str, None]
 
 AUTO_START = 0.5  # the share "auto" starts from, before anything is measured
-AUTO_MAX = 0.95  # "auto" leaves the GPU at least this much less than every row
+AUTO_MAX = 0.95  # the most "auto" hands to the workers: the GPU keeps at least 5% of the rows
 SMOOTHING = 0.25  # the weight of each batch's measurement in the smoothed time per row
 STEP = 0.5  # how far each batch moves the share toward its target
 
