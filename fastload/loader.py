@@ -150,10 +150,13 @@ class Loader(DataLoaderAttributes):
         self._skips = SkipLog()
         self.skipped: list[SkippedSample] = self._skips.items  # what on_error="skip" replaced (the latest 10,000)
         self._gpu = None  # the GPU decode pipeline (decode="gpu")
+        self._share = None  # the share of its rows the workers decode on the CPU (gpu_cpu_share)
         if cfg.decode == "gpu":
             from .device.gpudecode import check_setup
+            from .device.gpudecode.share import CpuShare
 
             self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
+            self._share = CpuShare(cfg.gpu_cpu_share, self.num_workers)  # kept across source rebuilds
         self._normalizer = Normalizer.of(cfg.normalize)
         self._stats = Stats()  # the device drivers' counters, kept across source rebuilds
         # The epoch, also as loader.sampler / batch_sampler and the DistributedSampler given set it.
@@ -209,14 +212,17 @@ class Loader(DataLoaderAttributes):
             order_seed=compat.order_seed(cfg, self._seed_drawn, self.world_size),
             epochs=self._progress,
             gpu=self._gpu,
+            cpu_share=self._share.current if self._share is not None else None,
         )
         executor: Executor = HostCopy()
-        if self._gpu is not None:
+        if self._gpu is not None and self._share is not None:
             from .device.gpudecode import GpuDecode
+            from .device.gpudecode.share import SharedDecode
 
             # The source's row loader loads what the GPU decoder refuses; the skip log (not the
-            # Loader: no cycle) hears of what those loads replaced.
-            executor = GpuDecode(self._source.loader, self._skips.record)
+            # Loader: no cycle) hears of what those loads replaced. The share counts the rows
+            # (and, "auto", times them).
+            executor = SharedDecode(GpuDecode(self._source.loader, self._skips.record), self._share)
         self._driver = DeviceDriver(
             executor, self.device, DEVICE_AHEAD, self._normalizer, cfg.return_index, stats=self._stats
         )
@@ -423,8 +429,11 @@ class Loader(DataLoaderAttributes):
         self._progress.resume(merged["epoch"], resumed)
 
     def stats(self) -> dict:
-        """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts."""
-        return {**self._stats.as_dict(), "skipped": self._skips.count}
+        """Data-wait time and share of each step, host-to-device GB/s, unpinned and skipped counts;
+        with ``decode="gpu"``, the rows the GPU decoded and those the workers decoded for
+        ``gpu_cpu_share``, and the share now (:class:`~fastload.device.gpudecode.share.CpuShare`)."""
+        share = self._share.as_dict() if self._share is not None else {}
+        return {**self._stats.as_dict(), "skipped": self._skips.count, **share}
 
     def close(self) -> None:
         """Ends the current pass and stops the workers (within a few seconds, even if one

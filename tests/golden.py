@@ -302,8 +302,9 @@ CONFIGS = [
     Config("user-dataset-process-w2", _user, dict(TRAIN, **PROC2)),
     Config("user-dataset-thread-w2", _user, dict(TRAIN, **THREAD2)),
     Config("user-arrays-process-w0", lambda root: ArrayDataset(), dict(TRAIN, num_workers=0)),
-    Config("gpu-decode-on-cpu-w2", _gpu_ready, dict(TRAIN, **PROC2, decode="gpu")),
-    Config("gpu-decode-on-cpu-w0", _gpu_ready, dict(TRAIN, num_workers=0, decode="gpu")),
+    # Every row the GPU can take decoded by it (gpu_cpu_share="auto" would depend on timing).
+    Config("gpu-decode-on-cpu-w2", _gpu_ready, dict(TRAIN, **PROC2, decode="gpu", gpu_cpu_share=0)),
+    Config("gpu-decode-on-cpu-w0", _gpu_ready, dict(TRAIN, num_workers=0, decode="gpu", gpu_cpu_share=0)),
     Config("resume-folder-process-to-thread", _image_folder(), dict(TRAIN, **PROC2), "resume", dict(THREAD2)),
     Config(
         "resume-folder-two-ranks-to-one",

@@ -178,7 +178,7 @@ def refuse(monkeypatch):
 def test_rows_the_decoder_refuses_are_decoded_by_the_cpu_path(tmp_path, on_cpu, refuse):
     ds = fl.ImageFolder(_write(tmp_path, _photos(8)), fl.transforms.train(64, reduced_decode=False))
     refuse.update({1, 6})
-    gpu, stats = _batches(ds, "gpu")
+    gpu, stats = _batches(ds, "gpu", gpu_cpu_share=0)  # every row to the decoder
     cpu, _ = _batches(ds, "cpu")
     _assert_same(gpu, cpu)
     assert stats["cpu_fallback_rows"] == 2
@@ -216,7 +216,7 @@ def test_regions_the_backend_refuses_are_decoded_whole_and_asked_for_again(tmp_p
         decoders.append(self)
 
     monkeypatch.setattr(nvdecode.BatchDecoder, "__init__", refusing_regions)
-    gpu, stats = _batches(ds, "gpu", epochs=(0, 1))
+    gpu, stats = _batches(ds, "gpu", epochs=(0, 1), gpu_cpu_share=0)
     cpu, _ = _batches(ds, "cpu", epochs=(0, 1))
     _assert_same(gpu, cpu)
     assert stats["cpu_fallback_rows"] == 0
@@ -245,7 +245,8 @@ def test_decode_gpu_is_not_strict_and_its_docs_say_so(tmp_path, on_cpu, preset, 
     ds = fl.ImageFolder(_write(tmp_path, files), getattr(fl.transforms, preset)(64))
     with pytest.raises(fl.DecodeError, match="01.jpg"):
         _batches(ds, "cpu", batch_size=2, device=device)
-    gpu, stats = _batches(ds, "gpu", batch_size=2, device=device)
+    # Every row to the GPU decoder (rows the workers decode for gpu_cpu_share are strict).
+    gpu, stats = _batches(ds, "gpu", batch_size=2, device=device, gpu_cpu_share=0)
     assert [len(x) for x, _, _ in gpu] == [2] and stats["cpu_fallback_rows"] == 0
     guide = open(os.path.join(os.path.dirname(__file__), "..", "docs", "guides", "gpu.md")).read()
     for doc in (fl.Loader.__doc__, fl.LoaderConfig.__doc__, guide):
@@ -268,7 +269,7 @@ def test_failures_name_their_file_under_on_error(tmp_path, on_cpu, refuse, on_er
         ds.load(5)
     refuse.update(range(8))  # every row: whichever row sample 5 lands in
     loader = fl.Loader(ds, batch_size=8, num_workers=0, device=device, decode="gpu", on_error=on_error,
-                       return_index=True)
+                       return_index=True, gpu_cpu_share=0)
     if on_error == "raise":
         with pytest.raises(fl.DecodeError, match=os.path.join("a", bad)):
             list(loader)
@@ -345,7 +346,9 @@ def test_cuda_batches_survive_a_slow_consumer_without_host_syncs(tmp_path):
     were reused early, or read before its decode finished, would change its sums. The
     reference synchronizes after every batch; the loop under test never does."""
     ds = fl.ImageFolder(_write(tmp_path, _photos(64)), fl.transforms.train(64, reduced_decode=False))
-    opts = dict(decode="gpu", batch_size=16, num_workers=2, device="cuda", normalize=False, shuffle=True, prefetch_factor=3)
+    # A fixed share: both passes decode the same rows on the CPU ("auto" may move between them).
+    opts = dict(decode="gpu", batch_size=16, num_workers=2, device="cuda", normalize=False, shuffle=True, prefetch_factor=3,
+                gpu_cpu_share=0.5)
     with fl.Loader(ds, **opts) as loader:
         reference = []
         for x, _ in loader:
@@ -369,7 +372,7 @@ def test_cuda_refused_rows_and_memory_stay_flat(tmp_path, refuse):
 
     ds = fl.ImageFolder(_write(tmp_path, _photos(32)), fl.transforms.train(64, reduced_decode=False))
     refuse.update({0, 5})
-    with fl.Loader(ds, decode="gpu", batch_size=16, num_workers=2, device="cuda", shuffle=True) as loader:
+    with fl.Loader(ds, decode="gpu", batch_size=16, num_workers=2, device="cuda", shuffle=True, gpu_cpu_share=0) as loader:
         memory = device_memory_per_epoch(loader, 8)
         assert loader.stats()["cpu_fallback_rows"] == 2 * 2 * 8
     used, reserved = zip(*memory)

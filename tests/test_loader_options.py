@@ -1,4 +1,4 @@
-"""The Loader's options: DataLoader's keywords and eleven of fastload's own, grouped where
+"""The Loader's options: DataLoader's keywords and twelve of fastload's own, grouped where
 they belong (normalize=fl.Normalize, shard=fl.Shard); the old spellings keep working with a
 DeprecationWarning that shows the new form, in scripts, saved configs and tuned profiles."""
 
@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 import fastload as fl
 from fastload.loading import compat
 
-OWN = {"config", "batch_transform", "seed", "device", "backend", "decode", "normalize", "shard", "on_error",
+OWN = {"config", "batch_transform", "seed", "device", "backend", "decode", "gpu_cpu_share", "normalize", "shard", "on_error",
        "stall_warning", "return_index"}
 
 
@@ -38,7 +38,7 @@ def loader_options() -> set[str]:
     return signature | {f.name for f in dataclasses.fields(fl.LoaderConfig)} | set(compat.KEYWORDS)
 
 
-def test_dataloaders_keywords_and_eleven_of_its_own():
+def test_dataloaders_keywords_and_twelve_of_its_own():
     dataloader = set(inspect.signature(DataLoader).parameters) - {"dataset", "self"}
     options = loader_options()
     assert dataloader <= options, sorted(dataloader - options)

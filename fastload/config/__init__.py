@@ -77,6 +77,21 @@ def start_method_of(context: Any) -> str | None:
     )
 
 
+def gpu_cpu_share(value: Any) -> float | str | None:
+    """``gpu_cpu_share`` checked: "auto", None, or a number in [0, 1] (as a float).
+
+    Raises:
+        ValueError: Anything else, naming it.
+    """
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"gpu_cpu_share must be a number in [0, 1], 'auto' or None, got {value!r}")
+    if not 0.0 <= float(value) <= 1.0:  # also NaN
+        raise ValueError(f"gpu_cpu_share must be a number in [0, 1], 'auto' or None, got {value!r}")
+    return float(value)
+
+
 def _old_spellings(cls: type) -> type:
     """Lets the generated ``__init__`` of ``cls`` take the options' old spellings too, each
     with a DeprecationWarning naming its new form (:mod:`.spellings`)."""
@@ -143,6 +158,14 @@ class LoaderConfig:
             damaged file can reach a batch as wrong pixels instead of raising (or being
             skipped). For data not known to be intact, convert it with ``--verify`` first
             (every image decoded strictly), or keep ``decode="cpu"``.
+        gpu_cpu_share: With ``decode="gpu"``, the share of each batch's GPU-decodable rows
+            the workers decode themselves, by the CPU path, while the GPU decodes the rest:
+            a number in [0, 1] (the first ``round(share * R)`` of a batch's R such rows;
+            fully reproducible), ``"auto"`` (set from the measured rates of both so they add
+            up, within [0, 0.95]; which rows the CPU took then depends on timing, and their
+            pixels differ from the GPU's within its tolerance), or None (0: the GPU decodes
+            every row it can take). Ignored with ``decode="cpu"``. See
+            :mod:`fastload.device.gpudecode.share`.
 
     The old spellings ``mean``, ``std``, ``dtype`` (now in ``normalize``), ``rank``,
     ``world_size``, ``drop_uneven``, ``shuffle_seed`` (now in ``shard``) and
@@ -168,6 +191,7 @@ class LoaderConfig:
     stall_warning: float = 60.0
     return_index: bool = False
     decode: str = "cpu"
+    gpu_cpu_share: Union[float, str, None] = "auto"
 
     def __post_init__(self) -> None:
         def positive_int(name: str, minimum: int = 1) -> None:
@@ -193,6 +217,7 @@ class LoaderConfig:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.decode not in DECODES:
             raise ValueError(f"decode must be one of {DECODES}, got {self.decode!r}")
+        object.__setattr__(self, "gpu_cpu_share", gpu_cpu_share(self.gpu_cpu_share))
         object.__setattr__(self, "multiprocessing_context", start_method_of(self.multiprocessing_context))
         object.__setattr__(self, "normalize", Normalize.of(self.normalize))
         object.__setattr__(self, "shard", Shard.of(self.shard))

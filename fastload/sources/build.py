@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ def build_source(
     order_seed: int | None = None,
     epochs: EpochClock | None = None,
     gpu: GpuRows | None = None,
+    cpu_share: Callable[[], float] | None = None,
 ) -> BatchSource:
     """The :class:`~fastload.sources.BatchSource` that runs ``samples`` under ``cfg``.
 
@@ -59,6 +61,8 @@ def build_source(
         epochs: Where the sampler keeps its epoch (the Loader's progress).
         gpu: ``decode="gpu"``: the transforms as the device runs them; workers then pack
             batches for it (:class:`~fastload.sources.packed.PackMaker`) instead of decoding.
+        cpu_share: With ``gpu``: the share of GPU-decodable rows the workers decode on the
+            CPU, read for each request as it is sent (:class:`fastload.device.gpudecode.share.CpuShare`).
     """
     pin = pin_memory(cfg.pin_memory, device) and torch.cuda.is_available()
     workers = int(cfg.num_workers)
@@ -126,4 +130,4 @@ def build_source(
     pool: BufferPool = PlainPool(pin=pin and gpu is None, device=options.pin_device)
     if workers > 0 and gpu is None and BufferTable.supported:
         pool = SharedPool(BufferTable(workers, cfg.prefetch_factor + 2))
-    return ProcessSource(maker, pool, sampler, options)
+    return ProcessSource(maker, pool, sampler, options, cpu_share=cpu_share if gpu is not None else None)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from . import resume
@@ -27,6 +28,9 @@ class IndexedSource:
 
     maker: Maker
     sampler: ShardedBatchSampler
+    #: ``decode="gpu"``: the CPU share for the next request, read as each is sent to a worker
+    #: (:attr:`BatchRequest.cpu_share`); None: no share.
+    cpu_share: Callable[[], float] | None = None
 
     @property
     def loader(self) -> SampleLoader:
@@ -46,8 +50,14 @@ class IndexedSource:
     def requests(self, run: PassRequest) -> Iterator[BatchRequest]:
         """The batch requests of pass ``run``: its epoch's, or the rest of it that ``run.resumed`` says."""
         if run.resumed is None:
-            return self.sampler.requests(run.epoch, run.seed)
-        return run.resumed.requests(run.seed, self.sampler.rank, run.first)
+            requests = self.sampler.requests(run.epoch, run.seed)
+        else:
+            requests = run.resumed.requests(run.seed, self.sampler.rank, run.first)
+        share = self.cpu_share
+        if share is None:
+            return requests
+        # Lazily: each request takes the share of the moment it is sent (DataLoader draws them as it sends).
+        return (dataclasses.replace(r, cpu_share=share()) for r in requests)
 
     def reshard(self, rank: int, world_size: int, order_seed: int) -> None:
         """Deals this rank's share anew for another rank, world size or order seed (no new workers)."""

@@ -9,10 +9,18 @@ under the error policy, straight into a buffer of final pixels ("decoded rows").
 per-row values are numpy arrays, pickled with the batch; the two large buffers are tensors
 in shared memory, so nothing large is copied on the way. The device decodes the encoded rows
 (:mod:`fastload.device.gpudecode`).
+
+A request's ``cpu_share`` hands part of the GPU's work to the worker: the first
+``round(cpu_share * R)`` of the R rows the GPU would take (in batch order) are loaded by the
+CPU path too, exactly as ``decode="cpu"`` loads them (the same plan, the same draws), into
+the decoded rows; the worker's time on them travels with the batch
+(:attr:`EncodedBatch.cpu_seconds`), for the share's controller
+(:class:`fastload.device.gpudecode.share.CpuShare`).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, cast
 
@@ -87,6 +95,9 @@ class EncodedBatch:
         skipped: Samples replaced under ``on_error="skip"``.
         out_size: (H, W) of every row.
         seed: The seed of the batch's draws (a row the decoder refuses is loaded with it).
+        cpu_share_rows: How many of the M decoded rows the GPU could have taken: those the
+            request's ``cpu_share`` handed to the worker (:func:`shared_rows`).
+        cpu_seconds: The worker's time loading those rows (wall clock).
     """
 
     data: torch.Tensor
@@ -106,6 +117,8 @@ class EncodedBatch:
     skipped: tuple[SkippedSample, ...]
     out_size: tuple[int, int]
     seed: int = 0
+    cpu_share_rows: int = 0
+    cpu_seconds: float = 0.0
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])
@@ -152,6 +165,8 @@ def pack(
     skipped: tuple[SkippedSample, ...],
     out_size: tuple[int, int],
     seed: int = 0,
+    cpu_share_rows: int = 0,
+    cpu_seconds: float = 0.0,
 ) -> EncodedBatch:
     """The EncodedBatch of ``encoded`` rows and the rows ``decoded`` on the CPU, whose final
     pixels ``pixels`` holds; the bytes go into a buffer allocated where the batch goes next
@@ -187,7 +202,17 @@ def pack(
         skipped=skipped,
         out_size=(int(out_size[0]), int(out_size[1])),
         seed=seed,
+        cpu_share_rows=cpu_share_rows,
+        cpu_seconds=cpu_seconds,
     )
+
+
+def shared_rows(share: float, candidates: list[int]) -> list[int]:
+    """The rows of ``candidates`` (the GPU-decodable rows, in batch order) that a request's
+    ``cpu_share`` hands to the worker: the first ``round(share * len(candidates))``, halves
+    rounded up."""
+    k = int(np.floor(share * len(candidates) + 0.5))
+    return candidates[: max(0, min(k, len(candidates)))]
 
 
 class PackMaker:
@@ -201,8 +226,8 @@ class PackMaker:
     def __init__(self, loader: SampleLoader, rows: GpuRows) -> None:
         self.loader, self.rows = loader, rows
 
-    def _encoded(self, plan: BatchPlan, j: int) -> tuple[EncodedRow, Target] | None:
-        """Row ``j`` packed for the GPU, or None when the CPU path must load it (its plan untouched)."""
+    def _geometry(self, plan: BatchPlan, j: int) -> RowGeometry | None:
+        """Row ``j``'s geometry on the GPU, or None when the CPU path must load it (its plan untouched)."""
         sample = plan.rows[j].plan
         if sample is None or sample.crop is None:  # the device's transforms always crop first
             return None
@@ -211,20 +236,34 @@ class PackMaker:
             if not gpu_decodable(header):
                 return None
             check_jpeg_complete(sample.data)  # a JPEG cut short is the CPU path's error to report
-            geometry = self.rows.geometry(sample.crop, header.height, header.width)
-            flip = self.rows.flip.draw(sample.rng) if self.rows.flip is not None else False  # last: may not fail
-            return EncodedRow(j, sample.data, header.height, header.width, geometry, flip), as_target(sample.label)
+            return self.rows.geometry(sample.crop, header.height, header.width)
         except Exception:  # the CPU path meets it again and applies the error policy
             return None
 
+    def _encoded(self, plan: BatchPlan, j: int, geometry: RowGeometry) -> tuple[EncodedRow, Target]:
+        """Row ``j`` packed for the GPU: its flip drawn from its plan's generator (after its crop,
+        as the CPU path draws them)."""
+        sample = plan.rows[j].plan
+        assert sample is not None
+        header = sample.header
+        flip = self.rows.flip.draw(sample.rng) if self.rows.flip is not None else False
+        return EncodedRow(j, sample.data, header.height, header.width, geometry, flip), as_target(sample.label)
+
     def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> EncodedBatch:
-        """The EncodedBatch of ``request``: bytes for the GPU, pixels for the rest."""
+        """The EncodedBatch of ``request``: bytes for the GPU, pixels for the rest (and for
+        the request's ``cpu_share`` of what the GPU could take)."""
         plan = BatchPlan.of(request)
         n, (out_h, out_w) = len(plan), self.rows.out_size
         for j in range(n):
             plan_row(self.loader, plan, j, worker)
-        packed = [self._encoded(plan, j) for j in range(n)]
+        geometry = [self._geometry(plan, j) for j in range(n)]
+        # Decided before any flip is drawn: a shared row's generator is the CPU path's, untouched.
+        shared = set(shared_rows(request.cpu_share, [j for j in range(n) if geometry[j] is not None]))
+        packed = [
+            self._encoded(plan, j, g) if g is not None and j not in shared else None for j, g in enumerate(geometry)
+        ]
         cpu = [j for j in range(n) if packed[j] is None]
+        cpu_seconds = 0.0
         pixels = _buffer((0, out_h, out_w, 3))
         if cpu:
             pixels = cast(torch.Tensor, pool.lease(Need(len(cpu), (out_h, out_w, 3), worker=worker)).images)
@@ -234,8 +273,11 @@ class PackMaker:
         skipped: list[SkippedSample] = []
         for k, j in enumerate(cpu):  # the CPU path, as decode="cpu" loads them, from their plans
             r, into = plan.take(j), row(rows, k)
+            start = time.perf_counter()
             item = self.loader.load(r.index, request.epoch, worker, into, seed=request.seed, row=r)
             put(into, item, self.loader)
+            if j in shared:
+                cpu_seconds += time.perf_counter() - start
             targets[j], indices[j] = item.label, item.index
             skipped.extend(item.skipped)
         encoded = []
@@ -255,4 +297,6 @@ class PackMaker:
             tuple(skipped),
             (out_h, out_w),
             request.seed,
+            len(shared),
+            cpu_seconds,
         )

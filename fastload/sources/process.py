@@ -7,7 +7,7 @@ import multiprocessing
 import random
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -284,10 +284,19 @@ class ProcessSource(IndexedSource):
         pool: Lends the batches' buffers there.
         sampler: This rank's requests per epoch.
         options: Worker count, prefetch, persistence, start method, timeout, pinning.
+        cpu_share: ``decode="gpu"``: the CPU share of the next request (see :class:`IndexedSource`).
     """
 
-    def __init__(self, maker: Maker, pool: BufferPool, sampler: ShardedBatchSampler, options: WorkerOptions) -> None:
+    def __init__(
+        self,
+        maker: Maker,
+        pool: BufferPool,
+        sampler: ShardedBatchSampler,
+        options: WorkerOptions,
+        cpu_share: Callable[[], float] | None = None,
+    ) -> None:
         self.maker, self.pool, self.options, self.sampler = maker, pool, options, sampler
+        self.cpu_share = cpu_share
         self.inflight = maker.loader.inflight
         self._requests = PassRequests()
         self._closed = threading.Event()  # seen by a pass running in another thread

@@ -27,6 +27,10 @@ class BatchRequest:
         seed: The seed of its augmentation draws: sample i draws from (seed, epoch, i).
         rank: The rank it is made for.
         number: Its number among this rank's batches of the epoch.
+        cpu_share: ``decode="gpu"``: the share of its GPU-decodable rows the worker decodes on
+            the CPU (the first ``round(cpu_share * R)`` of its R such rows, in batch order;
+            :class:`fastload.sources.packed.PackMaker`). Set as the request is sent, so a
+            changed share needs no new workers.
     """
 
     epoch: int
@@ -34,6 +38,7 @@ class BatchRequest:
     seed: int = 0
     rank: int = 0
     number: int = 0
+    cpu_share: float = 0.0
 
     def __len__(self) -> int:
         return len(self.indices)
