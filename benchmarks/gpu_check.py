@@ -69,10 +69,10 @@ STEPS = (
          ("photos",)),
     Step("correctness", 30, "device='cuda' batches against the CPU device's; decode='gpu' pixels against the CPU "
          "path's", ("photos",)),
-    Step("train", 150, "ResNet-18 (3 repeats) and ResNet-50 (1, 4 workers) fed by fastload, DataLoader + its "
-         "prefetcher (workers and prefetch_factor swept), timm; the model alone", ("photos",)),
     Step("decode", 115, "decode='gpu' (and with the CPU's share) against the CPU default and torchvision's "
          "decode_jpeg on the GPU, 3 repeats; CPU seconds per image", ("photos",)),
+    Step("train", 150, "ResNet-18 (3 repeats) and ResNet-50 (1, 4 workers) fed by fastload, DataLoader + its "
+         "prefetcher (workers and prefetch_factor swept), timm; the model alone", ("photos",)),
     Step("h2d", 20, "the Loader's device stage against a copy timed the same way, 14 and 4 workers"),
 )
 BY_NAME = {s.name: s for s in STEPS}

@@ -18,7 +18,7 @@ import gpu_summary  # noqa: E402
 import gpu_wheels  # noqa: E402
 
 LEASE_COMMAND_S = 540  # the timeout_s GPU.md gives the device call (of the 600 s a command may run)
-ORDER = ["setup", "cuda-tests", "photos", "probe", "correctness", "train", "decode", "h2d"]  # issue 31's priority order
+ORDER = ["setup", "cuda-tests", "photos", "probe", "correctness", "decode", "train", "h2d"]  # issue 38's priority order
 
 
 def test_the_step_limits_fit_the_budget_and_the_budget_the_lease():
