@@ -186,3 +186,34 @@ def test_without_triton_the_kernel_names_its_pip_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "fastload.device.gpudecode.rowkernel", None)
     with pytest.raises(ImportError, match="pip install triton"):
         rows.kernel(interpret=True)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_the_compiled_kernel_is_the_float_interpolate_on_a_real_batch():
+    """The compiled kernel on the GPU, a batch as GPU decode makes it (256 rows, 224 x 224,
+    RandomResizedCrop boxes of real photos 2-7x larger than the output, one in two flipped,
+    a region's view among them), against the float reference run on the same device."""
+    if not rows.triton_available():
+        pytest.skip("needs Triton: pip install triton")
+    rng = np.random.default_rng(1)
+    photos = [torch.from_numpy(np.array(Image.open(io.BytesIO(b)).convert("RGB")))
+              for b in photo_jpegs((480, 640), 1, seed=5)[:8]]
+    n, out = 256, (224, 224)
+    images = [photos[i % len(photos)].cuda() for i in range(n)]
+    images[3] = images[3][11:-7, 5:-9]  # a view with the whole image's line pitch
+    boxes, resize, windows = [], [], []
+    for img in images:
+        h, w = img.shape[:2]
+        bh, bw = int(rng.integers(min(h, 80), h + 1)), int(rng.integers(min(w, 80), w + 1))
+        y0, x0 = int(rng.integers(0, h - bh + 1)), int(rng.integers(0, w - bw + 1))
+        boxes.append((y0, x0, y0 + bh, x0 + bw))
+        resize.append(out)
+        windows.append((0, 0))
+    table = (np.array(boxes), np.array(resize), np.array(windows), np.arange(n) % 2 == 0, rng.permutation(n))
+    got = torch.zeros((n, 3, *out), dtype=torch.uint8, device="cuda").contiguous(memory_format=torch.channels_last)
+    want = got.clone()
+    rows.resize_rows(got, images, *table, method="triton")
+    rows.resize_rows(want, images, *table, method="float")
+    diff = (got.int() - want.int()).abs()
+    assert diff.max() <= 1 and diff.float().mean() <= 0.05, (diff.max(), diff.float().mean())
