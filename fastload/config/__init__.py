@@ -137,6 +137,8 @@ class LoaderConfig:
         prefetch_factor: Batches prepared ahead of the training step per worker (process or
             thread), as in DataLoader: ``prefetch_factor * num_workers`` batches are being
             decoded or wait on the host. The device stage copies a fixed 2 of them ahead.
+            The thread backend makes no more ahead than a pass has batches, and refuses a
+            ring of them larger than the machine's available memory.
         persistent_workers: Keep workers alive between epochs.
         pin_memory: Pin host batches; None means "when the device is CUDA".
         backend: "process" (torch DataLoader workers) or "thread".
