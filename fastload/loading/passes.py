@@ -90,10 +90,29 @@ def register(loader: Owner) -> None:
     _LIVE.add(loader)
 
 
+def fork_safe_threads() -> None:
+    """At a pass's start: in a forked process, torch's CPU ops run on one thread from now on
+    (as in DataLoader's workers). torch's intra-op thread pool (OpenMP) started in the parent
+    does not survive ``fork()``: a parallel op here (copying a batch of more than 32 KB out of
+    a worker's buffer, normalizing it) would wait forever for threads that do not exist."""
+    global _FORKED
+    if _FORKED:
+        _FORKED = False
+        import torch
+
+        if torch.get_num_threads() > 1:
+            torch.set_num_threads(1)
+
+
+_FORKED = False  # this process is a fork whose torch threads fork_safe_threads has not yet set
+
+
 def _forked() -> None:
     """In the child of ``os.fork()`` (``multiprocessing``'s fork too): every Loader's source,
     workers, threads and pass are the parent's. Each is kept here, untouched; the child's
     next pass over a Loader builds its own."""
+    global _FORKED
+    _FORKED = True
     for loader in list(_LIVE):
         _INHERITED.append(loader._forked())
 
