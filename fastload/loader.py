@@ -22,7 +22,7 @@ from .device.driver import DeviceDriver, Executor, Output, Stats
 from .device.normalize import Normalizer
 from .loading import compat
 from .loading.compat import DataLoaderAttributes
-from .loading.passes import Pass, register
+from .loading.passes import Pass, fork_safe_threads, register
 from .loading.profiles import resolve_auto
 from .loading.progress import Position, Progress
 from .loading.skips import SkipLog
@@ -306,6 +306,7 @@ class Loader(DataLoaderAttributes):
         if self._closed:
             raise RuntimeError("Loader is closed")
         self._end_pass()
+        fork_safe_threads()  # in a forked process: torch's thread pool is the parent's
         if self._inherited():
             self._rebuild_source()  # a forked process's first pass: workers, threads and buffers of its own
         self._follow_length()

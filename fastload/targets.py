@@ -19,6 +19,7 @@ import torch
 
 Target = Union[int, float, np.ndarray]
 NUMERIC_KINDS = "biuf"  # bool, signed and unsigned int, float
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _bad(value: Any, where: str, why: str) -> TypeError:
@@ -35,12 +36,26 @@ def _bad(value: Any, where: str, why: str) -> TypeError:
     )
 
 
+def _out_of_range(value: int, where: str) -> ValueError:
+    return ValueError(
+        f"{where + ': ' if where else ''}the target {value} is outside int64 "
+        f"[{INT64_MIN}, {INT64_MAX}], which a batch's int64 labels hold; map such ids to "
+        "class indices (or give a float target, or return_index=True and look them up by index)"
+    )
+
+
 def as_target(value: Any, where: str = "") -> Target:
-    """``value`` as an int, a float or a numeric array (TypeError naming ``where`` otherwise)."""
+    """``value`` as an int, a float or a numeric array (TypeError naming ``where`` otherwise;
+    ValueError for an int outside int64)."""
     if type(value) is int:  # the fast path: fastload's own datasets
-        return value
+        if INT64_MIN <= value <= INT64_MAX:
+            return value
+        raise _out_of_range(value, where)
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        return int(value)
+        value = int(value)
+        if INT64_MIN <= value <= INT64_MAX:
+            return value
+        raise _out_of_range(value, where)
     if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, torch.Tensor):
@@ -50,6 +65,8 @@ def as_target(value: Any, where: str = "") -> Target:
             value = np.asarray(value)
         except ValueError:
             raise _bad(value, where, "is a ragged sequence") from None
+        if value.dtype.kind == "u" and value.size and int(value.max()) > INT64_MAX:
+            raise _out_of_range(int(value.max()), where)
         if value.dtype.kind in "iu":
             value = value.astype(np.int64, copy=False)
         elif value.dtype.kind == "f":

@@ -133,3 +133,35 @@ def test_close_from_another_thread_stops_a_running_pass(backend):
     while workers & children() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not workers & children(), "the workers outlived close()"
+
+
+def test_a_next_while_another_thread_closes_the_pass_is_the_documented_error():
+    # Issue 40 (trust round 5): close() from another thread during a stream pass closed the pass's
+    # generator there while _ended_by was set only afterwards: the consumer's next() met the closing
+    # generator and raised Python's raw "ValueError: generator already executing".
+    from fastload.loading.passes import Pass
+
+    closing, release = threading.Event(), threading.Event()
+
+    def batches():
+        try:
+            while True:
+                yield 1
+        finally:  # a stream's cleanup: takes a while
+            closing.set()
+            release.wait(5)
+
+    owner = object()
+    p = Pass(owner, batches())
+    assert next(p) == 1
+    closer = threading.Thread(target=p.end, args=("close()",))
+    closer.start()
+    assert closing.wait(5)
+    try:
+        with pytest.raises(RuntimeError, match=r"ended by close\(\)"):
+            next(p)
+    finally:
+        release.set()
+        closer.join(5)
+    with pytest.raises(RuntimeError, match=r"ended by close\(\)"):
+        next(p)

@@ -5,6 +5,7 @@ DeprecationWarning that shows the new form, in scripts, saved configs and tuned 
 import dataclasses
 import inspect
 import json
+import math
 import multiprocessing
 import warnings
 
@@ -144,6 +145,26 @@ def test_a_profile_saved_by_the_old_tuner_is_used(tmp_path, monkeypatch):
 def test_bad_values_are_named(options, error, says):
     with pytest.raises(error, match=says):
         fl.Loader(Pixels(), num_workers=0, device="cpu", **options)
+
+
+@pytest.mark.parametrize("options, error, says", [
+    (dict(seed=2**64), ValueError, r"seed must be < 2\*\*64 .*got 18446744073709551616"),
+    (dict(device=5), ValueError, r"device=5 \(cuda:5\) requested but CUDA is not available"),
+    (dict(device="tpu"), ValueError, r"device='tpu' names no device"),
+    (dict(device=1.5), TypeError, r"device must be a device name .*got float 1.5"),
+    (dict(timeout=10**30), ValueError, r"timeout must be a number of seconds >= 0, got 10{30}: more than"),
+    (dict(timeout=math.inf), ValueError, r"timeout must be a number of seconds >= 0, got inf"),
+    (dict(timeout=math.nan), ValueError, r"timeout must be a number of seconds >= 0, got nan"),
+    (dict(stall_warning=math.nan), ValueError, r"stall_warning must be a number of seconds >= 0, got nan"),
+    (dict(stall_warning=10**400), ValueError, r"stall_warning must be a number of seconds >= 0, got 10{400}"),
+])
+def test_values_that_escaped_the_checks_are_named_at_construction(options, error, says):
+    # Issue 40 (trust round 5): each was torch's error, an OverflowError at iteration, or accepted.
+    if "device" in options and torch.cuda.is_available() and isinstance(options["device"], int):
+        pytest.skip("a CUDA index is a device where CUDA is available")
+    with pytest.raises(error, match=says):
+        fl.Loader(Pixels(), num_workers=0, **{"device": "cpu", **options})
+    assert fl.LoaderConfig(seed=2**64 - 1, timeout=3.5, stall_warning=0).seed == 2**64 - 1
 
 
 @pytest.mark.parametrize("make, says", [

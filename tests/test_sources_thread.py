@@ -2,10 +2,12 @@ import threading
 import time
 import traceback
 
+import numpy as np
 import pytest
 import torch
 
 import fastload as fl
+from fastload.sources import ring as ring_module
 from fastload.sources.ring import BufferRing
 
 
@@ -190,3 +192,29 @@ def test_ctrl_c_exits_promptly(folder):
         pytest.fail(f"Ctrl-C did not stop the loop; its threads:\n{err}")
     assert time.monotonic() - start < 5, "took too long to stop"
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
+
+
+class _Tiny(torch.utils.data.Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return np.full((8, 8, 3), i % 256, np.uint8), i
+
+
+def test_a_huge_prefetch_factor_holds_no_more_than_a_pass(monkeypatch):
+    # Issue 40 (trust round 5): prefetch_factor=10**6 allocated the whole ring up front
+    # (12.9 GB, 33 s); 10**9 never delivered. A pass of 10 batches needs 10 ahead at most.
+    with fl.Loader(_Tiny(40), batch_size=4, num_workers=2, backend="thread", prefetch_factor=10**5,
+                   device="cpu", seed=0) as loader:
+        assert [y.tolist() for _, y in loader] == [list(range(i, i + 4)) for i in range(0, 40, 4)]
+        assert len(loader._source.ring) <= 10 + 3
+    # Where even a pass's batches cannot fit, the option is named before anything is allocated.
+    monkeypatch.setattr(ring_module, "available_memory", lambda: 2**16)
+    with fl.Loader(_Tiny(4000), batch_size=4, num_workers=2, backend="thread", prefetch_factor=10**6,
+                   device="cpu") as loader:
+        with pytest.raises(ValueError, match=r"prefetch_factor: the thread backend would hold 1003 batches"):
+            next(iter(loader))

@@ -225,3 +225,21 @@ def test_ctrl_c_before_measuring_is_a_line_not_a_traceback(folder, monkeypatch, 
     except KeyboardInterrupt:
         pytest.fail("Ctrl-C escaped the command as a raw KeyboardInterrupt")
     assert rc == 130 and capsys.readouterr().err.strip() == "fastload tune: interrupted"
+
+
+def test_a_tfrecord_profile_is_found_under_every_spelling_of_its_path(tmp_path, monkeypatch):
+    # Issue 40 (trust round 5): tuned as /abs/path, TFRecord files opened as path or ./path missed
+    # the profile (defaults instead), and the hint said "fastload tune DATASET --forget".
+    from fastload.loading import profiles
+    from tfrecord_files import write_shards
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = write_shards(tmp_path / "records", [3, 2])
+    monkeypatch.chdir(tmp_path)
+    saved = profiles.save(fl.TFRecordDataset(root), {"num_workers": 3, "backend": "thread"}, {})
+    for spelling in ("records", "./records", "records/", str(tmp_path / "records" / "part-*")):
+        dataset = fl.TFRecordDataset(spelling)
+        assert profiles.profile_path(dataset) == saved, spelling
+        assert f"`fastload tune {root} --forget`" in profiles.forget_hint(dataset), spelling
+    one = str(tmp_path / "records" / "part-00001-of-00002")
+    assert f"`fastload tune {one} --forget`" in profiles.forget_hint(fl.TFRecordDataset(one))

@@ -165,6 +165,21 @@ def test_bad_targets_are_named(target, error, message):
         _run(Items(5, target))
 
 
+@pytest.mark.parametrize("big", [2**70, -(2**63) - 1, np.uint64(2**63), [2**63, 2**63]])
+def test_a_target_outside_int64_is_named_with_its_value_and_skippable(big):
+    # Issue 40 (trust round 5): an id as a label, past int64, was a bare OverflowError naming
+    # neither sample nor value, and on_error="skip" did not skip it.
+    value = int(np.max(big))
+    target = lambda i: big if i == 2 else ([i, i] if isinstance(big, list) else i)  # noqa: E731
+    with pytest.raises(ValueError, match=rf"sample 2: ValueError: the target {value} is outside int64") as info:
+        _run(Items(5, target))
+    assert isinstance(info.value, fl.SampleError)
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        with fl.Loader(Items(5, target), batch_size=5, num_workers=0, device="cpu", on_error="skip") as loader:
+            (x, y), = list(loader)
+    assert 2 not in x[:, 0, 0, 0].tolist() and [s.index for s in loader.skipped] == [2]
+
+
 @pytest.mark.parametrize("image,message", [
     (lambda i: torch.rand(3, 8, 8), r"sample 0: the image is float32 \(3, 8, 8\), not uint8.*ToTensor"),
     (lambda i: "img.jpg", r"sample 0 \(img.jpg\): the image field is a str, not an image.*it takes a PIL image"),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import multiprocessing.context
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -51,6 +53,33 @@ def resolve_device(device: Any) -> torch.device:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_cuda_index())
     return device
+
+
+SEED_LIMIT = 2**64  # torch's generators take seeds in [0, 2**64)
+
+
+def check_device(device: Any) -> None:
+    """Refuses a ``device=`` that names no device (ValueError) or is not a device's name, index
+    or torch.device (TypeError), naming it, when the Loader is made (not torch's error later)."""
+    if device is None or isinstance(device, torch.device):
+        return
+    if isinstance(device, bool) or not isinstance(device, (str, int)):
+        raise TypeError(
+            f"device must be a device name ('cpu', 'cuda', 'cuda:1'), a CUDA index, a torch.device "
+            f"or None, got {type(device).__name__} {device!r}"
+        )
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError(f"device={device}: a CUDA index must be >= 0")
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device} (cuda:{device}) requested but CUDA is not available")
+        return
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise ValueError(
+            f"device={device!r} names no device torch knows; give 'cpu', 'cuda', 'cuda:N' or None"
+        ) from None
 
 
 def local_cuda_index() -> int:
@@ -123,6 +152,8 @@ class LoaderConfig:
         prefetch_factor: Batches prepared ahead of the training step per worker (process or
             thread), as in DataLoader: ``prefetch_factor * num_workers`` batches are being
             decoded or wait on the host. The device stage copies a fixed 2 of them ahead.
+            The thread backend makes no more ahead than a pass has batches, and refuses a
+            ring of them larger than the machine's available memory.
         persistent_workers: Keep workers alive between epochs.
         pin_memory: Pin host batches; None means "when the device is CUDA".
         backend: "process" (torch DataLoader workers) or "thread".
@@ -211,6 +242,9 @@ class LoaderConfig:
         positive_int("prefetch_factor")
         if self.seed is not None:
             positive_int("seed", 0)
+            if self.seed >= SEED_LIMIT:
+                raise ValueError(f"seed must be < 2**64 (torch's generators' range), got {self.seed!r}")
+        check_device(self.device)
         if self.num_workers != "auto":
             positive_int("num_workers", 0)
         if self.backend not in BACKENDS:
@@ -225,8 +259,16 @@ class LoaderConfig:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
         for name in ("timeout", "stall_warning"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            # NaN compares false with everything; past TIMEOUT_MAX a wait overflows when first made.
+            nan = isinstance(value, float) and math.isnan(value)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or nan or value < 0:
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+            if value > threading.TIMEOUT_MAX:
+                never = "forever" if name == "timeout" else "never"
+                raise ValueError(
+                    f"{name} must be a number of seconds >= 0, got {value!r}: more than the longest "
+                    f"wait Python makes ({threading.TIMEOUT_MAX:.0f} s); 0 means {never}"
+                )
 
     def replace(self, **changes: Any) -> LoaderConfig:
         """A copy with ``changes`` applied; unknown names raise TypeError listing the valid ones."""

@@ -53,11 +53,20 @@ class Pass:
                 "(or make the Loader after the fork)"
             )
         if self._ended_by is not None:
-            raise RuntimeError(
-                f"this pass over the Loader was ended by {self._ended_by}; "
-                "a Loader runs one pass at a time (iterate it again for the next epoch)"
-            )
-        return next(self._batches)
+            raise self._ended()
+        try:
+            return next(self._batches)
+        except ValueError as e:
+            # Another thread is closing the pass's generator right now (close() from another thread).
+            if self._ended_by is not None and "generator already executing" in str(e):
+                raise self._ended() from None
+            raise
+
+    def _ended(self) -> RuntimeError:
+        return RuntimeError(
+            f"this pass over the Loader was ended by {self._ended_by}; "
+            "a Loader runs one pass at a time (iterate it again for the next epoch)"
+        )
 
     def end(self, by: str) -> None:
         """Stops the pass (its workers' buffers are handed back).
@@ -65,11 +74,14 @@ class Pass:
         Raises:
             RuntimeError: The pass is running in another thread right now.
         """
+        if by == "close()" and self._ended_by is None:
+            # Before closing: a next() in another thread while the generator closes sees it (and
+            # where the pass runs in another thread right now, it ends at its next next(): the
+            # closed source stops the one under way).
+            self._ended_by = by
         try:
             self._batches.close()
         except ValueError:  # "generator already executing": another thread is inside it
-            if by == "close()":  # ends at its next next(); the closed source stops the one under way
-                self._ended_by = by
             raise RuntimeError(
                 "the Loader's current pass is running in another thread; a Loader is iterated by one thread at a time"
             ) from None
@@ -90,10 +102,29 @@ def register(loader: Owner) -> None:
     _LIVE.add(loader)
 
 
+def fork_safe_threads() -> None:
+    """At a pass's start: in a forked process, torch's CPU ops run on one thread from now on
+    (as in DataLoader's workers). torch's intra-op thread pool (OpenMP) started in the parent
+    does not survive ``fork()``: a parallel op here (copying a batch of more than 32 KB out of
+    a worker's buffer, normalizing it) would wait forever for threads that do not exist."""
+    global _FORKED
+    if _FORKED:
+        _FORKED = False
+        import torch
+
+        if torch.get_num_threads() > 1:
+            torch.set_num_threads(1)
+
+
+_FORKED = False  # this process is a fork whose torch threads fork_safe_threads has not yet set
+
+
 def _forked() -> None:
     """In the child of ``os.fork()`` (``multiprocessing``'s fork too): every Loader's source,
     workers, threads and pass are the parent's. Each is kept here, untouched; the child's
     next pass over a Loader builds its own."""
+    global _FORKED
+    _FORKED = True
     for loader in list(_LIVE):
         _INHERITED.append(loader._forked())
 

@@ -30,11 +30,34 @@ def machine_key() -> dict:
 def dataset_key(dataset: Any) -> dict:
     summary = dataset.summary() if isinstance(dataset, Summarized) else {"type": type(dataset).__name__}
     where = summary.get("root") or summary.get("path") or summary.get("paths")
+    if isinstance(where, str):
+        where = os.path.abspath(where)
+    elif isinstance(where, (list, tuple)) and all(isinstance(p, str) for p in where):
+        where = [os.path.abspath(p) for p in where]  # TFRecord files: one key for every spelling
     return {
         "type": summary.get("type"),
         "samples": len(dataset) if isinstance(dataset, Sized) else None,
-        "where": os.path.abspath(where) if isinstance(where, str) else where,
+        "where": where,
     }
+
+
+def _named(where: Any) -> str:
+    """The path ``fastload tune PATH`` would open ``where`` (the dataset's location, or its
+    files) from: the path itself, the one file, or the folder holding exactly the files."""
+    if isinstance(where, str):
+        return where
+    if isinstance(where, list) and len(where) == 1:
+        return where[0]
+    if isinstance(where, list) and where and len({os.path.dirname(p) for p in where}) == 1:
+        folder = os.path.dirname(where[0])
+        try:
+            from ..datasets.tfrecord import expand_paths
+
+            if [os.path.abspath(p) for p in expand_paths(folder)] == where:
+                return folder
+        except (OSError, ValueError):
+            pass
+    return "DATASET"
 
 
 def profile_path(dataset: Any) -> str:
@@ -75,9 +98,7 @@ def forget(dataset: Any) -> str | None:
 
 def forget_hint(dataset: Any) -> str:
     """How to remove the profile of ``dataset`` (for messages)."""
-    where = dataset_key(dataset)["where"]
-    target = where if isinstance(where, str) else "DATASET"
-    return f"`fastload tune {target} --forget` removes it (or delete the file)"
+    return f"`fastload tune {_named(dataset_key(dataset)['where'])} --forget` removes it (or delete the file)"
 
 
 def lookup(dataset: Any, announce: bool = True) -> dict | None:

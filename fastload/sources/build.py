@@ -78,11 +78,9 @@ def build_source(
         pin_device=device if pin else None,
     )
     if is_stream(samples):
-        if (cfg.shuffle and not traits_of(samples).shuffles) or cfg.backend != "process":
-            raise ValueError(
-                "a stream is read in file order by worker processes: use shuffle=False, "
-                "backend='process' (or TFRecordDataset for random access)"
-            )
+        refusal = stream_refusal(type(samples).__name__, cfg.backend, cfg.shuffle and not traits_of(samples).shuffles)
+        if refusal is not None:
+            raise ValueError(refusal)
         return StreamSource(
             samples,
             batch_size=cfg.batch_size,
@@ -131,3 +129,18 @@ def build_source(
     if workers > 0 and gpu is None and BufferTable.supported:
         pool = SharedPool(BufferTable(workers, cfg.prefetch_factor + 2))
     return ProcessSource(maker, pool, sampler, options, cpu_share=cpu_share if gpu is not None else None)
+
+
+def stream_refusal(kind: str, backend: str, unshuffled: bool) -> str | None:
+    """Why a stream (``kind``) cannot run as asked, with only the advice that applies: the thread
+    backend (streams are read by worker processes), and ``shuffle=True`` on a stream read in file
+    order (``unshuffled``); None when it can."""
+    why = []
+    if backend != "process":
+        why.append(f"a {kind} is a stream, read by worker processes: use backend='process' (got backend={backend!r})")
+    if unshuffled:
+        why.append(
+            f"a {kind} is read in file order: use shuffle=False"
+            + (" (or TFRecordDataset over uncompressed files for random access)" if kind == "TFRecordStream" else "")
+        )
+    return "; and ".join(why) if why else None

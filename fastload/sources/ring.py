@@ -8,6 +8,7 @@ cannot notify, so the ring waits on the one it needs with ``synchronize()``.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,39 @@ class BufferRing:
             self._cond.notify_all()
 
 
+def available_memory() -> int | None:
+    """Bytes this machine can still give (``MemAvailable``), None where it is not known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_fits(count: int, shape: SampleShape, targets: TargetSpec) -> None:
+    """Refuses a ring of ``count`` batches that this machine's available memory cannot hold
+    (a huge prefetch_factor), naming the option, before allocating it.
+
+    Raises:
+        ValueError: The ring would not fit.
+    """
+    per_view = shapes(shape)
+    n = per_view[0][0]
+    item = torch.empty(0, dtype=targets.dtype).element_size()
+    nbytes = sum(math.prod(v) for v in per_view) + n * (math.prod(targets.shape) * item + 8)
+    free = available_memory()
+    if free is not None and count * nbytes > free:
+        raise ValueError(
+            f"prefetch_factor: the thread backend would hold {count} batches of {nbytes / 2**20:.1f} MB "
+            f"({count * nbytes / 2**30:.1f} GB) ahead, more than this machine's available memory "
+            f"({free / 2**30:.1f} GB); give a smaller prefetch_factor (2 is DataLoader's default), "
+            "num_workers or batch_size"
+        )
+
+
 class RingPool:
     """The thread backend's :class:`~fastload.sources.pools.BufferPool`: a :class:`BufferRing`
     of ``count`` batches of ``batch_size`` rows, made (again) when the sample shape or the
@@ -155,7 +189,13 @@ class RingPool:
     def lease(self, need: Need) -> BatchBuffers:
         shape, target = batch_shape(self.batch_size, need.sample), need.target
         ring = self.ring
-        if ring is None or ring.shape != shape or (target is not None and ring.target != target):
+        if (
+            ring is None
+            or ring.shape != shape
+            or (target is not None and ring.target != target)
+            or len(ring) < self.count  # a pass with more batches than the ring was made for
+        ):
+            check_fits(self.count, shape, target or INT_LABELS)
             with pinning_on(self.device if self.pin else None):
                 ring = self.ring = BufferRing(self.count, shape, self.pin, target or INT_LABELS)
         buffer = ring.acquire(need.until, self.closed)

@@ -261,8 +261,10 @@ class ThreadSource(IndexedSource):
         self.maker, self.sampler, self.inflight = maker, sampler, maker.inflight
         self.prefetch, self.timeout = prefetch, timeout
         self._closed = threading.Event()
-        # decoding ahead + held by the device stage + the batch handed over
-        count = prefetch + device_ahead + 1
+        # decoding ahead + held by the device stage + the batch handed over; decoding ahead is
+        # capped at a pass's batches when a pass starts (a huge prefetch_factor allocates no more)
+        self._held = device_ahead + 1
+        count = min(prefetch, max(1, len(sampler))) + self._held
         self.pool: BufferPool = (
             RingPool(count, sampler.batch_size, pin, pin_device, self._closed) if reuse else PlainPool(pin, pin_device)
         )
@@ -323,14 +325,17 @@ class ThreadSource(IndexedSource):
             raise RuntimeError(CLOSED)
         self._cancel()
         self.maker.new_pass()
+        # No more batches are made ahead than a pass has (the dataset may have grown since the last).
+        ahead = min(self.prefetch, max(1, len(self.sampler)))
         if isinstance(self.pool, RingPool):
             self.pool.release_all()
+            self.pool.count = ahead + self._held
         requests = self.requests(run)
         pending = self._pending = deque()
         try:
             for request in requests:
                 pending.append(self._start(request, first_of_pass=not pending))
-                if len(pending) >= self.prefetch:
+                if len(pending) >= ahead:
                     break
             while pending:
                 job = pending.popleft()
