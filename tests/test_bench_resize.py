@@ -12,6 +12,7 @@ from fastload.photos.bundled import photo_dir
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_resize.py")
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_quick_mode_runs_and_reports(tmp_path):
     try:
         photo_dir()

@@ -28,6 +28,7 @@ SLOW = (
     # 4-6 s each on the quiet machine (make test took 243 s there with them):
     "bench_pip_only", "bench_sample", "bench_handoff", "bench_decode",
     "bench_gpu_rows",  # the row kernel in Triton's interpreter: 4 s
+    "profile_loader",  # with --stages 7 s, without 3 s (make test took 242 s with them)
 )  # make test-slow (.ci/run) runs them
 
 

@@ -319,6 +319,7 @@ def test_corrupt_scan_data_in_real_photos_is_a_decode_error(real_jpegs, backend)
 
 
 @pytest.mark.parametrize("backend", STRICT)
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_threads_attribute_corrupt_jpeg_errors_to_exactly_their_files(real_jpegs, backend):
     items = []
     for data in real_jpegs.values():

@@ -292,6 +292,7 @@ def test_no_calibration_and_unwritable_cache_use_the_built_in_costs(tmp_path, mo
         assert costs.load_or_calibrate() is costs.DEFAULT_COSTS
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_processes_started_together_share_one_calibration(tmp_path):
     """The plan, and so the pixels, of a sample must not depend on which process decoded it."""
     code = ("import functools, json; from fastload.decode import costs, plan; "

@@ -191,6 +191,7 @@ print(json.dumps(found))
 """
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_processes_sharing_a_loader_made_before_a_fork_get_only_their_own_rows():
     found = run(SHARED)
     found.pop("stderr")
@@ -278,6 +279,7 @@ print(json.dumps({"close": time.monotonic() - start}), flush=True)
 """
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_a_program_with_stuck_workers_exits_soon_after_close():
     import time
 

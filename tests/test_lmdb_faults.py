@@ -152,6 +152,7 @@ for seed in range(trials):
 """
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_bit_flips_in_btree_pages_never_kill_the_training_process(lmdb_path, tmp_path):
     trials = 30
     proc = _child(FLIPS, lmdb_path, str(tmp_path), "auto", os.path.dirname(os.path.abspath(__file__)), str(trials))

@@ -34,6 +34,7 @@ class _Stuck(fl.ImageDataset):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_watchdog_names_the_stuck_sample_and_close_is_prompt(backend):
     loader = fl.Loader(_Stuck(), batch_size=2, num_workers=2, backend=backend, device="cpu", stall_warning=1.0,
                        timeout=4)

@@ -150,6 +150,7 @@ def test_ctrl_c_keeps_the_measurements_made_and_saves_nothing_else(folder, tmp_p
         assert loader.profile is None
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_ctrl_c_on_a_real_run_ends_its_workers_and_prints_no_traceback(folder, tmp_path):
     """SIGINT to the whole process group (what a terminal's Ctrl-C sends) after the first real
     measurement: exit status 130, the measurement kept, every process gone."""

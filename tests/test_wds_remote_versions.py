@@ -95,6 +95,7 @@ def _big_shard(tmp_path):
     return tmp_path / "big", os.path.getsize(tmp_path / "big" / "shard-000000.tar")
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_a_server_that_keeps_half_stalling_is_given_up_on_after_retries_plus_one_stalls(tmp_path):
     """Each attempt gets half of what is left, then silence: progress every time, so the retries
     never ran out (27 stalls for a large shard); the stalls now count over the shard."""

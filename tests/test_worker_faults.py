@@ -36,6 +36,7 @@ def new_worker(earlier: set[int]) -> int:
     return min(children() - earlier)
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_a_stopped_worker_times_out_naming_it_and_the_next_pass_works():
     faulthandler.dump_traceback_later(60, exit=True)  # a regression hangs: end the run, loudly
     try:
@@ -136,6 +137,7 @@ def test_a_worker_killed_between_samples_is_said_to_have_held_none():
     assert "its batch is lost" not in message and ". ;" not in message, message
 
 
+@pytest.mark.slow  # 4-8 s: make test stays under 4 minutes (make test-slow runs it)
 def test_a_stopped_worker_in_a_sample_times_out_saying_stopped():
     earlier = children()
     with fl.Loader(_Slow(n=40, seconds=0.3), batch_size=4, num_workers=2, device="cpu", timeout=2,
