@@ -110,7 +110,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"FAILED {os.path.join(args.dir, rel)}: {why}", file=sys.stderr)
     print(
         f"verified {report.verified} files ({report.bytes / 1e6:.1f} MB) strictly in {report.seconds:.1f} s; "
-        f"{len(report.failed)} failed (left out); manifest: {report.manifest}"
+        f"{len(report.failed)} failed (left out); "
+        + (f"{report.not_strict} not JPEG (decoded, not strictly: not verified); " if report.not_strict else "")
+        + f"manifest: {report.manifest}"
     )
     return 1 if report.failed and not args.allow_bad else 0
 

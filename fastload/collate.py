@@ -184,7 +184,8 @@ def collate_extras(fields: Sequence[tuple]) -> tuple:
     """The further fields of a batch's samples (after image and target), batched field by field
     as DataLoader's ``default_collate`` batches them: strings, bytes and paths as the samples'
     values (a tuple for a field of a tuple item, a list for a dict's key, as there);
-    numbers (Python or numpy) as a tensor (ints int64, floats float64, bools bool); numpy
+    numbers as a tensor (Python ints int64, floats float64, bools bool; numpy scalars of
+    their dtype, ``np.float32`` float32, ``np.int32`` int32); numpy
     arrays and tensors of one shape and dtype stacked; dicts of the same keys key by key;
     sequences of one length position by position. Nothing is dropped: what does not batch so
     (None, ragged arrays, other objects) is handed out as the list of the samples' values.
@@ -218,6 +219,9 @@ def collate_values(values: Sequence) -> Any:
     if all(isinstance(v, (bool, np.bool_)) for v in values):
         return torch.tensor([bool(v) for v in values])
     numbers = (int, float, np.integer, np.floating)
+    if all(isinstance(v, (np.integer, np.floating)) for v in values):
+        # numpy scalars keep their dtype, as default_collate keeps it (np.float32 -> float32).
+        return torch.as_tensor(np.asarray(values))
     if all(isinstance(v, numbers) and not isinstance(v, (bool, np.bool_)) for v in values):
         if all(isinstance(v, (int, np.integer)) for v in values):
             return torch.tensor([int(v) for v in values], dtype=torch.int64)

@@ -46,10 +46,13 @@ class DataLoader(Loader):
         pin_memory_device: Not taken ("" only): write ``device=``.
         in_order: Taken; batches always arrive in order.
         **options: fastload's own options (:class:`~fastload.LoaderConfig` fields such as
-            ``device``, ``normalize``, ``seed``, ``on_error``; ``config``, ``batch_transform``).
+            ``device``, ``normalize``, ``seed``, ``on_error``; ``batch_transform``). Not
+            ``config=``: DataLoader's defaults would override its values; write
+            ``fl.Loader(ds, config=...)``.
 
     Raises:
-        TypeError: A keyword fastload cannot honour, or a dataset it cannot read.
+        TypeError: A keyword fastload cannot honour (``config=`` included), or a dataset it
+            cannot read.
         ValueError: A bad value, or arguments DataLoader refuses together (the message names them).
     """
 
@@ -75,6 +78,12 @@ class DataLoader(Loader):
         in_order: bool = True,
         **options: Any,
     ) -> None:
+        if "config" in options:
+            # Every keyword above has DataLoader's default, applied over the config's values.
+            raise TypeError(
+                "fl.DataLoader does not take config=: its DataLoader defaults (batch_size=1, "
+                "num_workers=0, ...) would replace the config's values; use fl.Loader(ds, config=...)"
+            )
         compat.check_combinations(
             dataset,
             batch_size=batch_size,

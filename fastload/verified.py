@@ -5,8 +5,10 @@ same, and checking that costs a CRC32C (several GB/s), not a decode. So:
 
 * :func:`fastload.convert.manifest.verify_folder` (``fastload verify DIR``) decodes every image under a folder
   strictly and writes a manifest into it, :data:`MANIFEST_NAME`: each file's relative path,
-  size, ``mtime_ns``, CRC32C and the decoder that verified it, with the fastload version and
-  ``"strict": true``. Files that fail the strict decode are left out (and listed).
+  size, ``mtime_ns``, CRC32C, the decoder that verified it and whether that decode was strict
+  (JPEGs: libjpeg-turbo, strict; other formats: Pillow or OpenCV, not strict), with the
+  fastload version. Files that fail the decode are left out (and listed); only the entries
+  marked strict count as verified.
 * :class:`~fastload.ImageFolder` and :class:`~fastload.ImageList` read the manifest of their
   root (:func:`load_manifest`, :func:`expected_checksums`); at read time each verified
   file's bytes are checksummed (:func:`check_bytes`): a match lets the decode take the
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .batch import SampleError
-from .decode import DecodeError
+from .decode import JPEG_BACKENDS, DecodeError
 
 __all__ = [
     "FORMAT",
@@ -48,11 +50,13 @@ __all__ = [
 
 #: The manifest's file name, in the folder it describes.
 MANIFEST_NAME = "fastload-verified.json"
-#: The manifest's ``format`` field and the version this fastload writes and reads.
-FORMAT, VERSION = "fastload-verified", 1
+#: The manifest's ``format`` field and the version this fastload writes (it reads 1 too).
+FORMAT, VERSION = "fastload-verified", 2
 #: In the per-sample array of expected checksums: the sample was not verified.
 NOT_VERIFIED = -1
-COLUMNS = ["path", "size", "mtime_ns", "crc32c", "decoder"]
+COLUMNS = ["path", "size", "mtime_ns", "crc32c", "decoder", "strict"]
+#: Version 1's columns: no per-entry flag (an entry is strict where its decoder is a strict JPEG one).
+COLUMNS_V1 = COLUMNS[:5]
 
 _crc_fn: Callable[[Any], int] | None = None
 
@@ -111,7 +115,8 @@ def _bad(path: str, problem: str) -> ValueError:
 
 
 def load_manifest(path: str) -> dict[str, int]:
-    """The CRC32C of every file the manifest at ``path`` lists as verified strictly, by relative path.
+    """The CRC32C of every file the manifest at ``path`` lists as verified strictly, by relative path
+    (entries whose decode was not strict, other formats than JPEG, are not among them).
 
     Raises:
         ValueError: The file is not such a manifest, or is malformed (named, with what is wrong).
@@ -131,25 +136,31 @@ def load_manifest(path: str) -> dict[str, int]:
         raise ValueError(f"{path}: manifest version {version} is newer than this fastload reads ({VERSION}); upgrade")
     if doc.get("strict") is not True:
         raise _bad(path, f"'strict' is {doc.get('strict')!r}, not true")
-    if doc.get("checksum") != "crc32c" or doc.get("columns") != COLUMNS:
+    columns = COLUMNS if version >= 2 else COLUMNS_V1
+    if doc.get("checksum") != "crc32c" or doc.get("columns") != columns:
         raise _bad(path, f"checksum {doc.get('checksum')!r}, columns {doc.get('columns')!r}")
     files = doc.get("files")
     if not isinstance(files, list):
         raise _bad(path, "'files' is not a list")
     out: dict[str, int] = {}
+    seen: set[str] = set()
     for n, row in enumerate(files):
         if (
             not isinstance(row, list)
-            or len(row) != len(COLUMNS)
+            or len(row) != len(columns)
             or not isinstance(row[0], str)
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in row[1:4])
             or not 0 <= row[3] <= 0xFFFFFFFF
             or not isinstance(row[4], str)
+            or (len(row) > 5 and not isinstance(row[5], bool))
         ):
             raise _bad(path, f"entry {n} is {str(row)[:200]}")
-        if row[0] in out:
+        if row[0] in seen:
             raise _bad(path, f"{row[0]!r} is listed twice")
-        out[row[0]] = row[3]
+        seen.add(row[0])
+        # Version 1 marked every entry strict, the other formats' (Pillow, OpenCV) included.
+        if (row[5] if len(row) > 5 else row[4] in JPEG_BACKENDS) is True:
+            out[row[0]] = row[3]
     return out
 
 

@@ -122,6 +122,12 @@ def test_what_dataloader_takes_and_fastload_cannot_is_refused_naming_fl_dataload
         fl.DataLoader(Plain(4), **CPU, **{keyword: value})
 
 
+def test_a_config_is_refused_naming_fl_loader():
+    # Its values would be lost under DataLoader's defaults (batch_size=1, num_workers=0, ...).
+    with pytest.raises(TypeError, match=r"does not take config=.*fl\.Loader\(ds, config=\.\.\.\)"):
+        fl.DataLoader(Plain(4), config=fl.LoaderConfig(batch_size=2, device="cpu", normalize=False))
+
+
 def test_dataloaders_keywords_with_their_values_change_nothing():
     ds = Plain(6)
     given = dict(batch_size=2, shuffle=False, sampler=None, batch_sampler=None, num_workers=0, collate_fn=None,

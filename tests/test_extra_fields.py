@@ -46,6 +46,14 @@ def test_further_fields_are_batched_as_default_collate_batches_them(backend):
         assert meta.keys() == want[3].keys() and all(torch.equal(meta[key], want[3][key]) for key in meta)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int16, np.uint8, np.int64, np.float64])
+def test_numpy_scalars_keep_their_dtype_as_in_default_collate(dtype):
+    values = [dtype(1), dtype(2), dtype(3)]
+    (got,) = collate_extras([(v,) for v in values])
+    want = default_collate(values)
+    assert got.dtype == want.dtype == torch.from_numpy(np.zeros(1, dtype)).dtype and torch.equal(got, want)
+
+
 def test_with_return_index_the_fields_follow_the_indices():
     for _images, labels, indices, paths, *_ in fl.DataLoader(WithFields(), 4, return_index=True, **CPU):
         assert indices.tolist() == labels.tolist() and paths == tuple(f"img/{i}.jpg" for i in labels.tolist())

@@ -237,6 +237,21 @@ def test_runs_are_long_enough_and_never_cross_an_epoch_end():
     assert t["warmup"] >= 2 * max(t["dl_workers"]), t
 
 
+def test_the_torchvision_peer_runs_in_the_first_decode_repeat_only(monkeypatch):
+    import bench_gpu_decode
+
+    ran = []
+    monkeypatch.setattr(bench_gpu_decode, "gpu_clocks", lambda when: {"when": when})
+    monkeypatch.setattr(bench_gpu_decode, "report", lambda *a: None)
+    monkeypatch.setattr(bench_gpu_decode, "timed", lambda make, *a: ran.append(make()) or
+                        {"images_per_s": 100.0, "cpu_s_per_image": None, "run_s": 1.0})
+    makers = {"cpu": lambda: "cpu", "gpu": lambda: "gpu", bench_gpu_decode.TORCHVISION: lambda: "tv"}
+    args = bench_gpu_decode.arguments().parse_args([])
+    out = bench_gpu_decode.repeats_of(makers, 3, 1, 1, None, args, "decode", once=(bench_gpu_decode.TORCHVISION,))
+    assert ran == ["cpu", "gpu", "tv", "gpu", "cpu", "cpu", "gpu"], ran
+    assert out["repeats_done"] == 3 and len(out["modes"][bench_gpu_decode.TORCHVISION]["runs"]) == 1
+
+
 def test_runs_are_interleaved_and_ratios_taken_per_repeat():
     import bench_gpu_train
     import gpu_common

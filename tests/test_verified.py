@@ -13,7 +13,7 @@ from conftest import flip_scan_bytes, photo_jpegs
 import fastload as fl
 from fastload.cli import main
 from fastload.decode import DecodeError, costs, get_decoder, plan, roi
-from fastload.verified import MANIFEST_NAME, ChangedSinceVerifiedError, crc32c, load_manifest
+from fastload.verified import MANIFEST_NAME, NOT_VERIFIED, ChangedSinceVerifiedError, crc32c, load_manifest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
@@ -77,15 +77,44 @@ def test_verify_lists_what_fails_and_writes_a_manifest_of_the_rest(photo_folder,
     assert doc["strict"] is True and doc["fastload"] == fl.__version__ and doc["checksum"] == "crc32c"
     rows = {r[0]: r for r in doc["files"]}
     assert sorted(rows) == sorted(f"c{i % 2}/{i:02d}.jpg" for i in range(12))
-    for rel, (_, size, mtime_ns, crc, decoder) in rows.items():
+    for rel, (_, size, mtime_ns, crc, decoder, strict) in rows.items():
         data = (photo_folder / rel).read_bytes()
         assert (size, mtime_ns, crc) == (len(data), os.stat(photo_folder / rel).st_mtime_ns, crc32c(data))
-        assert decoder in ("simplejpeg", "turbojpeg")
+        assert decoder in ("simplejpeg", "turbojpeg") and strict is True
     assert sorted(os.listdir(photo_folder)) == ["c0", "c1", MANIFEST_NAME]  # no temporary file left
     assert main(["verify", str(photo_folder), "--quiet", "--allow-bad"]) == 0
     (photo_folder / "c0" / "bad-flip.jpg").unlink()
     (photo_folder / "c1" / "bad-cut.jpg").unlink()
     assert main(["verify", str(photo_folder), "--quiet"]) == 0
+
+
+def test_a_file_of_another_format_is_listed_not_strict_and_not_verified(photo_folder, capsys):
+    from PIL import Image
+
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(photo_folder / "c0" / "red.png")
+    assert main(["verify", str(photo_folder), "--quiet"]) == 0
+    assert "1 not JPEG" in capsys.readouterr().out
+    doc = json.loads((photo_folder / MANIFEST_NAME).read_text())
+    rows = {r[0]: r for r in doc["files"]}
+    assert rows["c0/red.png"][4:] == ["pillow/opencv", False] and rows["c0/00.jpg"][5] is True
+    checksums = load_manifest(str(photo_folder / MANIFEST_NAME))
+    assert "c0/red.png" not in checksums and "c0/00.jpg" in checksums
+    ds = fl.ImageFolder(photo_folder)
+    assert ds.verified_count == 12 and len(ds) == 13
+    png = list(ds.paths[:]).index("c0/red.png")
+    assert ds.verified_checksum(png) == NOT_VERIFIED
+
+
+def test_a_version_1_manifest_counts_only_jpeg_decoders_entries_strict(photo_folder):
+    from PIL import Image
+
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(photo_folder / "c0" / "red.png")
+    assert main(["verify", str(photo_folder), "--quiet"]) == 0
+    path = photo_folder / MANIFEST_NAME
+    doc = json.loads(path.read_text())
+    doc.update(version=1, columns=doc["columns"][:5], files=[r[:5] for r in doc["files"]])
+    path.write_text(json.dumps(doc))
+    assert sorted(load_manifest(str(path))) == sorted(f"c{i % 2}/{i:02d}.jpg" for i in range(12))
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,9 @@ class VerifyReport:
 
     Attributes:
         manifest: The manifest written.
-        verified: Files verified (listed in it).
+        verified: Files verified strictly (JPEGs; listed in it, marked strict).
+        not_strict: Files of other formats, decoded by a decoder that is not strict (listed,
+            marked not strict: not counted as verified by the datasets).
         failed: ``(relative path, why)`` of every file the strict decode refused (left out).
         bytes: Bytes decoded.
         seconds: Wall time.
@@ -35,6 +37,7 @@ class VerifyReport:
 
     manifest: str
     verified: int = 0
+    not_strict: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     bytes: int = 0
     seconds: float = 0.0
@@ -58,8 +61,10 @@ def _verify_one(root: str, rel: str, backend: str) -> tuple[list | None, str | N
         return None, str(e), len(data)
     except Exception as e:  # a decoder's own failure: the file is not verified either way
         return None, f"{type(e).__name__}: {e}", len(data)
-    decoder = backend if is_jpeg(data) else "pillow/opencv"
-    return [rel, len(data), after.st_mtime_ns, crc32c(data), decoder], None, len(data)
+    # Only the JPEG decoders are strict: another format's row is recorded, not counted as verified.
+    strict = is_jpeg(data)
+    decoder = backend if strict else "pillow/opencv"
+    return [rel, len(data), after.st_mtime_ns, crc32c(data), decoder, strict], None, len(data)
 
 
 def verify_folder(
@@ -123,6 +128,7 @@ def verify_folder(
                     rows.append(row)
                 bar.update(1)
     write_manifest(out, rows)
-    report.verified = len(rows)
+    report.verified = sum(1 for row in rows if row[5])
+    report.not_strict = len(rows) - report.verified
     report.seconds = time.perf_counter() - start
     return report

@@ -124,6 +124,7 @@ class ImageFolder(_FileDataset):
             holds no image (named; as torchvision's ImageFolder), or ``verified`` names a
             manifest that does not exist.
         ValueError: No class folder or no image was found, or the manifest is malformed.
+        TypeError: ``verified`` is not True, False or a manifest's path.
     """
 
     def __init__(
@@ -189,6 +190,7 @@ class ImageList(_FileDataset):
         FileNotFoundError: The list file (or the manifest ``verified`` names) does not exist.
         ValueError: A line is malformed (the message gives its number), the list is
             empty, or the manifest is malformed.
+        TypeError: ``verified`` is not True, False or a manifest's path.
     """
 
     def __init__(

@@ -225,6 +225,7 @@ class LMDBDataset(ImageDataset):
             killed the guard process. LMDBChangedError (a ValueError) from a read after
             the data file was replaced or written to (with ``lock=True``: replaced).
         OSError: ``lock=True`` and the disk of the lock file is full (ENOSPC, named).
+        TypeError: ``verified`` is not True or False, or ``guard`` not None, True or False.
     """
 
     def __init__(
@@ -291,6 +292,7 @@ class LMDBDataset(ImageDataset):
         return 0 if self._checksums is None else int((self._checksums.array != NOT_VERIFIED).sum())
 
     def verified_checksum(self, index: int) -> int:
+        """The CRC32C a converter's ``--verify`` recorded for record ``index``, or NOT_VERIFIED."""
         return NOT_VERIFIED if self._checksums is None else int(self._checksums.array[index])
 
     def _index(

@@ -27,6 +27,10 @@ class SubsetDataset(torch.utils.data.Dataset):
         IndexError: An index is outside ``dataset``.
     """
 
+    #: The dataset as given to the Loader (a torch Subset), set by the Loader: what
+    #: ``get_worker_info().dataset`` shows in a worker. None when made otherwise.
+    given: Any = None
+
     def __init__(self, dataset: Any, indices: Any) -> None:
         self.dataset = dataset
         self.indices = SharedArray(indices, np.int64)

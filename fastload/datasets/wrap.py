@@ -184,6 +184,10 @@ class WrappedDataset(torch.utils.data.Dataset):
         TypeError: ``dataset`` is an IterableDataset or has no ``__len__``/``__getitem__``.
     """
 
+    #: The dataset as given to the Loader, set by the Loader: what ``get_worker_info().dataset``
+    #: shows in a worker. None when made otherwise.
+    given: Any = None
+
     def __init__(self, dataset: Any, transform: Any = None, *, image_key: Any = None, target_key: Any = None) -> None:
         name = type(dataset).__name__
         if isinstance(dataset, torch.utils.data.IterableDataset):

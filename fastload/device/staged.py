@@ -40,7 +40,8 @@ class Staged:
 
     Attributes:
         images: uint8 N×H×W×C on the device (a tuple, one per view); on CUDA queued on the
-            driver's stream.
+            batch's stream (:attr:`Placement.stream`: the driver's, or that of the driver
+            thread the batch ran on).
         labels: The targets on the device.
         indices: A host copy of the int64 dataset indices, when asked for.
         extras: What a user's batch carried after (images, labels), passed through.
@@ -74,6 +75,10 @@ class Executor(Protocol):
     """
 
     @property
-    def threads(self) -> int: ...
+    def threads(self) -> int:
+        """Driver threads :meth:`stage` runs on (0: the consumer's thread)."""
+        ...
 
-    def stage(self, item: Any, at: Placement) -> Staged: ...
+    def stage(self, item: Any, at: Placement) -> Staged:
+        """Puts one batch of the source on ``at.device``, its work queued on ``at.stream``."""
+        ...

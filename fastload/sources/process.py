@@ -18,6 +18,8 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from ..collate import pinning_on
 from ..datasets import waits
+from ..datasets.subset import SubsetDataset
+from ..datasets.wrap import WrappedDataset
 from . import deaths
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
 from .failures import CLOSED, WorkerFailure, forget_frames, in_worker, interrupted, is_worker_failure, worker_failure
@@ -80,7 +82,7 @@ def worker_init(worker_id: int) -> None:
     info = get_worker_info()
     if info is not None and isinstance(info.dataset, Tracked):
         info.dataset.inflight.register(info.id)
-    if info is not None and hasattr(info.dataset, "shown"):
+    if info is not None and isinstance(info.dataset, ShowsDataset):
         # get_worker_info().dataset in the user's code (a dataset's __getitem__ sharding its
         # reads by worker) is the dataset given to the Loader, not the batch maker torch runs.
         object.__setattr__(info, "dataset", info.dataset.shown)
@@ -246,10 +248,22 @@ def worker_batches(
 def given_dataset(samples: Any) -> Any:
     """The dataset as given to the Loader, of the ``samples`` its workers load (a wrapper the
     Loader made keeps it as ``given``)."""
-    return getattr(samples, "given", samples)
+    if isinstance(samples, (SubsetDataset, WrappedDataset)) and samples.given is not None:
+        return samples.given
+    return samples
 
 
-class WorkerBatches(torch.utils.data.Dataset):
+class ShowsDataset:
+    """A torch Dataset the workers run that shows another as ``get_worker_info().dataset``:
+    :attr:`shown`, the dataset the user gave."""
+
+    @property
+    def shown(self) -> Any:
+        """What ``get_worker_info().dataset`` is in a worker."""
+        raise NotImplementedError
+
+
+class WorkerBatches(ShowsDataset, torch.utils.data.Dataset):
     """The torch Dataset DataLoader's workers run: a batch request in, a batch out.
 
     Args:

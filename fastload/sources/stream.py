@@ -32,7 +32,7 @@ from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
 from .maker import collate, common_shape
 from .pools import BufferPool, Need, PlainPool
-from .process import WorkerOptions, dataloader_options, start_workers, worker_batches
+from .process import ShowsDataset, WorkerOptions, dataloader_options, start_workers, worker_batches
 from .request import BatchRequest, PassRequest
 from .resume import StreamResume
 from .samples import RecordSamples
@@ -161,7 +161,7 @@ class StreamMaker:
         return collate(buffers, items, epoch, self.loader)
 
 
-class SlotRecords(torch.utils.data.IterableDataset):
+class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
     """One epoch of one rank: each DataLoader worker batches its reading slot's records.
 
     A pass resumed after ``start`` batches of the rank leaves each slot's batches among

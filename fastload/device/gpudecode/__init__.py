@@ -29,8 +29,8 @@ from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline
 __all__ = [
     "REGION_MAX_AREA",
     "EncodedBatch",
-    "GpuDecode",
     "Geometry",
+    "GpuDecode",
     "GpuPipeline",
     "check_setup",
     "gpu_decodable",

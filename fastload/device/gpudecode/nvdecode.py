@@ -2,7 +2,8 @@
 
 On a CUDA device the decoder uses nvImageCodec's GPU backends in this order: nvJPEG's
 hardware JPEG engines (where the GPU has them; a load hint leaves the rest of a batch to
-the next), its CUDA decoder, its hybrid CPU/GPU decoder; enqueued on the driver's stream;
+the next), its CUDA decoder, its hybrid CPU/GPU decoder; enqueued on the stream of the
+driver thread that decodes the batch (each thread has its own stream and decoder);
 the tensors are zero-copy views of nvImageCodec's images (DLPack). On the CPU it uses the
 CPU backend (libjpeg-turbo; pixels identical to fastload's TurboJPEG decode), the stand-in
 the tests run. Images a backend refuses come back as None, for the executor's CPU fall-back.

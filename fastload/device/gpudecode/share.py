@@ -78,7 +78,7 @@ class CpuShare:
         self.gpu_row_s: float | None = None  # the executor's smoothed time per GPU row
         self.cpu_rows = 0  # GPU-decodable rows the workers decoded (the share's)
         self.gpu_rows = 0  # rows the GPU decoded
-        self._lock = threading.Lock()  # observed on the driver's thread, read by the stats' caller
+        self._lock = threading.Lock()  # observed on the driver's threads (several at once), read by stats()
 
     def current(self) -> float:
         """The share for the next batch request."""
@@ -153,9 +153,11 @@ class SharedDecode:
 
     @property
     def threads(self) -> int:
+        """The inner executor's driver threads."""
         return int(self.inner.threads)
 
     def stage(self, batch: EncodedBatch, at: Placement) -> Staged:
+        """The inner executor's :meth:`stage` of ``batch``, its rows counted and its time measured."""
         self._collect()
         timed = at.stream is not None
         # The batches in progress at once: one per driver thread on CUDA, one at a time on the CPU.
