@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from . import resume
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
 from .failures import CLOSED, in_worker_iter
 from .fetch import Loaded, SampleLoader, put
+from .handoff import BufferTable, SharedPool, detached
 from .inflight import InFlight
 from .maker import collate, common_shape
 from .pools import BufferPool, Need, PlainPool
@@ -242,9 +244,14 @@ class StreamSource:
         self.inflight = InFlight(max(1, options.num_workers))
         samples = RecordSamples(stream)
         loader = SampleLoader(samples, on_error, self.inflight)
-        pool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
+        # Workers collate into buffers of their own that the main process maps (as an indexed
+        # source's do): torch's shared memory would leave a named /dev/shm segment behind for
+        # every batch still in flight when a pass is broken off or its workers end.
+        pool: BufferPool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
+        if options.num_workers > 0 and BufferTable.supported:
+            pool = SharedPool(BufferTable(options.num_workers, options.prefetch_factor + 2))
         self.maker = StreamMaker(loader, cpu_executor(samples), batch_size, drop_last, pool)
-        self._closed = False
+        self._closed = threading.Event()  # seen by a pass running in another thread
 
     dataset = None  # records name themselves
     sampler = None
@@ -299,7 +306,7 @@ class StreamSource:
     def batches(self, run: PassRequest) -> Iterator[HostBatch]:
         """One epoch's batches of this rank, from its batch number ``run.resumed.start`` on; after
         the stages ``run.resumed.history`` of the epoch, when it resumes one run on other ranks or workers."""
-        if self._closed:
+        if self._closed.is_set():
             raise RuntimeError(CLOSED)
         plan = run.resumed
         start, history = (0, ()) if plan is None else (plan.start, tuple(plan.history))
@@ -307,9 +314,17 @@ class StreamSource:
         order = None
         if self.shuffle or history:
             order = StreamOrder(epoch, run.seed, self.shuffle, self.batch_size, history)
+        if isinstance(self.maker.pool, SharedPool):
+            self.maker.pool.renew()  # each pass starts its own workers: fresh buffers for them
         data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
-        yield from worker_batches(start_workers(loader, self.options), self.options, self.inflight, None)
+        # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
+        for batch in worker_batches(
+            start_workers(loader, self.options), self.options, self.inflight, None, self._closed
+        ):
+            yield cast(HostBatch, detached(batch))  # a stream makes no EncodedBatch
 
     def close(self) -> None:
-        self._closed = True
+        self._closed.set()
+        if isinstance(self.maker.pool, SharedPool):
+            self.maker.pool.close()
