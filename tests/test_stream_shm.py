@@ -5,7 +5,10 @@ stays there when its batch is never received.)"""
 
 import gc
 import os
+import signal
 import time
+
+import pytest
 
 import fastload as fl
 
@@ -43,3 +46,44 @@ def test_a_closed_stream_loader_leaves_no_shared_memory(tmp_path, monkeypatch):
                 pids |= set(dl._source.inflight.pids().values())
     assert len(pids) == 4
     assert _left_by(pids) == []
+
+
+class _Dies(fl.WebDataset):
+    """The worker that reads record ``dies`` is killed there (a crash in a decoder)."""
+
+    dies = 5
+
+    def plan_record(self, record, epoch, seed):
+        if record.number == self.dies:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().plan_record(record, epoch, seed)
+
+
+def test_a_worker_that_dies_in_a_stream_record_is_named_by_shard_key_and_offset(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    write_shards(tmp_path / "data", [8, 8])
+    ds = _Dies(str(tmp_path / "data"), fl.transforms.eval(16, resize=20))
+    where = ds.table.where(_Dies.dies)
+    assert ".tar" in where and "byte" in where, where
+    with fl.Loader(ds, batch_size=2, device="cpu", normalize=False, num_workers=2, backend="process",
+                   stall_warning=0) as dl:
+        with pytest.raises(fl.WorkerFailure) as failure:
+            for _ in dl:
+                pass
+    message = str(failure.value)
+    assert f"was loading record {_Dies.dies} ({where}) for " in message, message
+
+
+def test_the_stall_warning_names_a_stream_record_as_its_worker_named_it():
+    from fastload.sources.inflight import NAME_BYTES, InFlight
+    from fastload.sources.watchdog import Watchdog
+
+    table = InFlight(2)
+    table.begin(0, 23, 0, "record 23 (a/shard-1.tar sample 'k23' at byte 11776)")
+    table.begin(1, 7, 0, "x" * (NAME_BYTES + 9))  # longer than the table's room: cut
+    table.begin(1, 8, 0, "record 8 (b.tar)")  # the row reused by a shorter name
+    message = Watchdog(table, None, after=0).message(30)
+    assert "worker 0 (pid %d) on record 23 (a/shard-1.tar sample 'k23' at byte 11776) for" % os.getpid() in message
+    assert "on record 8 (b.tar) for" in message, message
+    table.begin(1, 9, 0)  # an indexed sample: named by the dataset, in this process
+    assert "on sample 9 (sample 9) for" in Watchdog(table, None, after=0).message(30)

@@ -10,7 +10,7 @@ from torch._utils import ExceptionWrapper
 
 from ..batch import SampleError
 from ..datasets.waits import Interrupted
-from .fetch import describe
+from .fetch import in_flight
 from .inflight import InFlight, process_state
 
 CLOSED = "the Loader was closed (close()) during this pass"
@@ -58,8 +58,8 @@ def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> Wo
     named = [b for b in busy if b.pid in pids] if dead else busy
     worker_of = {pid: w for w, pid in inflight.pids().items()}
     parts = [
-        f"worker {b.worker} (pid {b.pid}){_state(b.pid, dead)} was loading sample {b.index} "
-        f"({describe(dataset, b.index)}) for {b.seconds:.1f} s" + (": its batch is lost" if dead else "")
+        f"worker {b.worker} (pid {b.pid}){_state(b.pid, dead)} was loading {in_flight(b, dataset)} "
+        f"for {b.seconds:.1f} s" + (": its batch is lost" if dead else "")
         for b in named
     ]
     parts += [

@@ -23,7 +23,7 @@ from ..datasets.protocols import name_of
 from ..datasets.sampleplan import SamplePlan
 from ..targets import Target, as_target
 from ..views import SampleShape, shape_of
-from .inflight import InFlight
+from .inflight import Busy, InFlight
 from .samples import RecordSamples, Samples
 
 MAX_REPLACEMENTS = 10
@@ -32,6 +32,12 @@ MAX_REPLACEMENTS = 10
 def describe(dataset: Any, index: int) -> str:
     """The dataset's name for sample ``index`` (path, key or record), else "sample N"."""
     return name_of(dataset, index)
+
+
+def in_flight(busy: Busy, dataset: Any) -> str:
+    """ "sample N (its name)" of a sample in flight; a stream's record as its worker named it,
+    "record N (shard, key or byte offset)", as its SampleError would."""
+    return busy.name if busy.name is not None else f"sample {busy.index} ({describe(dataset, busy.index)})"
 
 
 @dataclass
@@ -92,7 +98,7 @@ class SampleLoader:
         shape: SampleShape | None,
         row: PlannedRow | None = None,
     ) -> tuple[np.ndarray | tuple, Target, tuple]:
-        self.inflight.begin(worker, self.samples.number(key), epoch)
+        self.inflight.begin(worker, self.samples.number(key), epoch, self.samples.in_flight(key))
         extras: tuple = ()
         try:
             if row is not None and row.error is not None:  # its planning failed: the sample's error, met once

@@ -11,12 +11,14 @@ import os
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..system import process_state
 
-_PID, _INDEX, _EPOCH, _START = range(4)
+_PID, _INDEX, _EPOCH, _START, _NAMED = range(5)
 IDLE = -1
+NAME_BYTES = 512  # of a sample's own name in flight (a stream record's shard, key or byte offset)
 
 
 @dataclass(frozen=True)
@@ -28,24 +30,31 @@ class Busy:
     index: int
     epoch: int
     seconds: float
+    name: str | None = None  # what the worker named it (a stream's record: "record N (where)")
 
 
 class InFlight:
-    """A row per worker: (pid, sample index or -1, epoch, start time in monotonic ns)."""
+    """A row per worker: (pid, sample index or -1, epoch, start time in monotonic ns, bytes of
+    its name or 0), and the name itself beside it: a sample the main process cannot name by its
+    index (a stream's record) is named by the worker."""
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        table = torch.full((workers, 4), IDLE, dtype=torch.int64)
+        table = torch.full((workers, 5), IDLE, dtype=torch.int64)
+        names = torch.zeros((workers, NAME_BYTES), dtype=torch.uint8)
         table.share_memory_()  # before any numpy view: see storage.py
-        self._table = table
-        self._rows = table.numpy()
+        names.share_memory_()
+        self._setup(table, names)
 
-    def __getstate__(self) -> torch.Tensor:
-        return self._table
+    def _setup(self, table: torch.Tensor, names: torch.Tensor) -> None:
+        self._table, self._rows, self._names_table, self._names = table, table.numpy(), names, names.numpy()
 
-    def __setstate__(self, table: torch.Tensor) -> None:
-        self._table, self._rows = table, table.numpy()
+    def __getstate__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._table, self._names_table
+
+    def __setstate__(self, state: tuple[torch.Tensor, torch.Tensor]) -> None:
+        self._setup(*state)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -70,8 +79,16 @@ class InFlight:
             if state not in ("running", "sleeping", "in uninterruptible I/O")
         ]
 
-    def begin(self, worker: int, index: int, epoch: int) -> None:
-        row = self._rows[worker % len(self._rows)]
+    def begin(self, worker: int, index: int, epoch: int, name: str | None = None) -> None:
+        """Marks sample ``index`` in flight in ``worker``; ``name``: what to call it where its
+        index alone does not say (a stream's record: its shard, key or byte offset)."""
+        w = worker % len(self._rows)
+        row = self._rows[w]
+        row[_NAMED] = 0
+        if name is not None:
+            data = name.encode("utf-8", "replace")[:NAME_BYTES]
+            self._names[w, : len(data)] = np.frombuffer(data, np.uint8)
+            row[_NAMED] = len(data)
         row[_START] = time.monotonic_ns()
         row[_EPOCH] = epoch
         row[_PID] = os.getpid()
@@ -83,10 +100,15 @@ class InFlight:
     def busy(self) -> list[Busy]:
         """The samples in flight now, longest-running first."""
         now = time.monotonic_ns()
-        rows = self._rows.copy()
+        rows, names = self._rows.copy(), self._names.copy()
         out = [
-            Busy(w, int(r[_PID]), int(r[_INDEX]), int(r[_EPOCH]), (now - int(r[_START])) / 1e9)
+            Busy(w, int(r[_PID]), int(r[_INDEX]), int(r[_EPOCH]), (now - int(r[_START])) / 1e9, _name(names[w], r))
             for w, r in enumerate(rows)
             if r[_INDEX] != IDLE
         ]
         return sorted(out, key=lambda b: -b.seconds)
+
+
+def _name(names: np.ndarray, row: np.ndarray) -> str | None:
+    n = int(row[_NAMED])
+    return bytes(names[:n]).decode("utf-8", "replace") if 0 < n <= NAME_BYTES else None

@@ -52,6 +52,10 @@ class Samples:
 
     title_of = title  # a loaded sample, by its number
 
+    def in_flight(self, index: int) -> str | None:
+        """None: the main process names sample ``index`` in flight itself (by :meth:`name`)."""
+        return None
+
     def plan(self, index: int, epoch: int, seed: int) -> SamplePlan:
         """Sample ``index`` read, its header checked and its crop drawn (only where :attr:`plans`)."""
         return self.dataset.plan(index, epoch, seed)
@@ -91,6 +95,10 @@ class RecordSamples:
     def title(self, record: StreamRecordLike) -> str:
         """ "record N (where)", for messages."""
         return f"record {record.number} ({record.where})"
+
+    def in_flight(self, record: StreamRecordLike) -> str | None:
+        """What the in-flight table calls ``record`` (the main process has only its number)."""
+        return self.title(record)
 
     def title_of(self, number: int) -> str:
         """ "record N": a loaded sample, by its number."""

@@ -7,7 +7,7 @@ import time
 import warnings
 from typing import Any
 
-from .fetch import describe
+from .fetch import in_flight
 from .inflight import InFlight
 
 
@@ -42,11 +42,7 @@ class Watchdog:
 
     def message(self, waited: float) -> str:
         busy, unwell = self.inflight.busy(), self.inflight.unwell()
-        lines = [
-            f"worker {b.worker} (pid {b.pid}) on sample {b.index} ({describe(self.dataset, b.index)}) "
-            f"for {b.seconds:.0f} s"
-            for b in busy
-        ]
+        lines = [f"worker {b.worker} (pid {b.pid}) on {in_flight(b, self.dataset)} for {b.seconds:.0f} s" for b in busy]
         if not lines and not unwell:
             return (
                 f"fastload: no batch for {waited:.0f} s and no sample is being loaded "
