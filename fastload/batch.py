@@ -202,6 +202,9 @@ class HostBatch:
         return pinned
 
     def __reduce__(self):
+        return _arrived, self._travel()
+
+    def _travel(self) -> tuple:
         # A shared lease travels with its batch (a worker's buffer, fastload.sources.handoff), and
         # carries its images: the receiver maps the buffer. A lease of this process's memory cannot.
         lease = self.lease
@@ -209,7 +212,7 @@ class HostBatch:
             raise TypeError("a HostBatch holding a reused buffer cannot leave its process")
         in_buffer = isinstance(lease, SharedLease) and shape_of(self.images) == lease.shape
         images = None if in_buffer else map_images(travelling, self.images)
-        return _arrived, (
+        return (
             images,
             travelling(self.labels),
             travelling(self.indices),
@@ -218,6 +221,16 @@ class HostBatch:
             self.lease,
             _tree(travelling, self.extras),
         )
+
+    def packed(self) -> Packed:
+        """This batch made ready to cross to another process now, in the calling thread.
+
+        A worker's batch is pickled by its queue's feeder thread; torch work there (a label
+        tensor's ``detach``, which releases the GIL) can meet the worker's interpreter
+        finalizing at exit, which ends the thread inside a C++ frame that may not unwind:
+        ``terminate called without an active exception`` (issue 40, item 1). Packed in the
+        worker's own thread, the feeder only pickles numpy arrays and plain values."""
+        return Packed(self._travel())
 
 
 def travelling(tensor: torch.Tensor) -> Any:
@@ -252,6 +265,17 @@ def _tree(fn: Any, value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(_tree(fn, v) for v in value)
     return value
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A :class:`HostBatch` ready to cross to another process (:meth:`HostBatch.packed`): it
+    arrives as the HostBatch."""
+
+    travel: tuple
+
+    def __reduce__(self):
+        return _arrived, self.travel
 
 
 def _arrived(

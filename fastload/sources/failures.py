@@ -8,7 +8,7 @@ from typing import Any
 
 from torch._utils import ExceptionWrapper
 
-from ..batch import SampleError
+from ..batch import HostBatch, SampleError
 from ..datasets.waits import Interrupted
 from .fetch import in_flight
 from .inflight import InFlight, process_state
@@ -129,13 +129,20 @@ class InWorker(ExceptionWrapper):
         raise error
 
 
+def leaving(batch: Any) -> Any:
+    """What a worker puts on its queue for ``batch``: a HostBatch packed in the worker's own
+    thread (:meth:`HostBatch.packed`: its queue's feeder thread then calls no torch work that
+    a finalizing interpreter could end inside a C++ frame), anything else as it is."""
+    return batch.packed() if isinstance(batch, HostBatch) else batch
+
+
 def in_worker(make: Any, worker: int | None) -> Any:
     """``make()``, or, in DataLoader worker ``worker``, its SampleError as :class:`InWorker`
     (the main process re-raises it); None: not in a worker, the error is raised here."""
     if worker is None:
         return make()
     try:
-        return make()
+        return leaving(make())
     except SampleError as e:
         return InWorker(e, worker)
 
@@ -147,6 +154,6 @@ def in_worker_iter(items: Iterator, worker: int | None) -> Iterator:
         yield from items
         return
     try:
-        yield from items
+        yield from map(leaving, items)
     except SampleError as e:
         yield InWorker(e, worker)
