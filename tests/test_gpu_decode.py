@@ -303,10 +303,18 @@ def test_transforms_gpu_decode_cannot_run_are_a_clear_error(tmp_path, on_cpu, tr
         fl.Loader(ds, device="cpu", decode="gpu", num_workers=0)
 
 
-def test_datasets_and_backends_gpu_decode_cannot_serve_are_a_clear_error(tmp_path, on_cpu):
-    ds = fl.ImageFolder(_write(tmp_path, _photos(2)), fl.transforms.train(32))
-    with pytest.raises(ValueError, match="backend='process'"):
-        fl.Loader(ds, device="cpu", decode="gpu", backend="thread", num_workers=1)
+def test_gpu_decode_runs_on_the_thread_backend_as_on_processes(tmp_path, on_cpu):
+    # The same maker on every backend: the thread backend packs the rows it plans on its threads.
+    ds = fl.ImageFolder(_write(tmp_path, {**_photos(6), **_odd_ones()}), fl.transforms.train(48, reduced_decode=False))
+    threads, stats = _batches(ds, "gpu", epochs=(0, 1), backend="thread", num_workers=2, batch_size=5)
+    processes, _ = _batches(ds, "gpu", epochs=(0, 1), batch_size=5)
+    cpu, _ = _batches(ds, "cpu", epochs=(0, 1), batch_size=5)
+    _assert_same(threads, processes)
+    _assert_same(threads, cpu)
+    assert stats["gpu_decoded_rows"] > 0 and stats["cpu_fallback_rows"] == 0
+
+
+def test_datasets_gpu_decode_cannot_serve_are_a_clear_error(tmp_path, on_cpu):
     with pytest.raises(TypeError, match="decode='gpu' needs a fastload dataset.*WrappedDataset|got list"):
         fl.Loader([(np.zeros((8, 8, 3), np.uint8), 0)], device="cpu", decode="gpu", num_workers=0)
 

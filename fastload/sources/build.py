@@ -106,21 +106,26 @@ def build_source(
     # A row for this process too where it loads samples itself (threads; GPU decode's fall-backs).
     inflight = InFlight(workers + 1 if threads or gpu is not None else max(1, workers))
     loader = SampleLoader(Samples(samples), cfg.on_error, inflight)
+    # What makes a batch is chosen once, for every backend: the GPU's packing, or the CPU executor's batch.
+    maker: Maker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(loader.samples))
+    share = cpu_share if gpu is not None else None
     if threads:
         # prefetch_factor means what it means for processes: batches ahead per worker.
         # On the CPU, normalize=False hands out views of the buffer itself: no reuse then.
-        return ThreadSource(
-            BatchMaker(loader, cpu_executor(loader.samples)),
+        # GPU batches are packed bytes: a new buffer each.
+        source = ThreadSource(
+            maker,
             sampler,
             workers,
             workers * cfg.prefetch_factor,
             pin=pin,
             timeout=cfg.timeout,
-            reuse=device.type == "cuda" or cfg.normalize is not False,
+            reuse=gpu is None and (device.type == "cuda" or cfg.normalize is not False),
             device_ahead=DEVICE_AHEAD,
             pin_device=options.pin_device,
         )
-    maker: Maker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(loader.samples))
+        source.cpu_share = share
+        return source
     # A worker has at most prefetch_factor batches in flight, and one is being copied out of
     # its buffer; one more buffer spares a fresh one when a copy-out lags. GPU batches are
     # packed bytes: a new buffer each. Made in this process (no workers), a batch is pinned
@@ -128,7 +133,7 @@ def build_source(
     pool: BufferPool = PlainPool(pin=pin and gpu is None, device=options.pin_device)
     if workers > 0 and gpu is None and BufferTable.supported:
         pool = SharedPool(BufferTable(workers, cfg.prefetch_factor + 2))
-    return ProcessSource(maker, pool, sampler, options, cpu_share=cpu_share if gpu is not None else None)
+    return ProcessSource(maker, pool, sampler, options, cpu_share=share)
 
 
 def stream_refusal(kind: str, backend: str, unshuffled: bool) -> str | None:

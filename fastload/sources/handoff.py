@@ -213,7 +213,7 @@ class SharedPool:
         if isinstance(lease, BufferLease):
             self.table.free(worker, lease.buffer, lease.owner)
 
-    def renew(self) -> None:
+    def reset(self, ahead: int) -> None:
         """Fresh buffers for a new generation of workers (the old ones' memory goes with them)."""
         old, self.table = self.table, self.table.renewed()
         old.close()  # forked workers inherited descriptors of their own

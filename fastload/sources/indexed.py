@@ -11,6 +11,7 @@ from .fetch import SampleLoader
 from .packed import SourceBatch
 from .pools import BufferPool
 from .request import BatchRequest, PassRequest
+from .rowmap import RowMap
 from .sampler import ShardedBatchSampler
 
 
@@ -20,7 +21,19 @@ class Maker(Protocol):
 
     loader: SampleLoader
 
-    def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> SourceBatch: ...
+    @property
+    def copies(self) -> int:
+        """Samples decoded beside their row and copied in (in this process)."""
+
+    def make(self, request: BatchRequest, worker: int, pool: BufferPool, rows: RowMap | None = None) -> SourceBatch:
+        """The batch of ``request``, its buffers from ``pool``, its per-row steps run by ``rows``
+        (default: in turn, in this thread, as worker ``worker``)."""
+
+    def new_pass(self) -> None:
+        """The next batch learns what a pass may change (its sample shape) again."""
+
+    def shaped(self, epoch: int) -> bool:
+        """Whether the batches of ``epoch`` may be made at once (their shape is fixed here)."""
 
 
 class IndexedSource:

@@ -4,8 +4,9 @@
 shape where it does not know it yet (the head of a batch, loaded beside it), leases the
 batch's buffers from a pool (:mod:`fastload.sources.pools`), finishes every row in place
 under the error policy (:class:`~fastload.sources.fetch.SampleLoader`) and collates the
-targets. Process workers and the main process call :meth:`BatchMaker.make`; the thread
-backend runs the same steps with the rows spread over its threads.
+targets. Every backend calls :meth:`BatchMaker.make`; they differ only in where it runs (a
+worker process, the main process, a thread) and in the :class:`~fastload.sources.rowmap.RowMap`
+that runs its per-row steps (in turn, or spread over the thread backend's decode threads).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from ..views import SampleShape, map_images, numpy_rows, row, shape_of
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
 from .fetch import Loaded, SampleLoader, put
 from .inflight import InFlight
-from .pools import BatchBuffers, BufferPool, Need, Writers
+from .pools import BatchBuffers, BufferPool, Need
 from .request import BatchRequest
+from .rowmap import InTurn, RowMap, Tally
 from .samples import Samples
 
 
 class BatchMaker:
-    """Makes HostBatches from batch requests.
+    """Makes HostBatches from batch requests: the one place a batch's rows are written.
 
     Args:
         loader: Loads rows with the error policy.
@@ -38,6 +40,12 @@ class BatchMaker:
         self.loader, self.executor = loader, executor
         self._shape: SampleShape | None = None  # of one sample, learnt by head()
         self._shape_epoch: int | None = None
+        self._copies = Tally()
+
+    @property
+    def copies(self) -> int:
+        """Samples decoded beside their row and copied in (in this process)."""
+        return self._copies.value
 
     @classmethod
     def of(cls, dataset: Any, on_error: str = "raise", inflight: InFlight | None = None) -> BatchMaker:
@@ -57,28 +65,10 @@ class BatchMaker:
         """The sample shape learnt for ``epoch`` in this process, or None."""
         return self._shape if self._shape_epoch == epoch else None
 
-    def plan(self, request: BatchRequest, worker: int = 0, *, ahead: bool = True) -> BatchPlan:
-        """The plan of ``request``: with ``ahead``, its rows planned and decoded as the executor
-        does it (else the caller plans them, :meth:`plan_row`, and calls :meth:`decode_batch`)."""
-        plan = BatchPlan.of(request)
-        if ahead and self.executor.plans:
-            for j in range(len(plan)):
-                plan_row(self.loader, plan, j, worker)
-            self.decode_batch(plan, worker)
-        return plan
-
-    def plan_row(self, plan: BatchPlan, j: int, worker: int = 0) -> None:
-        plan_row(self.loader, plan, j, worker)
-
-    def decode_batch(self, plan: BatchPlan, worker: int = 0) -> None:
-        self.executor.decode_batch(self.loader, plan, worker)
-
-    def load_row(
-        self, plan: BatchPlan, j: int, worker: int = 0, out: Any = None, shape: SampleShape | None = None
-    ) -> Loaded:
-        """Row ``j`` (or its replacement) into ``out`` (else beside), under the error policy."""
-        r, request = plan.take(j), plan.request
-        return self.loader.load(r.key, request.epoch, worker, out, shape, seed=request.seed, row=r)
+    def shaped(self, epoch: int) -> bool:
+        """Whether the batches of ``epoch`` may be made at once here: the head of its first
+        batch has fixed their sample shape."""
+        return self.shape(epoch) is not None
 
     def head(self, plan: BatchPlan, worker: int = 0) -> list[Loaded]:
         """The first row(s) of a batch loaded beside it, all of the batch's sample shape; none
@@ -104,55 +94,58 @@ class BatchMaker:
             if max(shapes.count(s) for s in shapes) >= 2:
                 break
         common = common_shape(loaded, self.loader)
-        self._shape, self._shape_epoch = common, request.epoch
         # A row not of the common shape is loaded again as a row of a known shape is (what any
         # other batch does with it): from its own sample, its replacements drawn for it and its
         # skipped samples reported. Not from ``item.index``, which may be a replacement already
         # (its sample failed, and the replacement is the odd one): that would draw other
         # replacements than another backend or worker count does, and drop the failed sample's
         # record. Its plan is spent (its generator has drawn); the error its planning met stays.
-        return [
+        head = [
             item
             if shape_of(item.image) == common
             else self.loader.load(r.key, epoch, worker, shape=common, seed=seed, row=Row(r.key, r.index, error=r.error))
             for r, item in zip(rows, loaded)
         ]
+        self._shape, self._shape_epoch = common, request.epoch  # other batches of the epoch may start
+        return head
 
-    def lease(
-        self, plan: BatchPlan, head: list[Loaded], pool: BufferPool, worker: int = 0, until: Writers | None = None
-    ) -> BatchBuffers:
-        """The batch's buffers from ``pool``: of the epoch's sample shape, targets of the head's spec."""
+    def make(self, request: BatchRequest, worker: int, pool: BufferPool, rows: RowMap | None = None) -> HostBatch:
+        """Plans, loads and collates one batch into buffers leased from ``pool``.
+
+        Args:
+            request: The batch.
+            worker: The worker making it (its pool's worker; its in-flight row where ``rows``
+                runs in this thread).
+            pool: Lends the batch's buffers.
+            rows: Where its per-row steps run (default: in turn, in this thread).
+        """
+        rows = rows if rows is not None else InTurn(worker)
+        loader = self.loader
+        plan = BatchPlan.of(request)
+        n = len(plan)
+        if self.executor.plans:  # every row planned (read, checked, crop drawn), then the batch's regions decoded
+            rows.map(lambda j, w: plan_row(loader, plan, j, w), range(n))
+            rows.map(lambda _, w: self.executor.decode_batch(loader, plan, w), range(1))
+        head = [] if self.shaped(request.epoch) else rows.map(lambda _, w: self.head(plan, w), range(1))[0]
+        shape = self.shape(request.epoch)
+        assert shape is not None  # fixed by this head, or by the epoch's first
         target = TargetSpec.of(head[0].label) if head else None
-        shape = self.shape(plan.request.epoch)
-        if shape is None:
-            raise RuntimeError("lease() before the head of the epoch fixed the sample shape")
-        return pool.lease(Need(len(plan), shape, target, worker, until))
-
-    def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> HostBatch:
-        """Plans, loads and collates one batch into buffers leased from ``pool``."""
-        plan = self.plan(request, worker)
-        head = self.head(plan, worker)
-        buffers = self.lease(plan, head, pool, worker)
+        buffers = pool.lease(Need(n, shape, target, worker, rows))
         try:
-            rows = numpy_rows(buffers.images)
-            loaded = []
-            for j, item in enumerate(head):
-                put(row(rows, j), item, self.loader)
-                loaded.append(item)
-            for j in range(len(head), len(plan)):
-                into = row(rows, j)
-                item = self.load_row(plan, j, worker, into)
-                put(into, item, self.loader)
-                loaded.append(item)
-            return self.collate(buffers, loaded, request)
-        except BaseException:
-            pool.abandon(buffers, worker)  # never handed on: its buffer is free again
-            raise
+            images = numpy_rows(buffers.images)
+            copies = sum(put(row(images, j), item, loader) for j, item in enumerate(head))
 
-    def collate(self, buffers: BatchBuffers, loaded: list[Loaded], request: BatchRequest) -> HostBatch:
-        """The HostBatch of ``loaded`` samples whose pixels are already in ``buffers``; the targets
-        go into its room for them where their spec is the first sample's, else into a new tensor."""
-        return collate(buffers, loaded, request.epoch, self.loader)
+            def finish(j: int, w: int) -> tuple[Loaded, int]:
+                r, into = plan.take(j), row(images, j)
+                item = loader.load(r.key, request.epoch, w, into, seed=request.seed, row=r)
+                return item, put(into, item, loader)
+
+            done = rows.map(finish, range(len(head), n))
+            self._copies.add(copies + sum(c for _, c in done))
+            return collate(buffers, head + [item for item, _ in done], request.epoch, loader)
+        except BaseException:
+            pool.abandon(buffers, worker)  # never handed on: its buffer is free again once ``rows`` finished
+            raise
 
 
 def common_shape(loaded: list[Loaded], loader: SampleLoader) -> SampleShape:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, cast
+from typing import Any, Protocol, TypeAlias, cast
 
 import numpy as np
 import torch
@@ -35,9 +35,10 @@ from ..decode.resize import Crop
 from ..targets import Target, TargetSpec, as_target, fill
 from ..views import numpy_rows, row
 from .batchplan import BatchPlan, plan_row
-from .fetch import SampleLoader, put
+from .fetch import Loaded, SampleLoader, put
 from .pools import BufferPool, Need
 from .request import BatchRequest
+from .rowmap import InTurn, RowMap, Tally
 
 
 class RowGeometry(Protocol):
@@ -126,6 +127,9 @@ class EncodedBatch:
     def encoded(self, r: int) -> np.ndarray:
         """The bytes of encoded row ``r`` (a view)."""
         return self.data.numpy()[self.offsets[r] : self.offsets[r + 1]]
+
+    def release(self, event: Any = None) -> None:
+        """Nothing to give back: the batch owns its memory (as :meth:`fastload.HostBatch.release` of such a batch)."""
 
     def region(self, r: int) -> tuple[int, int, int, int] | None:
         """The region of encoded row ``r``, or None for a full decode."""
@@ -225,6 +229,12 @@ class PackMaker:
 
     def __init__(self, loader: SampleLoader, rows: GpuRows) -> None:
         self.loader, self.rows = loader, rows
+        self._copies = Tally()
+
+    @property
+    def copies(self) -> int:
+        """Samples decoded beside their row and copied in (in this process)."""
+        return self._copies.value
 
     def _geometry(self, plan: BatchPlan, j: int) -> RowGeometry | None:
         """Row ``j``'s geometry on the GPU, or None when the CPU path must load it (its plan untouched)."""
@@ -249,13 +259,21 @@ class PackMaker:
         flip = self.rows.flip.draw(sample.rng) if self.rows.flip is not None else False
         return EncodedRow(j, sample.data, header.height, header.width, geometry, flip), as_target(sample.label)
 
-    def make(self, request: BatchRequest, worker: int, pool: BufferPool) -> EncodedBatch:
+    def new_pass(self) -> None:
+        """Nothing to learn again: every row is of the device's output size."""
+
+    def shaped(self, epoch: int) -> bool:
+        """Always: the rows' size is the device's output size, known before any is loaded."""
+        return True
+
+    def make(self, request: BatchRequest, worker: int, pool: BufferPool, rows: RowMap | None = None) -> EncodedBatch:
         """The EncodedBatch of ``request``: bytes for the GPU, pixels for the rest (and for
-        the request's ``cpu_share`` of what the GPU could take)."""
+        the request's ``cpu_share`` of what the GPU could take), the per-row steps run by
+        ``rows`` (default: in turn, in this thread)."""
+        rows = rows if rows is not None else InTurn(worker)
         plan = BatchPlan.of(request)
         n, (out_h, out_w) = len(plan), self.rows.out_size
-        for j in range(n):
-            plan_row(self.loader, plan, j, worker)
+        rows.map(lambda j, w: plan_row(self.loader, plan, j, w), range(n))
         geometry = [self._geometry(plan, j) for j in range(n)]
         # Decided before any flip is drawn: a shared row's generator is the CPU path's, untouched.
         shared = set(shared_rows(request.cpu_share, [j for j in range(n) if geometry[j] is not None]))
@@ -263,21 +281,29 @@ class PackMaker:
             self._encoded(plan, j, g) if g is not None and j not in shared else None for j, g in enumerate(geometry)
         ]
         cpu = [j for j in range(n) if packed[j] is None]
-        cpu_seconds = 0.0
         pixels = _buffer((0, out_h, out_w, 3))
         if cpu:
-            pixels = cast(torch.Tensor, pool.lease(Need(len(cpu), (out_h, out_w, 3), worker=worker)).images)
-        rows = numpy_rows(pixels)
+            pixels = cast(torch.Tensor, pool.lease(Need(len(cpu), (out_h, out_w, 3), worker=worker, until=rows)).images)
+        images = numpy_rows(pixels)
+
+        def load(k: int, w: int) -> tuple[Loaded, float, int]:
+            # The CPU path, as decode="cpu" loads them, from their plans.
+            j = cpu[k]
+            r, into = plan.take(j), row(images, k)
+            start = time.perf_counter()
+            item = self.loader.load(r.index, request.epoch, w, into, seed=request.seed, row=r)
+            copies = put(into, item, self.loader)
+            return item, time.perf_counter() - start, copies
+
+        loaded = rows.map(load, range(len(cpu)))
+        self._copies.add(sum(c for _, _, c in loaded))
         targets: list[Target] = [0] * n
         indices = np.asarray(request.indices, np.int64).copy()
         skipped: list[SkippedSample] = []
-        for k, j in enumerate(cpu):  # the CPU path, as decode="cpu" loads them, from their plans
-            r, into = plan.take(j), row(rows, k)
-            start = time.perf_counter()
-            item = self.loader.load(r.index, request.epoch, worker, into, seed=request.seed, row=r)
-            put(into, item, self.loader)
+        cpu_seconds = 0.0
+        for j, (item, seconds, _) in zip(cpu, loaded):
             if j in shared:
-                cpu_seconds += time.perf_counter() - start
+                cpu_seconds += seconds
             targets[j], indices[j] = item.label, item.index
             skipped.extend(item.skipped)
         encoded = []

@@ -81,6 +81,14 @@ class BufferPool(Protocol):
     def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:
         """Takes back buffers whose batch was never handed on (it failed while being made)."""
 
+    def reset(self, ahead: int) -> None:
+        """Before a pass with new users (new workers, or a new pass of the thread backend's)
+        and up to ``ahead`` batches in flight: every buffer lent before is given up (one still
+        written or copied from is lent again only once that has ended)."""
+
+    def close(self) -> None:
+        """Frees the buffers (the source is closed)."""
+
 
 class PlainPool:
     """A new buffer per batch, no lease.
@@ -100,3 +108,9 @@ class PlainPool:
 
     def abandon(self, buffers: BatchBuffers, worker: int = 0) -> None:
         """Nothing to take back: the memory goes with the batch."""
+
+    def reset(self, ahead: int) -> None:
+        """Nothing lent: nothing to give up."""
+
+    def close(self) -> None:
+        """Nothing held."""

@@ -24,7 +24,7 @@ from . import deaths
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
 from .failures import CLOSED, WorkerFailure, forget_frames, in_worker, interrupted, is_worker_failure, worker_failure
 from .frozen import parent_objects_frozen
-from .handoff import SharedPool, detached
+from .handoff import detached
 from .indexed import IndexedSource, Maker
 from .inflight import InFlight
 from .packed import SourceBatch
@@ -361,8 +361,7 @@ class ProcessSource(IndexedSource):
             drop_in_background(holder, wait_s=0, workers=self.inflight.pids().values())
 
     def _renew_buffers(self) -> None:
-        if isinstance(self.pool, SharedPool):
-            self.pool.renew()  # the old buffers' memory goes with the old workers
+        self.pool.reset(self.options.prefetch_factor)  # the old buffers' memory goes with the old workers
 
     def close(self) -> None:
         """Shuts the workers down; returns within a few seconds even if one is stuck."""
@@ -374,5 +373,4 @@ class ProcessSource(IndexedSource):
         holder: list = [self._loader]
         self._loader = None
         drop_in_background(holder, workers=pids)
-        if isinstance(self.pool, SharedPool):
-            self.pool.close()
+        self.pool.close()

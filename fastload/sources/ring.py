@@ -208,7 +208,12 @@ class RingPool:
         if buffers.lease is not None:
             buffers.lease.release()
 
-    def release_all(self) -> None:
-        """Buffers an abandoned pass never gave back (their writers and events still gate them)."""
+    def reset(self, ahead: int) -> None:
+        """A ring of ``ahead`` buffers from the next lease on; the buffers an abandoned pass never
+        gave back are free again (their writers and events still gate them)."""
+        self.count = ahead
         if self.ring is not None:
             self.ring.release_all()
+
+    def close(self) -> None:
+        """The buffers go when the last batch holding one does (a lease waiting gives up at close)."""

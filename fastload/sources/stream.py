@@ -314,8 +314,7 @@ class StreamSource:
         order = None
         if self.shuffle or history:
             order = StreamOrder(epoch, run.seed, self.shuffle, self.batch_size, history)
-        if isinstance(self.maker.pool, SharedPool):
-            self.maker.pool.renew()  # each pass starts its own workers: fresh buffers for them
+        self.maker.pool.reset(self.options.prefetch_factor)  # each pass starts its own workers: fresh buffers for them
         data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
         # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
@@ -326,5 +325,4 @@ class StreamSource:
 
     def close(self) -> None:
         self._closed.set()
-        if isinstance(self.maker.pool, SharedPool):
-            self.maker.pool.close()
+        self.maker.pool.close()

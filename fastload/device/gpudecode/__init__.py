@@ -50,7 +50,7 @@ def check_setup(dataset: Any, device: torch.device, backend: str, streaming: boo
 
     Raises:
         ValueError: No CUDA device (and no ``FASTLOAD_GPU_DECODE_ON_CPU=1``), a stream,
-            the thread backend, or transforms the executor cannot run.
+            or transforms the executor cannot run.
         TypeError: A dataset that is not a fastload dataset.
         ImportError: nvImageCodec is not installed (names the wheels).
     """
@@ -62,11 +62,6 @@ def check_setup(dataset: Any, device: torch.device, backend: str, streaming: boo
     if streaming:
         raise ValueError(
             "decode='gpu' needs a random-access dataset, not a stream; use decode='cpu' (or TFRecordDataset)"
-        )
-    if backend != "process":
-        raise ValueError(
-            f"decode='gpu' runs with backend='process' (workers only read bytes and plan crops), "
-            f"got backend={backend!r}"
         )
     pipeline = GpuPipeline.of(dataset)
     from ...decode import roi
