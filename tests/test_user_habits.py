@@ -211,12 +211,11 @@ def test_thread_backend_follows_a_new_image_size_between_passes(folder):
 @pytest.mark.slow  # gc.get_objects() after each batch, in a process that ran many tests: about 20 s
 def test_thread_backend_holds_no_finished_batches(ds):
     import gc
+    from concurrent.futures import Future
 
-    from fastload.sources.thread import _Job
-
-    def jobs():
+    def jobs():  # each batch being made, or made and not yet handed over, is a future
         gc.collect()
-        return sum(type(o) is _Job for o in gc.get_objects())
+        return sum(type(o) is Future for o in gc.get_objects())
 
     before = jobs()  # earlier tests may leave jobs of stuck samples behind
     with _loader(ds, "thread", normalize=True, batch_size=2, prefetch_factor=2) as loader:
