@@ -31,6 +31,7 @@ import torch
 from common import parser, photo_folder, report
 
 import fastload as fl
+from fastload.datasets.protocols import LoadTraits
 from fastload.decode import get_decoder, plan, roi
 from fastload.sources import batchplan
 from fastload.sources.batchplan import BatchPlan, decode_regions, plan_row
@@ -40,6 +41,8 @@ from fastload.sources.request import BatchRequest
 
 
 class PerSample(fl.ImageFolder):
+    load_traits = LoadTraits(takes_out=True)  # loaded whole, into the batch row, not planned
+
     def load(self, index, epoch=0, seed=0, out=None):  # an override: the sources keep the per-sample path
         return super().load(index, epoch, seed, out)
 

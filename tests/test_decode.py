@@ -7,18 +7,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from conftest import flip_scan_bytes as _flip_scan_bytes
+from conftest import jpeg_bytes, make_image, need_formats, png_bytes
 from PIL import Image
 
 from fastload import decode as dec
-from fastload.decode import BACKENDS, DecodeError, decode_image, get_decoder, image_size
+from fastload.decode import BACKENDS, DecodeError, backends, decode_image, get_decoder, image_size, registry
 from fastload.photos.bundled import source_photos
 
-from conftest import flip_scan_bytes as _flip_scan_bytes
-from conftest import jpeg_bytes, make_image, need_formats, png_bytes
-
-ALL = [b for b in BACKENDS if b not in dec.JPEG_BACKENDS or dec._available(b)]
+ALL = [b for b in BACKENDS if b not in dec.JPEG_BACKENDS or backends.available(b)]
 # The strict libjpeg-turbo backends loadable here (simplejpeg is a dependency: always).
-STRICT = [b for b in dec.JPEG_BACKENDS if dec._available(b)]
+STRICT = [b for b in dec.JPEG_BACKENDS if backends.available(b)]
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +110,8 @@ def test_unknown_backend_is_a_clear_error():
 
 def _fresh_default(monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
-    monkeypatch.setattr(dec, "_cache", {})
-    monkeypatch.setattr(dec, "_warned", False)
+    monkeypatch.setattr(backends, "_cache", {})
+    monkeypatch.setattr(registry, "_warned", False)
 
 
 def _warnings_of(call):
@@ -125,6 +124,7 @@ def _warnings_of(call):
 
 def _no_system_library(monkeypatch):
     import ctypes.util
+
     import turbojpeg
 
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
@@ -141,7 +141,7 @@ def test_pip_alone_gives_the_strict_fast_decoder_without_a_warning(monkeypatch):
     assert backend == "simplejpeg" and messages == []
     with pytest.raises(ImportError, match="not installed; fix: sudo apt-get install libturbojpeg0"):
         get_decoder("turbojpeg")
-    monkeypatch.setattr(dec, "_cache", {})
+    monkeypatch.setattr(backends, "_cache", {})
     monkeypatch.setenv("FASTLOAD_NO_SYSTEM_TURBOJPEG", "1")  # what the pip-only venv test sets
     with pytest.raises(ImportError, match="hidden by FASTLOAD_NO_SYSTEM_TURBOJPEG=1"):
         get_decoder("turbojpeg")
@@ -239,8 +239,8 @@ def test_pyturbojpeg_2_beside_libjpeg_turbo_2_still_decodes(monkeypatch, photo):
 def test_pyturbojpeg_requirement_excludes_2x():
     """PyTurboJPEG 2.x needs libjpeg-turbo >= 3, which Debian 12 and Ubuntu 22.04 do not have."""
     import os
-    import tomllib
 
+    import tomllib
     from packaging.requirements import Requirement
 
     with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
@@ -251,10 +251,11 @@ def test_pyturbojpeg_requirement_excludes_2x():
 
 # --- corrupt entropy-coded data ---------------------------------------------------------
 
+
 def _libjpeg_complains(data: bytes) -> bool:
     """Whether libjpeg warns or fails on ``data``, asked through PyTurboJPEG (in one thread
     only: catch_warnings changes process-wide state), else through simplejpeg itself."""
-    if not dec._available("turbojpeg"):
+    if not backends.available("turbojpeg"):
         import simplejpeg
 
         try:

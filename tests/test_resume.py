@@ -16,6 +16,7 @@ import torch
 
 import fastload as fl
 from fastload.datasets import sample_rng
+from fastload.datasets.protocols import LoadTraits
 from fastload.sources.resume import Stage, compact, remaining, resumed_indices
 from fastload.sources.sampler import ShardedBatchSampler, epoch_order
 
@@ -217,6 +218,8 @@ def test_resuming_twice_in_one_epoch(ds):
 
 
 class _Recording(fl.ImageDataset):
+    load_traits = LoadTraits(takes_out=True)  # its load passes the batch row on
+
     def __init__(self, inner):
         super().__init__(inner.labels)
         self.inner, self.loaded, self.lock = inner, [], threading.Lock()

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import fastload as fl
+from fastload.datasets.protocols import LoadTraits
 
 BACKENDS = ["process", "thread"]
 
@@ -78,6 +79,8 @@ def test_set_epoch_selects_the_next_pass(ds):
 class _HeldInEpochZero(fl.ImageDataset):
     """Sample ``held`` of epoch 0 is written into its batch row only once ``gate`` opens."""
 
+    load_traits = LoadTraits(takes_out=True)  # its load writes into the batch row it is given
+
     def __init__(self, inner, held):
         super().__init__(inner.labels)
         self.inner, self.held, self.gate = inner, held, threading.Event()
@@ -130,6 +133,8 @@ def test_list_and_len(ds, backend):
 
 
 class _FailsOnce(fl.ImageDataset):
+    load_traits = LoadTraits(takes_out=True)  # its load passes the batch row on
+
     def __init__(self, inner, bad):
         super().__init__(inner.labels)
         self.inner, self.bad, self.failed = inner, bad, False

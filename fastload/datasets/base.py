@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -13,6 +12,7 @@ from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_
 from ..transforms import Compose, MultiView, as_compose
 from ..verified import NOT_VERIFIED, check_bytes
 from ..views import contiguous
+from .protocols import LoadTraits
 from .sampleplan import SamplePlan
 from .storage import SharedArray
 
@@ -53,6 +53,19 @@ class ImageDataset(torch.utils.data.Dataset):
             ``self.max_pixels``: the int, ``fastload.decode.NO_LIMIT``, or None for the
             module's limit), so it reaches workers.
     """
+
+    #: Declared (:class:`~fastload.datasets.protocols.LoadTraits`): :meth:`load` is
+    #: ``finish(plan(...))`` and takes ``out=``. A subclass that defines its own ``load`` is
+    #: declared neither (:meth:`__init_subclass__`) unless it declares its own ``load_traits``.
+    load_traits: ClassVar[LoadTraits] = LoadTraits(planned=True, takes_out=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own ``load`` withdraws what this class declares of its ``load``: batches
+        are then loaded through that ``load`` (not planned past it), without ``out=``, unless the
+        subclass declares ``load_traits`` beside it (e.g. ``LoadTraits(takes_out=True)``)."""
+        super().__init_subclass__(**kwargs)
+        if "load" in vars(cls) and "load_traits" not in vars(cls):
+            cls.load_traits = LoadTraits()
 
     def __init__(
         self, labels: Any, transform: Any = None, decoder: str | None = None, *, max_pixels: MaxPixels = MODULE_LIMIT
@@ -177,19 +190,3 @@ class ImageDataset(torch.utils.data.Dataset):
             "samples": len(self),
             "classes": int(self.labels.max()) + 1 if len(self) else 0,
         }
-
-
-def accepts_out(load: Any) -> bool:
-    """Whether ``load`` takes ``out=`` (a batch row to write the image into)."""
-    try:
-        params = inspect.signature(load).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "out" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-def plannable(dataset: Any) -> bool:
-    """Whether loading ``dataset`` may go through plan and finish: a fastload dataset whose
-    ``load`` is :meth:`ImageDataset.load` (``finish(plan(...))``); a subclass overriding
-    ``load`` keeps the per-sample path, so its override runs."""
-    return isinstance(dataset, ImageDataset) and type(dataset).load is ImageDataset.load

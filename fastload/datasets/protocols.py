@@ -7,7 +7,9 @@ once, when it is built (:mod:`fastload.sources.samples`).
   :class:`~fastload.WrappedDataset` around a user's, or a user's own with ``load``.
 - :class:`Plans`: one whose ``load`` is ``finish(plan(...))`` (see
   :mod:`fastload.datasets.sampleplan`), so a batch can be planned first and its regions decoded
-  in one call, or its bytes sent to the GPU.
+  in one call, or its bytes sent to the GPU. Declared, by its :class:`LoadTraits`
+  (:class:`DeclaresLoad`), never inferred from its class or its ``load``'s signature: read
+  through :func:`load_traits_of` and :func:`planner_of`.
 - :class:`Describes`: names its samples in messages (a path or key).
 - :class:`Fingerprinted`: tells itself apart from other datasets for loader states.
 - :class:`RecordStream`: read in order by reading slots (``TFRecordStream``, ``WebDataset``);
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -29,7 +31,8 @@ from .sampleplan import SamplePlan
 class Loadable(Protocol):
     """An indexed dataset: sample ``index`` decoded and transformed with the draws of (seed, epoch, index).
 
-    ``load`` may also take ``out=`` (a batch row to write the image into, returned as the image).
+    ``load`` may also take ``out=`` (a batch row to write the image into, returned as the image),
+    where the dataset declares so (:class:`LoadTraits`).
     """
 
     def __len__(self) -> int: ...
@@ -39,13 +42,40 @@ class Loadable(Protocol):
 
 @runtime_checkable
 class Plans(Protocol):
-    """A dataset whose ``load`` is ``finish(plan(index, epoch, seed))``, pixel for pixel."""
+    """A dataset whose ``load`` is ``finish(plan(index, epoch, seed))``, pixel for pixel
+    (declared by ``LoadTraits(planned=True)``: having these methods says nothing by itself)."""
 
     def plan(self, index: int, epoch: int = 0, seed: int = 0) -> SamplePlan: ...
 
     def finish(
         self, plan: SamplePlan, pixels: np.ndarray | None = None, out: np.ndarray | None = None
     ) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class LoadTraits:
+    """What an indexed dataset's ``load`` is, beyond :class:`Loadable`: declared by the dataset's
+    class (:class:`DeclaresLoad`), never detected. A dataset that declares nothing is loaded whole,
+    without ``out=``: a user's own dataset works as it is.
+
+    Attributes:
+        planned: ``load`` is ``finish(plan(index, epoch, seed))`` pixel for pixel, and the dataset
+            is :class:`Plans`: a batch may be planned first, its regions decoded in one call or its
+            bytes sent to the GPU. A dataset whose ``load`` does anything else must not say so:
+            its ``load`` would not run.
+        takes_out: ``load`` takes ``out=`` (the batch row to write the image into where it can,
+            returned as the image then).
+    """
+
+    planned: bool = False
+    takes_out: bool = False
+
+
+@runtime_checkable
+class DeclaresLoad(Protocol):
+    """A dataset whose class declares what its ``load`` is (see :class:`LoadTraits`)."""
+
+    load_traits: ClassVar[LoadTraits]
 
 
 @runtime_checkable
@@ -135,6 +165,28 @@ class ResumedSizes(Protocol):
     def resumed_sizes(
         self, num_slots: int, *, drop_last: bool, order: Any, batch_size: int | None = None
     ) -> list[int]: ...
+
+
+def load_traits_of(dataset: Any) -> LoadTraits:
+    """The dataset's declared :class:`LoadTraits` (none declared: loaded whole, without ``out=``).
+
+    Raises:
+        TypeError: It declares ``load_traits`` that are not a :class:`LoadTraits`, or declares
+            ``planned`` but is not :class:`Plans` (no ``plan`` and ``finish``).
+    """
+    if not isinstance(dataset, DeclaresLoad):
+        return LoadTraits()
+    traits = dataset.load_traits
+    if not isinstance(traits, LoadTraits):
+        raise TypeError(f"{type(dataset).__name__}.load_traits must be a LoadTraits, got {traits!r}")
+    if traits.planned and not isinstance(dataset, Plans):
+        raise TypeError(f"{type(dataset).__name__} declares LoadTraits(planned=True) but has no plan and finish")
+    return traits
+
+
+def planner_of(dataset: Any) -> Plans | None:
+    """The dataset as :class:`Plans` where it declares that its ``load`` is ``finish(plan(...))``, else None."""
+    return dataset if load_traits_of(dataset).planned else None
 
 
 def traits_of(stream: Any) -> StreamTraits:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from .base import accepts_out
-from .protocols import Loadable, name_of
+from .protocols import Loadable, LoadTraits, load_traits_of, name_of
 from .storage import SharedArray
 
 
@@ -31,6 +30,10 @@ class SubsetDataset(torch.utils.data.Dataset):
     #: ``get_worker_info().dataset`` shows in a worker. None when made otherwise.
     given: Any = None
 
+    #: Its ``load`` is the dataset's (not planned: a subset is loaded sample by sample) and
+    #: takes ``out=``, passed on where the dataset declares that its own takes it.
+    load_traits: ClassVar[LoadTraits] = LoadTraits(takes_out=True)
+
     def __init__(self, dataset: Any, indices: Any) -> None:
         self.dataset = dataset
         self.indices = SharedArray(indices, np.int64)
@@ -38,7 +41,7 @@ class SubsetDataset(torch.utils.data.Dataset):
         bad = self.indices.array[(self.indices.array < 0) | (self.indices.array >= n)]
         if len(bad):
             raise IndexError(f"Subset index {int(bad[0])} is out of range for a dataset of {n} samples")
-        self._passes_out = accepts_out(dataset.load)
+        self._passes_out = load_traits_of(dataset).takes_out
 
     @classmethod
     def of(cls, dataset: Any) -> SubsetDataset | None:

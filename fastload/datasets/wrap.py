@@ -9,7 +9,7 @@ device copy and normalization.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ from ..batch import SampleError
 from ..transforms import as_compose
 from ..views import contiguous
 from .base import sample_name, sample_rng
-from .protocols import Describes
+from .protocols import Describes, LoadTraits
 
 ACCEPTED = "a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 tensor (C×H×W or H×W×C)"
 NO_TARGET = -1  # the target of an item that is a bare image
@@ -187,6 +187,9 @@ class WrappedDataset(torch.utils.data.Dataset):
     #: The dataset as given to the Loader, set by the Loader: what ``get_worker_info().dataset``
     #: shows in a worker. None when made otherwise.
     given: Any = None
+
+    #: Loaded whole (its items are the user's, not planned) and without ``out=``.
+    load_traits: ClassVar[LoadTraits] = LoadTraits()
 
     def __init__(self, dataset: Any, transform: Any = None, *, image_key: Any = None, target_key: Any = None) -> None:
         name = type(dataset).__name__

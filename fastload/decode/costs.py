@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import roi
+from .backends import available, named
 
 if TYPE_CHECKING:
     from .header import ImageHeader
@@ -199,16 +200,15 @@ def choose_backend(blobs: list[bytes], rounds: int = 5) -> tuple[str, dict[str, 
     Each image is decoded by both back to back, in turn first, and each decode keeps its
     fastest round, so that the load of a shared machine weighs on both alike. Returns
     (name, µs per image of each backend measured)."""
-    from . import _available, get_decoder
     from .header import read_header
     from .libjpeg import scratch
     from .turbo import TurboJPEGDecoder
 
-    names = [n for n in ("simplejpeg", "turbojpeg") if _available(n)]
+    names = [n for n in ("simplejpeg", "turbojpeg") if available(n)]
     if len(names) < 2:
         return (names[0] if names else "simplejpeg"), {}
     headers = [read_header(b) for b in blobs]
-    decoders = [get_decoder(n) for n in names]
+    decoders = [named(n) for n in names]
     best = np.full((len(names), len(blobs)), np.inf)
     for r in range(rounds + 1):  # round 0 warms up
         for i, (b, hd) in enumerate(zip(blobs, headers)):
@@ -263,7 +263,6 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
     """
     import torch
 
-    from . import get_decoder
     from .header import read_header
 
     start = time.perf_counter()
@@ -272,7 +271,7 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
     try:
         blobs = _calibration_jpegs(images)
         backend, backend_us = choose_backend(blobs)
-        decoder = get_decoder(backend)
+        decoder = named(backend)
         headers = [read_header(b) for b in blobs]
         rng = np.random.default_rng(20261123)
         slot = np.empty((224, 224, 3), np.uint8)
@@ -402,15 +401,14 @@ def cache_key() -> dict[str, Any]:
 
     from .. import __version__ as fastload_version
     from ..system import cpu_model
-    from . import get_decoder
 
     try:
-        lib = get_decoder("turbojpeg").library_file()
+        lib = named("turbojpeg").library_file()
         libturbojpeg = f"{lib}:{os.path.getsize(lib)}"
     except (ImportError, OSError):
         libturbojpeg = None
     try:
-        simplejpeg = get_decoder("simplejpeg").version
+        simplejpeg = named("simplejpeg").version
     except ImportError:
         simplejpeg = None
     return {

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..datasets.base import accepts_out, plannable, sample_name
-from ..datasets.protocols import PlansRecords, StreamRecordLike, name_of
+from ..datasets.base import sample_name
+from ..datasets.protocols import PlansRecords, StreamRecordLike, load_traits_of, name_of
 from ..datasets.sampleplan import SamplePlan
 
 
@@ -27,13 +27,16 @@ class Samples:
 
     Args:
         dataset: A fastload dataset, a wrapped user dataset, or anything with ``__len__`` and
-            ``load(index, epoch, seed[, out=])`` (:class:`~fastload.datasets.protocols.Loadable`).
+            ``load(index, epoch, seed)`` (:class:`~fastload.datasets.protocols.Loadable`); its
+            declared :class:`~fastload.datasets.protocols.LoadTraits` say whether it is planned
+            and whether its ``load`` takes ``out=``.
     """
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
-        self.plans = plannable(dataset)  # its load is finish(plan(...)): a batch may be planned first
-        self._out = accepts_out(dataset.load)
+        traits = load_traits_of(dataset)
+        self.plans = traits.planned  # its load is finish(plan(...)): a batch may be planned first
+        self._out = traits.takes_out
 
     def __len__(self) -> int:
         return len(self.dataset)

@@ -63,9 +63,11 @@ class GpuPipeline:
             TypeError: ``dataset`` is not a fastload dataset that plans its samples.
             ValueError: Its transforms are not ones GPU decode can run (the message says which).
         """
-        from ...datasets.base import plannable
+        from ...datasets.base import ImageDataset
+        from ...datasets.protocols import load_traits_of
 
-        if not plannable(dataset):
+        # GPU decode runs the dataset's transforms itself: a planned fastload dataset's, no other.
+        if not (isinstance(dataset, ImageDataset) and load_traits_of(dataset).planned):
             raise TypeError(
                 f"decode='gpu' needs a fastload dataset (ImageFolder, ImageList, LMDBDataset, "
                 f"TFRecordDataset) that does not override load, got {type(dataset).__name__}; "
