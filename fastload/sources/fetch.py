@@ -51,6 +51,19 @@ class Loaded:
     extras: tuple = ()  # the sample's further fields (a user's item after image and target)
 
 
+@dataclass
+class Failed:
+    """A stream's record that failed under ``on_error="skip"``: its row is its slot's neighbour's.
+
+    Attributes:
+        index: The record's number.
+        skipped: Its record of the failure, reported with the batch.
+    """
+
+    index: int
+    skipped: SkippedSample
+
+
 class PlannedRow(Protocol):
     """How far a sample was prepared before it is loaded: a batch plan's
     :class:`~fastload.sources.batchplan.Row`."""
@@ -64,8 +77,8 @@ class SampleLoader:
     """Loads samples into batch rows with the error policy.
 
     A sample is named by its key: its index, or a stream's record. A stream's failed record
-    is not replaced here but by its slot's neighbour (:mod:`fastload.sources.stream`): its
-    source takes the named error from :meth:`try_load`.
+    is not replaced here but by its slot's neighbour: :meth:`row` gives it as :class:`Failed`
+    (:mod:`fastload.sources.neighbours`).
 
     Args:
         samples: The dataset's samples (:class:`~fastload.sources.samples.Samples` or
@@ -141,7 +154,7 @@ class SampleLoader:
         skipped = [self.skipped(epoch, index, error)]
         tried = {index}
         rng = sample_rng(seed, epoch, index)
-        n = len(cast(Samples, self.samples))  # replacements are drawn by index (a stream's are its neighbours)
+        n = len(cast(Samples, self.samples))  # replacements are drawn by index (a stream's are its neighbours, see row())
         for _ in range(MAX_REPLACEMENTS):
             other = int(rng.integers(n))
             while other in tried and len(tried) < n:
@@ -159,23 +172,28 @@ class SampleLoader:
             skipped[0].where,
         ) from error
 
-    def try_load(
-        self, key: Any, epoch: int, worker: int, *, seed: int, row: PlannedRow | None = None
-    ) -> Loaded | Exception:
-        """The sample of ``key`` loaded beside its row (as :meth:`load` loads it), or its error
-        under ``on_error="skip"``: nothing replaced (a stream replaces it by its neighbour)."""
+    def row(
+        self,
+        key: Any,
+        epoch: int,
+        worker: int = 0,
+        out: Any = None,
+        shape: SampleShape | None = None,
+        *,
+        seed: int,
+        row: PlannedRow | None = None,
+    ) -> Loaded | Failed:
+        """The sample of ``key`` as :meth:`load` loads it; except that a stream's record, whose
+        replacement is its slot's neighbour and not a draw, is :class:`Failed` when it fails under
+        ``on_error="skip"`` (its row is then filled by :class:`fastload.sources.neighbours.Neighbours`)."""
+        if self.samples.replaces:
+            return self.load(key, epoch, worker, out, shape, seed=seed, row=row)
         try:
-            image, label, extras = self._one(key, epoch, seed, worker, None, None, row)
+            image, label, extras = self._one(key, epoch, seed, worker, out, shape, row)
             return Loaded(image, label, self.samples.number(key), [], extras)
         except Exception as e:
-            return self._policy(key, e)
-
-    def fitted(self, key: Any, got: Loaded | Exception, shape: SampleShape | None) -> Loaded | Exception:
-        """``got`` (the sample of ``key`` loaded beside its row, as :meth:`try_load` gives it) if
-        its image is of the batch's ``shape`` (None: not known yet); else, under the policy, the
-        error of its sample, as a row of a known shape meets it."""
-        misfit = shape_error(got.image, shape) if isinstance(got, Loaded) else None
-        return got if misfit is None else self._policy(key, misfit)
+            error = self._policy(key, e)
+        return Failed(self.samples.number(key), self.skipped(epoch, key, error))
 
     def _policy(self, key: Any, error: Exception) -> Exception:
         """``error``, to be skipped under ``on_error="skip"``; raised, named, under "raise"."""

@@ -11,7 +11,8 @@ that runs its per-row steps (in turn, or spread over the thread backend's decode
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, cast
 
 import torch
 
@@ -20,8 +21,9 @@ from ..collate import collate_extras
 from ..targets import TargetSpec, fill
 from ..views import SampleShape, map_images, numpy_rows, row, shape_of
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
-from .fetch import Loaded, SampleLoader, put
+from .fetch import Failed, Loaded, SampleLoader, put
 from .inflight import InFlight
+from .neighbours import Neighbours, Owed
 from .pools import BatchBuffers, BufferPool, Need
 from .request import BatchRequest
 from .rowmap import InTurn, RowMap, Tally
@@ -70,9 +72,10 @@ class BatchMaker:
         batch has fixed their sample shape."""
         return self.shape(epoch) is not None
 
-    def head(self, plan: BatchPlan, worker: int = 0) -> list[Loaded]:
+    def head(self, plan: BatchPlan, worker: int = 0) -> list[Loaded | Failed]:
         """The first row(s) of a batch loaded beside it, all of the batch's sample shape; none
-        when the shape of the epoch is known here already.
+        when the shape of the epoch is known here already; every row, failed, when every row
+        failed (a stream's records under "skip"): the shape is then still unknown.
 
         The shape is learnt once per epoch and process, by majority: a first sample of an odd
         shape is then the error of that sample (raised, or replaced under "skip"), not of
@@ -86,14 +89,19 @@ class BatchMaker:
             return []
         seed, epoch = request.seed, request.epoch
         rows: list[Row] = []
-        loaded: list[Loaded] = []
-        for j in range(min(3, len(plan))):
+        loaded: list[Loaded | Failed] = []
+        good: list[Loaded] = []
+        for j in range(len(plan)):  # up to 3 good ones (an indexed dataset's are: failures are replaced)
             rows.append(plan.take(j))
-            loaded.append(self.loader.load(rows[-1].key, epoch, worker, seed=seed, row=rows[-1]))
-            shapes = [shape_of(item.image) for item in loaded]
-            if max(shapes.count(s) for s in shapes) >= 2:
-                break
-        common = common_shape(loaded, self.loader)
+            loaded.append(self.loader.row(rows[-1].key, epoch, worker, seed=seed, row=rows[-1]))
+            if isinstance(loaded[-1], Loaded):
+                good.append(loaded[-1])
+                shapes = [shape_of(item.image) for item in good]
+                if max(shapes.count(s) for s in shapes) >= 2 or len(good) == 3:
+                    break
+        if not good:
+            return loaded
+        common = common_shape(good, self.loader)
         # A row not of the common shape is loaded again as a row of a known shape is (what any
         # other batch does with it): from its own sample, its replacements drawn for it and its
         # skipped samples reported. Not from ``item.index``, which may be a replacement already
@@ -102,15 +110,15 @@ class BatchMaker:
         # record. Its plan is spent (its generator has drawn); the error its planning met stays.
         head = [
             item
-            if shape_of(item.image) == common
-            else self.loader.load(r.key, epoch, worker, shape=common, seed=seed, row=Row(r.key, r.index, error=r.error))
+            if isinstance(item, Failed) or shape_of(item.image) == common
+            else self.loader.row(r.key, epoch, worker, shape=common, seed=seed, row=Row(r.key, r.index, error=r.error))
             for r, item in zip(rows, loaded)
         ]
         self._shape, self._shape_epoch = common, request.epoch  # other batches of the epoch may start
         return head
 
     def make(self, request: BatchRequest, worker: int, pool: BufferPool, rows: RowMap | None = None) -> HostBatch:
-        """Plans, loads and collates one batch into buffers leased from ``pool``.
+        """Plans, loads and collates one batch of an indexed dataset into buffers leased from ``pool``.
 
         Args:
             request: The batch.
@@ -119,32 +127,84 @@ class BatchMaker:
             pool: Lends the batch's buffers.
             rows: Where its per-row steps run (default: in turn, in this thread).
         """
+        batch = self.build(BatchPlan.of(request), worker, pool, rows)
+        assert isinstance(batch, HostBatch)  # an indexed dataset's failures are replaced, never owed
+        return batch
+
+    def build(
+        self,
+        plan: BatchPlan,
+        worker: int,
+        pool: BufferPool,
+        rows: RowMap | None = None,
+        *,
+        planned: bool = False,
+        neighbours: Neighbours | None = None,
+    ) -> HostBatch | Owed:
+        """The batch of ``plan``: its rows planned (unless ``planned`` already, as a stream plans its
+        records as they are read), its regions decoded, its head fixing the sample shape, then
+        every row finished in place in a buffer leased from ``pool`` and the targets collated.
+
+        Args:
+            plan: The batch's rows.
+            worker, pool, rows: As in :meth:`make`.
+            planned: Its rows were planned already (in the order they were read).
+            neighbours: A stream's slot: fills the rows of records that failed under "skip".
+
+        Returns:
+            The batch; for a stream's batch whose records all failed before its slot had a
+            good one, what it owes (its rows become the slot's first good record, later).
+        """
         rows = rows if rows is not None else InTurn(worker)
-        loader = self.loader
-        plan = BatchPlan.of(request)
+        loader, request = self.loader, plan.request
         n = len(plan)
         if self.executor.plans:  # every row planned (read, checked, crop drawn), then the batch's regions decoded
-            rows.map(lambda j, w: plan_row(loader, plan, j, w), range(n))
+            if not planned:
+                rows.map(lambda j, w: plan_row(loader, plan, j, w), range(n))
             rows.map(lambda _, w: self.executor.decode_batch(loader, plan, w), range(1))
         head = [] if self.shaped(request.epoch) else rows.map(lambda _, w: self.head(plan, w), range(1))[0]
         shape = self.shape(request.epoch)
-        assert shape is not None  # fixed by this head, or by the epoch's first
-        target = TargetSpec.of(head[0].label) if head else None
+        if shape is None:  # every row failed (loaded by the head) before any fixed the shape
+            return Owed([cast(Failed, item).skipped for item in head])
+        first = next((item for item in head if isinstance(item, Loaded)), None)
+        target = TargetSpec.of(first.label) if first is not None else None
         buffers = pool.lease(Need(n, shape, target, worker, rows))
         try:
             images = numpy_rows(buffers.images)
-            copies = sum(put(row(images, j), item, loader) for j, item in enumerate(head))
+            copies = sum(put(row(images, j), item, loader) for j, item in enumerate(head) if isinstance(item, Loaded))
 
-            def finish(j: int, w: int) -> tuple[Loaded, int]:
+            def finish(j: int, w: int) -> tuple[Loaded | Failed, int]:
                 r, into = plan.take(j), row(images, j)
-                item = loader.load(r.key, request.epoch, w, into, seed=request.seed, row=r)
-                return item, put(into, item, loader)
+                item = loader.row(r.key, request.epoch, w, into, seed=request.seed, row=r)
+                return item, put(into, item, loader) if isinstance(item, Loaded) else 0
 
             done = rows.map(finish, range(len(head), n))
             self._copies.add(copies + sum(c for _, c in done))
-            return collate(buffers, head + [item for item, _ in done], request.epoch, loader)
+            items = head + [item for item, _ in done]
+            if neighbours is not None:
+                filled = neighbours.fill(items, images, loader)
+                if filled is None:
+                    pool.abandon(buffers, worker)
+                    return Owed([cast(Failed, item).skipped for item in items])
+                items = list(filled)
+            return collate(buffers, cast(list[Loaded], items), request.epoch, loader)
         except BaseException:
             pool.abandon(buffers, worker)  # never handed on: its buffer is free again once ``rows`` finished
+            raise
+
+    def owed(self, owed: Owed, first: Loaded, epoch: int, worker: int, pool: BufferPool) -> HostBatch:
+        """The batch ``owed`` paid: each of its rows the slot's ``first`` good record, reporting its own failure."""
+        n = len(owed.skipped)
+        buffers = pool.lease(Need(n, shape_of(first.image), TargetSpec.of(first.label), worker))
+        try:
+            images = numpy_rows(buffers.images)
+            items = []
+            for j, skipped in enumerate(owed.skipped):
+                put(row(images, j), first, self.loader)
+                items.append(dataclasses.replace(first, image=row(images, j), skipped=[skipped]))
+            return collate(buffers, items, epoch, self.loader)
+        except BaseException:
+            pool.abandon(buffers, worker)
             raise
 
 

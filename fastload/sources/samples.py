@@ -32,6 +32,9 @@ class Samples:
             and whether its ``load`` takes ``out=``.
     """
 
+    #: A failed sample is replaced by a draw of another index (under ``on_error="skip"``).
+    replaces = True
+
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
         traits = load_traits_of(dataset)
@@ -84,6 +87,9 @@ class RecordSamples:
         stream: The stream; one that plans its records (:class:`~fastload.datasets.protocols.PlansRecords`)
             has its batches planned first, like an indexed dataset that plans.
     """
+
+    #: A failed record is replaced by its slot's neighbour, not a draw (see :mod:`fastload.sources.neighbours`).
+    replaces = False
 
     def __init__(self, stream: Any) -> None:
         self.dataset = stream

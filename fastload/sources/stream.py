@@ -21,19 +21,18 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
-from ..batch import HostBatch, SampleError, SkippedSample
-from ..collate import check_image
+from ..batch import HostBatch, SampleError
 from ..datasets.protocols import ResumedSizes, traits_of
 from ..datasets.stream_slots import batch_count, slot_batches_done
-from ..views import SampleShape, numpy_rows, row, shape_of
 from . import resume
-from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
+from .batchplan import BatchPlan, Row, cpu_executor, plan_row
 from .failures import CLOSED, in_worker_iter
-from .fetch import Loaded, SampleLoader, put
+from .fetch import SampleLoader
 from .handoff import BufferTable, SharedPool, detached
 from .inflight import InFlight
-from .maker import collate, common_shape
-from .pools import BufferPool, Need, PlainPool
+from .maker import BatchMaker
+from .neighbours import Neighbours, Owed
+from .pools import BufferPool, PlainPool
 from .process import ShowsDataset, WorkerOptions, dataloader_options, start_workers, worker_batches
 from .request import BatchRequest, PassRequest
 from .resume import StreamResume
@@ -67,100 +66,64 @@ class StreamOrder:
 
 
 class StreamMaker:
-    """Makes one reading slot's batches from its records, with the batch machinery every source
-    uses: a batch request of the slot's next records is planned (where the stream plans its
-    records), its regions decoded in one call (:mod:`fastload.sources.batchplan`), each record
-    finished under the error policy (:class:`~fastload.sources.fetch.SampleLoader`) and the
-    batch collated into a buffer of ``pool`` (:func:`fastload.sources.maker.collate`).
+    """Makes one reading slot's batches from its records, with the batch builder every source
+    uses (:meth:`fastload.sources.maker.BatchMaker.build`): each record is planned as soon as
+    it is read (where the stream plans its records: a slot's reader may let go of a shard's
+    bytes once its records are read), ``batch_size`` of them make a batch plan, and the builder
+    decodes its regions and finishes its rows in place in a buffer of ``pool``.
 
     Under ``on_error="skip"`` a failed record is replaced by its slot's good neighbour (the
-    last good record before it, else the first one after it), so a slot's count, and its
-    rank's batch count, stays the same.
+    last good record before it, else the first one after it: :mod:`fastload.sources.neighbours`),
+    so a slot's count, and its rank's batch count, stays the same.
 
     Args:
-        loader: Loads records with the error policy (its samples: the stream's records).
-        executor: Plans and decodes a batch as a whole (or not).
+        maker: Builds the batches (its loader's samples: the stream's records).
         batch_size, drop_last: As in LoaderConfig.
         pool: Lends the batches' buffers.
     """
 
-    def __init__(
-        self, loader: SampleLoader, executor: CpuExecutor, batch_size: int, drop_last: bool, pool: BufferPool
-    ) -> None:
-        self.loader, self.executor, self.batch_size, self.drop_last = loader, executor, batch_size, drop_last
-        self.pool = pool
+    def __init__(self, maker: BatchMaker, batch_size: int, drop_last: bool, pool: BufferPool) -> None:
+        self.maker, self.batch_size, self.drop_last, self.pool = maker, batch_size, drop_last, pool
 
-    def _loaded(self, records: Iterator[Any], epoch: int, seed: int, rank: int, worker: int) -> Iterator[Any]:
-        """Each record's sample, or (under "skip") the record of its failure, a batch at a time.
+    @property
+    def loader(self) -> SampleLoader:
+        return self.maker.loader
 
-        A record is read as soon as it comes (planned, or loaded whole): a slot's reader may
-        let go of its bytes once the slot's records are all read."""
+    def _plans(self, records: Iterator[Any], epoch: int, seed: int, rank: int, worker: int) -> Iterator[BatchPlan]:
+        """The slot's records cut into batch plans, each record planned as it is read."""
+        plans = self.maker.executor.plans
         plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank))
-        done: list[Loaded | Exception] = []
-        number = 0
-        shape: SampleShape | None = None  # of a sample, learnt from the slot's first batch as a maker learns it
-        for record in itertools.chain(records, [None]):
-            if record is not None:
-                plan.rows.append(Row(record, int(record.number)))
-                j = len(plan) - 1
-                if self.executor.plans:
-                    plan_row(self.loader, plan, j, worker)
-                else:
-                    done.append(self.loader.try_load(record, epoch, worker, seed=seed))
-            if len(plan) == self.batch_size or (record is None and len(plan)):
-                if self.executor.plans:
-                    self.executor.decode_batch(self.loader, plan, worker)
-                    for j in range(len(plan)):
-                        r = plan.take(j)
-                        done.append(self.loader.try_load(r.key, epoch, worker, seed=seed, row=r))
-                good = [got for got in done if isinstance(got, Loaded)]
-                if shape is None and good:
-                    shape = common_shape(good, self.loader)
-                for r, got in zip(plan.rows, done):
-                    # A record not of the batch's shape is its own error (raised, or replaced by its neighbour).
-                    got = self.loader.fitted(r.key, got, shape)
-                    yield got if isinstance(got, Loaded) else self.loader.skipped(epoch, r.key, got)
-                number += 1
-                plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank, number))
-                done = []
+        for record in records:
+            plan.rows.append(Row(record, int(record.number)))
+            if plans:
+                plan_row(self.loader, plan, len(plan) - 1, worker)
+            if len(plan) == self.batch_size:
+                yield plan
+                plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank, plan.request.number + 1))
+        if len(plan) and not self.drop_last:
+            yield plan
 
     def batches(
         self, records: Iterator[Any], epoch: int, seed: int, rank: int, slot: int, worker: int
     ) -> Iterator[HostBatch]:
         """The batches of slot ``slot``'s ``records`` (in worker ``worker``)."""
-        last: Loaded | None = None
-        owed: list[SkippedSample] = []
-        ready: list[Loaded] = []
-        for got in self._loaded(records, epoch, seed, rank, worker):
-            if isinstance(got, SkippedSample):
-                if last is None:
-                    owed.append(got)
-                else:
-                    ready.append(dataclasses.replace(last, skipped=[got]))
-            else:
-                ready += [dataclasses.replace(got, skipped=[skip]) for skip in owed]
-                owed, last = [], got
-                ready.append(got)
-            while len(ready) >= self.batch_size:
-                yield self._collate(ready[: self.batch_size], epoch, worker)
-                del ready[: self.batch_size]
+        neighbours = Neighbours()
+        owed: list[Owed] = []
+        for plan in self._plans(records, epoch, seed, rank, worker):
+            made = self.maker.build(plan, worker, self.pool, planned=True, neighbours=neighbours)
+            if isinstance(made, Owed):
+                owed.append(made)
+                continue
+            for batch in owed:  # the slot's first good record stands in for every record before it
+                assert neighbours.first is not None
+                yield self.maker.owed(batch, neighbours.first, epoch, worker, self.pool)
+            owed = []
+            yield made
         if owed:
+            first = owed[0].skipped[0]
             raise SampleError(
-                f"on_error='skip': every record of stream slot {slot} failed; first: {owed[0]}",
-                owed[0].index,
-                owed[0].where,
+                f"on_error='skip': every record of stream slot {slot} failed; first: {first}", first.index, first.where
             )
-        if ready and not self.drop_last:
-            yield self._collate(ready, epoch, worker)
-
-    def _collate(self, items: list[Loaded], epoch: int, worker: int) -> HostBatch:
-        """``items`` (decoded beside their rows) into one batch, of the first one's shape."""
-        check_image(items[0].image, self.loader.samples.title_of(items[0].index))
-        buffers = self.pool.lease(Need(len(items), shape_of(items[0].image), worker=worker))
-        rows = numpy_rows(buffers.images)
-        for j, item in enumerate(items):
-            put(row(rows, j), item, self.loader)
-        return collate(buffers, items, epoch, self.loader)
 
 
 class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
@@ -250,7 +213,7 @@ class StreamSource:
         pool: BufferPool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
         if options.num_workers > 0 and BufferTable.supported:
             pool = SharedPool(BufferTable(options.num_workers, options.prefetch_factor + 2))
-        self.maker = StreamMaker(loader, cpu_executor(samples), batch_size, drop_last, pool)
+        self.maker = StreamMaker(BatchMaker(loader, cpu_executor(samples)), batch_size, drop_last, pool)
         self._closed = threading.Event()  # seen by a pass running in another thread
 
     dataset = None  # records name themselves
@@ -315,6 +278,7 @@ class StreamSource:
         if self.shuffle or history:
             order = StreamOrder(epoch, run.seed, self.shuffle, self.batch_size, history)
         self.maker.pool.reset(self.options.prefetch_factor)  # each pass starts its own workers: fresh buffers for them
+        self.maker.maker.new_pass()  # without workers, this process's maker learns the shape again
         data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
         # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
