@@ -4,6 +4,7 @@ import gzip
 import warnings
 
 import pytest
+import torch
 
 import fastload as fl
 
@@ -114,3 +115,42 @@ def test_a_streams_records_are_what_its_source_reads_them_as(tmp_path):
     records = list(fl.TFRecordStream(path).records_for(0, 1))
     assert records and all(isinstance(r, StreamRecordLike) for r in records)
     assert [(r.number, r.label, r.error) for r in records] == [(0, 0, None), (1, 1, None), (2, 2, None)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_failed_records_become_their_slots_neighbours_in_place(tmp_path, workers):
+    # Issue 37: the builder finishes a stream's rows in place; a record failed under "skip" takes
+    # the pixels and target of its slot's last good record, else (the slot's first records) of the
+    # first good one after it, even when a whole batch failed before the slot had a good record.
+    path = str(tmp_path / "one.tfrecord")
+    offsets = write_records(path, range(24))
+    raw = bytearray(open(path, "rb").read())
+    bad = [0, 1, 2, 3, 4, 5, 17, 19]
+    for k in bad:
+        raw[offsets[k] + 40] ^= 0xFF  # inside record k's data: its CRC fails
+    open(path, "wb").write(bytes(raw))
+    stream = fl.TFRecordStream(path, transform=fl.transforms.eval(8, resize=8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fl.Loader(stream, batch_size=4, num_workers=workers, device="cpu", normalize=False,
+                       on_error="skip", return_index=True) as loader:
+            batches = [(x.clone(), y.clone(), i.clone()) for x, y, i in loader]
+            skipped = loader.skipped
+    x = torch.cat([b[0] for b in batches])
+    labels = torch.cat([b[1] for b in batches]).tolist()
+    indices = torch.cat([b[2] for b in batches]).tolist()
+    # One slot per worker: the records a slot reads, in order, with each failure its neighbour.
+    slots = [list(range(24))] if workers == 0 else [list(range(12)), list(range(12, 24))]
+    want = {}
+    for slot in slots:
+        good = [k for k in slot if k not in bad]
+        for k in slot:
+            left = [g for g in good if g < k]
+            want[k] = k if k in good else (left[-1] if left else good[0])
+    assert len(labels) == 24 and sorted(s.index for s in skipped) == bad
+    assert labels == indices  # each row's target is its (neighbour) record's
+    # Worker w's slot gives batches w, w + workers, ...: each slot's rows in its reading order.
+    per_slot = [[k for b in batches[w :: max(1, workers)] for k in b[2].tolist()] for w in range(len(slots))]
+    assert per_slot == [[want[k] for k in slot] for slot in slots]
+    for row, index in enumerate(indices):  # a neighbour's row holds its pixels
+        assert torch.equal(x[row], x[indices.index(index)])
