@@ -154,3 +154,30 @@ def test_failed_records_become_their_slots_neighbours_in_place(tmp_path, workers
     assert per_slot == [[want[k] for k in slot] for slot in slots]
     for row, index in enumerate(indices):  # a neighbour's row holds its pixels
         assert torch.equal(x[row], x[indices.index(index)])
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_stream_on_the_thread_backend_gives_the_process_backends_batches(tmp_path, workers):
+    # Issue 37: a stream runs on every backend; threads read the same slots as worker processes,
+    # so the batches (pixels, targets, order) and a resumed pass are the same.
+    pattern = _stream_files(tmp_path, [9, 7, 8], False)
+    stream = fl.TFRecordStream(pattern, transform=fl.transforms.train(16))
+
+    def run(backend, state=None):
+        with fl.Loader(stream, batch_size=4, num_workers=workers, backend=backend, device="cpu", normalize=False,
+                       return_index=True, seed=3) as loader:
+            if state is not None:
+                loader.load_state_dict(state)
+                return [(x.clone(), i.clone()) for x, _, i in loader], None
+            it = iter(loader)
+            got = [tuple(t.clone() for t in next(it))[::2] for _ in range(2)]
+            middle = loader.state_dict()
+            got += [(x.clone(), i.clone()) for x, _, i in it]
+            return got, middle
+
+    threads, middle = run("thread")
+    processes, _ = run("process")
+    assert [i.tolist() for _, i in threads] == [i.tolist() for _, i in processes]
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(threads, processes, strict=True))
+    resumed, _ = run("thread", middle)
+    assert [i.tolist() for _, i in resumed] == [i.tolist() for _, i in threads[2:]]

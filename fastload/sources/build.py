@@ -78,7 +78,7 @@ def build_source(
         pin_device=device if pin else None,
     )
     if is_stream(samples):
-        refusal = stream_refusal(type(samples).__name__, cfg.backend, cfg.shuffle and not traits_of(samples).shuffles)
+        refusal = stream_refusal(type(samples).__name__, cfg.shuffle and not traits_of(samples).shuffles)
         if refusal is not None:
             raise ValueError(refusal)
         return StreamSource(
@@ -90,6 +90,7 @@ def build_source(
             world_size=world_size,
             options=options,
             shuffle=cfg.shuffle,
+            threads=cfg.backend == "thread",
         )
     sampler = ShardedBatchSampler(
         len(samples),
@@ -136,16 +137,11 @@ def build_source(
     return ProcessSource(maker, pool, sampler, options, cpu_share=share)
 
 
-def stream_refusal(kind: str, backend: str, unshuffled: bool) -> str | None:
-    """Why a stream (``kind``) cannot run as asked, with only the advice that applies: the thread
-    backend (streams are read by worker processes), and ``shuffle=True`` on a stream read in file
+def stream_refusal(kind: str, unshuffled: bool) -> str | None:
+    """Why a stream (``kind``) cannot run as asked: ``shuffle=True`` on a stream read in file
     order (``unshuffled``); None when it can."""
-    why = []
-    if backend != "process":
-        why.append(f"a {kind} is a stream, read by worker processes: use backend='process' (got backend={backend!r})")
-    if unshuffled:
-        why.append(
-            f"a {kind} is read in file order: use shuffle=False"
-            + (" (or TFRecordDataset over uncompressed files for random access)" if kind == "TFRecordStream" else "")
-        )
-    return "; and ".join(why) if why else None
+    if not unshuffled:
+        return None
+    return f"a {kind} is read in file order: use shuffle=False" + (
+        " (or TFRecordDataset over uncompressed files for random access)" if kind == "TFRecordStream" else ""
+    )

@@ -154,7 +154,9 @@ class SampleLoader:
         skipped = [self.skipped(epoch, index, error)]
         tried = {index}
         rng = sample_rng(seed, epoch, index)
-        n = len(cast(Samples, self.samples))  # replacements are drawn by index (a stream's are its neighbours, see row())
+        n = len(
+            cast(Samples, self.samples)
+        )  # replacements are drawn by index (a stream's are its neighbours, see row())
         for _ in range(MAX_REPLACEMENTS):
             other = int(rng.integers(n))
             while other in tried and len(tried) < n:

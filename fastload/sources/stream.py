@@ -37,6 +37,7 @@ from .process import ShowsDataset, WorkerOptions, dataloader_options, start_work
 from .request import BatchRequest, PassRequest
 from .resume import StreamResume
 from .samples import RecordSamples
+from .slot_threads import slot_threads
 
 
 def whole_batches(stream: Any, world_size: int) -> bool:
@@ -163,15 +164,16 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[HostBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return in_worker_iter(self.slot(worker, workers), info.id if info is not None else None)
+
+    def slot(self, worker: int, workers: int) -> Iterator[HostBatch]:
+        """The batches of worker ``worker`` of ``workers`` (a process, or a thread)."""
         local = (worker + self.start) % workers
         into, slots = self.rank * workers + local, self.world_size * workers
         skip = slot_batches_done(self.start, local, workers) * self.maker.batch_size
         ordered = {} if self.order is None else {"order": self.order}
         records = self.stream.records_for(into, slots, drop_last=self.maker.drop_last, **ordered, **self.layout)
-        batches = self.maker.batches(
-            itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, into, worker
-        )
-        return in_worker_iter(batches, info.id if info is not None else None)
+        return self.maker.batches(itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, into, worker)
 
 
 class StreamSource:
@@ -187,6 +189,7 @@ class StreamSource:
         batch_size, drop_last, on_error, shuffle: As in LoaderConfig.
         rank, world_size: This rank among all.
         options: Worker count and settings (workers are started each epoch).
+        threads: Read each slot in a thread of this process (the thread backend), not in a worker process.
     """
 
     def __init__(
@@ -200,10 +203,12 @@ class StreamSource:
         world_size: int,
         options: WorkerOptions,
         shuffle: bool = False,
+        threads: bool = False,
     ) -> None:
         self.stream, self.batch_size, self.drop_last, self.shuffle = stream, batch_size, drop_last, shuffle
         self.on_error, self.rank, self.world_size = on_error, rank, world_size
         self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
+        self.threads = threads and options.num_workers > 0
         self.inflight = InFlight(max(1, options.num_workers))
         samples = RecordSamples(stream)
         loader = SampleLoader(samples, on_error, self.inflight)
@@ -211,7 +216,7 @@ class StreamSource:
         # source's do): torch's shared memory would leave a named /dev/shm segment behind for
         # every batch still in flight when a pass is broken off or its workers end.
         pool: BufferPool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
-        if options.num_workers > 0 and BufferTable.supported:
+        if options.num_workers > 0 and BufferTable.supported and not self.threads:
             pool = SharedPool(BufferTable(options.num_workers, options.prefetch_factor + 2))
         self.maker = StreamMaker(BatchMaker(loader, cpu_executor(samples)), batch_size, drop_last, pool)
         self._closed = threading.Event()  # seen by a pass running in another thread
@@ -280,6 +285,10 @@ class StreamSource:
         self.maker.pool.reset(self.options.prefetch_factor)  # each pass starts its own workers: fresh buffers for them
         self.maker.maker.new_pass()  # without workers, this process's maker learns the shape again
         data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
+        if self.threads:
+            o = self.options
+            yield from slot_threads(data, o.num_workers, o.prefetch_factor, o.timeout, self.inflight, self._closed)
+            return
         loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
         # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
         for batch in worker_batches(
