@@ -239,3 +239,15 @@ def test_a_webdataset_over_http_uses_the_checksums_of_its_sidecar(photo_folder, 
                 (skip,) = loader.skipped
     assert set(seen) == set(range(12)) - {changed}  # (a skipped sample's place taken by another)
     assert skip.index == changed and "changed since it was verified" in skip.error and base in skip.where
+
+
+def test_a_shard_with_another_sample_count_than_its_checksums_is_refused_naming_it(photo_folder, out):
+    dst = _kind_dst("WebDataset", out, photo_folder)
+    path = dst / SIDECAR["wds"]
+    meta = json.loads(path.read_text())
+    meta["samples"]["shard-000001.tar"] -= 1  # as if the shard had gained a sample since
+    meta["verified"]["records"]["shard-000001.tar"].pop()
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"shard-000001.tar: 5 samples, but .* checksums of 4"):
+        fl.WebDataset(str(dst))
+    assert fl.WebDataset(str(dst), verified=False).verified_count == 0
