@@ -58,7 +58,13 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     p.add_argument("--resize-shorter", type=int, default=None, metavar="S", help="re-encode with shorter side <= S")
     p.add_argument("--quality", type=int, default=None, metavar="Q", help="re-encode as JPEG at quality Q")
     p.add_argument("--root", default=None, help="root of the paths in a list file")
-    p.add_argument("--verify", action="store_true", help="read everything back, check it and decode every image")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="decode every image strictly while writing and record the CRC32C of those it accepts in the "
+        "dataset's metadata (readers then decode them cheaply while the checksum holds); read everything back "
+        "and check it",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     args = p.parse_args(argv)
     kwargs = {"root": args.root} if args.root else {}

@@ -112,9 +112,12 @@ def convert(
 
     With ``verify_output``, every record's bytes (as written) are decoded strictly while they
     are read, and those the strict decode accepts are recorded with their CRC32C and
-    "fastload VERSION, strict, DECODER" in the LMDB's metadata record, so that
-    :class:`~fastload.LMDBDataset` decodes them the cheapest way the crop allows while their
-    checksum holds and refuses them once it does not (:mod:`fastload.verified`); records
+    "fastload VERSION, strict, DECODER" in the dataset's own metadata (the LMDB's metadata
+    record; the ``verified`` section of the TFRecord or WebDataset sidecar, see
+    :mod:`fastload.datasets.verified_sidecar`: for TFRecord the CRC32C of each record's data,
+    the one its frame holds masked; for WebDataset that of each image member), so that
+    the datasets decode them the cheapest way the crop allows while their checksum holds
+    and refuse them once it does not (:mod:`fastload.verified`); records
     that fail are written, left unverified (decoded strictly when read), and listed in the
     VerifyError. Then the output is read back: count, labels and checksums (each record was
     decoded strictly already; without a strict decoder here, every record is decoded then).
@@ -198,11 +201,21 @@ def convert(
             shard_samples=shard_samples,
             keys=order,
             overwrite=overwrite,
+            verified=verified,
+            verified_by=by,
         )
     else:
         names = getattr(source, "paths", None)
         crcs = write_tfrecord(
-            records, dst, n, shards, classes, names.__getitem__ if names is not None else None, overwrite=overwrite
+            records,
+            dst,
+            n,
+            shards,
+            classes,
+            names.__getitem__ if names is not None else None,
+            overwrite=overwrite,
+            verified=verified,
+            verified_by=by,
         )
     seconds = time.perf_counter() - start
     if labels is None:

@@ -3,7 +3,8 @@
 Each sample ``<key>.<ext>`` (the image's bytes as they came, ``ext`` from its signature)
 plus ``<key>.cls`` (the label as text); keys are the source index, zero-padded. Members carry no
 owner and mtime 0, so a rerun writes the same bytes. A sidecar ``<prefix>.fastload.json`` holds the class names and
-each shard's sample count.
+each shard's sample count, and after ``--verify`` each image member's CRC32C where the strict
+decode accepted it (:mod:`fastload.datasets.verified_sidecar`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from ..datasets.verified_sidecar import OF_IMAGE_MEMBER, verified_section
 from ..datasets.webdataset.sidecar import write_sidecar
 from ..datasets.webdataset.tar import BLOCK
 from .staging import close_quietly, discard, no_space, publish, stage
@@ -60,6 +62,8 @@ def write_wds(
     keys: np.ndarray | None = None,
     prefix: str = "shard",
     overwrite: bool = False,
+    verified: np.ndarray | None = None,
+    verified_by: str = "",
 ) -> np.ndarray:
     """Writes WebDataset shards into folder ``dst``; returns the crc32 of every image's bytes.
 
@@ -68,6 +72,10 @@ def write_wds(
 
     A shard ends before the sample that would take it past ``shard_bytes`` (every shard
     holds at least one sample) or once it holds ``shard_samples``.
+
+    ``verified``: per position, the CRC32C of the image where a strict decode accepted it,
+    else NOT_VERIFIED, set by the time the record arrives; written per shard, in the shard's
+    order, into the sidecar's ``verified`` section with ``verified_by``.
     """
     for name, value in (("shard_bytes", shard_bytes), ("shard_samples", shard_samples)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -78,6 +86,7 @@ def write_wds(
     crcs = np.zeros(n, np.uint32)
     width = max(6, len(str(n)))
     counts: dict[str, int] = {}
+    checked: dict[str, list[int]] = {}
     out: tarfile.TarFile | None = None
     size = count = written = fed_bytes = 0
     published = False
@@ -95,10 +104,13 @@ def write_wds(
                 name = f"{prefix}-{len(counts):06d}.tar"
                 out = tarfile.open(os.path.join(tmp, name), "w", format=tarfile.GNU_FORMAT)
                 counts[name], size, count = 0, 0, 0
+                checked[name] = []
             key = f"{i if keys is None else int(keys[i]):0{width}d}"
             _add(out, f"{key}.{image_ext(data)}", data)
             _add(out, f"{key}.cls", str(label).encode())
             crcs[i] = zlib.crc32(data)
+            if verified is not None:
+                checked[name].append(int(verified[i]))
             counts[name] += 1
             size, count, written = size + need, count + 1, written + 1
         if out is not None:
@@ -106,7 +118,8 @@ def write_wds(
             out = None
         if written != n:
             raise RuntimeError(f"expected {n} records, got {written}")
-        write_sidecar(tmp, prefix, classes, counts)
+        section = None if verified is None else verified_section(verified_by, OF_IMAGE_MEMBER, checked)
+        write_sidecar(tmp, prefix, classes, counts, section)
         publish(tmp, dst)
         published = True
     except OSError as e:

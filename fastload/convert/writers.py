@@ -12,7 +12,9 @@ import numpy as np
 from ..datasets.lmdb_dataset import META_KEY, pack_meta
 from ..datasets.storage import StringArray
 from ..datasets.tfrecord import INDEX_SUFFIX, frame, make_example, write_meta
+from ..datasets.verified_sidecar import OF_RECORD_DATA, verified_section
 from ..decode import DecodeError, image_size, is_jpeg
+from ..verified import NOT_VERIFIED, crc32c
 from .staging import close_quietly, discard, no_space, publish, stage
 
 COMMIT_EVERY = 2000
@@ -102,11 +104,18 @@ def write_tfrecord(
     names: Callable[[int], str] | None = None,
     prefix: str = "data",
     overwrite: bool = False,
+    *,
+    verified: np.ndarray | None = None,
+    verified_by: str = "",
 ) -> np.ndarray:
     """Writes ``shards`` TFRecord files, their ``.idx`` indexes and a metadata sidecar into folder ``dst``.
 
     The sidecar ``<prefix>.fastload.json`` holds the class names and each shard's record
     count; each record also names its class in ``image/class/synset`` and ``image/class/text``.
+    ``verified``: per record, the CRC32C of its image where a strict decode accepted it, else
+    NOT_VERIFIED, set by the time the record arrives: the sidecar's ``verified`` section then
+    gets, with ``verified_by``, the CRC32C of each such record's data (the serialized Example,
+    as its frame holds it masked; NOT_VERIFIED for the others).
     """
     if shards < 1 or shards > n:
         raise ValueError(f"--shards must be between 1 and the {n} records, got {shards}")
@@ -116,6 +125,7 @@ def write_tfrecord(
     counts: dict[str, int] = {}
     unsized: list[str] = []
     shard, out, index = -1, None, None
+    checked: dict[str, list[int]] = {}  # shard name → its records' data CRC32C where verified
     published = False
     fed = fed_bytes = 0
     try:
@@ -128,6 +138,7 @@ def write_tfrecord(
                 shard += 1
                 shard_name = f"{prefix}-{shard:05d}-of-{shards:05d}"
                 counts[shard_name] = bounds[shard + 1] - bounds[shard]
+                checked[shard_name] = []
                 out = open(os.path.join(tmp, shard_name), "wb")
                 index = open(os.path.join(tmp, shard_name + INDEX_SUFFIX), "w")
             crcs[i] = zlib.crc32(data)
@@ -139,7 +150,11 @@ def write_tfrecord(
                 size = (0, 0)
                 unsized.append(f"index {i} ({name}): {e}")
             example = make_example(data, label, name, class_name, size, b"JPEG" if is_jpeg(data) else b"PNG")
-            record = frame(example)
+            crc = None
+            if verified is not None:  # the CRC the frame needs anyway, computed once
+                crc = crc32c(example)
+                checked[shard_name].append(crc if verified[i] != NOT_VERIFIED else NOT_VERIFIED)
+            record = frame(example, crc)
             assert out is not None and index is not None  # opened by the loop above (bounds[0] == 0)
             index.write(f"{out.tell()} {len(record)}\n")
             out.write(record)
@@ -147,7 +162,8 @@ def write_tfrecord(
             out.close()
             index.close()
             out = index = None
-        write_meta(tmp, prefix, classes, counts)
+        section = None if verified is None else verified_section(verified_by, OF_RECORD_DATA, checked)
+        write_meta(tmp, prefix, classes, counts, section)
         publish(tmp, dst)
         published = True
         if unsized:

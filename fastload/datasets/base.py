@@ -130,9 +130,16 @@ class ImageDataset(torch.utils.data.Dataset):
         override it)."""
         return NOT_VERIFIED
 
-    def _plan_bytes(self, index: int, data: Any, label: Any, epoch: int, seed: int) -> SamplePlan:
-        # A verified sample whose bytes changed is refused here, before anything decodes it.
-        verified = check_bytes(data, self.verified_checksum(index), index, self.describe(index), self._verified_what)
+    def _plan_bytes(
+        self, index: int, data: Any, label: Any, epoch: int, seed: int, verified: bool | None = None
+    ) -> SamplePlan:
+        # ``verified``: checked already where the bytes were read (TFRecord checks a record's
+        # data, not its image); None: a verified sample whose bytes changed is refused here,
+        # before anything decodes it.
+        if verified is None:
+            verified = check_bytes(
+                data, self.verified_checksum(index), index, self.describe(index), self._verified_what
+            )
         rng = sample_rng(seed, epoch, index)
         try:
             if verified:

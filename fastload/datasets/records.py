@@ -5,7 +5,10 @@ reads it, checks its header, draws its crop with the sample's generator and choo
 decode (:class:`~fastload.datasets.sampleplan.SamplePlan`); :meth:`PlannedRecords.finish`
 decodes, resizes and transforms it. Between the two a batch source decodes the regions of a
 batch in one call (:mod:`fastload.sources.batchplan`), as it does for an indexed dataset.
-Every plan is as strict as a full decode (:mod:`fastload.decode.plan`).
+Every plan is as strict as a full decode (:mod:`fastload.decode.plan`), but for a record
+whose bytes have the checksum a converter's strict verification recorded
+(:meth:`PlannedRecords.record_verified`, :mod:`fastload.verified`): that one may take the
+cheapest plan its crop allows (a region decode).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..decode import DecodeError, get_decoder
+from ..verified import ChangedSinceVerifiedError
 from .base import sample_rng
 from .sampleplan import SamplePlan
 
@@ -34,21 +38,36 @@ class PlannedRecords:
         """The encoded image of ``record`` (raises what keeps it from being read)."""
         raise NotImplementedError
 
+    def record_verified(self, record: Any, data: Any) -> bool:
+        """Whether ``record``'s image ``data`` was verified strictly before (False: never, by
+        default; streams that record checksums override it).
+
+        Raises:
+            ChangedSinceVerifiedError: Its checksum no longer matches the verified one.
+        """
+        return False
+
     def plan_record(self, record: Any, epoch: int, seed: int) -> SamplePlan:
         """``record``'s image read, its header checked, its crop drawn with the generator of
         (seed, epoch, record number) and its decode chosen; its target is not read (``label`` None).
 
         Raises:
             Exception: ``record.error`` (it could not be read), or what reading its image raises.
+            ChangedSinceVerifiedError: Its bytes changed since they were verified (refused
+                before anything decodes them).
             DecodeError: The header is unreadable or over the pixel limit.
         """
         if record.error is not None:
             raise record.error
         number = int(record.number)
         data = self.record_bytes(record)
+        verified = self.record_verified(record, data)
         rng = sample_rng(seed, epoch, number)
-        steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels)
-        return SamplePlan(number, data, None, rng, steps)
+        if verified:
+            steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels, verified=True)
+        else:
+            steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels)
+        return SamplePlan(number, data, None, rng, steps, verified)
 
     def finish(self, plan: SamplePlan, pixels: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Decodes, resizes and transforms a planned record (into ``out`` when it can);
@@ -69,6 +88,8 @@ class PlannedRecords:
         """
         try:
             return self.finish(self.plan_record(record, epoch, seed), out=out)
+        except ChangedSinceVerifiedError:
+            raise  # names its record already, and keeps its type for on_error
         except DecodeError as e:
             raise DecodeError(f"{self.record_name(record)}: {e}") from e
 

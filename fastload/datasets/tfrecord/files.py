@@ -7,8 +7,12 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..partial import check_complete, explain_missing
+from ..verified_sidecar import OF_RECORD_DATA, SECTION, parse_verified
 
 INDEX_SUFFIX = ".idx"
 META_SUFFIX = ".fastload.json"
@@ -94,11 +98,34 @@ def meta_path(folder: str, stem: str) -> str:
     return os.path.join(folder, stem + META_SUFFIX)
 
 
-def write_meta(folder: str, stem: str, classes: Sequence[str] | None, records: dict[str, int]) -> None:
-    """Writes the sidecar: class names and each shard's record count, as plain JSON."""
+def write_meta(
+    folder: str, stem: str, classes: Sequence[str] | None, records: dict[str, int], verified: dict | None = None
+) -> None:
+    """Writes the sidecar: class names and each shard's record count, as plain JSON; with
+    ``verified``, the checksums of a strict verification
+    (:func:`~fastload.datasets.verified_sidecar.verified_section`)."""
     meta = {"format": "fastload-tfrecord", "version": 1, "classes": list(classes or []), "records": records}
+    if verified is not None:
+        meta[SECTION] = verified
     with open(meta_path(folder, stem), "w", encoding="utf-8") as f:
         json.dump(meta, f)
+
+
+@dataclass
+class Meta:
+    """What the sidecars of a set of files say.
+
+    Attributes:
+        classes: Class names, None when no sidecar has them.
+        counts: {file path: expected record count}.
+        verified_by: Who verified the records ("fastload VERSION, strict, DECODER"), or "".
+        verified: {file path: per-record CRC32C of its data, NOT_VERIFIED where not verified}.
+    """
+
+    classes: list[str] | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    verified_by: str = ""
+    verified: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def read_meta(files: Sequence[str]) -> tuple[list[str] | None, dict[str, int]]:
@@ -110,8 +137,17 @@ def read_meta(files: Sequence[str]) -> tuple[list[str] | None, dict[str, int]]:
     Raises:
         ValueError: A sidecar is malformed, or two disagree on the classes.
     """
-    classes: list[str] | None = None
-    counts: dict[str, int] = {}
+    meta = load_meta(files)
+    return meta.classes, meta.counts
+
+
+def load_meta(files: Sequence[str]) -> Meta:
+    """Everything the sidecars of ``files``' shard sets say (see :class:`Meta`).
+
+    Raises:
+        ValueError: A sidecar is malformed, or two disagree on the classes.
+    """
+    out = Meta()
     for folder, stem, _, _ in sorted(_shard_groups(files)):
         path = meta_path(folder, stem)
         if not os.path.isfile(path):
@@ -135,8 +171,12 @@ def read_meta(files: Sequence[str]) -> tuple[list[str] | None, dict[str, int]]:
                 f"{path}: a metadata sidecar needs 'classes' (a list of strings) and 'records' (shard name → count)"
             )
         if names:
-            if classes is not None and classes != names:
+            if out.classes is not None and out.classes != names:
                 raise ValueError(f"{path}: class names differ from another shard set's")
-            classes = names
-        counts.update({os.path.join(folder, name): n for name, n in records.items()})
-    return classes, counts
+            out.classes = names
+        out.counts.update({os.path.join(folder, name): n for name, n in records.items()})
+        by, verified = parse_verified(meta, path, OF_RECORD_DATA, records)
+        if verified:
+            out.verified_by = out.verified_by or by
+            out.verified.update({os.path.join(folder, name): crcs for name, crcs in verified.items()})
+    return out

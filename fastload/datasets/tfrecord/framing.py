@@ -50,14 +50,25 @@ def masked_crc(data: Any) -> int:
         except ImportError as e:
             raise ImportError("TFRecord support needs crc32c: pip install tfrecord") from e
         _crc32c_fn = crc32c.crc32c
-    crc = _crc32c_fn(data)
+    return mask(_crc32c_fn(data))
+
+
+def mask(crc: int) -> int:
+    """TFRecord's masking of a crc32c (what a frame stores)."""
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def frame(data: bytes) -> bytes:
-    """``data`` framed as one TFRecord record."""
+def stored_crc(framed: Any) -> int:
+    """The masked data CRC a record's frame stores: the last 4 bytes of ``framed`` (a whole
+    record, or its data and CRC)."""
+    return struct.unpack_from("<I", framed, len(framed) - 4)[0]
+
+
+def frame(data: bytes, crc: int | None = None) -> bytes:
+    """``data`` framed as one TFRecord record (``crc``: its crc32c, when already known)."""
     head = struct.pack("<Q", len(data))
-    return head + struct.pack("<I", masked_crc(head)) + data + struct.pack("<I", masked_crc(data))
+    tail = masked_crc(data) if crc is None else mask(crc)
+    return head + struct.pack("<I", masked_crc(head)) + data + struct.pack("<I", tail)
 
 
 def check_header(head: Any, path: str, offset: int, remaining: int | None) -> int:

@@ -14,12 +14,13 @@ from tqdm import tqdm
 
 from ...decode import MODULE_LIMIT, MaxPixels, get_decoder, resolve_max_pixels
 from ...transforms import as_compose
+from ...verified import NOT_VERIFIED, ChangedSinceVerifiedError
 from ..protocols import StreamTraits
 from ..records import PlannedRecords
 from ..storage import SharedArray, StringArray
 from ..stream_slots import check_batch_size
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
-from .files import expand_paths, read_meta
+from .files import expand_paths, load_meta
 from .framing import (
     HEADER_BYTES,
     OVERHEAD,
@@ -32,6 +33,7 @@ from .framing import (
 )
 from .index import count_records, load_index
 from .slots import Segment, check_slot, plan_batches, plan_slots, shared_prefixes
+from .verified import check_verified
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class StreamRecord:
         image: The encoded image; None when ``error`` is set.
         label: The label (with ``label_offset``); -1 when ``error`` is set.
         error: Why this record could not be read (CRC mismatch, truncation, missing
-            feature), or None.
+            feature, changed since it was verified), or None.
+        verified: Its data has the CRC32C a converter's strict verification recorded.
     """
 
     number: int
@@ -54,6 +57,17 @@ class StreamRecord:
     image: bytes | None
     label: int
     error: Exception | None = None
+    verified: bool = False
+
+
+def _aligned(checksums: np.ndarray | None, n: int) -> np.ndarray:
+    """A file's verified checksums for its ``n`` records (fewer when its framing broke:
+    the records after the break are never read), NOT_VERIFIED where there are none."""
+    out = np.full(n, NOT_VERIFIED, np.int64)
+    if checksums is not None:
+        m = min(n, len(checksums))
+        out[:m] = checksums[:m]
+    return out
 
 
 def open_file(path: str, gz: bool) -> BinaryIO:
@@ -96,9 +110,14 @@ class TFRecordStream(PlannedRecords):
             TFRecordDataset (``index_dir`` also holds the GZIP record counts).
         compression: "gzip", None (plain) or "auto" (by the .gz suffix).
         max_pixels: Pixel limit per image (see :class:`~fastload.datasets.base.ImageDataset`).
+        verified: As for TFRecordDataset: records with the CRC32C a converter's ``--verify``
+            recorded are decoded the cheapest way the crop allows, changed ones are error
+            records (:class:`~fastload.verified.ChangedSinceVerifiedError` naming file and
+            byte offset). GZIP files are never verified (their sidecar names the plain files).
 
     Attributes:
         classes: Class names from the metadata sidecar fastload's converter writes, else None.
+        verified_by: Who verified the records ("fastload VERSION, strict, DECODER"), or "".
     """
 
     traits = StreamTraits(whole_batches=True)  # on one rank, records_for(..., batch_size=) splits whole batches
@@ -116,12 +135,16 @@ class TFRecordStream(PlannedRecords):
         index_dir: str | None = None,
         decoder: str | None = None,
         max_pixels: MaxPixels = MODULE_LIMIT,
+        verified: bool = True,
     ) -> None:
         if compression not in ("auto", "gzip", None):
             raise ValueError(f"compression must be 'auto', 'gzip' or None, got {compression!r}")
+        if not isinstance(verified, bool):
+            raise TypeError(f"verified must be True or False, got {verified!r}")
         files = expand_paths(paths_or_glob)
         gz = [compression == "gzip" or (compression == "auto" and f.endswith(".gz")) for f in files]
-        self.classes, expected = read_meta(files)
+        meta = load_meta(files)
+        self.classes, expected = meta.classes, meta.counts
         counts, offsets, lengths = [], [], []
         self._broken: dict[int, TFRecordError] = {}
         for i, path in enumerate(tqdm(files, desc="counting TFRecord records", unit="file", delay=2)):
@@ -156,6 +179,12 @@ class TFRecordStream(PlannedRecords):
         self._lengths = SharedArray(np.concatenate(lengths), np.int64)
         if sum(counts) == 0:
             raise ValueError(f"no records in {files}")
+        # By global record number; None when no record is verified.
+        self._checksums: SharedArray | None = None
+        if verified and meta.verified:
+            checks = [_aligned(None if z else meta.verified.get(p), n) for p, z, n in zip(files, gz, counts)]
+            self._checksums = SharedArray(np.concatenate(checks), np.int64)
+        self.verified_by = meta.verified_by if self._checksums is not None else ""
         self.image_key, self.label_key, self.label_offset = image_key, label_key, label_offset
         self.check_crc = check_crc
         self.transform = as_compose(transform)
@@ -241,13 +270,27 @@ class TFRecordStream(PlannedRecords):
             else:
                 yield from self._read_indexed(seg)
 
-    def _record(self, file_id: int, k: int, where: str, data: Any) -> StreamRecord:
+    @property
+    def verified_count(self) -> int:
+        """How many records the converter verified strictly (0 when it did not, or ``verified=False``)."""
+        return 0 if self._checksums is None else int((self._checksums.array != NOT_VERIFIED).sum())
+
+    def _expected(self, file_id: int, k: int) -> int:
+        """The verified CRC32C of record ``k`` of file ``file_id``, or NOT_VERIFIED."""
+        return NOT_VERIFIED if self._checksums is None else int(self._checksums.array[self._first.array[file_id] + k])
+
+    def _record(self, file_id: int, k: int, where: str, data: Any, framed: Any, offset: int) -> StreamRecord:
+        """Record ``k`` of file ``file_id`` from its ``data``, read from ``framed`` (ending in
+        its CRC), its verified checksum checked (the data CRC was checked unless verified)."""
         number = int(self._first.array[file_id]) + k
         try:
+            verified = check_verified(
+                data, framed, self._expected(file_id, k), number, where, self.files[file_id], offset
+            )
             image, label = example_fields(data, self.image_key, self.label_key, where)
-        except (KeyError, ValueError) as e:
+        except (ChangedSinceVerifiedError, TFRecordError, KeyError, ValueError) as e:
             return StreamRecord(number, where, None, -1, e)
-        return StreamRecord(number, where, image, label + self.label_offset)
+        return StreamRecord(number, where, image, label + self.label_offset, None, verified)
 
     def _error(self, file_id: int, k: int, where: str, error: Exception) -> StreamRecord:
         return StreamRecord(int(self._first.array[file_id]) + k, where, None, -1, error)
@@ -275,11 +318,13 @@ class TFRecordStream(PlannedRecords):
                             f"truncated record at byte {offset}: the index says "
                             f"{length} bytes, the file has {len(buf)}",
                         )
-                    data = parse_record(buf, path, offset, self.check_crc)
+                    # A verified record's CRC is computed by _record's check: not twice.
+                    crc = self.check_crc and self._expected(seg.file_id, k) == NOT_VERIFIED
+                    data = parse_record(buf, path, offset, crc)
                 except TFRecordError as e:
                     yield self._error(seg.file_id, k, where, e)
                     continue
-                yield self._record(seg.file_id, k, where, data)
+                yield self._record(seg.file_id, k, where, data, buf, offset)
 
     def _read_sequential(self, seg: Segment) -> Iterator[StreamRecord]:
         path = self.files[seg.file_id]
@@ -309,11 +354,12 @@ class TFRecordStream(PlannedRecords):
                                 f"{OVERHEAD + length} bytes, has {HEADER_BYTES + len(rest)}",
                             )
                         try:
-                            data = check_data(rest, length, path, offset, self.check_crc)
+                            crc = self.check_crc and self._expected(seg.file_id, k) == NOT_VERIFIED
+                            data = check_data(rest, length, path, offset, crc)
                         except TFRecordError as e:
                             yield self._error(seg.file_id, k, where, e)
                         else:
-                            yield self._record(seg.file_id, k, where, data)
+                            yield self._record(seg.file_id, k, where, data, rest, offset)
                     offset += OVERHEAD + length
                     k += 1
             except TFRecordError as e:
@@ -324,6 +370,10 @@ class TFRecordStream(PlannedRecords):
     def record_bytes(self, record: StreamRecord) -> Any:
         """The record's encoded image (read with the record)."""
         return record.image
+
+    def record_verified(self, record: StreamRecord, data: Any) -> bool:
+        """Whether ``record``'s data had its verified checksum (checked when it was read)."""
+        return record.verified
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, int]]:
         """(image, label) of every record, epoch 0, seed 0, in one process; raises on a bad record."""

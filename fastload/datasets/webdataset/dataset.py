@@ -14,8 +14,10 @@ import numpy as np
 
 from ...decode import MODULE_LIMIT, MaxPixels, get_decoder, resolve_max_pixels
 from ...transforms import as_compose
+from ...verified import NOT_VERIFIED, check_bytes
 from ..protocols import StreamTraits
 from ..records import PlannedRecords
+from ..storage import SharedArray
 from ..stream_slots import batch_ranges, check_batch_size
 from ..tfrecord.index import cache_folder
 from ..tfrecord.slots import check_slot
@@ -23,7 +25,7 @@ from .cache import ShardCache
 from .indexing import BUILDING, Indexing, finish_before_fork, warn_broken
 from .reader import SlotReader
 from .remote import DEFAULT_STALL_TIMEOUT, Remote, is_url
-from .sidecar import read_classes
+from .sidecar import Sidecars, read_sidecars
 from .slots import by_shards, first_pass, fit, resumed_pass, slot_sizes
 from .store import ShardStore
 from .table import MAX_TARGET_BYTES, SampleTable, TargetRule
@@ -112,6 +114,15 @@ class WebDataset(PlannedRecords):
             included (default None: no limit beyond ``stall_timeout``).
         ahead: Chunks (windows) a slot prepares in the background beyond the current one.
         index_threads: Shards identified and indexed at once when the dataset is opened.
+        verified: Use the checksums a converter's ``--verify`` recorded in the shard set's
+            sidecar (local or remote alike): a sample whose image member still has its
+            CRC32C is decoded the cheapest way the crop allows, one whose bytes changed is
+            refused (:class:`~fastload.verified.ChangedSinceVerifiedError` naming shard, key
+            and byte offset), see :mod:`fastload.verified`. Shards the sidecar has no
+            checksums for are decoded strictly. False: every sample decoded strictly.
+
+    Attributes:
+        verified_by: Who verified the samples ("fastload VERSION, strict, DECODER"), or "".
 
     Raises:
         FileNotFoundError: A shard does not exist (the message names it).
@@ -120,7 +131,9 @@ class WebDataset(PlannedRecords):
             Last-Modified changed): a shard replaced while it downloads for indexing is
             downloaded again from its start instead.
         ShardError: A shard is not a tar archive.
-        ValueError: No samples, or bad arguments.
+        TypeError: ``verified`` is not a bool.
+        ValueError: No samples, bad arguments, a malformed sidecar, or a shard whose sample
+            count is not the one its checksums were recorded for (replaced since?).
     """
 
     #: Shuffled by the Loader's shuffle=True (shards and windows), resumed on any number of ranks
@@ -151,7 +164,10 @@ class WebDataset(PlannedRecords):
         ahead: int = 1,
         index_threads: int = 8,
         background_index: bool = True,
+        verified: bool = True,
     ) -> None:
+        if not isinstance(verified, bool):
+            raise TypeError(f"verified must be True or False, got {verified!r}")
         for name, value, low in (
             ("window", window, 1),
             ("ahead", ahead, 0),
@@ -189,6 +205,11 @@ class WebDataset(PlannedRecords):
                 stacklevel=2,
             )
         self._exts = (image_exts, target_exts)
+        # Read before indexing starts: _build_table (maybe in a background thread's wake) aligns them.
+        sidecars = read_sidecars(self.urls, self.store.remote) if classes is None or verified else Sidecars()
+        self._verified_shards = sidecars.verified if verified else {}
+        self.verified_by = sidecars.verified_by if self._verified_shards else ""
+        self._checksums: SharedArray | None = None
         background = background_index and any(is_url(s.url) for s in shards)
         self._indexing: Indexing | None = Indexing(self.store, shards, index_threads, background)
         if background:
@@ -196,7 +217,7 @@ class WebDataset(PlannedRecords):
         else:
             self._build_table()
         if classes is None:
-            classes = read_classes(self.urls, self.store.remote)
+            classes = sidecars.classes
         self.rule = TargetRule(target_exts, json_key, label_offset, tuple(classes) if classes is not None else None)
         self.classes = list(classes) if classes is not None else None
         self.transform = as_compose(transform)
@@ -215,7 +236,29 @@ class WebDataset(PlannedRecords):
             table = SampleTable(indexing.shards, indexes, *self._exts)
             if len(table) == 0:
                 raise ValueError(f"no samples in {self.urls[:3]}{' ...' if len(self.urls) > 3 else ''}")
+            self._checksums = self._aligned(table)
             self.table, self._indexing = table, None
+
+    def _aligned(self, table: SampleTable) -> SharedArray | None:
+        """Every sample's verified CRC32C (NOT_VERIFIED where none), by sample number; None when
+        no shard has checksums.
+
+        Raises:
+            ValueError: A shard holds another number of samples than its checksums (named).
+        """
+        if not self._verified_shards:
+            return None
+        parts = []
+        for url, count in zip(self.urls, table.counts.array.tolist()):
+            crcs = self._verified_shards.get(url)
+            if crcs is not None and len(crcs) != count:
+                raise ValueError(
+                    f"{url}: {count} samples, but the shard set's sidecar has checksums of {len(crcs)} "
+                    "(replaced since it was converted?); pass verified=False to decode every sample strictly"
+                )
+            parts.append(np.full(count, NOT_VERIFIED, np.int64) if crcs is None else crcs)
+        self._verified_shards = {}
+        return SharedArray(np.concatenate(parts), np.int64)
 
     def __getattr__(self, name: str) -> Any:
         if name == "table" and self.__dict__.get("_indexing") is not None:  # still being indexed
@@ -397,6 +440,29 @@ class WebDataset(PlannedRecords):
         return record.reader.read(
             record.chunk, n, int(self.table.image_offset.array[n]), int(self.table.image_size.array[n])
         )
+
+    def record_verified(self, record: ShardRecord, data: Any) -> bool:
+        """Whether ``record``'s image ``data`` has the CRC32C a converter's strict verification
+        recorded (False where none was recorded).
+
+        Raises:
+            ChangedSinceVerifiedError: It has another ("the sample changed since it was
+                verified: <url> sample '<key>' at byte <offset>").
+        """
+        return check_bytes(data, self.verified_checksum(record.number), record.number, record.where, "sample")
+
+    def verified_checksum(self, number: int) -> int:
+        """The CRC32C sample ``number``'s image member had when a converter verified it, or NOT_VERIFIED."""
+        self.wait_indexed()  # the table's build aligns the checksums
+        checksums = self._checksums
+        return NOT_VERIFIED if checksums is None else int(checksums.array[number])
+
+    @property
+    def verified_count(self) -> int:
+        """How many samples the converter verified strictly (0 when it did not, or ``verified=False``)."""
+        self.wait_indexed()
+        checksums = self._checksums
+        return 0 if checksums is None else int((checksums.array != NOT_VERIFIED).sum())
 
     def record_name(self, record: ShardRecord) -> str:
         return f"sample {record.number} ({record.where})"
