@@ -31,9 +31,9 @@ from .datasets.storage import SharedArray, StringArray
 from .decode import DecodeError, decode_image, get_decoder, image_size
 from .device.normalize import Normalizer
 from .device.prefetch import CudaPrefetcher
+from .encoded import EncodedBatch
 from .loader import Loader
 from .sources.failures import WorkerFailure
-from .sources.packed import EncodedBatch
 from .sources.resume import merge_states
 from .sources.sampler import ShardedBatchSampler
 

@@ -13,7 +13,7 @@ import torch
 
 from .augment.apply import BatchTransforms
 from .batch import SkippedSample
-from .config import LoaderConfig, resolve_device
+from .config import DEVICE_AHEAD, LoaderConfig, resolve_device
 from .datasets.protocols import Loadable, RecordStream
 from .datasets.subset import SubsetDataset
 from .datasets.wrap import WrappedDataset
@@ -27,7 +27,7 @@ from .loading.profiles import resolve_auto
 from .loading.progress import Position, Progress
 from .loading.skips import SkipLog
 from .sources import SourceBatch, build_source, is_stream, resume
-from .sources.build import DEVICE_AHEAD, pin_memory
+from .sources.build import pin_memory
 from .sources.failures import is_worker_failure, worker_failure
 from .sources.request import PassRequest
 from .sources.sampler import RankSampler, resolve_rank

@@ -15,7 +15,7 @@ PACKAGE = os.path.dirname(fastload.__file__)
 # import each other.
 LAYERS = [
     {"photos", "system"},
-    {"views", "targets", "batch", "config"},
+    {"views", "targets", "batch", "encoded", "config"},
     {"decode", "verified"},
     {"transforms"},
     {"datasets"},

@@ -32,6 +32,9 @@ __all__ = [
 
 BACKENDS = ("process", "thread")
 DECODES = ("cpu", "gpu")
+#: Batches the device stage copies ahead of the consumer (a fixed part of the pipeline; the
+#: thread backend's ring and the tuner's memory model count them).
+DEVICE_AHEAD = 2
 START_METHODS = (None, "fork", "spawn", "forkserver")
 FLAGS = ("shuffle", "drop_last", "persistent_workers", "return_index")
 

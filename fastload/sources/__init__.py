@@ -5,15 +5,15 @@ dataset and the config, so the Loader never asks which kind it holds. The Loader
 epoch counter and passes each pass's epoch and seed in (:class:`PassRequest`); every batch
 request carries them to the workers. The device driver consumes the batches: a
 :class:`~fastload.HostBatch` of final pixels, or with ``decode="gpu"`` an
-:class:`~fastload.sources.packed.EncodedBatch` for the device to decode (:data:`SourceBatch`).
+:class:`~fastload.encoded.EncodedBatch` for the device to decode (:data:`SourceBatch`).
 """
 
 from __future__ import annotations
 
+from ..encoded import SourceBatch
 from .build import build_source, is_stream
 from .fetch import SampleLoader
 from .inflight import Busy, InFlight
-from .packed import SourceBatch
 from .process import ProcessSource, WorkerOptions
 from .request import BatchRequest, PassRequest
 from .source import BatchSource

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..config import LoaderConfig
+from ..config import DEVICE_AHEAD, LoaderConfig
 from ..datasets.protocols import is_stream, traits_of
 from .batchplan import cpu_executor
 from .fetch import SampleLoader
@@ -24,8 +24,6 @@ from .source import BatchSource
 from .start import worker_start_method
 from .stream import StreamSource
 from .thread import ThreadSource
-
-DEVICE_AHEAD = 2  # batches the device stage copies ahead of the consumer (a fixed part of the pipeline)
 
 
 def pin_memory(requested: bool | None, device: torch.device) -> bool:

@@ -35,8 +35,8 @@ import torch
 
 from ..batch import HostBatch, SharedLease
 from ..collate import alloc_batch
+from ..encoded import SourceBatch
 from ..views import Images, SampleShape, batch_shape, map_images, shapes
-from .packed import SourceBatch
 from .pools import BatchBuffers, Need
 from .segments import SUPPORTED, Segments
 

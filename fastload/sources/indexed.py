@@ -6,9 +6,9 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from ..encoded import SourceBatch
 from . import resume
 from .fetch import SampleLoader
-from .packed import SourceBatch
 from .pools import BufferPool
 from .request import BatchRequest, PassRequest
 from .rowmap import RowMap

@@ -20,6 +20,7 @@ from ..collate import pinning_on
 from ..datasets import waits
 from ..datasets.subset import SubsetDataset
 from ..datasets.wrap import WrappedDataset
+from ..encoded import SourceBatch
 from . import deaths
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
 from .failures import CLOSED, WorkerFailure, forget_frames, in_worker, interrupted, is_worker_failure, worker_failure
@@ -27,7 +28,6 @@ from .frozen import parent_objects_frozen
 from .handoff import detached
 from .indexed import IndexedSource, Maker
 from .inflight import InFlight
-from .packed import SourceBatch
 from .pools import BufferPool
 from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler

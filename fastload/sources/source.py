@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from ..encoded import SourceBatch
 from .fetch import SampleLoader
 from .inflight import InFlight
-from .packed import SourceBatch
 from .request import PassRequest
 from .resume import ResumePoint
 from .sampler import ShardedBatchSampler

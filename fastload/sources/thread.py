@@ -20,9 +20,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..datasets import waits
+from ..encoded import SourceBatch
 from .failures import CLOSED, interrupted, worker_failure
 from .indexed import IndexedSource, Maker
-from .packed import SourceBatch
 from .pools import BufferPool, PlainPool
 from .request import BatchRequest, PassRequest
 from .ring import RingPool

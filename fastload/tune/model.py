@@ -39,7 +39,7 @@ def loader_device_bytes(batch_size: int, size: int, out_bytes: int = 4, channels
     """Device memory a Loader holds during training at ``batch_size``: the batch handed out
     and the ones queued ahead (``DEVICE_AHEAD``), each as its uint8 copy and its normalized
     output of ``out_bytes`` per value."""
-    from ..sources.build import DEVICE_AHEAD
+    from ..config import DEVICE_AHEAD
 
     return (DEVICE_AHEAD + 1) * batch_size * channels * size * size * (1 + out_bytes)
 

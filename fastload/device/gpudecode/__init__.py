@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from ...sources.packed import EncodedBatch, gpu_decodable
+from ...encoded import EncodedBatch
+from ...sources.packed import gpu_decodable
 from .executor import GpuDecode
 from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline
 

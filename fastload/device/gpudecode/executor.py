@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from ...batch import SkippedSample
+from ...encoded import EncodedBatch
 from ...sources.fetch import SampleLoader, put
-from ...sources.packed import EncodedBatch
 from ...targets import fill
 from ..staged import Placement, Staged
 from .nvdecode import SIZE_HINT, BatchDecoder

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ...decode import roi
-from ...sources.packed import EncodedBatch
+from ...encoded import EncodedBatch
 
 ROI_FANCY_NVJPEG = (13, 2)  # the first nvJPEG whose regions upsample chroma like a whole decode
 MCU = 16  # the largest JPEG MCU (4:2:0): older nvJPEG's region error stays inside one block

@@ -41,7 +41,7 @@ from typing import Any, Union
 
 import torch
 
-from ...sources.packed import EncodedBatch
+from ...encoded import EncodedBatch
 from ..staged import Placement, Staged
 
 __all__ = ["AUTO_MAX", "AUTO_START", "CpuShare", "ShareSetting", "SharedDecode"]

@@ -1,0 +1,86 @@
+"""What the workers hand the device with ``decode="gpu"``: a batch packed for the GPU.
+
+:class:`EncodedBatch` is the seam between the GPU's worker side (:mod:`fastload.sources.packed`
+packs it) and the device (:mod:`fastload.device.gpudecode` decodes it), as
+:class:`~fastload.HostBatch` is for final pixels; :data:`SourceBatch` is either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import numpy as np
+import torch
+
+from .batch import HostBatch, SkippedSample
+
+__all__ = ["EncodedBatch", "SourceBatch"]
+
+
+@dataclass
+class EncodedBatch:
+    """One batch of N rows: R encoded, M already decoded (R + M = N).
+
+    Attributes:
+        data: uint8, the encoded rows' bytes end to end.
+        offsets: int64 R+1: encoded row r is ``data[offsets[r]:offsets[r + 1]]``.
+        rows: int64 R: the batch row of each encoded image.
+        sizes: int64 R×2: full-size (height, width), from each header.
+        regions: int64 R×4: (y0, x0, y1, x1) to decode as a region; -1s: a full decode.
+        boxes: int64 R×4: (y0, x0, y1, x1) cut from the decoded pixels.
+        resize: int64 R×2: (height, width) the box is resized to.
+        windows: int64 R×2: (top, left) of the output inside the resized box.
+        flips: bool R: flipped left-right after the resize.
+        decoded: uint8 M×H×W×C: the decoded rows, final pixels.
+        decoded_rows: int64 M: their batch rows.
+        labels: The N targets, as in :class:`fastload.HostBatch`.
+        indices: int64 N: the dataset index of each row (after replacements).
+        epoch: The epoch of the batch.
+        skipped: Samples replaced under ``on_error="skip"``.
+        out_size: (H, W) of every row.
+        seed: The seed of the batch's draws (a row the decoder refuses is loaded with it).
+        cpu_share_rows: How many of the M decoded rows the GPU could have taken: those the
+            request's ``cpu_share`` handed to the worker (:func:`shared_rows`).
+        cpu_seconds: The worker's time loading those rows (wall clock).
+    """
+
+    data: torch.Tensor
+    offsets: np.ndarray
+    rows: np.ndarray
+    sizes: np.ndarray
+    regions: np.ndarray
+    boxes: np.ndarray
+    resize: np.ndarray
+    windows: np.ndarray
+    flips: np.ndarray
+    decoded: torch.Tensor
+    decoded_rows: np.ndarray
+    labels: torch.Tensor
+    indices: torch.Tensor
+    epoch: int
+    skipped: tuple[SkippedSample, ...]
+    out_size: tuple[int, int]
+    seed: int = 0
+    cpu_share_rows: int = 0
+    cpu_seconds: float = 0.0
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def encoded(self, r: int) -> np.ndarray:
+        """The bytes of encoded row ``r`` (a view)."""
+        return self.data.numpy()[self.offsets[r] : self.offsets[r + 1]]
+
+    def release(self, event: Any = None) -> None:
+        """Nothing to give back: the batch owns its memory (as :meth:`fastload.HostBatch.release` of such a batch)."""
+
+    def region(self, r: int) -> tuple[int, int, int, int] | None:
+        """The region of encoded row ``r``, or None for a full decode."""
+        y0, x0, y1, x1 = (int(v) for v in self.regions[r])
+        return None if y0 < 0 else (y0, x0, y1, x1)
+
+
+#: What a batch source yields and the device driver takes: a host batch of final pixels, or
+#: (``decode="gpu"``) a batch packed for the device.
+SourceBatch: TypeAlias = "HostBatch | EncodedBatch"
