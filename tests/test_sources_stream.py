@@ -181,3 +181,57 @@ def test_a_stream_on_the_thread_backend_gives_the_process_backends_batches(tmp_p
     assert all(torch.equal(a, b) for (a, _), (b, _) in zip(threads, processes, strict=True))
     resumed, _ = run("thread", middle)
     assert [i.tolist() for _, i in resumed] == [i.tolist() for _, i in threads[2:]]
+
+
+class _Hangs:
+    """Leaves every image as it is but record ``at``'s (by its pixel sum), on which it hangs."""
+
+    def __init__(self, at, release):
+        self.at, self.release = at, release
+
+    def __call__(self, img, rng):
+        if int(img.sum()) == self.at:
+            self.release.wait(30)
+        return img
+
+
+def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
+    # A slot stuck in a record: the consumer's wait ends at the Loader's timeout, naming the
+    # record in flight, and close() from another thread ends a pass blocked on it at once.
+    import threading
+    import time
+
+    from tfrecord_files import tiny_jpeg
+
+    from fastload.decode import decode_image
+
+    path = str(tmp_path / "one.tfrecord")
+    write_records(path, range(16))
+    release = threading.Event()
+    stream = fl.TFRecordStream(path, transform=_Hangs(int(decode_image(tiny_jpeg(9)).sum()), release))
+    try:
+        with fl.Loader(stream, batch_size=4, num_workers=2, backend="thread", device="cpu", timeout=1) as loader:
+            start = time.monotonic()
+            with pytest.raises(fl.WorkerFailure, match=r"timed out after 1 s.*record 9 \("):
+                list(loader)
+            assert time.monotonic() - start < 5
+        loader = fl.Loader(stream, batch_size=4, num_workers=2, backend="thread", device="cpu")
+        it = iter(loader)
+        next(it)  # slot 0's first batch; slot 1's holds record 9
+        got = []
+
+        def consume():
+            try:
+                next(it)
+            except RuntimeError as e:
+                got.append(e)
+
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        loader.close()
+        consumer.join(5)
+        assert got and "close()" in str(got[0]) and time.monotonic() - start < 3
+    finally:
+        release.set()

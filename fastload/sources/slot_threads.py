@@ -18,32 +18,36 @@ from typing import Any
 
 from ..batch import HostBatch
 from ..datasets import waits
-from .failures import CLOSED, interrupted, worker_failure
+from .failures import interrupted, worker_failure
 from .inflight import InFlight
+from .threadpool import WAIT_S, Stop, wait_until
 
-WAIT_S = 0.1  # waits wake this often, so close() and the timeout are prompt
 _END = object()  # a slot's last item
 
 
-def _read(slot: Iterator[HostBatch], out: queue.Queue, stop: threading.Event, closed: threading.Event) -> None:
-    """Puts ``slot``'s batches into ``out`` (then its error, or the end), until ``stop`` or ``closed``."""
-    item: Any = _END
-    with waits.bounded(0, closed):  # a wait of our own (the LMDB guard, a download) ends at close()
+def _put(out: queue.Queue, item: Any, stop: Stop) -> bool:
+    """Puts ``item`` into ``out`` as soon as there is room; False when the pass stopped first."""
+    while not stop.stopped:
+        try:
+            out.put(item, timeout=WAIT_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _read(slot: Iterator[HostBatch], out: queue.Queue, stop: Stop) -> None:
+    """Puts ``slot``'s batches into ``out`` (then its error, or the end), until the pass stops."""
+    end: Any = _END
+    with waits.bounded(0, stop.closed):  # a wait of our own (the LMDB guard, a download) ends at close()
         try:
             for batch in slot:
-                while not (stop.is_set() or closed.is_set()):
-                    try:
-                        out.put(batch, timeout=WAIT_S)
-                        break
-                    except queue.Full:
-                        continue
-                else:
+                if not _put(out, batch, stop):
                     batch.release()
                     return
         except BaseException as e:  # raised by the consumer, in this slot's turn
-            item = e
-    if not (stop.is_set() or closed.is_set()):
-        out.put(item)
+            end = e
+    _put(out, end, stop)
 
 
 def slot_threads(
@@ -60,11 +64,11 @@ def slot_threads(
         inflight: Which record each thread is loading (thread i is row i), for timeout errors.
         closed: Set by close(): the pass ends.
     """
-    stop = threading.Event()
+    stop = Stop(closed)
     queues: list[queue.Queue] = [queue.Queue(maxsize=max(1, prefetch_factor)) for _ in range(workers)]
     threads = [
         threading.Thread(
-            target=_read, args=(data.slot(w, workers), queues[w], stop, closed), name=f"fastload-slot-{w}", daemon=True
+            target=_read, args=(data.slot(w, workers), queues[w], stop), name=f"fastload-slot-{w}", daemon=True
         )
         for w in range(workers)
     ]
@@ -74,7 +78,7 @@ def slot_threads(
     try:
         while live:
             for w in list(live):
-                item = _next(queues[w], timeout, closed, inflight)
+                item = _next(queues[w], timeout, stop, inflight)
                 if item is _END:
                     live.remove(w)
                     continue
@@ -84,7 +88,7 @@ def slot_threads(
                     raise item
                 yield item
     finally:
-        stop.set()  # the threads end at their next batch; their batches made ahead go back
+        stop.cancelled = True  # the threads end at their next batch; their batches made ahead go back
         for q in queues:
             while True:
                 try:
@@ -95,16 +99,22 @@ def slot_threads(
                     left.release()
 
 
-def _next(q: queue.Queue, timeout: float, closed: threading.Event, inflight: InFlight) -> Any:
+def _next(q: queue.Queue, timeout: float, stop: Stop, inflight: InFlight) -> Any:
     """The next item of a slot's queue, within ``timeout`` (0: forever), ended by close()."""
-    deadline = time.monotonic() + timeout if timeout else None
-    while True:
+    box: list = []
+
+    def ready(seconds: float) -> bool:
         try:
-            return q.get(timeout=WAIT_S)
+            box.append(q.get(timeout=seconds))
+            return True
         except queue.Empty:
-            if closed.is_set():
-                raise RuntimeError(CLOSED) from None
-            if deadline is not None and time.monotonic() > deadline:
-                raise worker_failure(
-                    RuntimeError(f"thread backend timed out after {timeout} s"), inflight, None
-                ) from None
+            return False
+
+    deadline = time.monotonic() + timeout if timeout else None
+    wait_until(
+        ready,
+        stop,
+        deadline,
+        lambda: worker_failure(RuntimeError(f"thread backend timed out after {timeout} s"), inflight, None),
+    )
+    return box[0]

@@ -15,8 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, wait
 from typing import Any
 
 from ..datasets import waits
@@ -27,12 +26,13 @@ from .pools import BufferPool, PlainPool
 from .request import BatchRequest, PassRequest
 from .ring import RingPool
 from .sampler import ShardedBatchSampler
-from .threadpool import WAIT_S, Stop, ThreadRows, Workers
+from .threadpool import Stop, ThreadRows, Workers, wait_until
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 # The consumer waits this much past the timeout for a pass's first batch, so that a wait of our
 # own in it (the LMDB guard's), bounded by the timeout in its thread, names what it waited for first.
 HEAD_GRACE_S = 1.0
+SHAPE_POLL_S = 0.002  # how often the start of a pass looks whether its first batch fixed the shape
 
 
 class ThreadSource(IndexedSource):
@@ -111,22 +111,20 @@ class ThreadSource(IndexedSource):
 
     def _result(self, future: Future[SourceBatch], stop: Stop, deadline: float | None) -> SourceBatch:
         """The batch of ``future``: by ``deadline`` (None: whenever), ended by close()."""
-        while True:
-            try:
-                return future.result(WAIT_S)
-            except FutureTimeout:
-                stop.check()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise self._timed_out() from None
+        wait_until(lambda seconds: wait([future], seconds).done != set(), stop, deadline, self._timed_out)
+        return future.result()
 
     def _shaped(self, first: Future[SourceBatch], epoch: int, stop: Stop, deadline: float | None) -> None:
         """Waits until the first batch of a pass has fixed the pass's sample shape (or ended),
         so that the batches made beside it are of its shape."""
-        while not first.done() and not self.maker.shaped(epoch):
-            stop.check()
-            if deadline is not None and time.monotonic() > deadline:
-                raise self._timed_out()
-            time.sleep(0.002)
+
+        def ready(seconds: float) -> bool:
+            if first.done() or self.maker.shaped(epoch):
+                return True
+            time.sleep(min(seconds, SHAPE_POLL_S))
+            return False
+
+        wait_until(ready, stop, deadline, self._timed_out)
 
     def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""

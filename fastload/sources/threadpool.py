@@ -53,6 +53,21 @@ class Stop:
             raise RuntimeError(CANCELLED)
 
 
+def wait_until(
+    ready: Callable[[float], bool],
+    stop: Stop,
+    deadline: float | None = None,
+    timed_out: Callable[[], BaseException] | None = None,
+) -> None:
+    """The one wait of the thread runners: until ``ready(WAIT_S)`` (which waits up to that long)
+    is true, raising the stopped pass's error once ``stop`` is set and ``timed_out()`` once
+    ``deadline`` (monotonic; None: never) has passed."""
+    while not ready(WAIT_S):
+        stop.check()
+        if deadline is not None and time.monotonic() > deadline:
+            raise timed_out() if timed_out is not None else TimeoutError("past the deadline")
+
+
 class Workers:
     """``count`` daemon threads running submitted calls, each given its thread's number.
 
@@ -160,8 +175,7 @@ class ThreadRows:
             self._running += len(todo)
         for k, j in enumerate(todo):
             self._threads.submit(functools.partial(call, k, j))
-        while not done.wait(WAIT_S):
-            stop.check()  # a call stuck in a sample keeps its row: the buffer waits for finished()
+        wait_until(done.wait, stop)  # a call stuck in a sample keeps its row: the buffer waits for finished()
         if errors:  # the first failed row's, as rows loaded in turn would raise (not the first to fail)
             raise errors[min(errors)]
         stop.check()  # rows left undone by a stop
