@@ -12,6 +12,7 @@ that runs its per-row steps (in turn, or spread over the thread backend's decode
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, cast
 
 import torch
@@ -140,6 +141,7 @@ class BatchMaker:
         *,
         planned: bool = False,
         neighbours: Neighbours | None = None,
+        row_seconds: list[float] | None = None,
     ) -> HostBatch | Owed:
         """The batch of ``plan``: its rows planned (unless ``planned`` already, as a stream plans its
         records as they are read), its regions decoded, its head fixing the sample shape, then
@@ -150,6 +152,8 @@ class BatchMaker:
             worker, pool, rows: As in :meth:`make`.
             planned: Its rows were planned already (in the order they were read).
             neighbours: A stream's slot: fills the rows of records that failed under "skip".
+            row_seconds: Where each row's time to finish is written (the GPU's share controller
+                reads the CPU's time per row; a head row, loaded to fix the shape, counts 0).
 
         Returns:
             The batch; for a stream's batch whose records all failed before its slot had a
@@ -174,9 +178,13 @@ class BatchMaker:
             copies = sum(put(row(images, j), item, loader) for j, item in enumerate(head) if isinstance(item, Loaded))
 
             def finish(j: int, w: int) -> tuple[Loaded | Failed, int]:
+                start = time.perf_counter()
                 r, into = plan.take(j), row(images, j)
                 item = loader.row(r.key, request.epoch, w, into, seed=request.seed, row=r)
-                return item, put(into, item, loader) if isinstance(item, Loaded) else 0
+                copies = put(into, item, loader) if isinstance(item, Loaded) else 0
+                if row_seconds is not None:
+                    row_seconds[j] = time.perf_counter() - start
+                return item, copies
 
             done = rows.map(finish, range(len(head), n))
             self._copies.add(copies + sum(c for _, c in done))

@@ -4,8 +4,9 @@ Each row is planned by the same machinery as every batch (:mod:`fastload.sources
 the same reads, the same draws from the same generator). Rows the GPU decoder takes
 ("encoded rows": a baseline JPEG, grey or colour, whole) travel as their JPEG bytes, end to
 end in one shared-memory buffer, with each row's geometry and flip; the others (not a JPEG,
-CMYK, progressive, cut short, or failing to plan) are loaded by the CPU path in the worker,
-under the error policy, straight into a buffer of final pixels ("decoded rows"). Small
+CMYK, progressive, cut short, or failing to plan) are built by the CPU path's batch builder in
+the worker (:meth:`fastload.sources.maker.BatchMaker.build`, from their plans), under the
+error policy, straight into a buffer of final pixels ("decoded rows"). Small
 per-row values are numpy arrays, pickled with the batch; the two large buffers are tensors
 in shared memory, so nothing large is copied on the way. The device decodes the encoded rows
 (:mod:`fastload.device.gpudecode`).
@@ -20,26 +21,25 @@ the decoded rows; the worker's time on them travels with the batch
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Protocol, cast
 
 import numpy as np
 import torch
 
-from ..batch import SkippedSample
+from ..batch import HostBatch, SkippedSample
 from ..collate import alloc_batch
 from ..decode import ImageHeader
 from ..decode.header import check_jpeg_complete
 from ..decode.resize import Crop
 from ..encoded import EncodedBatch
 from ..targets import Target, TargetSpec, as_target, fill
-from ..views import numpy_rows, row
-from .batchplan import BatchPlan, plan_row
-from .fetch import Loaded, SampleLoader, put
-from .pools import BufferPool, Need
+from .batchplan import BatchPlan, cpu_executor, plan_row
+from .fetch import SampleLoader
+from .maker import BatchMaker
+from .pools import BufferPool
 from .request import BatchRequest
-from .rowmap import InTurn, RowMap, Tally
+from .rowmap import InTurn, RowMap
 
 
 class RowGeometry(Protocol):
@@ -162,12 +162,12 @@ class PackMaker:
 
     def __init__(self, loader: SampleLoader, rows: GpuRows) -> None:
         self.loader, self.rows = loader, rows
-        self._copies = Tally()
+        self.maker = BatchMaker(loader, cpu_executor(loader.samples))  # builds the rows the CPU decodes
 
     @property
     def copies(self) -> int:
         """Samples decoded beside their row and copied in (in this process)."""
-        return self._copies.value
+        return self.maker.copies
 
     def _geometry(self, plan: BatchPlan, j: int) -> RowGeometry | None:
         """Row ``j``'s geometry on the GPU, or None when the CPU path must load it (its plan untouched)."""
@@ -193,10 +193,11 @@ class PackMaker:
         return EncodedRow(j, sample.data, header.height, header.width, geometry, flip), as_target(sample.label)
 
     def new_pass(self) -> None:
-        """Nothing to learn again: every row is of the device's output size."""
+        """The CPU rows' builder learns their shape again."""
+        self.maker.new_pass()
 
     def shaped(self, epoch: int) -> bool:
-        """Always: the rows' size is the device's output size, known before any is loaded."""
+        """Always: a batch's encoded rows need no shape, and its CPU rows' builder learns it alone."""
         return True
 
     def make(self, request: BatchRequest, worker: int, pool: BufferPool, rows: RowMap | None = None) -> EncodedBatch:
@@ -214,31 +215,21 @@ class PackMaker:
             self._encoded(plan, j, g) if g is not None and j not in shared else None for j, g in enumerate(geometry)
         ]
         cpu = [j for j in range(n) if packed[j] is None]
-        pixels = _buffer((0, out_h, out_w, 3))
-        if cpu:
-            pixels = cast(torch.Tensor, pool.lease(Need(len(cpu), (out_h, out_w, 3), worker=worker, until=rows)).images)
-        images = numpy_rows(pixels)
-
-        def load(k: int, w: int) -> tuple[Loaded, float, int]:
-            # The CPU path, as decode="cpu" loads them, from their plans.
-            j = cpu[k]
-            r, into = plan.take(j), row(images, k)
-            start = time.perf_counter()
-            item = self.loader.load(r.index, request.epoch, w, into, seed=request.seed, row=r)
-            copies = put(into, item, self.loader)
-            return item, time.perf_counter() - start, copies
-
-        loaded = rows.map(load, range(len(cpu)))
-        self._copies.add(sum(c for _, _, c in loaded))
         targets: list[Target] = [0] * n
         indices = np.asarray(request.indices, np.int64).copy()
-        skipped: list[SkippedSample] = []
+        skipped: tuple[SkippedSample, ...] = ()
+        pixels = _buffer((0, out_h, out_w, 3))
         cpu_seconds = 0.0
-        for j, (item, seconds, _) in zip(cpu, loaded):
-            if j in shared:
-                cpu_seconds += seconds
-            targets[j], indices[j] = item.label, item.index
-            skipped.extend(item.skipped)
+        if cpu:  # the CPU path's batch of these rows, from their plans, as decode="cpu" builds it
+            seconds = [0.0] * len(cpu)
+            host = self.maker.build(
+                BatchPlan(request, [plan.rows[j] for j in cpu]), worker, pool, rows, planned=True, row_seconds=seconds
+            )
+            assert isinstance(host, HostBatch)  # an indexed dataset's failures are replaced, never owed
+            pixels, skipped = cast(torch.Tensor, host.images), host.skipped
+            for k, j in enumerate(cpu):
+                targets[j], indices[j] = as_target(host.labels.numpy()[k]), int(host.indices[k])
+            cpu_seconds = sum(t for j, t in zip(cpu, seconds) if j in shared)
         encoded = []
         for j, entry in enumerate(packed):
             if entry is not None:

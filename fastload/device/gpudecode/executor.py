@@ -21,14 +21,18 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import torch
 
 from ...batch import SkippedSample
 from ...encoded import EncodedBatch
-from ...sources.fetch import SampleLoader, put
-from ...targets import fill
+from ...sources.batchplan import cpu_executor
+from ...sources.fetch import SampleLoader
+from ...sources.maker import BatchMaker
+from ...sources.pools import PlainPool
+from ...sources.request import BatchRequest
 from ..staged import Placement, Staged
 from .nvdecode import SIZE_HINT, BatchDecoder
 from .rows import METHODS, resize_rows
@@ -84,6 +88,8 @@ class GpuDecode:
         if resize not in METHODS:
             raise ValueError(f"resize must be one of {METHODS}, got {resize!r}")
         self.fallback = fallback
+        # The rows the decoder refuses are a batch of the CPU path's (fallback None: none is loaded).
+        self._builder = BatchMaker(fallback, cpu_executor(fallback.samples)) if fallback is not None else None
         self.on_skipped = on_skipped
         self.resize = resize
         # The decoder call blocks its thread: the driver runs ``threads`` batches at once, each
@@ -152,22 +158,17 @@ class GpuDecode:
     def _load_on_cpu(
         self, batch: EncodedBatch, refused: list[int], labels: torch.Tensor, indices: torch.Tensor
     ) -> torch.Tensor:
-        """The refused encoded rows loaded by the CPU path (updating ``labels`` and
-        ``indices`` where a row was replaced), as uint8 M×H×W×3."""
-        out = torch.empty((len(refused), *batch.out_size, 3), dtype=torch.uint8)
-        pixels = out.numpy()
-        skipped: list[SkippedSample] = []
+        """The refused encoded rows built by the CPU path's batch builder (updating ``labels``
+        and ``indices`` where a row was replaced), as uint8 M×H×W×3."""
+        where = [int(batch.rows[r]) for r in refused]
+        request = BatchRequest(batch.epoch, np.asarray([int(batch.indices[j]) for j in where], np.int64), batch.seed)
         consumer = len(self.fallback.inflight) - 1  # the in-flight row kept for this process
-        for k, r in enumerate(refused):
-            j, into = int(batch.rows[r]), pixels[k]
-            item = self.fallback.load(int(batch.indices[j]), batch.epoch, consumer, into, seed=batch.seed)
-            put(into, item, self.fallback)
-            fill(labels[j : j + 1], [item.label], _named(self.fallback.samples.title_of(item.index)))
-            indices[j] = item.index
-            skipped.extend(item.skipped)
-        if skipped and self.on_skipped is not None:
-            self.on_skipped(tuple(skipped))
-        return out
+        host = self._builder.make(request, consumer, PlainPool(pin=False))
+        for k, j in enumerate(where):
+            labels[j], indices[j] = host.labels[k], host.indices[k]
+        if host.skipped and self.on_skipped is not None:
+            self.on_skipped(host.skipped)
+        return cast(torch.Tensor, host.images)
 
 
 def typical_size(batch: EncodedBatch) -> tuple[int, int]:
