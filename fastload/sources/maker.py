@@ -189,12 +189,20 @@ class BatchMaker:
             done = rows.map(finish, range(len(head), n))
             self._copies.add(copies + sum(c for _, c in done))
             items = head + [item for item, _ in done]
-            if neighbours is not None:
-                filled = neighbours.fill(items, images, loader)
-                if filled is None:
+            if neighbours is not None:  # a stream's failed record becomes its slot's neighbour
+                chosen = neighbours.choose(items)
+                if chosen is None:
                     pool.abandon(buffers, worker)
                     return Owed([cast(Failed, item).skipped for item in items])
-                items = list(filled)
+                good = [item for item in items if isinstance(item, Loaded)]
+                for j, k in chosen:
+                    source = cast(Loaded, items[k]) if k is not None else neighbours.last
+                    assert source is not None
+                    pixels = row(images, k) if k is not None else source.image
+                    put(row(images, j), dataclasses.replace(source, image=pixels), loader)
+                    skipped = [cast(Failed, items[j]).skipped]
+                    items[j] = dataclasses.replace(source, image=row(images, j), skipped=skipped)
+                neighbours.remember(good)
             return collate(buffers, cast(list[Loaded], items), request.epoch, loader)
         except BaseException:
             pool.abandon(buffers, worker)  # never handed on: its buffer is free again once ``rows`` finished
