@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -10,7 +11,7 @@ from . import resume
 from .fetch import SampleLoader
 from .packed import SourceBatch
 from .pools import BufferPool
-from .request import BatchRequest, PassRequest
+from .request import After, BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
 
 
@@ -49,6 +50,9 @@ class IndexedSource:
 
     def requests(self, run: PassRequest) -> Iterator[BatchRequest]:
         """The batch requests of pass ``run``: its epoch's, or the rest of it that ``run.resumed`` says."""
+        if isinstance(run.resumed, After):
+            # The pass's own requests, made again (the order is fixed by epoch and seed), less those done.
+            return itertools.islice(self.requests(run.resumed.run), run.resumed.done, None)
         if run.resumed is None:
             requests = self.sampler.requests(run.epoch, run.seed)
         else:
