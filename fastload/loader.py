@@ -497,7 +497,7 @@ class Loader(DataLoaderAttributes):
         c = self.config
         size = "stream" if is_stream(self._samples) else str(len(self._samples))
         return (
-            f"Loader({type(self.dataset).__name__}[{size}], batch_size={c.batch_size}, "
+            f"{type(self).__name__}({type(self.dataset).__name__}[{size}], batch_size={c.batch_size}, "
             f"num_workers={self.num_workers}, backend={c.backend!r}, device={self.device}, "
             f"rank={self.rank}/{self.world_size})"
         )

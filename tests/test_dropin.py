@@ -180,6 +180,11 @@ def test_setting_dataloaders_fixed_attributes_is_a_value_error(attr):
             assert getattr(loader, attr) is before or getattr(loader, attr) == before
 
 
+def test_repr_names_the_class_made():
+    with fl.DataLoader(Plain(4), 2, **CPU) as a, fl.Loader(Plain(4), 2, **CPU) as b:
+        assert repr(a).startswith("DataLoader(Plain[4], batch_size=2,") and repr(b).startswith("Loader(Plain[4], ")
+
+
 def test_subscriptable_for_annotations():
     assert fl.DataLoader[int].__origin__ is fl.DataLoader and fl.Loader[tuple].__origin__ is fl.Loader
     assert issubclass(fl.DataLoader, fl.Loader)
