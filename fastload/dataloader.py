@@ -92,6 +92,7 @@ class DataLoader(Loader):
             batch_sampler=batch_sampler,
             num_workers=num_workers,
             drop_last=drop_last,
+            timeout=timeout,
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
             multiprocessing_context=multiprocessing_context,

@@ -22,14 +22,15 @@ from .device.driver import DeviceDriver, Executor, Output, Stats
 from .device.normalize import Normalizer
 from .loading import compat
 from .loading.compat import DataLoaderAttributes
-from .loading.passes import Pass, fork_safe_threads, register
+from .loading.passes import Pass, Raised, fork_safe_threads, register
 from .loading.profiles import resolve_auto
 from .loading.progress import Position, Progress
 from .loading.skips import SkipLog
 from .sources import SourceBatch, build_source, is_stream, resume
 from .sources.build import pin_memory
-from .sources.failures import is_worker_failure, worker_failure
-from .sources.request import PassRequest
+from .sources.failures import CLOSED, WorkerFailure, is_worker_failure, worker_failure
+from .sources.indexed import IndexedSource
+from .sources.request import After, PassRequest
 from .sources.sampler import RankSampler, resolve_rank
 from .sources.watchdog import Watchdog
 
@@ -43,6 +44,9 @@ class Loader(DataLoaderAttributes):
     the first pass is epoch 0, the next 1, and so on; ``set_epoch(e)`` makes the next
     pass epoch ``e``. Starting a pass ends an unfinished earlier one. A Loader that goes
     out of scope stops its workers at once; ``close()`` (or ``with``) does it explicitly.
+    A batch whose loading fails raises from ``next()`` in its turn (the dataset's error, of
+    its own type); the next ``next()`` goes on with the batch after it, as DataLoader's
+    iterator does (a stream's pass ends there).
 
     Rank and world size not given are read from torch.distributed when it is
     initialized, also when that happens after construction (as Lightning's Trainer does):
@@ -320,7 +324,7 @@ class Loader(DataLoaderAttributes):
         self._pass_ref = weakref.ref(current)
         return current
 
-    def _run(self, position: Position, run: PassRequest) -> Iterator[Output]:
+    def _run(self, position: Position, run: PassRequest) -> Iterator[Output | Raised]:
         # A generator method: the pass holds a reference to the Loader, so
         # `for x, y in Loader(...)` keeps the loader alive until the loop ends.
         source = self._source
@@ -332,20 +336,44 @@ class Loader(DataLoaderAttributes):
                 number = position.batch_number(self.rank, self.world_size)
                 return transforms.apply(out, seed=self.config.seed, epoch=position.epoch, rank=self.rank, batch=number)
 
-        outputs = self._driver.run(self._observed(source.batches(run)), finish)
-        try:
-            for out in outputs:
-                position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
-                yield out
-            position.done = True
-        except RuntimeError as e:
-            if not is_worker_failure(e):
-                raise
-            source.restart()
-            raise worker_failure(e, source.inflight, source.dataset) from e
-        finally:
-            outputs.close()
-            self._watchdog.arrived()
+        first, start = run, position.consumed
+        while True:
+            outputs = self._driver.run(self._observed(source.batches(run)), finish)
+            try:
+                for out in outputs:
+                    position.consumed += 1  # counted at the hand-over: what runs ahead is not consumed
+                    yield out
+                position.done = True
+                return
+            except Exception as e:
+                if isinstance(e, RuntimeError) and is_worker_failure(e):
+                    source.restart()
+                    raise worker_failure(e, source.inflight, source.dataset) from e
+                if not self._goes_on_after(e, source):
+                    raise
+                failed = e
+            finally:
+                outputs.close()
+                self._watchdog.arrived()
+            # A batch's error (the dataset's own, of its type): DataLoader raises it in the batch's
+            # turn and its iterator goes on with the next batch. The batch counts as handed out;
+            # the rest of the pass runs as requests made again, on the same workers if persistent.
+            position.consumed += 1
+            yield Raised(failed)
+            del failed  # its traceback holds the frames of the batches that ended
+            number = position.batch_number(self.rank, self.world_size)
+            run = PassRequest(run.epoch, run.seed, number, After(first, position.consumed - start))
+
+    def _goes_on_after(self, error: Exception, source: Any) -> bool:
+        """Whether the pass goes on after ``error``: a batch's error, not a worker's death or
+        timeout (``WorkerFailure``), nor the Loader closed; and an indexed source, whose pass
+        can be made again from any batch (a stream's cannot: its pass ends)."""
+        return (
+            not isinstance(error, WorkerFailure)
+            and not self._closed
+            and str(error) != CLOSED
+            and isinstance(source, IndexedSource)
+        )
 
     def _observed(self, batches: Iterator[SourceBatch]) -> Iterator[SourceBatch]:
         while True:
@@ -469,7 +497,7 @@ class Loader(DataLoaderAttributes):
         c = self.config
         size = "stream" if is_stream(self._samples) else str(len(self._samples))
         return (
-            f"Loader({type(self.dataset).__name__}[{size}], batch_size={c.batch_size}, "
+            f"{type(self).__name__}({type(self.dataset).__name__}[{size}], batch_size={c.batch_size}, "
             f"num_workers={self.num_workers}, backend={c.backend!r}, device={self.device}, "
             f"rank={self.rank}/{self.world_size})"
         )

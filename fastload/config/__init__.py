@@ -103,9 +103,15 @@ def start_method_of(context: Any) -> str | None:
         return context.get_start_method()
     if context is None or context in START_METHODS:
         return context
+    # DataLoader's own words first (searched for, they still lead here), then what to give.
+    said = (
+        f"should specify a valid start method in {[m for m in START_METHODS if m]!r}"
+        if isinstance(context, str)
+        else "should be a valid context object or a string specifying the start method"
+    )
     raise (ValueError if isinstance(context, str) else TypeError)(
-        f"multiprocessing_context={context!r}: give a start method name ('fork', 'spawn', "
-        "'forkserver'), a multiprocessing context, or None"
+        f"multiprocessing_context option {said} (as in DataLoader), but got multiprocessing_context={context!r}: "
+        "give a start method name ('fork', 'spawn', 'forkserver'), a multiprocessing context, or None"
     )
 
 

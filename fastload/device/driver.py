@@ -208,14 +208,17 @@ class DeviceDriver:
         # ``depth`` batches queued before one is handed over (at least one per driver thread),
         # the next one queued before the consumer's step.
         ahead = max(self.depth, self.executor.threads)
+        failed: list[Exception] = []
         try:
             while True:
                 while len(queued) < ahead:
-                    item = next(source, None)
+                    item = _pull(source, failed)
                     if item is None:
                         break
                     queued.append(self._submit(item))
                 if not queued:
+                    if failed:
+                        raise failed.pop()
                     return
                 head = queued.popleft()
                 batch = head.result() if isinstance(head, Future) else head
@@ -224,7 +227,7 @@ class DeviceDriver:
                 for view in each(batch.images):
                     view.record_stream(consumer)  # not reused while the consumer's step reads it
                 batch.labels.record_stream(consumer)
-                nxt = next(source, None)  # start the next batch before the consumer's step
+                nxt = _pull(source, failed)  # start the next batch before the consumer's step
                 if nxt is not None:
                     queued.append(self._submit(nxt))
                 self._drop_finished()
@@ -308,3 +311,16 @@ class DeviceDriver:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _pull(source: Iterator, failed: list[Exception]) -> Any:
+    """The next item of ``source``, or None at its end or at its error, which goes into ``failed``:
+    raised once the batches queued before it are handed over, so an error comes in its batch's
+    turn (as DataLoader's) and the batches before it are not lost."""
+    if failed:
+        return None  # the source ended with its error
+    try:
+        return next(source, None)
+    except Exception as e:
+        failed.append(e)
+        return None

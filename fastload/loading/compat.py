@@ -14,6 +14,7 @@ from collections.abc import Sized
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DistributedSampler
 
@@ -95,11 +96,10 @@ def _distributed(sampler: DistributedSampler, options: dict, base: LoaderConfig,
             f"Loader's has {len(dataset)}: give both the same dataset"
         )
     if options.get("shuffle"):
-        # DataLoader: "sampler option is mutually exclusive with shuffle".
         raise ValueError(
-            f"sampler={type(sampler).__name__}(...) and shuffle=True cannot go together (as in "
-            "DataLoader): the sampler shuffles (its shuffle=, default True); write "
-            "shuffle=(sampler is None)"
+            f"sampler option is mutually exclusive with shuffle (as in DataLoader), got "
+            f"sampler={type(sampler).__name__}(...) and shuffle=True: the sampler shuffles (its shuffle=, "
+            "default True); write shuffle=(sampler is None)"
         )
     taken = Shard(
         rank=sampler.rank,
@@ -332,15 +332,29 @@ def check_combinations(
     batch_sampler: Any,
     num_workers: Any,
     drop_last: Any,
+    timeout: Any = 0,
     prefetch_factor: Any,
     persistent_workers: Any,
     multiprocessing_context: Any,
 ) -> None:
-    """DataLoader's checks of arguments that contradict each other, as ValueErrors naming the values.
+    """DataLoader's checks of its arguments, in its order, as ValueErrors that begin with
+    DataLoader's own words (so its messages, searched for, still lead somewhere) and go on
+    to name the values given and what to write.
 
     Raises:
-        ValueError: The combination DataLoader refuses.
+        ValueError: What DataLoader refuses.
     """
+    number = (int, float, np.integer, np.floating)
+    if isinstance(num_workers, number) and not isinstance(num_workers, bool) and num_workers < 0:
+        raise ValueError(
+            f"num_workers option should be non-negative (as in DataLoader), got num_workers={num_workers!r}: "
+            "num_workers=0 loads in this process"
+        )
+    if isinstance(timeout, number) and not isinstance(timeout, bool) and timeout < 0:
+        raise ValueError(
+            f"timeout option should be non-negative (as in DataLoader), got timeout={timeout!r}: "
+            "seconds to wait for a batch, 0 waits for ever"
+        )
     if num_workers == 0 and prefetch_factor is not None:
         raise ValueError(
             f"prefetch_factor={prefetch_factor!r} needs num_workers > 0 (as in DataLoader), got num_workers=0: "
@@ -350,19 +364,20 @@ def check_combinations(
         raise ValueError("persistent_workers=True needs num_workers > 0 (as in DataLoader), got num_workers=0")
     if multiprocessing_context is not None and num_workers == 0:
         raise ValueError(
-            f"multiprocessing_context={_short(multiprocessing_context)} can only be used with worker processes "
-            "(num_workers > 0, as in DataLoader), got num_workers=0"
+            "multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got "
+            f"num_workers=0 (as in DataLoader), with multiprocessing_context={_short(multiprocessing_context)}"
         )
     if isinstance(dataset, torch.utils.data.IterableDataset):
         for name, value in (("shuffle", shuffle), ("sampler", sampler), ("batch_sampler", batch_sampler)):
             if value not in (None, False):
                 raise ValueError(
-                    f"{name}={_short(value)} cannot go with an IterableDataset (as in DataLoader): it orders itself"
+                    f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
+                    f"{name}={_short(value)}: an IterableDataset orders itself"
                 )
     if sampler is not None and shuffle:
         raise ValueError(
-            f"sampler={_short(sampler)} and shuffle={shuffle!r} cannot go together (as in DataLoader): "
-            "the sampler orders the samples; write shuffle=(sampler is None)"
+            f"sampler option is mutually exclusive with shuffle (as in DataLoader), got sampler={_short(sampler)} "
+            f"and shuffle={shuffle!r}: the sampler orders the samples; write shuffle=(sampler is None)"
         )
     if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
         given = {"batch_size": batch_size, "shuffle": shuffle, "sampler": sampler, "drop_last": drop_last}
@@ -372,10 +387,11 @@ def check_combinations(
             if (k == "batch_size" and v != 1) or (k == "sampler" and v is not None) or (k != "batch_size" and v)
         )
         raise ValueError(
-            f"batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last "
+            f"batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last "
             f"(as in DataLoader), got {clash}"
         )
     if batch_size is None and drop_last:
         raise ValueError(
-            "batch_size=None with drop_last=True (as in DataLoader: without batching there is no last batch to drop)"
+            "batch_size=None option disables auto-batching and is mutually exclusive with drop_last (as in "
+            "DataLoader), got drop_last=True: without batching there is no last batch to drop"
         )

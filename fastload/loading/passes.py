@@ -28,12 +28,28 @@ class Owner(Protocol):
         keep untouched (its source, its pass's batches, ...)."""
 
 
+class Raised:
+    """A batch's error, yielded in the batch's place by a pass's batches: the pass raises it,
+    and its next ``next()`` goes on with the following batch (as DataLoader's iterator does).
+
+    Attributes:
+        error: The error, with its type and traceback as the batch's loading raised it.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 class Pass:
     """One pass over a Loader: an iterator that keeps its Loader alive.
 
     A pass ended by a newer pass of the same Loader, or by ``close()``, raises on the
     next ``next()`` instead of stopping quietly, so a nested loop over one Loader (or an
-    old iterator) cannot silently cut an epoch short.
+    old iterator) cannot silently cut an epoch short. A batch whose loading failed raises
+    its error in its turn (a :class:`Raised` among the batches); the next ``next()`` hands
+    out the batch after it.
     """
 
     def __init__(self, owner: Any, batches: Iterator) -> None:
@@ -55,12 +71,15 @@ class Pass:
         if self._ended_by is not None:
             raise self._ended()
         try:
-            return next(self._batches)
+            out = next(self._batches)
         except ValueError as e:
             # Another thread is closing the pass's generator right now (close() from another thread).
             if self._ended_by is not None and "generator already executing" in str(e):
                 raise self._ended() from None
             raise
+        if isinstance(out, Raised):
+            raise out.error  # here, not in the generator: it stays suspended where it yielded
+        return out
 
     def _ended(self) -> RuntimeError:
         return RuntimeError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -10,7 +11,7 @@ from ..encoded import SourceBatch
 from . import resume
 from .fetch import SampleLoader
 from .pools import BufferPool
-from .request import BatchRequest, PassRequest
+from .request import After, BatchRequest, PassRequest
 from .rowmap import RowMap
 from .sampler import ShardedBatchSampler
 
@@ -62,6 +63,9 @@ class IndexedSource:
 
     def requests(self, run: PassRequest) -> Iterator[BatchRequest]:
         """The batch requests of pass ``run``: its epoch's, or the rest of it that ``run.resumed`` says."""
+        if isinstance(run.resumed, After):
+            # The pass's own requests, made again (the order is fixed by epoch and seed), less those done.
+            return itertools.islice(self.requests(run.resumed.run), run.resumed.done, None)
         if run.resumed is None:
             requests = self.sampler.requests(run.epoch, run.seed)
         else:

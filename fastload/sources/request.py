@@ -55,6 +55,16 @@ class PassRequest:
     resumed: Any = None  # a fastload.sources.resume.IndexedResume or StreamResume
 
 
+@dataclass(frozen=True)
+class After:
+    """The rest of pass ``run`` after its first ``done`` batches (one whose loading failed
+    counted): what the pass goes on with after a batch's error, as DataLoader's iterator goes
+    on. As a :attr:`PassRequest.resumed`."""
+
+    run: PassRequest
+    done: int
+
+
 def batched(
     epoch: int, indices: np.ndarray, batch_size: int, *, seed: int = 0, rank: int = 0, first: int = 0
 ) -> Iterator[BatchRequest]:
