@@ -29,7 +29,6 @@ from .loading.skips import SkipLog
 from .sources import SourceBatch, build_source, is_stream, resume
 from .sources.build import pin_memory
 from .sources.failures import CLOSED, WorkerFailure, is_worker_failure, worker_failure
-from .sources.indexed import IndexedSource
 from .sources.request import After, PassRequest
 from .sources.sampler import RankSampler, resolve_rank
 from .sources.watchdog import Watchdog
@@ -372,7 +371,7 @@ class Loader(DataLoaderAttributes):
             not isinstance(error, WorkerFailure)
             and not self._closed
             and str(error) != CLOSED
-            and isinstance(source, IndexedSource)
+            and source.replays
         )
 
     def _observed(self, batches: Iterator[SourceBatch]) -> Iterator[SourceBatch]:

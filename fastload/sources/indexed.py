@@ -42,6 +42,7 @@ class IndexedSource:
 
     maker: Maker
     sampler: ShardedBatchSampler
+    replays = True  # a pass is made again from any batch: its requests are dealt again
     #: ``decode="gpu"``: the CPU share for the next request, read as each is sent to a worker
     #: (:attr:`BatchRequest.cpu_share`); None: no share.
     cpu_share: Callable[[], float] | None = None

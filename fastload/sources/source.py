@@ -23,9 +23,12 @@ class BatchSource(Protocol):
             what GPU decode's fall-backs load with (the same draws, the same names).
         sampler: This rank's index batches, or None for a stream.
         num_samples: Samples (or records) per epoch over all ranks, before padding.
+        replays: A pass can be made again from any of its batches (an indexed source: its
+            requests are dealt again; a stream's records are read once, in order).
     """
 
     inflight: InFlight
+    replays: bool
 
     @property
     def sampler(self) -> ShardedBatchSampler | None: ...

@@ -223,6 +223,7 @@ class StreamSource:
 
     dataset = None  # records name themselves
     sampler = None
+    replays = False  # records are read once, in order: a pass cannot be made again from a batch
 
     @property
     def loader(self) -> SampleLoader:
