@@ -235,3 +235,21 @@ def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
         assert got and "close()" in str(got[0]) and time.monotonic() - start < 3
     finally:
         release.set()
+
+
+def test_a_stream_on_threads_reuses_a_ring_of_buffers(tmp_path):
+    # Issue 37: a stream gets the indexed path's memory handling on threads too: its rows are
+    # finished in place in a ring of reused buffers (not a new buffer per batch), and the
+    # normalized batches are the process backend's.
+    pattern = _stream_files(tmp_path, [9, 7, 8, 9, 7], False)
+    stream = fl.TFRecordStream(pattern, transform=fl.transforms.train(16))
+    got = {}
+    for backend in ("thread", "process"):
+        with fl.Loader(stream, batch_size=2, num_workers=2, backend=backend, device="cpu", seed=3) as loader:
+            got[backend] = [[x.clone() for x, _ in loader] for _ in range(2)]
+            if backend == "thread":
+                ring = loader._source.maker.pool.ring
+                assert ring is not None and len(ring) == 2 * (2 + 1) + 2 + 1  # not one per batch of the pass
+    assert len(got["thread"][0]) == 20
+    for a, b in zip(got["thread"], got["process"], strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))

@@ -89,6 +89,7 @@ def build_source(
             options=options,
             shuffle=cfg.shuffle,
             threads=cfg.backend == "thread",
+            reuse=device.type == "cuda" or cfg.normalize is not False,
         )
     sampler = ShardedBatchSampler(
         len(samples),

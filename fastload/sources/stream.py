@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from ..batch import HostBatch, SampleError
+from ..config import DEVICE_AHEAD
 from ..datasets.protocols import ResumedSizes, traits_of
 from ..datasets.stream_slots import batch_count, slot_batches_done
 from . import resume
@@ -36,6 +37,7 @@ from .pools import BufferPool, PlainPool
 from .process import ShowsDataset, WorkerOptions, dataloader_options, start_workers, worker_batches
 from .request import BatchRequest, PassRequest
 from .resume import StreamResume
+from .ring import RingPool
 from .samples import RecordSamples
 from .slot_threads import slot_threads
 
@@ -190,6 +192,8 @@ class StreamSource:
         rank, world_size: This rank among all.
         options: Worker count and settings (workers are started each epoch).
         threads: Read each slot in a thread of this process (the thread backend), not in a worker process.
+        reuse: With ``threads``: reuse the batches' buffers (a ring; off when the consumer keeps
+            views of the uint8 batch).
     """
 
     def __init__(
@@ -204,22 +208,28 @@ class StreamSource:
         options: WorkerOptions,
         shuffle: bool = False,
         threads: bool = False,
+        reuse: bool = True,
     ) -> None:
         self.stream, self.batch_size, self.drop_last, self.shuffle = stream, batch_size, drop_last, shuffle
         self.on_error, self.rank, self.world_size = on_error, rank, world_size
         self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
         self.threads = threads and options.num_workers > 0
         self.inflight = InFlight(max(1, options.num_workers))
+        self._closed = threading.Event()  # seen by a pass running in another thread
         samples = RecordSamples(stream)
         loader = SampleLoader(samples, on_error, self.inflight)
         # Workers collate into buffers of their own that the main process maps (as an indexed
         # source's do): torch's shared memory would leave a named /dev/shm segment behind for
         # every batch still in flight when a pass is broken off or its workers end.
         pool: BufferPool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
+        # The buffers in use at once: threads each hold prefetch_factor batches made and one
+        # being made; the device stage holds DEVICE_AHEAD and the consumer one.
+        self._ahead = options.num_workers * (options.prefetch_factor + 1) + DEVICE_AHEAD + 1
         if options.num_workers > 0 and BufferTable.supported and not self.threads:
             pool = SharedPool(BufferTable(options.num_workers, options.prefetch_factor + 2))
+        elif self.threads and reuse:
+            pool = RingPool(self._ahead, batch_size, options.pin, options.pin_device, self._closed)
         self.maker = StreamMaker(BatchMaker(loader, cpu_executor(samples)), batch_size, drop_last, pool)
-        self._closed = threading.Event()  # seen by a pass running in another thread
 
     dataset = None  # records name themselves
     sampler = None
@@ -283,7 +293,7 @@ class StreamSource:
         order = None
         if self.shuffle or history:
             order = StreamOrder(epoch, run.seed, self.shuffle, self.batch_size, history)
-        self.maker.pool.reset(self.options.prefetch_factor)  # each pass starts its own workers: fresh buffers for them
+        self.maker.pool.reset(self._ahead)  # each pass starts its own workers (or threads): its buffers are fresh
         self.maker.maker.new_pass()  # without workers, this process's maker learns the shape again
         data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
         if self.threads:
