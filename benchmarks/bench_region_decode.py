@@ -43,7 +43,7 @@ from fractions import Fraction
 import cv2
 import numpy as np
 import simplejpeg
-from common import large_photos, parser, photo_folder
+from common import large_photos, parser, photo_folder, report
 
 from fastload.decode import roi, roi_turbo, turbo
 from fastload.decode.header import read_header
@@ -155,7 +155,7 @@ def main() -> None:
         tj3, trd = None, None
     try:
         ptj: PyTurboCrop | None = PyTurboCrop(tj3.file if tj3 else None)
-    except (OSError, ImportError) as e:
+    except (OSError, ImportError, RuntimeError) as e:  # PyTurboJPEG: RuntimeError where it finds no library
         print(f"pyturbojpeg-crop left out: {e}")
         ptj = None
     nv_ext = os.path.join(os.path.dirname(roi.module().__file__), "extensions") if rd else None
@@ -167,6 +167,7 @@ def main() -> None:
         + f"; tj3 rows and PyTurboJPEG: {tj3.file + f' (libjpeg-turbo {_turbo_version(tj3.file)})' if tj3 else 'none'}"
     )
     rng = np.random.default_rng(0)
+    result: dict = {}
     for set_name, root in sets.items():
         files = []
         for dirpath, _, names in os.walk(root):
@@ -231,6 +232,15 @@ def main() -> None:
         # at best) against the fastest libjpeg-turbo 3 TurboJPEG row (CPU times).
         pip = [n for n in ("full", "scaled", "scaled-pow2", "opencv-reduced", "nvimgcodec-region") if n in cpu]
         tj = [n for n in cpu if n.startswith("tj3")]
+        result[set_name] = {
+            name: {
+                "wall_ms": float(np.median(ts) * 1e3),
+                "cpu_ms": float(np.median(cpu[name]) * 1e3),
+                "diff_max": max(m for m, _ in diffs[name]),
+                "same_scale_diff_max": max(exact[name]),
+            }
+            for name, ts in times.items()
+        }
         best_pip = np.min([cpu[n] for n in pip], axis=0)
         print(f"  best per crop (cpu) of {', '.join(pip)}: {np.median(best_pip) * 1e3:.2f} ms median")
         if tj:
@@ -239,6 +249,8 @@ def main() -> None:
                 f"  best per crop (cpu) of {', '.join(tj)}: {np.median(best_tj) * 1e3:.2f} ms median, "
                 f"x{np.median(best_pip / best_tj):.2f} of the pip best (median of per-crop ratios)"
             )
+
+    report("bench_region_decode", args, {"libturbojpeg": tj3.file if tj3 else None, "paths": result})
 
 
 def crop_paths(arr, data, size, box, s, s2, rd, tj3, trd, ptj) -> dict:
