@@ -83,20 +83,21 @@ def cmd_info(args: argparse.Namespace) -> int:
         strict = "strict" if name in JPEG_BACKENDS else "JPEG not strict"
         print(f"decoder {name}: ok ({detail}{strict})")
     print(f"default decoder: {default_backend()}{_measured()}")
+    # Which region decoder runs, by name and library version (issue 39: the fastest one pip offers).
     if roi.trusted():
-        region = f"nvImageCodec {roi.version()} (CPU), planned for every file: FASTLOAD_ROI=trusted (deprecated)"
-    elif roi.available():
+        region = f"{roi.describe()}, planned for every file: FASTLOAD_ROI=trusted (deprecated)"
+    elif roi.region_available():
         region = (
-            f"nvImageCodec {roi.version()} (CPU), planned only for bytes verified strictly before "
+            f"{roi.describe()}, planned only for bytes verified strictly before "
             "(fastload verify DIR, converters' --verify): it cannot see corrupt data"
         )
     else:
         try:
-            roi.module()
+            roi.get_region_decoder()
             region = "off (FASTLOAD_ROI=0)"
         except ImportError:
-            region = f"not installed ({roi.EXTRA_HINT})"
-    print(f"region decode: {region}")
+            region = f"none (not installed: {roi.EXTRA_HINT})"
+    print(f"region decoder: {region}")
     return 0
 
 

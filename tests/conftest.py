@@ -202,3 +202,14 @@ def run_with_private_shm(code: str, size: str = "1g", timeout: float = 300) -> s
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([_REPO, _TESTS, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" -c "$1"',
                            sys.executable, code], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def nvimgcodec_regions(monkeypatch):
+    """Region decodes through nvImageCodec's CPU backend, as on a machine without a system
+    libturbojpeg >= 3.0 (fastload.decode.roi_turbo, which roi.get_region_decoder takes first):
+    for tests of nvImageCodec's own behaviour (its batched call, its missing-library message)."""
+    from fastload.decode import roi, roi_turbo
+
+    monkeypatch.setattr(roi_turbo, "_checked", False)
+    monkeypatch.setattr(roi, "_decoder", None)

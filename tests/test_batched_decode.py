@@ -44,7 +44,7 @@ def _regions_everywhere():
 
 
 @pytest.fixture
-def regions_win(monkeypatch):
+def regions_win(monkeypatch, nvimgcodec_regions):
     """A planner for trusted files (FASTLOAD_ROI=trusted) that takes a region decode wherever one may serve."""
     _regions_everywhere()
     calls = {"batch": 0, "single": 0}

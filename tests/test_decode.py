@@ -492,7 +492,7 @@ def test_fastload_info_shows_the_decoders(monkeypatch, capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert f"decoder simplejpeg: ok (simplejpeg {simplejpeg.__version__}, libjpeg-turbo bundled, strict)" in out
-    assert "default decoder: simplejpeg" in out and "region decode:" in out
+    assert "default decoder: simplejpeg" in out and "region decoder:" in out
     assert "decoder opencv: ok (JPEG not strict)" in out
 
 

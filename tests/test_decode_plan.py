@@ -310,7 +310,7 @@ def test_processes_started_together_share_one_calibration(tmp_path):
 # --- the optional extra -------------------------------------------------------------------
 
 
-def test_missing_nvimgcodec_names_the_extra(monkeypatch):
+def test_missing_nvimgcodec_names_the_extra(monkeypatch, nvimgcodec_regions):
     import builtins
 
     real = builtins.__import__

@@ -275,7 +275,7 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
         headers = [read_header(b) for b in blobs]
         rng = np.random.default_rng(20261123)
         slot = np.empty((224, 224, 3), np.uint8)
-        use_region = region if region is not None else roi.available()
+        use_region = region if region is not None else roi.region_available()
         rd = roi.get_region_decoder() if use_region else None
         # (kind, key, features, run), every measurement of one image next to each other.
         jobs: list[tuple[str, str, list[float], Any]] = []
@@ -417,6 +417,8 @@ def cache_key() -> dict[str, Any]:
         "libturbojpeg": libturbojpeg,
         "simplejpeg": simplejpeg,
         "nvimgcodec": roi.version(),
+        # Which one decodes regions (libjpeg-turbo 3's TurboJPEG API first, roi.get_region_decoder).
+        "region_decoder": roi.get_region_decoder().name if roi.region_available() else None,
         "torch": torch.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),

@@ -182,7 +182,7 @@ class Planner:
         margin: How much cheaper than the full decode another plan must be predicted.
         verified_region: Whether region decode may be planned for a sample whose bytes were
             verified strictly (:meth:`choose`'s ``verified``); None (default): where
-            ``region`` says so or nvImageCodec is available (asked on the first verified sample).
+            ``region`` says so or a region decoder is available (asked on the first verified sample).
     """
 
     def __init__(
@@ -270,7 +270,7 @@ class Planner:
 
     def _regions_for_verified(self) -> bool:
         if self._verified_region is None:
-            self._verified_region = "region" in self._decode and roi.available()
+            self._verified_region = "region" in self._decode and roi.region_available()
         return self._verified_region
 
     @staticmethod
@@ -314,8 +314,8 @@ def _legacy_trusted() -> bool:
 
 def get_planner() -> Planner:
     """The process's planner: cached costs (or DEFAULT_COSTS under FASTLOAD_NO_CALIBRATION=1),
-    region decode for samples verified strictly before (where nvImageCodec is available,
-    :func:`fastload.decode.roi.available`), and for every sample under the deprecated
+    region decode for samples verified strictly before (where a region decoder is available,
+    :func:`fastload.decode.roi.region_available`), and for every sample under the deprecated
     ``FASTLOAD_ROI=trusted`` (:func:`fastload.decode.roi.trusted`).
 
     Built once per process, and again if the environment it came from changed

@@ -1,5 +1,10 @@
 """Region (ROI) decode of JPEGs: only the rows and columns a crop needs.
 
+Two decoders, taken in this order (:func:`get_region_decoder`; ``fastload info`` names the one
+that runs): libjpeg-turbo 3's TurboJPEG API where the system's libturbojpeg is >= 3.0
+(:mod:`fastload.decode.roi_turbo`: only the box's rows and columns, the faster, measured in
+``benchmarks/RESULTS.md``), else nvImageCodec's CPU backend, this module's :class:`RegionDecoder`.
+
 Through nvImageCodec's CPU-only backend (``pip install 'fastload[roi]'``, the
 ``nvidia-nvimgcodec-cu12`` wheel; no GPU or CUDA needed). It runs libjpeg-turbo 3.1:
 rows below the region are never read and rows above are entropy-decoded only
@@ -21,13 +26,16 @@ only for baseline 3-component JPEGs when its calibrated cost is lower.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import sys
 import tempfile
 import threading
 
 import numpy as np
 
+from . import roi_turbo
 from ._base import Buffer, DecodeError, as_array
 
 EXTRA_HINT = "pip install 'fastload[roi]' (the nvidia-nvimgcodec-cu12 wheel; CPU only, no GPU needed)"
@@ -107,9 +115,14 @@ def module():
         return _module
 
 
+def _off() -> bool:
+    return os.environ.get("FASTLOAD_ROI", "1").strip().lower() in ("0", "false", "no", "off")
+
+
 def available() -> bool:
-    """Whether region decode can run here (installed, and not turned off by ``FASTLOAD_ROI=0``)."""
-    if os.environ.get("FASTLOAD_ROI", "1").strip().lower() in ("0", "false", "no", "off"):
+    """Whether nvImageCodec's region decode can run here (installed, and not turned off by
+    ``FASTLOAD_ROI=0``). :func:`region_available` asks for any region decoder."""
+    if _off():
         return False
     try:
         module()
@@ -118,15 +131,44 @@ def available() -> bool:
         return False
 
 
+def region_available() -> bool:
+    """Whether region decode can run here: a region decoder (libjpeg-turbo 3's TurboJPEG API or
+    nvImageCodec, :func:`get_region_decoder`) is there, and ``FASTLOAD_ROI=0`` does not turn it off."""
+    return not _off() and (roi_turbo.available() or available())
+
+
 def trusted() -> bool:
     """Whether region decodes may be planned: ``FASTLOAD_ROI=trusted`` (the files are known
-    intact: region decode cannot see corrupt data) and nvImageCodec is available."""
-    return os.environ.get("FASTLOAD_ROI", "").strip().lower() == "trusted" and available()
+    intact: region decode cannot see corrupt data) and a region decoder is available."""
+    return os.environ.get("FASTLOAD_ROI", "").strip().lower() == "trusted" and region_available()
 
 
 def version() -> str | None:
-    """nvImageCodec's version, or None where it is not available."""
+    """nvImageCodec's version, or None where it is not available (or ``FASTLOAD_ROI=0``)."""
     return module().__version__ if available() else None
+
+
+@functools.lru_cache(maxsize=1)
+def bundled_libjpeg_turbo() -> str | None:
+    """The libjpeg-turbo version inside nvImageCodec's CPU JPEG extension (e.g. "3.1.3"), or
+    None where it cannot be told. For ``fastload info``: the file carries no version string,
+    only its build's source paths (``.../libjpeg-turbo-3.1.3/...``), so they are read."""
+    folder = os.path.join(os.path.dirname(module().__file__), "extensions")
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith("libjpeg_turbo")]
+        if not names:
+            return None
+        with open(os.path.join(folder, names[0]), "rb") as f:
+            found = re.search(rb"libjpeg-turbo[-_](\d+\.\d+\.\d+)", f.read())
+    except OSError:
+        return None
+    return found.group(1).decode() if found else None
+
+
+def describe() -> str | None:
+    """Which region decoder runs here: its name and library versions, e.g. "nvimgcodec-cpu
+    (nvImageCodec 0.9.0, CPU backend, libjpeg-turbo 3.1.3 inside)"; None where none is available."""
+    return get_region_decoder().describe() if region_available() else None
 
 
 class RegionDecoder:
@@ -139,6 +181,12 @@ class RegionDecoder:
         self._nv = module()
         self._local = threading.local()
         self._params = self._nv.DecodeParams(apply_exif_orientation=False)  # as TurboJPEG
+
+    def describe(self) -> str:
+        """Name and library versions (for ``fastload info``)."""
+        turbo = bundled_libjpeg_turbo()
+        inside = f", libjpeg-turbo {turbo} inside" if turbo else ""
+        return f"{self.name} (nvImageCodec {self._nv.__version__}, CPU backend{inside})"
 
     def _decoder(self):
         # Keyed by process too: a forked worker's main thread inherits the parent's
@@ -204,18 +252,25 @@ class RegionDecoder:
         return out
 
 
-_decoder: RegionDecoder | None = None
+_decoder: RegionDecoder | roi_turbo.TurboRegionDecoder | None = None
 
 
-def get_region_decoder() -> RegionDecoder:
-    """The process's region decoder.
+def get_region_decoder() -> RegionDecoder | roi_turbo.TurboRegionDecoder:
+    """The process's region decoder: libjpeg-turbo 3's TurboJPEG API where the system has it
+    (:mod:`fastload.decode.roi_turbo`, the faster), else nvImageCodec's CPU backend. Both give
+    the full decode's pixels of the box and take the same calls (``decode``, ``decode_batch``,
+    ``describe``, ``name``).
 
     Raises:
-        ImportError: nvImageCodec is not installed (names the extra to install).
+        ImportError: Neither is there (names the extra to install).
     """
     global _decoder
     if _decoder is None:
-        d = RegionDecoder()
+        d: RegionDecoder | roi_turbo.TurboRegionDecoder
+        try:
+            d = roi_turbo.TurboRegionDecoder() if roi_turbo.available() else RegionDecoder()
+        except OSError:  # the library went away since it was checked
+            d = RegionDecoder()
         with _lock:
             if _decoder is None:
                 _decoder = d
