@@ -1,8 +1,9 @@
 """fastload: feed PyTorch image training as fast as the hardware allows.
 
-Data flows one way: datasets (encoded bytes + label) → decode → uint8 transforms →
-fast_collate → Loader (torch DataLoader workers, DDP sharding) → prefetch (device copy,
-normalization and layout change) → batch augmentations on the device (:mod:`fastload.augment`).
+Data flows one way: datasets (encoded bytes + label) → decode → uint8 transforms → the
+batch builder (:mod:`fastload.sources`: rows written into reused buffers, in worker
+processes or threads; DDP sharding) → the device stage (copy, normalization and layout
+change) → batch augmentations on the device (:mod:`fastload.augment`).
 """
 
 from . import augment, transforms

@@ -1,6 +1,8 @@
 """The architecture guide is a true map of the package (issue 33, item 10): its module table
-is one table, names every module, and names no module that is gone."""
+is one table, names every module, and names no module that is gone; its counts and its matrix
+of what runs where are tools/arch_counts.py's output (issue 37)."""
 
+import importlib.util
 import os
 import re
 
@@ -60,3 +62,18 @@ def test_every_file_the_table_names_exists():
             if not any(name.split("/")[-1] in files for _, _, files in os.walk(under)):
                 gone.append(f"{name} (row of {folder})")
     assert not gone, f"the architecture guide names modules that do not exist: {gone}"
+
+
+def test_the_guides_counts_and_matrix_are_the_scripts_output():
+    """A count or a cell typed into the guide, or left stale by a change of the code or of
+    tests/test_matrix.py, fails here; ``python tools/arch_counts.py --write`` writes them."""
+    spec = importlib.util.spec_from_file_location("arch_counts", os.path.join(ROOT, "tools", "arch_counts.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with open(GUIDE) as f:
+        text = f.read()
+    for name, make in script.BLOCKS.items():
+        assert script.embedded(text, name) == make(), (
+            f"the architecture guide's {name} block is not tools/arch_counts.py's output: "
+            "run python tools/arch_counts.py --write"
+        )

@@ -21,15 +21,28 @@ RUNNERS = {"in-process": dict(num_workers=0), "threads": dict(num_workers=2, bac
            "processes": dict(num_workers=2, backend="process")}
 N, BATCH = 12, 4
 
-#: Cells refused, and why (the guide's matrix states the same).
+#: Cells refused: (error, its message's start, why). The guide's matrix is made from these
+#: and refusal() by tools/arch_counts.py.
+STREAM_GPU = (ValueError, "decode='gpu' needs a random-access dataset",
+              "GPU packing is built for indexed datasets only, not for streams (not built yet)")
 REFUSED = {
-    ("user", "gpu"): (TypeError, "decode='gpu' needs a fastload dataset"),  # its items are pixels, not bytes
-    ("tfrecord-stream", "gpu"): (ValueError, "decode='gpu' needs a random-access dataset"),  # not built yet
-    ("wds", "gpu"): (ValueError, "decode='gpu' needs a random-access dataset"),
-    ("wds-http", "gpu"): (ValueError, "decode='gpu' needs a random-access dataset"),
-    # A user's items of several images (their own views) are not batched as views (not built yet).
-    ("user", "cpu", 2): (TypeError, "the image field is a tuple, not an image"),
+    ("user", "gpu"): (TypeError, "decode='gpu' needs a fastload dataset",
+                      "a user's items are pixels, not the bytes GPU decode needs"),
+    ("tfrecord-stream", "gpu"): STREAM_GPU,
+    ("wds", "gpu"): STREAM_GPU,
+    ("wds-http", "gpu"): STREAM_GPU,
+    ("user", "cpu", 2): (TypeError, "the image field is a tuple, not an image",
+                         "a user's items of several images (their own views) are not batched as views (not built yet)"),
 }
+#: Every source's cells of several views with decode="gpu".
+GPU_VIEWS = (ValueError, "decode='gpu' runs RandomResizedCrop",
+             "GPU decode runs one crop per sample: a MultiView transform is not one (one view only)")
+
+
+def refusal(source, decode, views):
+    """The (error, message, why) a cell is refused with; None for a cell that runs."""
+    return REFUSED.get((source, decode)) or REFUSED.get((source, decode, views)) or (
+        GPU_VIEWS if decode == "gpu" and views > 1 else None)
 
 
 class UserDataset(torch.utils.data.Dataset):
@@ -98,8 +111,7 @@ def _indices(batches):
 def _check_cell(source, runner, decode, views, data, url=None):
     gpu = decode == "gpu"
     ds = _dataset(source, data, views, gpu, url)
-    refused = REFUSED.get((source, decode)) or REFUSED.get((source, decode, views)) or (
-        (ValueError, "decode=.gpu. runs RandomResizedCrop") if gpu and views > 1 else None)  # one view
+    refused = refusal(source, decode, views)
     if refused is not None:
         with pytest.raises(refused[0], match=refused[1]):
             with _loader(ds, runner, gpu) as loader:

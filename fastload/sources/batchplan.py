@@ -12,8 +12,9 @@ How the plan is decoded is the executor's (:func:`cpu_executor` chooses, once):
 - :class:`PerSample`: for a dataset that does not plan (a user's own): each row is loaded
   whole, nothing planned ahead.
 - :class:`BatchedRegions`: every row is planned first, and the regions of the rows planned
-  for a region decode (files trusted intact: ``FASTLOAD_ROI=trusted``) are decoded in one
-  nvImageCodec call
+  for a region decode (only samples whose bytes were verified strictly before, or every
+  sample with the deprecated ``FASTLOAD_ROI=trusted``: :mod:`fastload.decode.plan`) are
+  decoded in one nvImageCodec call
   (:meth:`RegionDecoder.decode_batch <fastload.decode.roi.RegionDecoder.decode_batch>`);
   finishing a row then does the rest (the other decodes, resize, flip).
 
@@ -144,8 +145,8 @@ CpuExecutor = Union[PerSample, BatchedRegions]
 
 def cpu_executor(samples: Samples | RecordSamples) -> CpuExecutor:
     """How batches of ``samples`` are decoded on the CPU: planned ahead, the regions planned
-    (for files trusted intact, ``FASTLOAD_ROI=trusted``) decoded in one call, where the dataset
-    plans; else sample by sample.
+    (for samples whose bytes were verified strictly before, or with the deprecated
+    ``FASTLOAD_ROI=trusted``) decoded in one call, where the dataset plans; else sample by sample.
 
     Planning a batch ahead costs nothing where no region is planned, and is the cheaper order
     even then: its reads and header checks first, then its decodes back to back (about 3% less

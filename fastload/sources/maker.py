@@ -4,9 +4,13 @@
 shape where it does not know it yet (the head of a batch, loaded beside it), leases the
 batch's buffers from a pool (:mod:`fastload.sources.pools`), finishes every row in place
 under the error policy (:class:`~fastload.sources.fetch.SampleLoader`) and collates the
-targets. Every backend calls :meth:`BatchMaker.make`; they differ only in where it runs (a
-worker process, the main process, a thread) and in the :class:`~fastload.sources.rowmap.RowMap`
-that runs its per-row steps (in turn, or spread over the thread backend's decode threads).
+targets. Every host batch is built by :meth:`BatchMaker.build`: through :meth:`BatchMaker.make`
+for an indexed dataset's request, through :class:`~fastload.sources.stream.StreamMaker` for a
+stream's records, through :class:`~fastload.sources.packed.PackMaker` for the rows of a GPU
+pack decoded on the CPU, and for the rows the device's decoder refuses. Where it runs (a worker
+process, the main process, a thread), the pool that lends its buffers and the
+:class:`~fastload.sources.rowmap.RowMap` that runs its per-row steps (in turn, or spread over
+the thread backend's decode threads) are the caller's.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stream backend: DataLoader workers batch the records of their own slot of a stream.
+"""Stream backend: DataLoader workers (on the thread backend, threads) batch their own slot's records.
 
 Slot ``rank * num_workers + worker`` of ``world_size * num_workers`` reads its own
 records (each record is read once per epoch over all ranks and workers), and every slot
@@ -179,7 +179,7 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
 
 
 class StreamSource:
-    """HostBatches from a record stream (e.g. TFRecordStream), one DataLoader per epoch.
+    """HostBatches from a record stream (e.g. TFRecordStream), one DataLoader per epoch (threads: :func:`slot_threads`).
 
     Args:
         stream: A :class:`~fastload.datasets.protocols.RecordStream` (``slot_length``,
