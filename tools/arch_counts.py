@@ -10,7 +10,7 @@ that they are this script's output, so a count or a cell that is no longer true 
 The counts are read from the source with ``ast`` (nothing is imported): the functions that
 write pixel rows into a batch buffer (those that call ``put`` or ``write_row``), the call
 sites of both, ``isinstance`` on pool and lease classes, ``getattr`` / ``hasattr`` lines,
-and modules and lines per layer (the layers of ``tests/test_layers.py``). The matrix is
+and modules per layer (the layers of ``tests/test_layers.py``). The matrix is
 ``tests/test_matrix.py``'s data: its sources, runners, and the rule by which it refuses a
 cell (``refusal``), run here on that data alone.
 """
@@ -194,19 +194,18 @@ def counts() -> str:
         f"(attributes asked for by name) | {count(structural)} | {at(structural)} |",
         f"| lines with `getattr(` or `hasattr(` in `fastload/` | {sum(map(probe_lines, mods))} | by layer below |",
         "",
-        "| layer (lowest first) | modules | lines | `getattr(` / `hasattr(` lines |",
-        "|---|---|---|---|",
+        # No line counts: they change with every edit, and a count that must be regenerated for
+        # every change says nothing about the design (`find fastload -name '*.py' | xargs cat | wc -l`).
+        "| layer (lowest first) | modules | `getattr(` / `hasattr(` lines |",
+        "|---|---|---|",
     ]
-    total_lines = 0
     for layer in layers:
         mine = [m for m in mods if unit(m) in layer]
-        lines = sum(len(read(m).splitlines()) for m in mine)
-        total_lines += lines
         names = ", ".join(f"`{u}`" for u in sorted(layer))
-        out.append(f"| {names} | {len(mine)} | {lines:,} | {sum(probe_lines(m) for m in mine)} |")
+        out.append(f"| {names} | {len(mine)} | {sum(probe_lines(m) for m in mine)} |")
     placed = {u for layer in layers for u in layer}
     assert all(unit(m) in placed for m in mods), "a unit of fastload/ is in no layer of tests/test_layers.py"
-    out.append(f"| all | {len(mods)} | {total_lines:,} | {sum(probe_lines(m) for m in mods)} |")
+    out.append(f"| all | {len(mods)} | {sum(probe_lines(m) for m in mods)} |")
     return "\n".join(out)
 
 
