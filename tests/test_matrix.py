@@ -31,8 +31,6 @@ REFUSED = {
     ("tfrecord-stream", "gpu"): STREAM_GPU,
     ("wds", "gpu"): STREAM_GPU,
     ("wds-http", "gpu"): STREAM_GPU,
-    ("user", "cpu", 2): (TypeError, "the image field is a tuple, not an image",
-                         "a user's items of several images (their own views) are not batched as views (not built yet)"),
 }
 #: Every source's cells of several views with decode="gpu".
 GPU_VIEWS = (ValueError, "decode='gpu' runs RandomResizedCrop",
@@ -56,7 +54,7 @@ class UserDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         img = np.full((16, 16, 3), i, np.uint8)
-        return (tuple(img for _ in range(self.views)) if self.views > 1 else img), i % 3
+        return ((img, np.full((8, 8, 3), i, np.uint8)) if self.views > 1 else img), i % 3
 
 
 @pytest.fixture(scope="module")

@@ -286,3 +286,33 @@ def test_docs_bring_your_own_dataset_example_runs(tmp_path, monkeypatch, capsys)
     exec(compile(code, "datasets.md", "exec"), {"__name__": "readme_example"})
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and "torch.Size([4, 3, 224, 224]) torch.Size([4, 5]) ['img" in lines[0]
+
+
+class _TwoViews(torch.utils.data.Dataset):
+    """A user's self-supervised dataset: each item two views of its own making, and a label."""
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        rng = np.random.default_rng(i)
+        return (rng.integers(0, 256, (16, 16, 3), np.uint8), rng.integers(0, 256, (8, 8, 3), np.uint8)), i % 3
+
+
+@pytest.mark.parametrize("runner", [dict(num_workers=0), dict(num_workers=2, backend="thread"),
+                                    dict(num_workers=2, backend="process")])
+def test_an_items_own_views_are_batched_as_views(runner):
+    # Issue 37's matrix: a user's items of several images were refused ("the image field is a
+    # tuple"); they are batched view by view, as DataLoader's default collation batches them.
+    ds = _TwoViews()
+    theirs = list(torch.utils.data.DataLoader(ds, batch_size=4))
+    with fl.Loader(ds, batch_size=4, device="cpu", normalize=False, shuffle=False, **runner) as loader:
+        ours = list(loader)
+    assert len(ours) == len(theirs) == 3
+    for ((a, b), y), ((ta, tb), ty) in zip(ours, theirs):
+        assert torch.equal(a, ta.permute(0, 3, 1, 2)) and torch.equal(b, tb.permute(0, 3, 1, 2))
+        assert torch.equal(y, ty)
+    with pytest.raises(TypeError, match="holds 2 views, and transform= takes one image"):
+        with fl.Loader(fl.WrappedDataset(ds, transform=fl.transforms.eval(8)), batch_size=4, device="cpu",
+                       num_workers=0) as loader:
+            next(iter(loader))

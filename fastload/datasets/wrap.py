@@ -54,6 +54,25 @@ def _looks_like_an_image(shape: tuple) -> bool:
     return len(shape) == 2 or (len(shape) == 3 and (shape[0] in CHANNELS or shape[2] in CHANNELS))
 
 
+def views_of(image: Any, transformed: bool) -> np.ndarray | tuple[np.ndarray, ...]:
+    """The image field as H×W×C uint8: one image, or (a tuple or list of images: the item's own
+    views, as a self-supervised dataset gives them) a tuple of them, batched as views (one
+    batch tensor each, as a ``MultiView`` transform's).
+
+    Raises:
+        TypeError: A field that is not an image (nor a sequence of them), or views with a
+            ``transform=`` (which would see one view, not the sample).
+    """
+    if isinstance(image, (tuple, list)) and image:
+        if transformed:
+            raise TypeError(
+                f"the image field holds {len(image)} views, and transform= takes one image: make "
+                "the views in the dataset, or give it one image and transform=fl.transforms.MultiView([...])"
+            )
+        return tuple(to_hwc_uint8(view) for view in image)
+    return to_hwc_uint8(image)
+
+
 def to_hwc_uint8(image: Any) -> np.ndarray:
     """``image`` as an H×W×C uint8 array (a view where it can be); TypeError otherwise (advice
     for an image of another dtype or layout; for what is not an image, that it is not one)."""
@@ -217,7 +236,7 @@ class WrappedDataset(torch.utils.data.Dataset):
 
         try:
             image, target, extras = split_fields(item, self.image_key, self.target_key)
-            image = to_hwc_uint8(image)
+            image = views_of(image, bool(self.transform.transforms))
         except (TypeError, KeyError) as e:
             try:
                 path = item_path(item) or self.describe(index)
