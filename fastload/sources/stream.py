@@ -28,6 +28,7 @@ from ..datasets.stream_slots import batch_count, slot_batches_done
 from ..views import SampleShape, numpy_rows, row, shape_of
 from . import resume
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
+from .closing import close_workers
 from .failures import CLOSED, in_worker_iter
 from .fetch import Loaded, SampleLoader, put
 from .handoff import BufferTable, SharedPool, detached
@@ -325,6 +326,10 @@ class StreamSource:
             yield cast(HostBatch, detached(batch))  # a stream makes no EncodedBatch
 
     def close(self) -> None:
-        self._closed.set()
+        """Ends the pass under way (from any thread: its ``next()`` raises the closed error)
+        and stops its workers, killing those not gone after a grace (:mod:`.closing`)."""
+        if self._closed.is_set():
+            return
+        close_workers(self._closed, self.inflight, [])  # the pass holds the DataLoader: nothing of ours to drop
         if isinstance(self.maker.pool, SharedPool):
             self.maker.pool.close()
