@@ -55,17 +55,21 @@ def _wrap(previous: Any) -> Any:
 
 
 def _dead_children() -> set[int]:
-    """This process's children that have exited and are not yet joined (zombies)."""
+    """This process's children that died (killed, or exited with an error) and are not yet
+    joined (zombies): those torch's handler raises for. One that exited cleanly (a worker
+    that ended as asked) is none of them."""
     me, pids = str(os.getpid()), set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    state, parent = f.read().rsplit(")", 1)[1].split()[:2]
-            except (OSError, ValueError):
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
                 continue
-            if parent == me and state in ("Z", "X"):
-                pids.add(int(entry))
+            # fields[0]: the state; [1]: the parent; [49]: the wait status (Linux 3.5 on).
+            if len(fields) > 1 and fields[1] == me and fields[0] in ("Z", "X"):
+                if len(fields) < 50 or fields[49] != "0":
+                    pids.add(int(entry))
     return pids
 
 
