@@ -203,12 +203,12 @@ def test_processes_sharing_a_loader_made_before_a_fork_get_only_their_own_rows()
 DROP = """
 import atexit
 import torch
-from fastload.sources.process import drop_in_background
+from fastload.sources.closing import drop_in_background
 
 def drop():
     # Frees take a while: the interpreter starts to finalize while they run.
     holder = [[torch.empty(16, dtype=torch.uint8) for _ in range(200_000)]]
-    drop_in_background(holder, wait_s=0)
+    drop_in_background(holder)
 
 if sys.argv[1] == "atexit":
     atexit.register(drop)  # as the Loader's own close at exit does

@@ -7,6 +7,8 @@ shut down. fastload wraps that handler (in the main thread only, keeping it as t
 calls): a death of a fastload worker is kept until the consumer's next ``next()``, where
 it becomes an error naming the samples in flight; a death of a worker fastload already
 retired is dropped; anything else (the user's own DataLoaders) is raised as torch raises it.
+Whose death it is is read from the processes (their state in ``/proc``), never from the
+error's text.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from .failures import is_worker_failure, pids_of
 from .inflight import InFlight, process_state
 
 _RETIRED_KEPT = 4096
@@ -32,28 +33,44 @@ _waiting = 0  # > 0 while the main thread waits inside a fastload next()
 _handlers: weakref.WeakSet = weakref.WeakSet()  # the SIGCHLD handlers fastload installed
 
 
-def _ours() -> set[int]:
-    return {pid for table in list(_tables) for pid in table.pids().values()}
-
-
 def _wrap(previous: Any) -> Any:
     def on_child(signum: int, frame: Any) -> None:
         try:
             if callable(previous):
                 previous(signum, frame)
         except RuntimeError as e:
-            if not is_worker_failure(e):
-                raise
-            pids = pids_of(e)
-            if pids & _ours():
+            # Whose death torch's handler raised for is read from the processes, not its text:
+            # torch leaves a dead worker a zombie until it joins it.
+            pids = frozenset(pid for table in list(_tables) for pid in dead(table))
+            if pids:
                 if _waiting:
                     raise  # out of the consumer's next(), which names the samples
                 _pending.append((pids, e))
-            elif not pids <= set(_retired):
-                raise
+            elif _dead_children() - set(_retired):
+                raise  # a death of another child: the user's own DataLoader's worker
+            # else a retired worker's (or one joined since: torch's own check then sees it)
 
     _handlers.add(on_child)
     return on_child
+
+
+def _dead_children() -> set[int]:
+    """This process's children that died (killed, or exited with an error) and are not yet
+    joined (zombies): those torch's handler raises for. One that exited cleanly (a worker
+    that ended as asked) is none of them."""
+    me, pids = str(os.getpid()), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # fields[0]: the state; [1]: the parent; [49]: the wait status (Linux 3.5 on).
+            if len(fields) > 1 and fields[1] == me and fields[0] in ("Z", "X"):
+                if len(fields) < 50 or fields[49] != "0":
+                    pids.add(int(entry))
+    return pids
 
 
 def watch(table: InFlight) -> None:
@@ -76,6 +93,17 @@ def retire(table: InFlight) -> None:
     _tables.discard(table)
     _pending[:] = [(p, e) for p, e in _pending if not p <= set(_retired)]
     kill_children(pid for pid in pids.values() if process_state(pid).startswith("stopped"))
+
+
+def dead(table: InFlight) -> frozenset[int]:
+    """The worker processes registered in ``table`` that have exited (dead, a zombie, gone),
+    other than those retired (shut down on purpose): read from the processes, not from an
+    error's text."""
+    return frozenset(
+        pid
+        for pid in table.pids().values()
+        if process_state(pid) in ("gone", "dead", "dead (zombie)") and pid not in _retired
+    )
 
 
 def kill_children(pids: Iterable[int]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,15 +20,13 @@ class WorkerFailure(RuntimeError):
 
 
 def is_worker_failure(error: BaseException) -> bool:
-    """DataLoader's own errors for a dead or silent worker (not a worker's re-raised error)."""
+    """DataLoader's own errors for a dead or silent worker (not a worker's re-raised error), by
+    their text: the Loader's last resort, for such an error that reaches it untold (a worker
+    that died before it registered, so that no process of the in-flight table is dead). A pass
+    tells worker failures by what it finds (:func:`pass_failure`), and so does the SIGCHLD
+    watch (:mod:`.deaths`)."""
     text = str(error)
     return text.startswith(("DataLoader worker (pid", "DataLoader timed out"))
-
-
-def pids_of(error: BaseException) -> frozenset[int]:
-    """The worker pids a DataLoader error names: "(pid 12) is killed", "(pid(s) 12, 34) exited"."""
-    found = re.search(r"\(pids?(?:\(s\))? ([\d, ]+)\)", str(error))
-    return frozenset(int(p) for p in found.group(1).replace(",", " ").split()) if found else frozenset()
 
 
 def forget_frames(error: BaseException) -> BaseException:
@@ -49,12 +46,15 @@ def forget_frames(error: BaseException) -> BaseException:
     return error
 
 
-def worker_failure(error: BaseException, inflight: InFlight, dataset: Any) -> WorkerFailure:
-    """A worker death or timeout, with what each worker concerned was doing: the sample it
-    was loading (and its state, e.g. stopped), or that it held none."""
+def worker_failure(
+    error: BaseException, inflight: InFlight, dataset: Any, died: frozenset[int] = frozenset()
+) -> WorkerFailure:
+    """A worker death (the processes ``died``) or a timeout (none died), with what each worker
+    concerned was doing: the sample it was loading (and its state, e.g. stopped), or that it
+    held none. ``error``: what was raised, its text the message's head."""
     forget_frames(error)
-    busy, pids = inflight.busy(), pids_of(error)
-    dead = bool(pids)  # DataLoader names the pids of workers that died; a timeout names none
+    busy, pids = inflight.busy(), died
+    dead = bool(pids)
     named = [b for b in busy if b.pid in pids] if dead else busy
     worker_of = {pid: w for w, pid in inflight.pids().items()}
     parts = [
@@ -93,6 +93,58 @@ def _state(pid: int, dead: bool) -> str:
     return f", {state},"
 
 
+def from_worker(error: BaseException) -> bool:
+    """Whether ``error`` is one a worker raised and DataLoader re-raised here (every error a
+    fastload worker sends is marked so: :class:`InWorker`, :class:`Raised`)."""
+    return isinstance(error, SampleError) or getattr(error, _FROM_WORKER, False)
+
+
+def pass_failure(
+    error: BaseException,
+    *,
+    died: frozenset[int],
+    inflight: InFlight,
+    dataset: Any,
+    waited: float,
+    tick: float,
+    timeout: float,
+) -> BaseException | None:
+    """What a pass over DataLoader workers raises for ``error``, raised by DataLoader's
+    ``next()`` (or by the pass's check for deaths before it): the facts decide, not the
+    error's text. None: the wait for the batch goes on (``error`` was DataLoader's tick, see
+    :func:`fastload.sources.closing.wait_tick`).
+
+    Args:
+        error: What was raised.
+        died: The workers found dead since (:func:`fastload.sources.deaths.dead`).
+        inflight: The workers (their pids, the samples in flight).
+        dataset: Names samples in the message, or None.
+        waited: Seconds the pass has waited for this batch; ``tick``: DataLoader's own
+            ``timeout``; ``timeout``: the Loader's (0: none).
+
+    Returns:
+        A worker's own error as it is (tracebacks cleared, see :func:`forget_frames`); a
+        :class:`WorkerFailure` when a worker died, its batch was lost on the way, or no batch
+        came within ``timeout``; DataLoader's other errors as they are; or None.
+    """
+    if from_worker(error):
+        return forget_frames(error)
+    if isinstance(error, (ConnectionError, EOFError)) or died:
+        # A worker that dies while its batch is in transit leaves the receiving end of the
+        # pipe or of the shared-memory hand-over without a peer.
+        failure = worker_failure(error, inflight, dataset, died)
+        failure.__cause__ = error  # its tracebacks cleared: it keeps no DataLoader frame
+        return failure
+    # DataLoader's tick is a bare RuntimeError, raised after ``tick`` s with every worker alive
+    # (DataLoader's check for dead ones runs first). A worker's RuntimeError is marked, above.
+    ticked = type(error) is RuntimeError and error.__cause__ is None and error.__context__ is None
+    if not ticked or waited < tick * 0.9:
+        return forget_frames(error)
+    if timeout and waited >= timeout:
+        return worker_failure(RuntimeError(f"DataLoader timed out after {timeout:g} seconds"), inflight, dataset)
+    return None
+
+
 def interrupted(error: Interrupted) -> RuntimeError:
     """The error of a pass whose wait in this process ended early (see
     :mod:`fastload.datasets.waits`): closed, or a timeout. Its message names what the wait
@@ -100,6 +152,16 @@ def interrupted(error: Interrupted) -> RuntimeError:
     if error.closed:
         return RuntimeError(CLOSED)
     return WorkerFailure(f"fastload: {error}")
+
+
+_FROM_WORKER = "_fastload_from_worker"  # the attribute that marks an error a worker raised (from_worker)
+
+
+def _mark(error: BaseException) -> None:
+    try:
+        setattr(error, _FROM_WORKER, True)
+    except (AttributeError, TypeError):  # an error type that takes no attributes: told by its type only
+        pass
 
 
 class InWorker(ExceptionWrapper):
@@ -126,7 +188,29 @@ class InWorker(ExceptionWrapper):
             error = self.exc_type(message, self.index, self.sample)  # type: ignore[misc]
         except Exception:  # a SampleError subclass of the dataset's own, of other arguments
             error = SampleError(message, self.index, self.sample)
+        _mark(error)
         raise error
+
+
+class Raised(ExceptionWrapper):
+    """Any other error raised in a DataLoader worker (not a sample's: a fault of fastload's
+    own, memory), re-raised in the main process as DataLoader re-raises it, and marked as a
+    worker's (:func:`from_worker`): a pass never takes it for one of DataLoader's own.
+
+    Args:
+        worker: The worker's number (the error is the one being handled).
+    """
+
+    def __init__(self, worker: int) -> None:
+        super().__init__(where=f"in DataLoader worker process {worker}")
+
+    def reraise(self) -> None:
+        """Raises the error in this (the receiving) process."""
+        try:
+            super().reraise()
+        except BaseException as e:
+            _mark(e)
+            raise
 
 
 def leaving(batch: Any) -> Any:
@@ -145,6 +229,8 @@ def in_worker(make: Any, worker: int | None) -> Any:
         return leaving(make())
     except SampleError as e:
         return InWorker(e, worker)
+    except Exception:
+        return Raised(worker)
 
 
 def in_worker_iter(items: Iterator, worker: int | None) -> Iterator:
@@ -157,3 +243,5 @@ def in_worker_iter(items: Iterator, worker: int | None) -> Iterator:
         yield from map(leaving, items)
     except SampleError as e:
         yield InWorker(e, worker)
+    except Exception:
+        yield Raised(worker)

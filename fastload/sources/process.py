@@ -7,6 +7,7 @@ import multiprocessing
 import random
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,14 +17,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
+from ..batch import HostBatch
 from ..collate import pinning_on
 from ..datasets import waits
 from ..datasets.subset import SubsetDataset
 from ..datasets.wrap import WrappedDataset
 from ..encoded import SourceBatch
 from . import deaths
+from .closing import close_workers, end_workers, wait_tick
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
-from .failures import CLOSED, WorkerFailure, forget_frames, in_worker, interrupted, is_worker_failure, worker_failure
+from .failures import CLOSED, WorkerFailure, from_worker, in_worker, interrupted, pass_failure
 from .frozen import parent_objects_frozen
 from .handoff import detached
 from .indexed import IndexedSource, Maker
@@ -38,9 +41,6 @@ class Tracked(Protocol):
     """A dataset DataLoader's workers run that marks the samples in flight (the workers register)."""
 
     inflight: InFlight
-
-
-CLOSE_WAIT_S = 3.0  # close() returns after this even if a worker is stuck in a sample
 
 
 @dataclass(frozen=True)
@@ -121,17 +121,29 @@ class PassRequests(Iterable[Any]):
 
     def __init__(self) -> None:
         self.current: Iterable[BatchRequest] = ()
+        self._generation = 0
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.current)
+        return self._until_stopped(iter(self.current), self._generation)
+
+    def _until_stopped(self, requests: Iterator[BatchRequest], generation: int) -> Iterator[BatchRequest]:
+        for request in requests:
+            if self._generation != generation:
+                return
+            yield request
+
+    def stop(self) -> None:
+        """Ends the requests of the pass under way: DataLoader sends its workers no more of them."""
+        self._generation += 1
 
 
 def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, Any]:
     kw: dict[str, Any] = dict(
         num_workers=options.num_workers,
         collate_fn=identity,
-        # Without workers DataLoader refuses a timeout; its waits are ours then (worker_batches).
-        timeout=options.timeout if options.num_workers > 0 else 0,
+        # DataLoader waits for a batch in ticks, between which the pass looks at its closed event
+        # and its own timeout (worker_batches). Without workers it refuses a timeout: the waits are ours.
+        timeout=wait_tick(options.timeout) if options.num_workers > 0 else 0,
         # Without workers a batch is made here, in memory its pool pinned for the device:
         # DataLoader would pin its labels again, in the context of the current device.
         pin_memory=options.pin and options.num_workers > 0,
@@ -145,36 +157,6 @@ def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, An
             worker_init_fn=worker_init,
         )
     return kw
-
-
-def drop_in_background(holder: list, wait_s: float = CLOSE_WAIT_S, workers: Iterable[int] = ()) -> None:
-    """Drops the last references in ``holder`` on a thread, waiting up to ``wait_s``; then
-    kills those of the processes ``workers`` (the DataLoader's) still running, so that the
-    drop ends soon after.
-
-    DataLoader has no public shutdown: dropping the last reference to it (or to its
-    iterator) joins the workers, waiting 5 s for each stuck one before terminating it.
-
-    The thread is not a daemon: the interpreter joins it before it finalizes. What it frees
-    includes tensors (batches that arrived out of order, over worker buffers), and a daemon
-    thread freeing a tensor while the interpreter finalizes aborts the process (torch retakes
-    the GIL inside a destructor, CPython ends the thread there: "terminate called without an
-    active exception"). Where a thread started now would not be joined (threading's shutdown
-    has run: atexit handlers, finalization), the references are dropped here instead.
-    """
-    workers = list(workers)  # read now: the drop may forget them
-    if sys.is_finalizing() or not threading.main_thread().is_alive():
-        holder.clear()
-        return
-    done = threading.Event()
-
-    def drop() -> None:
-        holder.clear()
-        done.set()
-
-    threading.Thread(target=drop, name="fastload-shutdown").start()
-    if not done.wait(wait_s):
-        deaths.kill_children(workers)
 
 
 def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = False) -> Iterator:
@@ -202,47 +184,109 @@ def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = Fa
         raise
 
 
+END = object()  # what PassWait.next returns at the end of DataLoader's items
+
+
+@dataclass(frozen=True)
+class PassWait:
+    """How a pass waits for the next item of a DataLoader iterator: in DataLoader's ticks
+    (:func:`~fastload.sources.closing.wait_tick`), between which it looks at its closed event,
+    the Loader's ``timeout`` and the workers' deaths; failures become errors that name the
+    samples in flight.
+
+    Args:
+        options: The workers' settings (``timeout``: the Loader's, 0: none).
+        inflight: The workers' in-flight table.
+        dataset: Names samples in errors, or None.
+        closed: Set by ``close()``: the wait ends with the closed error within a tick.
+    """
+
+    options: WorkerOptions
+    inflight: InFlight
+    dataset: Any
+    closed: threading.Event
+
+    def next(self, box: list) -> Any:
+        """The next item of the iterator ``box[0]``, or :data:`END`.
+
+        The iterator comes in a box (a list the caller empties when done with it): no frame of
+        an error raised here holds it. Each error is made past the ``except`` that caught
+        DataLoader's (no ``__context__``), with DataLoader's tracebacks cleared, so an error the
+        program keeps keeps no worker alive.
+
+        Raises:
+            RuntimeError: The closed error (:data:`~fastload.sources.failures.CLOSED`).
+            WorkerFailure: A worker died, its batch was lost, or no batch came in ``timeout``.
+        """
+        workers = self.options.num_workers > 0
+        started = time.monotonic()
+        while True:  # one item: DataLoader's ticks until it comes
+            failure: BaseException | None = None
+            if self.closed.is_set():
+                raise RuntimeError(CLOSED)
+            try:
+                if workers:
+                    deaths.check(self.inflight)  # a worker that died during the consumer's step
+                with deaths.waiting(), waits.bounded(0 if workers else self.options.timeout, self.closed):
+                    return next(box[0])  # without workers, loaded here: our own waits end in time
+            except StopIteration:
+                return END
+            except waits.Interrupted as e:
+                failure = interrupted(e)
+            except Exception as e:
+                if not workers and not self.closed.is_set():
+                    raise  # loaded in this process: keep the whole traceback
+                failure = self.failure(e, time.monotonic() - started)
+            if failure is not None:
+                try:
+                    raise failure  # past the except: its __context__ is not DataLoader's error
+                finally:
+                    failure = None  # its traceback keeps this frame: no cycle back to it
+
+    def failure(self, error: Exception, waited: float) -> BaseException | None:
+        """What the pass raises for ``error`` out of DataLoader, after waiting ``waited`` s for
+        an item (see :func:`~fastload.sources.failures.pass_failure`); None: wait on."""
+        if self.closed.is_set():  # e.g. a batch arriving in a buffer close() let go of
+            return RuntimeError(CLOSED)
+        return pass_failure(
+            error,
+            died=deaths.dead(self.inflight),
+            inflight=self.inflight,
+            dataset=self.dataset,
+            waited=waited,
+            tick=wait_tick(self.options.timeout),
+            timeout=self.options.timeout,
+        )
+
+
 def worker_batches(
-    it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any, closed: threading.Event | None = None
+    it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any, closed: threading.Event
 ) -> Iterator:
-    """The items of a DataLoader iterator, its failures turned into errors that name the
-    samples in flight. This generator owns ``it``: when it ends, ``it`` is dropped in the
-    background (with no persistent workers, ours is the last reference, and dropping it
-    joins workers that may be stuck in a sample)."""
+    """The items of a DataLoader iterator, waited for as :class:`PassWait` waits: its failures
+    turned into errors that name the samples in flight, the closed error within a tick of
+    ``closed`` being set (also while a worker never answers).
+
+    This generator owns ``it``: when it ends, ``it`` is dropped in the background (with no
+    persistent workers, ours is the last reference, and dropping it joins workers that may be
+    stuck in a sample; those not gone after a grace are killed, see :mod:`.closing`)."""
     box = [it]
     del it  # only the box holds it: an error's traceback keeps this frame (see forget_frames)
     workers = options.num_workers > 0
+    wait = PassWait(options, inflight, dataset, closed)
     if workers:
         deaths.watch(inflight)
     try:
-        while True:
-            try:
-                if closed is not None and closed.is_set():
-                    raise RuntimeError(CLOSED)
-                if workers:
-                    deaths.check(inflight)  # a worker that died during the consumer's step
-                with deaths.waiting(), waits.bounded(0 if workers else options.timeout, closed):
-                    item = next(box[0])  # without workers, loaded here: our own waits end in time
-            except StopIteration:
-                return
-            except waits.Interrupted as e:
-                raise interrupted(e) from None
-            except Exception as e:
-                if closed is not None and closed.is_set():  # e.g. a batch arriving in a buffer close() let go of
-                    raise RuntimeError(CLOSED) from None
-                if options.num_workers == 0:
-                    raise  # loaded in this process: keep the whole traceback
-                # A worker that dies while its batch is in transit leaves the receiving end
-                # of the pipe or of the shared-memory hand-over without a peer.
-                if isinstance(e, (ConnectionError, EOFError)) or is_worker_failure(e):
-                    raise worker_failure(e, inflight, dataset) from e
-                raise forget_frames(e)
+        while (item := wait.next(box)) is not END:
             yield item
     finally:
-        pids = inflight.pids().values() if workers else ()
+        item = None  # the frame may outlive the pass in an error's traceback: it keeps no batch
+        pids = inflight.pids().values() if workers and not options.persistent else ()
         if workers and not options.persistent:
             deaths.retire(inflight)
-        drop_in_background(box, workers=pids if not options.persistent else ())
+        if closed.is_set():  # close() waits for the workers and kills them: the consumer raises at once
+            end_workers(box, grace_s=0)
+        else:
+            end_workers(box, pids)
 
 
 def given_dataset(samples: Any) -> Any:
@@ -316,6 +360,7 @@ class ProcessSource(IndexedSource):
         self._closed = threading.Event()  # seen by a pass running in another thread
         self._loader: DataLoader | None = self._new_loader()
         self._started = False  # the persistent workers of _loader run
+        self._running: Iterator | None = None  # their iterator (persistent workers), for drain()
 
     def _new_loader(self) -> DataLoader:
         return DataLoader(
@@ -328,19 +373,13 @@ class ProcessSource(IndexedSource):
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
         if self._loader is None:
             raise RuntimeError(CLOSED)
-        self._requests.current = self.requests(run)
         if not self.options.persistent:
             self._renew_buffers()  # new workers each pass
         try:
             # No name holds the DataLoader iterator here: worker_batches owns it (see there).
             items = worker_batches(
-                start_workers(self._loader, self.options, running=self.options.persistent and self._started),
-                self.options,
-                self.inflight,
-                self.dataset,
-                self._closed,
+                self._start(self.requests(run)), self.options, self.inflight, self.dataset, self._closed
             )
-            self._started = True
             # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
             for batch in items:
                 yield detached(batch)
@@ -348,29 +387,91 @@ class ProcessSource(IndexedSource):
             self.restart()
             raise
 
+    def _start(self, requests: Iterable[BatchRequest]) -> Iterator:
+        """The DataLoader iterator of a pass over ``requests``: new workers, or the persistent
+        ones, once they finished what the last pass left them (:meth:`drain`).
+
+        No name holds the DataLoader here, only a box emptied on the way out: an error raised
+        here keeps this frame in its traceback (close() from another thread may also let go
+        of the DataLoader meanwhile; the pass then raises the closed error).
+        """
+        if self.options.persistent and self._started:
+            self.drain()
+            self._requests.current = requests
+            failure: BaseException | None = None
+            box = [self._loader]
+            try:
+                if box[0] is None:
+                    raise RuntimeError(CLOSED)
+                # DataLoader's resume waits for each worker, in ticks: idle now, they answer at once.
+                return start_workers(box[0], self.options, running=True)
+            except Exception as e:
+                failure = PassWait(self.options, self.inflight, self.dataset, self._closed).failure(e, 0.0)
+            finally:
+                box.clear()
+            if isinstance(failure, WorkerFailure) or (failure is not None and self._closed.is_set()):
+                try:
+                    raise failure  # past the except: its __context__ is not DataLoader's error
+                finally:
+                    failure = None  # its traceback keeps this frame: no cycle back to it
+            self.restart()  # a resume that ran past a tick leaves its iterator unusable: new workers
+        self._requests.current = requests
+        box = [self._loader]
+        try:
+            if box[0] is None:
+                raise RuntimeError(CLOSED)
+            it = start_workers(box[0], self.options)
+        finally:
+            box.clear()
+        self._started = True
+        if self.options.persistent:
+            self._running = it
+        return it
+
+    def drain(self) -> None:
+        """Ends the last pass of the persistent workers: no more of its requests are sent, and
+        the batches they were making for it are waited for (DataLoader's resume of the workers
+        for the next pass would wait for them without a tick), then dropped."""
+        self._requests.stop()
+        box = [self._running]
+        wait = PassWait(self.options, self.inflight, self.dataset, self._closed)
+        try:
+            while True:
+                try:
+                    item = wait.next(box)
+                except Exception as e:
+                    if from_worker(e):  # a sample's error in a batch of the pass given up: not this pass's
+                        continue
+                    raise
+                if item is END:
+                    return
+                if isinstance(item, HostBatch):
+                    item.release()
+        finally:
+            box.clear()
+
     def restart(self) -> None:
         """New workers for the next pass (DataLoader does not restart persistent workers
         after one of them died)."""
         if self._loader is not None:
+            pids = self.inflight.pids().values()
             deaths.retire(self.inflight)
             self._renew_buffers()
             holder = [self._loader]
-            self._loader, self._started = self._new_loader(), False
-            # The failure is raised at once: the old workers are stopped in the background,
-            # not inside the timeout.
-            drop_in_background(holder, wait_s=0, workers=self.inflight.pids().values())
+            self._loader, self._started, self._running = self._new_loader(), False, None
+            # The failure is raised at once: the old workers are killed, not waited for.
+            end_workers(holder, pids, grace_s=0)
 
     def _renew_buffers(self) -> None:
         self.pool.reset(self.options.prefetch_factor)  # the old buffers' memory goes with the old workers
 
     def close(self) -> None:
-        """Shuts the workers down; returns within a few seconds even if one is stuck."""
+        """Ends the pass under way (from any thread: its ``next()`` raises the closed error)
+        and stops the workers, killing those not gone after a grace (:mod:`.closing`)."""
         if self._loader is None:
             return
-        self._closed.set()
-        pids = self.inflight.pids().values()
-        deaths.retire(self.inflight)
+        self._closed.set()  # first: a pass starting in another thread sees it before the loader goes
         holder: list = [self._loader]
-        self._loader = None
-        drop_in_background(holder, workers=pids)
+        self._loader, self._running = None, None
+        close_workers(self._closed, self.inflight, holder)
         self.pool.close()

@@ -27,6 +27,7 @@ from ..datasets.protocols import ResumedSizes, traits_of
 from ..datasets.stream_slots import batch_count, slot_batches_done
 from . import resume
 from .batchplan import BatchPlan, Row, cpu_executor, plan_row
+from .closing import close_workers
 from .failures import CLOSED, in_worker_iter
 from .fetch import SampleLoader
 from .handoff import BufferTable, SharedPool, detached
@@ -308,5 +309,9 @@ class StreamSource:
             yield cast(HostBatch, detached(batch))  # a stream makes no EncodedBatch
 
     def close(self) -> None:
-        self._closed.set()
+        """Ends the pass under way (from any thread: its ``next()`` raises the closed error)
+        and stops its workers (or threads), killing workers not gone after a grace (:mod:`.closing`)."""
+        if self._closed.is_set():
+            return
+        close_workers(self._closed, self.inflight, [])  # the pass holds the DataLoader: nothing of ours to drop
         self.maker.pool.close()
