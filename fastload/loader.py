@@ -28,7 +28,7 @@ from .loading.progress import Position, Progress
 from .loading.skips import SkipLog
 from .sources import SourceBatch, build_source, is_stream, resume
 from .sources.build import pin_memory
-from .sources.failures import CLOSED, WorkerFailure, is_worker_failure, worker_failure
+from .sources.failures import PassClosed, WorkerFailure, is_worker_failure, worker_failure
 from .sources.request import After, PassRequest
 from .sources.sampler import RankSampler, resolve_rank
 from .sources.watchdog import Watchdog
@@ -370,7 +370,7 @@ class Loader(DataLoaderAttributes):
         return (
             not isinstance(error, WorkerFailure)
             and not self._closed
-            and str(error) != CLOSED
+            and not isinstance(error, PassClosed)
             and source.replays
         )
 

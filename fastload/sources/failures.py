@@ -15,6 +15,14 @@ from .inflight import InFlight, process_state
 CLOSED = "the Loader was closed (close()) during this pass"
 
 
+class PassClosed(RuntimeError):
+    """The pass was ended by ``close()`` (from any thread): the one error of a closed pass, told by
+    its type (a RuntimeError, as before, with the message :data:`CLOSED`)."""
+
+    def __init__(self, message: str = CLOSED) -> None:
+        super().__init__(message)
+
+
 class WorkerFailure(RuntimeError):
     """A worker process died, or no batch came in time; the message names the samples in flight."""
 
@@ -150,7 +158,7 @@ def interrupted(error: Interrupted) -> RuntimeError:
     :mod:`fastload.datasets.waits`): closed, or a timeout. Its message names what the wait
     was for (the LMDB key being read); the sample has left the in-flight table by then."""
     if error.closed:
-        return RuntimeError(CLOSED)
+        return PassClosed()
     return WorkerFailure(f"fastload: {error}")
 
 

@@ -26,7 +26,7 @@ from ..encoded import SourceBatch
 from . import deaths
 from .closing import close_workers, end_workers, wait_tick
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
-from .failures import CLOSED, WorkerFailure, from_worker, in_worker, interrupted, pass_failure
+from .failures import PassClosed, WorkerFailure, from_worker, in_worker, interrupted, pass_failure
 from .frozen import parent_objects_frozen
 from .handoff import detached
 from .indexed import IndexedSource, Maker
@@ -223,7 +223,7 @@ class PassWait:
         while True:  # one item: DataLoader's ticks until it comes
             failure: BaseException | None = None
             if self.closed.is_set():
-                raise RuntimeError(CLOSED)
+                raise PassClosed()
             try:
                 if workers:
                     deaths.check(self.inflight)  # a worker that died during the consumer's step
@@ -247,7 +247,7 @@ class PassWait:
         """What the pass raises for ``error`` out of DataLoader, after waiting ``waited`` s for
         an item (see :func:`~fastload.sources.failures.pass_failure`); None: wait on."""
         if self.closed.is_set():  # e.g. a batch arriving in a buffer close() let go of
-            return RuntimeError(CLOSED)
+            return PassClosed()
         return pass_failure(
             error,
             died=deaths.dead(self.inflight),
@@ -372,7 +372,7 @@ class ProcessSource(IndexedSource):
     def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
         if self._loader is None:
-            raise RuntimeError(CLOSED)
+            raise PassClosed()
         if not self.options.persistent:
             self._renew_buffers()  # new workers each pass
         try:
@@ -402,7 +402,7 @@ class ProcessSource(IndexedSource):
             box = [self._loader]
             try:
                 if box[0] is None:
-                    raise RuntimeError(CLOSED)
+                    raise PassClosed()
                 # DataLoader's resume waits for each worker, in ticks: idle now, they answer at once.
                 return start_workers(box[0], self.options, running=True)
             except Exception as e:
@@ -419,7 +419,7 @@ class ProcessSource(IndexedSource):
         box = [self._loader]
         try:
             if box[0] is None:
-                raise RuntimeError(CLOSED)
+                raise PassClosed()
             it = start_workers(box[0], self.options)
         finally:
             box.clear()

@@ -18,7 +18,7 @@ import torch
 from ..collate import alloc_batch, pinning_on
 from ..targets import INT_LABELS, TargetSpec
 from ..views import Images, SampleShape, batch_shape, map_images, shapes
-from .failures import CLOSED
+from .failures import PassClosed
 from .pools import BatchBuffers, Need
 
 SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed when all is well)
@@ -99,7 +99,7 @@ class BufferRing:
         while True:
             oldest: _Buffer | None = None
             if closed is not None and closed.is_set():
-                raise RuntimeError(CLOSED)
+                raise PassClosed()
             with self._cond:
                 for i, s in enumerate(self._buffers):
                     if s.held or (s.writers is not None and not s.writers.finished()):

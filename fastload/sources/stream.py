@@ -28,7 +28,7 @@ from ..datasets.stream_slots import batch_count, slot_batches_done
 from . import resume
 from .batchplan import BatchPlan, Row, cpu_executor, plan_row
 from .closing import close_workers
-from .failures import CLOSED, in_worker_iter
+from .failures import PassClosed, in_worker_iter
 from .fetch import SampleLoader
 from .handoff import BufferTable, SharedPool, detached
 from .inflight import InFlight
@@ -287,7 +287,7 @@ class StreamSource:
         """One epoch's batches of this rank, from its batch number ``run.resumed.start`` on; after
         the stages ``run.resumed.history`` of the epoch, when it resumes one run on other ranks or workers."""
         if self._closed.is_set():
-            raise RuntimeError(CLOSED)
+            raise PassClosed()
         plan = run.resumed
         start, history = (0, ()) if plan is None else (plan.start, tuple(plan.history))
         epoch = run.epoch

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..datasets import waits
 from ..encoded import SourceBatch
-from .failures import CLOSED, interrupted, worker_failure
+from .failures import PassClosed, interrupted, worker_failure
 from .indexed import IndexedSource, Maker
 from .pools import BufferPool, PlainPool
 from .request import BatchRequest, PassRequest
@@ -97,7 +97,7 @@ class ThreadSource(IndexedSource):
 
     def _submit(self, request: BatchRequest, stop: Stop) -> Future[SourceBatch]:
         if self._batches is None or self._decode is None:
-            raise RuntimeError(CLOSED)
+            raise PassClosed()
         rows = ThreadRows(self._decode, stop, self.timeout)
         return self._batches.run(lambda: self.maker.make(request, self._consumer, self.pool, rows))
 
@@ -129,7 +129,7 @@ class ThreadSource(IndexedSource):
     def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
         if self._batches is None:
-            raise RuntimeError(CLOSED)
+            raise PassClosed()
         self._stop.cancelled = True  # a pass still running ends
         stop = self._stop = Stop(self._closed)
         self.maker.new_pass()

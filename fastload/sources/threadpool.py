@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..datasets import waits
-from .failures import CLOSED
+from .failures import PassClosed
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ class Stop:
     def check(self) -> None:
         """Raises the error of a stopped pass (closed, or cancelled by a newer one)."""
         if self.closed.is_set():
-            raise RuntimeError(CLOSED)
+            raise PassClosed()
         if self.cancelled:
             raise RuntimeError(CANCELLED)
 
