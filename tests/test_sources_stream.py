@@ -250,6 +250,33 @@ def test_a_stream_on_threads_reuses_a_ring_of_buffers(tmp_path):
             if backend == "thread":
                 ring = loader._source.maker.pool.ring
                 assert ring is not None and len(ring) == 2 * (2 + 1) + 2 + 1  # not one per batch of the pass
+    # prefetch_factor beyond what a pass can use allocates no more (issue 40, item 7)
+    with fl.Loader(stream, batch_size=2, num_workers=2, backend="thread", device="cpu", seed=3,
+                   prefetch_factor=10**6) as loader:
+        assert [x.clone() for x, _ in loader][0].shape[0] == 2
+        assert len(loader._source.maker.pool.ring) == min(2 * (10**6 + 1), len(loader) + 2) + 2 + 1
     assert len(got["thread"][0]) == 20
     for a, b in zip(got["thread"], got["process"], strict=True):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["stream", "indexed"])
+def test_a_pass_broken_off_on_threads_never_lends_its_buffers_to_the_next_while_written(tmp_path, kind):
+    # A review found a new pass's batch with another sample's pixels: the pass before, broken off
+    # after one batch, still wrote into (or gave back) ring buffers the new pass had been lent.
+    # Every row of every pass must hold its own sample's pixels.
+    pattern = _stream_files(tmp_path, [13, 11, 12], False)
+    if kind == "stream":
+        ds = fl.TFRecordStream(pattern, transform=fl.transforms.eval(16, resize=16))
+    else:
+        ds = fl.TFRecordDataset(pattern, transform=fl.transforms.eval(16, resize=16))
+    opts = dict(batch_size=3, device="cpu", return_index=True, seed=1)
+    with fl.Loader(ds, num_workers=0, **opts) as loader:
+        want = {int(i): x[k].clone() for x, _, idx in loader for k, i in enumerate(idx)}
+    with fl.Loader(ds, num_workers=2, backend="thread", prefetch_factor=3, **opts) as loader:
+        for _ in range(30):
+            for _ in loader:
+                break  # a pass broken off with batches being made ahead
+            for x, _, idx in loader:
+                for k, i in enumerate(idx.tolist()):
+                    assert torch.equal(x[k], want[i]), f"row {k} holds another sample's pixels than {i}'s"

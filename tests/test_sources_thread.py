@@ -143,7 +143,7 @@ def test_ring_waits_for_writers_of_a_released_slot():
     time.sleep(0.2)
     assert got == [], "buffer reused while decode tasks still wrote into it"
     writers.done = True
-    ring.writers_finished()
+    ring.wake()
     waiter.join(2)
     assert got == [0]
 

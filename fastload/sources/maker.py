@@ -31,7 +31,7 @@ from .inflight import InFlight
 from .neighbours import Neighbours, Owed
 from .pools import BatchBuffers, BufferPool, Need
 from .request import BatchRequest
-from .rowmap import InTurn, RowMap, Tally
+from .rowmap import Building, InTurn, RowMap, Tally
 from .samples import Samples
 
 
@@ -176,7 +176,8 @@ class BatchMaker:
             return Owed([cast(Failed, item).skipped for item in head])
         first = next((item for item in head if isinstance(item, Loaded)), None)
         target = TargetSpec.of(first.label) if first is not None else None
-        buffers = pool.lease(Need(n, shape, target, worker, rows))
+        building = Building(rows)  # the buffer is lent again only once this build and its rows are done
+        buffers = pool.lease(Need(n, shape, target, worker, building))
         try:
             images = numpy_rows(buffers.images)
             copies = sum(put(row(images, j), item, loader) for j, item in enumerate(head) if isinstance(item, Loaded))
@@ -211,11 +212,14 @@ class BatchMaker:
         except BaseException:
             pool.abandon(buffers, worker)  # never handed on: its buffer is free again once ``rows`` finished
             raise
+        finally:
+            building.done = True
 
     def owed(self, owed: Owed, first: Loaded, epoch: int, worker: int, pool: BufferPool) -> HostBatch:
         """The batch ``owed`` paid: each of its rows the slot's ``first`` good record, reporting its own failure."""
         n = len(owed.skipped)
-        buffers = pool.lease(Need(n, shape_of(first.image), TargetSpec.of(first.label), worker))
+        building = Building(InTurn(worker))
+        buffers = pool.lease(Need(n, shape_of(first.image), TargetSpec.of(first.label), worker, building))
         try:
             images = numpy_rows(buffers.images)
             items = []
@@ -226,6 +230,8 @@ class BatchMaker:
         except BaseException:
             pool.abandon(buffers, worker)
             raise
+        finally:
+            building.done = True
 
 
 def common_shape(loaded: list[Loaded], loader: SampleLoader) -> SampleShape:

@@ -40,16 +40,19 @@ class _Buffer:
     writers: Any = None  # the job writing into it: has ``finished()``
     event: Any = None  # CUDA event recorded after its copy
     released: int = 0  # release order: copies run in order, so the oldest event completes first
+    lent: int = 0  # how many times it was lent: a lease of an earlier lending gives nothing back
 
 
 class RingLease:
-    """Gives a buffer back to its ring (see :class:`fastload.batch.Lease`)."""
+    """Gives a buffer back to its ring (see :class:`fastload.batch.Lease`): this lending of it
+    only, so a late release (a batch of a pass that ended, after :meth:`BufferRing.release_all`)
+    never frees the buffer lent since to another batch."""
 
     def __init__(self, ring: BufferRing, buffer: int) -> None:
-        self._ring, self._buffer = ring, buffer
+        self._ring, self._buffer, self._lent = ring, buffer, ring.lent(buffer)
 
     def release(self, event: Any = None) -> None:
-        self._ring.release(self._buffer, event)
+        self._ring.release(self._buffer, event, self._lent)
 
 
 class BufferRing:
@@ -106,6 +109,7 @@ class BufferRing:
                         continue
                     if s.event is None or s.event.query():
                         s.held, s.writers, s.event = True, writers, None
+                        s.lent += 1
                         return i
                     if oldest is None or s.released < oldest.released:
                         oldest = s
@@ -116,15 +120,24 @@ class BufferRing:
                     continue
             waiting_on.synchronize()  # outside the lock: the copy ends on its own
 
-    def release(self, buffer: int, event: Any = None) -> None:
+    def lent(self, buffer: int) -> int:
+        """How many times ``buffer`` has been lent (the lending a new lease of it is for)."""
         with self._cond:
-            self._releases += 1
+            return self._buffers[buffer].lent
+
+    def release(self, buffer: int, event: Any = None, lent: int | None = None) -> None:
+        """Gives ``buffer`` back, reused once ``event`` (recorded after its copy) has passed; a
+        release of an earlier lending than its last (``lent``) is ignored."""
+        with self._cond:
             s = self._buffers[buffer]
+            if lent is not None and lent != s.lent:
+                return  # a batch of an ended pass, after release_all: the buffer is another's now
+            self._releases += 1
             s.held, s.event, s.released = False, event, self._releases
             self._cond.notify_all()
 
-    def writers_finished(self) -> None:
-        """Called by a job when its last task ends, so a waiting ``acquire`` looks again."""
+    def wake(self) -> None:
+        """A waiting ``acquire`` looks again (its writers finished, or the source closed)."""
         with self._cond:
             self._cond.notify_all()
 
@@ -216,4 +229,8 @@ class RingPool:
             self.ring.release_all()
 
     def close(self) -> None:
-        """The buffers go when the last batch holding one does (a lease waiting gives up at close)."""
+        """Lets the ring go: its buffers go when the last batch holding one does (a lease
+        waiting for one gives up: the source's closed event is set)."""
+        ring, self.ring = self.ring, None
+        if ring is not None:
+            ring.wake()  # wakes a lease waiting, which then sees the closed event

@@ -51,6 +51,22 @@ class InTurn:
         return True
 
 
+class Building:
+    """What writes into a batch's buffer (:class:`fastload.sources.pools.Writers`): the builder,
+    until it has returned, and the calls of its rows' map, until they have all ended. A buffer
+    given back before (a pass ended, its buffers freed) is lent again only after both.
+
+    Args:
+        rows: The batch's row map.
+    """
+
+    def __init__(self, rows: RowMap) -> None:
+        self.rows, self.done = rows, False
+
+    def finished(self) -> bool:
+        return self.done and self.rows.finished()
+
+
 class Tally:
     """A count that rows on several threads add to (it travels to worker processes by value)."""
 

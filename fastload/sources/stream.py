@@ -223,14 +223,19 @@ class StreamSource:
         # source's do): torch's shared memory would leave a named /dev/shm segment behind for
         # every batch still in flight when a pass is broken off or its workers end.
         pool: BufferPool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
-        # The buffers in use at once: threads each hold prefetch_factor batches made and one
-        # being made; the device stage holds DEVICE_AHEAD and the consumer one.
-        self._ahead = options.num_workers * (options.prefetch_factor + 1) + DEVICE_AHEAD + 1
         if options.num_workers > 0 and BufferTable.supported and not self.threads:
             pool = SharedPool(BufferTable(options.num_workers, options.prefetch_factor + 2))
         elif self.threads and reuse:
-            pool = RingPool(self._ahead, batch_size, options.pin, options.pin_device, self._closed)
+            # Sized as each pass starts (reset: _in_use), and allocated at its first batch.
+            pool = RingPool(DEVICE_AHEAD + 1, batch_size, options.pin, options.pin_device, self._closed)
         self.maker = StreamMaker(BatchMaker(loader, cpu_executor(samples)), batch_size, drop_last, pool)
+
+    def _in_use(self) -> int:
+        """The buffers a pass on threads has in use at once: each thread's ``prefetch_factor``
+        batches made and the one it makes (no more than the epoch has, and a huge prefetch_factor
+        allocates no more), the device stage's ``DEVICE_AHEAD`` and the consumer's."""
+        workers, prefetch = self.options.num_workers, self.options.prefetch_factor
+        return min(workers * (prefetch + 1), len(self) + workers) + DEVICE_AHEAD + 1
 
     dataset = None  # records name themselves
     sampler = None
@@ -294,7 +299,8 @@ class StreamSource:
         order = None
         if self.shuffle or history:
             order = StreamOrder(epoch, run.seed, self.shuffle, self.batch_size, history)
-        self.maker.pool.reset(self._ahead)  # each pass starts its own workers (or threads): its buffers are fresh
+        # Each pass starts its own workers (or threads): its buffers are fresh.
+        self.maker.pool.reset(self._in_use())
         self.maker.maker.new_pass()  # without workers, this process's maker learns the shape again
         data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
         if self.threads:
