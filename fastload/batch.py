@@ -130,6 +130,14 @@ def sample_error(error: BaseException, message: str, index: int | None, where: s
             named = None
     if named is None:
         named = SampleError(message, index, where)
+    else:
+        # What code that catches the original reads of it stays: an OSError's errno, strerror
+        # and filename, and a dataset's own fields (the sample's index and where stay ours).
+        if isinstance(error, OSError) and isinstance(named, OSError):
+            named.errno, named.strerror, named.filename = error.errno, error.strerror, error.filename
+        for key, value in vars(error).items():
+            if key not in ("index", "where"):
+                setattr(named, key, value)
     named.__cause__ = error
     return named
 

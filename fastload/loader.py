@@ -55,8 +55,10 @@ class Loader(DataLoaderAttributes):
     Loader (same dataset, seed, batch size; any ranks, workers or backend) makes its next
     pass hand out exactly the batches that would have come next.
 
-    Decoding is strict (a damaged JPEG raises, or is skipped with ``on_error="skip"``)
-    unless ``FASTLOAD_ROI=trusted`` says the files are intact. ``decode="gpu"`` is not
+    Decoding is strict (a damaged JPEG raises, or is skipped with ``on_error="skip"``);
+    bytes verified strictly before (``fastload verify``, a converter's ``--verify``) whose
+    checksum still matches may take a cheaper region decode, and bytes that changed since are
+    refused (``ChangedSinceVerifiedError``). ``decode="gpu"`` is not
     strict: nvImageCodec (nvJPEG) decodes corrupt data without an error, and crops as
     regions whatever ``FASTLOAD_ROI`` says, so a damaged file can reach a batch as wrong
     pixels. Use it on data known to be intact (converted with ``--verify``), or keep

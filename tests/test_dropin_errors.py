@@ -2,6 +2,8 @@
 iterator goes on (issue 40, part 1): code that catches a bad batch's error around ``next()``
 and carries on gets the rest of the epoch, in its order."""
 
+import errno
+
 import numpy as np
 import pytest
 import torch
@@ -78,3 +80,29 @@ def test_on_the_device_an_error_comes_after_the_batches_before_it(sim):
     # must not overtake (and lose) the batches queued before it.
     with fl.DataLoader(Flaky(12, {8}), 2, num_workers=1, device="cuda", pin_memory=True, normalize=False) as loader:
         assert drain(iter(loader)) == [[0, 1], [2, 3], [4, 5], [6, 7], "KeyError", [10, 11]]
+
+
+class _Missing(torch.utils.data.Dataset):
+    """Sample 2 is a missing file: an OSError with errno and filename, and a field of its own."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if i == 2:
+            error = FileNotFoundError(errno.ENOENT, "No such file", "/data/2.jpg")
+            error.attempts = 3
+            raise error
+        return np.zeros((8, 8, 3), np.uint8), i
+
+
+@pytest.mark.parametrize("runner", [dict(num_workers=0), dict(num_workers=1),
+                                    dict(num_workers=1, backend="thread")])
+def test_a_datasets_error_keeps_what_its_catcher_reads(runner):
+    # A review found e.errno None: code that tests e.errno == ENOENT (as DataLoader's re-raise of
+    # the original allows) broke; a dataset's own fields went missing too.
+    with pytest.raises(FileNotFoundError) as got:
+        list(fl.DataLoader(_Missing(), batch_size=4, **runner))
+    e = got.value
+    assert (e.errno, e.filename, e.attempts) == (errno.ENOENT, "/data/2.jpg", 3)
+    assert isinstance(e, fl.SampleError) and e.index == 2

@@ -140,6 +140,7 @@ def test_a_next_while_another_thread_closes_the_pass_is_the_documented_error():
     # generator there while _ended_by was set only afterwards: the consumer's next() met the closing
     # generator and raised Python's raw "ValueError: generator already executing".
     from fastload.loading.passes import Pass
+    from fastload.sources.failures import PassClosed
 
     closing, release = threading.Event(), threading.Event()
 
@@ -158,10 +159,10 @@ def test_a_next_while_another_thread_closes_the_pass_is_the_documented_error():
     closer.start()
     assert closing.wait(5)
     try:
-        with pytest.raises(RuntimeError, match=r"ended by close\(\)"):
+        with pytest.raises(PassClosed, match=r"closed \(close\(\)\) during this pass"):
             next(p)
     finally:
         release.set()
         closer.join(5)
-    with pytest.raises(RuntimeError, match=r"ended by close\(\)"):
+    with pytest.raises(PassClosed, match=r"closed \(close\(\)\) during this pass"):
         next(p)

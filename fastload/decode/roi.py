@@ -19,9 +19,10 @@ corrupt entropy data (it decodes what libjpeg makes of them), and never reads th
 below the region (libjpeg-turbo's ``jpeg_skip_scanlines`` to the last row stops reading),
 so a byte changed anywhere in the scan data goes unnoticed; ``benchmarks/bench_damage.py``
 measures it. Only truncation is caught (the end-of-image check runs first). So
-:mod:`fastload.decode.plan` plans region decodes only under ``FASTLOAD_ROI=trusted``
-(:func:`trusted`: the files are known intact, e.g. checked with ``fastload verify``), and
-only for baseline 3-component JPEGs when its calibrated cost is lower.
+:mod:`fastload.decode.plan` plans region decodes only for bytes verified strictly before
+(their checksum matches the one ``fastload verify`` or a converter's ``--verify`` recorded:
+:mod:`fastload.verified`), or for every sample under the deprecated ``FASTLOAD_ROI=trusted``
+(:func:`trusted`), and only for baseline 3-component JPEGs when its calibrated cost is lower.
 """
 
 from __future__ import annotations

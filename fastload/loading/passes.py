@@ -10,6 +10,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from ..sources.failures import PassClosed
+
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fastload/, this is fastload/loading/
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 # In a forked process: its copies of the parent's sources and passes. Held until the process
@@ -82,6 +84,8 @@ class Pass:
         return out
 
     def _ended(self) -> RuntimeError:
+        if self._ended_by == "close()":  # the one closed error, whichever thread closed it and when
+            return PassClosed()
         return RuntimeError(
             f"this pass over the Loader was ended by {self._ended_by}; "
             "a Loader runs one pass at a time (iterate it again for the next epoch)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -188,6 +189,7 @@ class InWorker(ExceptionWrapper):
         super().__init__((type(error), error, error.__traceback__), f"in DataLoader worker process {worker}")
         self.message = str(error.args[0]) if error.args else str(error)
         self.index, self.sample = error.index, error.where
+        self.fields = _fields(error)
 
     def reraise(self) -> None:
         """Raises the error in this (the receiving) process."""
@@ -196,8 +198,26 @@ class InWorker(ExceptionWrapper):
             error = self.exc_type(message, self.index, self.sample)  # type: ignore[misc]
         except Exception:  # a SampleError subclass of the dataset's own, of other arguments
             error = SampleError(message, self.index, self.sample)
+        for key, value in self.fields.items():
+            setattr(error, key, value)
         _mark(error)
         raise error
+
+
+def _fields(error: BaseException) -> dict:
+    """What code that catches ``error`` may read of it besides its message, that can travel to
+    the main process: an OSError's errno, strerror and filename, and a dataset's own fields."""
+    fields = {k: v for k, v in vars(error).items() if k not in ("index", "where")}
+    if isinstance(error, OSError):
+        fields.update(errno=error.errno, strerror=error.strerror, filename=error.filename)
+    travels = {}
+    for key, value in fields.items():
+        try:
+            pickle.dumps(value)
+        except Exception:  # a field that cannot travel stays behind (the message names the sample)
+            continue
+        travels[key] = value
+    return travels
 
 
 class Raised(ExceptionWrapper):

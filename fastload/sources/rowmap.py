@@ -28,7 +28,8 @@ class RowMap(Protocol):
     def map(self, fn: Callable[[int, int], T], rows: Iterable[int]) -> list[T]:
         """``fn(j, worker)`` for each row ``j`` (``worker``: the in-flight row of the thread
         that runs it), the results in the order of ``rows``; an error stops the calls not yet
-        started, and the error of the first row that failed is raised once no call runs."""
+        started, and once no call runs the error of the row first in ``rows``' order among those
+        that ran and failed is raised."""
 
     def finished(self) -> bool:
         """Nothing this map started still runs (its batch's buffer may be lent again)."""

@@ -176,7 +176,9 @@ class ThreadRows:
         for k, j in enumerate(todo):
             self._threads.submit(functools.partial(call, k, j))
         wait_until(done.wait, stop)  # a call stuck in a sample keeps its row: the buffer waits for finished()
-        if errors:  # the first failed row's, as rows loaded in turn would raise (not the first to fail)
+        # The failed row first in batch order among those that ran (a row not started after a
+        # failure never runs), not the first to fail in time.
+        if errors:
             raise errors[min(errors)]
         stop.check()  # rows left undone by a stop
         return results
