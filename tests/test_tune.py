@@ -235,14 +235,14 @@ def test_a_clear_winner_is_saved_with_how_to_forget_it(folder, tmp_path, monkeyp
     report = json.loads(out.read_text())
     d = report["decision"]
     assert report["best"]["num_workers"] == 4 and d["outcome"] == "separated" and d["other"]["num_workers"] == 2
-    assert d["rounds"] == 2 and measure.calls.count(4) == 1 + 4, "one search run, then two A B B A rounds"
-    assert measure.calls.count(0) == 1 + 2, "the baseline: one search run and one in each first round"
+    assert d["rounds"] == 2 and measure.calls.count(4) == 1 + 1 + 4, "a search run, a runoff run, two A B B A rounds"
+    assert measure.calls.count(0) == 1 + 1 + 2, "the baseline: search, runoff (4 configurations), each first round"
     assert "decision: separated beyond the noise: the chosen one runs at 1.50x batch 8, 2 workers" in text
     assert "saved profile" in text and f"fastload tune {folder} --forget" in text
     with fl.Loader(fl.ImageFolder(folder), device="cpu") as loader:
         assert loader.num_workers == 4 and loader.profile is not None
     path = loader.profile["path"]
-    assert loader.profile["result"]["runs"] == 5 and loader.profile["result"]["figure"] == "median of runs"
+    assert loader.profile["result"]["runs"] == 6 and loader.profile["result"]["figure"] == "median of runs"
     assert main(["tune", folder, "--forget"]) == 0
     assert f"removed profile {path}" in capsys.readouterr().out and not os.path.exists(path)
     assert main(["tune", folder, "--forget"]) == 0
