@@ -10,7 +10,8 @@ through ``num_workers="auto"`` (the profile), at the batch size the tuner report
 Each re-measurement builds a Loader, runs one warm-up epoch, then times whole epochs for
 ``--seconds``; the entries are run interleaved (a repeat's order is the previous one's
 reversed: ABBA), ``--repeats`` times, and each figure is the median of its repeats.
-Prints each, and the ratio choice / best candidate.
+Prints each, the ratio choice / best candidate and, where the choice is one of the
+candidates, the ratio of its two figures (the re-measurement's own noise).
 
 The profile and the tuner's JSON go to a temporary ``XDG_CACHE_HOME``; the decode-cost
 calibration cache stays where it is (``FASTLOAD_CACHE_DIR``, default ``~/.cache/fastload``)
@@ -116,6 +117,15 @@ def main() -> None:
     print(
         f"choice / best ({best_name}): {medians['choice'] / medians[best_name]:.2f}x; tuner wall time {elapsed:.0f} s"
     )
+    # The choice is one of the candidates too (when it has 2 workers): the two figures of one
+    # configuration show the re-measurement's own noise, which choice / best includes.
+    same = [
+        n
+        for n, e in entries.items()
+        if n != "choice" and e["batch_size"] == best["batch_size"] and e.get("backend") == best["backend"]
+    ]
+    if same and best["num_workers"] == args.workers:
+        print(f"choice / {same[0]} (the same configuration): {medians['choice'] / medians[same[0]]:.2f}x")
     with open("/proc/loadavg") as f:
         print(f"load average after: {f.read().split()[:3]}", flush=True)
 

@@ -1,6 +1,7 @@
 """What the tuner measures, how it ranks noisy runs, and the decode-cost calibration it runs on
 (issue 39, "the tuner's choice holds up")."""
 
+import itertools
 import json
 import math
 import os
@@ -184,3 +185,27 @@ def test_calibrate_records_the_machine_load():
         pytest.skip("no /proc/stat")
     assert set(fitted["load"]) == {"others_cpus", "steal", "cpus", "noisy"}
     assert fitted["load"]["others_cpus"] >= 0 and np.isfinite(fitted["load"]["others_cpus"])
+
+
+def test_a_tie_measured_more_than_5_percent_apart_chooses_the_faster_measured():
+    """2 workers against 1 on a machine that calmed down mid-run: about even in the busy
+    rounds, 1.6x in the quiet ones. The noise cannot separate them within the budget; the
+    cheaper (1 worker) was chosen though it measured slower by more than 5%."""
+    from fastload.tune.decide import decide
+
+    ratios = iter([0.95, 1.1, 1.6, 1.65])  # 2 workers / 1 worker, pair by pair
+    pending = []
+
+    def run(c):  # rounds A B B A: each pair's A gets the ratio, its B 100
+        if not pending:
+            r = next(ratios)
+            pending.extend([100.0 * r, 100.0] if c["num_workers"] == 2 else [100.0, 100.0 * r])
+        return pending.pop(0)
+
+    clock = itertools.count().__next__  # every reading a second later: no third round fits in 0 s
+    d = decide([_cfg(2), _cfg(1)], run, min_rounds=2, budget_s=0, clock=clock)
+    assert d.outcome == "tied" and d.comparison.ratio > 1.05 and d.chosen["num_workers"] == 2
+    near = iter([0.9, 1.1, 0.95, 1.08])  # 1.01x: within 5%, the cheaper
+    ratios = near
+    d = decide([_cfg(2), _cfg(1)], run, min_rounds=2, budget_s=0, clock=clock)
+    assert d.outcome == "tied" and d.chosen["num_workers"] == 1
