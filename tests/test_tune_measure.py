@@ -173,6 +173,9 @@ def test_a_noisy_calibration_steers_no_plan_and_is_redone_when_old(tmp_path, mon
     assert json.load(open(path))["costs"]["load"]["noisy"]
     old = time.time() - costs.RETRY_S - 1
     os.utime(path, (old, old))
+    monkeypatch.setattr(costs, "_in_loader_worker", lambda: True)
+    assert costs.load_or_calibrate()["untrusted"] and len(made) == 1  # a worker plans as its siblings did
+    monkeypatch.setattr(costs, "_in_loader_worker", lambda: False)
     redone = costs.load_or_calibrate()
     assert len(made) == 2 and "untrusted" not in redone
     assert redone["decode"]["full"] == [v * 4 for v in costs.DEFAULT_COSTS["decode"]["full"]]

@@ -23,7 +23,8 @@ CPUs other processes kept busy while it ran, and the CPU time the hypervisor sto
 (:func:`machine_load`); one made where they left its thread less than a core of its own
 (:func:`noisy`) is cached with those figures, and no process plans with it: each uses
 :data:`DEFAULT_COSTS`' models instead (:func:`usable`), and the first one to find it older
-than :data:`RETRY_S` calibrates again, and the new calibration replaces it.
+than :data:`RETRY_S` (and is not a Loader's worker process, whose plans must match those of
+the workers started before it) calibrates again, and the new calibration replaces it.
 """
 
 from __future__ import annotations
@@ -531,6 +532,14 @@ def _complete(costs: Any) -> bool:
     )
 
 
+def _in_loader_worker() -> bool:
+    """Whether this process is a Loader's worker process: one that redid a calibration would
+    plan differently from workers started before it, within one run."""
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info() is not None
+
+
 def usable(costs: dict[str, Any]) -> dict[str, Any]:
     """The costs a planner may use from calibration ``costs``: themselves, or where the
     calibration was noisy (:func:`noisy`) :data:`DEFAULT_COSTS`' plan and resize models with
@@ -546,7 +555,8 @@ def load_or_calibrate(redo: bool = False) -> dict[str, Any]:
     """The cached costs for this machine, calibrating (once, under a file lock) when
     there are none or ``redo``; :data:`DEFAULT_COSTS` where the cache cannot be written,
     and where the calibration was noisy (made beside other jobs, :func:`noisy`): one
-    cached noisy is made again once it is :data:`RETRY_S` old."""
+    cached noisy is made again once it is :data:`RETRY_S` old, by a process that is not a
+    Loader's worker."""
     key = cache_key()
     path = cache_path(key)
     try:
@@ -556,7 +566,9 @@ def load_or_calibrate(redo: bool = False) -> dict[str, Any]:
                 with open(path) as f:
                     costs = json.load(f).get("costs")
                 if _complete(costs) and (
-                    not noisy(costs.get("load") or {}) or time.time() - os.path.getmtime(path) < RETRY_S
+                    not noisy(costs.get("load") or {})
+                    or time.time() - os.path.getmtime(path) < RETRY_S
+                    or _in_loader_worker()  # its plans would differ from its siblings' (and the next epoch's)
                 ):
                     return usable(costs)
             costs = calibrate()  # none yet, asked to redo, a file cut short, or an old noisy one
