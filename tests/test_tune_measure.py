@@ -212,3 +212,24 @@ def test_a_tie_measured_more_than_5_percent_apart_chooses_the_faster_measured():
     ratios = near
     d = decide([_cfg(2), _cfg(1)], run, min_rounds=2, budget_s=0, clock=clock)
     assert d.outcome == "tied" and d.chosen["num_workers"] == 1
+
+
+def test_the_runoff_runs_the_best_configuration_of_each_profile():
+    """Two batch sizes of one profile (0 workers) take one place: 2 workers, fourth by its
+    single run, is run again."""
+    first = [
+        (_cfg(0), 1144.0),
+        (_cfg(1), 1440.0),
+        (_cfg(2), 1035.0),
+        ({**_cfg(0), "batch_size": 16}, 1221.0),
+        ({**_cfg(1), "backend": "thread"}, 1227.0),
+    ]
+    again = []
+    ranked = runoff(first, lambda c: again.append(c) or 1000.0, size=4)
+    assert {(c["num_workers"], c["backend"], c["batch_size"]) for c in again} == {
+        (1, "process", 8),
+        (1, "thread", 8),
+        (0, "process", 16),
+        (2, "process", 8),
+    }
+    assert len(ranked) == 4

@@ -179,7 +179,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         baseline = {**best, "num_workers": 0, "backend": "process"}
         searcher(baseline)
         in_grid = [(c, r) for c, r in searcher.results if c in grid]  # the baseline may lie outside the grid
-        # The finalists come from the best few run twice (in opposite orders), not from one run each.
+        # The finalists come from the best few profiles run twice (in opposite orders), not from one run each.
         contenders = runoff(in_grid, remeasure)
         decision = decide(
             leaders(contenders),

@@ -18,7 +18,8 @@ from .search import DIMENSIONS, Config
 #: A change in rate larger than this (relative) counts as a dip or a gain.
 STEADY = 0.10
 
-#: How many of the search's best configurations are run again before the finalists are chosen.
+#: How many configurations are run again before the finalists are chosen: the best of each
+#: profile (:func:`applied`), best first.
 RUNOFF = 4
 
 
@@ -29,26 +30,33 @@ def _key(config: Config) -> tuple:
 def runoff(
     results: Sequence[tuple[Config, float]], measure: Callable[[Config], float], size: int = RUNOFF
 ) -> list[tuple[Config, float]]:
-    """The ``size`` best configurations by their single search runs, each run once more, and
-    their medians: what the finalists are chosen from.
+    """The best configuration of each of the ``size`` best profiles (:func:`applied`: what a
+    saved profile holds) by their single search runs, each run once more, and their medians:
+    what the finalists are chosen from.
 
     One run is not enough to rank them on a machine shared with other jobs (a configuration
     run nine times in one tuner run measured 386 to 1,175 samples/s), and the search runs
     them in a fixed order (batch sizes and workers ascending), so a machine that grows
     busier during the search favours the ones it ran first. The second runs go in the
     reverse of the search's order, so such a drift weighs on the pair of runs of each alike.
+    One configuration per profile: the finalists must be profiles that differ, and two batch
+    sizes of one profile would take two places (in one run 0 workers took two of the four,
+    and no 2-worker configuration was run again).
 
     Args:
         results: The search's (configuration, samples/s), in the order it ran them.
         measure: Runs one configuration and returns its samples/s.
-        size: How many to run again (at least 1).
+        size: How many profiles' best configurations to run again (at least 1).
 
     Returns:
         (configuration, median of its runs), best first.
     """
     if size < 1:
         raise ValueError(f"size must be >= 1, got {size}")
-    top = {_key(c) for c, _ in sorted(results, key=lambda r: r[1], reverse=True)[:size]}
+    best: dict[tuple, Config] = {}  # each profile's best configuration, best profile first
+    for c, _ in sorted(results, key=lambda r: r[1], reverse=True):
+        best.setdefault(applied(c), c)
+    top = {_key(c) for c in list(best.values())[:size]}
     runs = {_key(c): [rate] for c, rate in results if _key(c) in top}
     again = [c for c, _ in results if _key(c) in top][::-1]
     for c in again:
