@@ -133,10 +133,11 @@ def _table(text):
     return rows, (int(chosen[1]), int(chosen[2]))
 
 
-def test_a_busy_machine_saves_the_cheaper_of_a_tie_and_says_how_to_rerun(folder, tmp_path, monkeypatch, capsys):
+def test_a_busy_machine_saves_the_faster_measured_of_a_tie_and_says_how_to_rerun(folder, tmp_path, monkeypatch, capsys):
     # Workers help a little (true rates 100..112) but the runs swing by a third: within the
-    # budget noise cannot separate the finalists, so the cheaper one is saved, and the
-    # re-run it suggests is the user's own command with a larger budget.
+    # budget noise cannot separate the finalists; they measured more than 5% apart, so the
+    # faster-measured one is saved (the cheaper one where within 5%), and the re-run it
+    # suggests is the user's own command with a larger budget.
     measure = FakeMeasure(lambda c: 100 + 3 * c.num_workers, sigma=0.3, seed=5)
     _fake_tuner(monkeypatch, tmp_path, measure)
     out = tmp_path / "t.json"
@@ -146,8 +147,9 @@ def test_a_busy_machine_saves_the_cheaper_of_a_tie_and_says_how_to_rerun(folder,
     report = json.loads(out.read_text())
     d = report["decision"]
     assert d["outcome"] == "tied" and d["elapsed_s"] <= 60 and d["rounds"] >= 2
-    assert report["best"]["num_workers"] < d["other"]["num_workers"], "the cheaper one, not the leader, is chosen"
-    assert "statistically tied" in text and "the cheaper (fewer workers) was chosen" in text
+    assert d["ratio"] > 1.05 and report["best"]["num_workers"] > d["other"]["num_workers"], "the faster measured"
+    assert "statistically tied" in text
+    assert "the one measured faster by more than 5% was chosen over the cheaper (fewer workers)" in text
     assert f"{d['elapsed_s']:.0f} s of a 60 s budget" in text
     assert "saved profile" in text and "noise could not separate" in text
     with fl.Loader(fl.ImageFolder(folder), num_workers="auto", device="cpu") as loader:
@@ -204,15 +206,17 @@ def test_the_default_configuration_is_not_compared_with_itself(folder, tmp_path,
     assert report["baseline"]["samples_per_s"] == report["best_samples_per_s"]
 
 
-@pytest.mark.parametrize("seed", [0, 4, 7])
+@pytest.mark.parametrize("seed", [2, 4, 7])
 def test_no_profile_is_saved_that_measured_slower_than_the_default(folder, tmp_path, monkeypatch, capsys, seed):
     # Workers only cost here (every worker count runs at 0.70x num_workers=0, as on a tiny
-    # dataset) and the runs swing by a third: the finalists tie and the cheaper, a worker
-    # count, is chosen at 0.57-0.95x the default. It was saved as a profile.
+    # dataset) and the runs swing by a third; the default is not in the grid, so the
+    # finalists are two worker counts, which tie, and one is chosen at 0.57-0.95x the
+    # default. It was saved as a profile.
     measure = FakeMeasure(lambda c: 1000.0 if c.num_workers == 0 else 700.0, sigma=0.35, seed=seed)
     _fake_tuner(monkeypatch, tmp_path, measure)
     out = tmp_path / "t.json"
-    argv = [folder, *TUNE_FAKE, "--budget", "30", "--json", str(out), "--save-profile"]
+    grid = ["--batch-sizes", "8", "--workers", "1,2,4", "--backends", "process", "--grid", "--seconds", "3"]
+    argv = [folder, *grid, "--budget", "30", "--json", str(out), "--save-profile"]
     assert main(["tune", *argv]) == 1
     captured = capsys.readouterr()
     report = json.loads(out.read_text())
@@ -235,14 +239,14 @@ def test_a_clear_winner_is_saved_with_how_to_forget_it(folder, tmp_path, monkeyp
     report = json.loads(out.read_text())
     d = report["decision"]
     assert report["best"]["num_workers"] == 4 and d["outcome"] == "separated" and d["other"]["num_workers"] == 2
-    assert d["rounds"] == 2 and measure.calls.count(4) == 1 + 4, "one search run, then two A B B A rounds"
-    assert measure.calls.count(0) == 1 + 2, "the baseline: one search run and one in each first round"
+    assert d["rounds"] == 2 and measure.calls.count(4) == 1 + 1 + 4, "a search run, a runoff run, two A B B A rounds"
+    assert measure.calls.count(0) == 1 + 1 + 2, "the baseline: search, runoff (4 configurations), each first round"
     assert "decision: separated beyond the noise: the chosen one runs at 1.50x batch 8, 2 workers" in text
     assert "saved profile" in text and f"fastload tune {folder} --forget" in text
     with fl.Loader(fl.ImageFolder(folder), device="cpu") as loader:
         assert loader.num_workers == 4 and loader.profile is not None
     path = loader.profile["path"]
-    assert loader.profile["result"]["runs"] == 5 and loader.profile["result"]["figure"] == "median of runs"
+    assert loader.profile["result"]["runs"] == 6 and loader.profile["result"]["figure"] == "median of runs"
     assert main(["tune", folder, "--forget"]) == 0
     assert f"removed profile {path}" in capsys.readouterr().out and not os.path.exists(path)
     assert main(["tune", folder, "--forget"]) == 0
@@ -291,12 +295,16 @@ def test_a_real_difference_is_found_through_noise_by_running_more_rounds():
 
 
 def test_equal_configurations_under_noise_are_rarely_separated_and_the_cheaper_is_chosen():
+    from fastload.tune.decide import apart
+
     separated = 0
     for seed in range(40):
         d = _decide(Machine({4: 100.0, 2: 100.0}, sigma=0.25, seed=seed), budget_s=90)
         assert d.elapsed_s <= 90
         if d.outcome == "separated":
             separated += 1
+        elif apart(d.comparison):  # tied, measured more than 5% apart: the faster measured
+            assert d.outcome == "tied" and d.comparison.ratio > 1, d  # the chosen one against the other
         else:
             assert d.outcome in ("equivalent", "tied") and d.chosen["num_workers"] == 2, d
     assert separated <= 2, f"{separated} of 40 equal pairs were called different"

@@ -17,6 +17,14 @@ machine.
 moves it), one file per library versions and CPU model; the first process to need it
 calibrates under a file lock and every other one reads that file, so all processes on
 a machine plan alike. Where no cache can be written, :data:`DEFAULT_COSTS`.
+
+A calibration made beside other jobs is not trusted: :func:`calibrate` records how many
+CPUs other processes kept busy while it ran, and the CPU time the hypervisor stole
+(:func:`machine_load`); one made where they left its thread less than a core of its own
+(:func:`noisy`) is cached with those figures, and no process plans with it: each uses
+:data:`DEFAULT_COSTS`' models instead (:func:`usable`), and the first one to find it older
+than :data:`RETRY_S` (and is not a Loader's worker process, whose plans must match those of
+the workers started before it) calibrates again, and the new calibration replaces it.
 """
 
 from __future__ import annotations
@@ -42,8 +50,22 @@ if TYPE_CHECKING:
     from .header import ImageHeader
     from .resize import Crop
 
-#: Part of the cache key: a new version recalibrates.
-CALIBRATION_VERSION = 5
+#: Part of the cache key: a new version recalibrates. 6: calibrations record the machine's
+#: load (a cache made before could have been made on a busy machine, and cannot tell).
+CALIBRATION_VERSION = 6
+
+#: A calibration is noisy when the other processes kept more than all but this many of the
+#: machine's CPUs busy on average while it ran: its one thread then shared a core with
+#: them part of the time (1.5: a core of its own, and half a core for the rest of the system).
+FREE_CPUS = 1.5
+
+#: ... or when the hypervisor stole more than this share of the CPU time.
+MAX_STEAL = 0.05
+
+#: Seconds after which a noisy cached calibration is made again (by the next process that
+#: needs it); before, processes use :data:`DEFAULT_COSTS` without calibrating, so that a
+#: machine that stays busy does not spend seconds calibrating in every process.
+RETRY_S = 600.0
 
 #: The system libturbojpeg replaces simplejpeg as the default only when its full decode
 #: takes at most this share of simplejpeg's time in the calibration.
@@ -245,6 +267,52 @@ def _calibration_crops(header: ImageHeader, rng: np.random.Generator) -> list[Cr
     return crops
 
 
+def _cpu_ticks() -> tuple[int, int, int, int] | None:
+    """(busy, steal, all) clock ticks of every CPU since boot, from /proc/stat, and the
+    number of CPUs; None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    fields = [int(v) for v in lines[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is counted in user already)
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    steal = fields[7] if len(fields) > 7 else 0
+    total = sum(fields[:8])
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    return total - idle - steal, steal, total, cpus
+
+
+def machine_load(before: tuple[int, int, int, int] | None, own_cpu_s: float) -> dict[str, Any]:
+    """What else the machine did since ``before`` (:func:`_cpu_ticks`), during which this
+    process used ``own_cpu_s`` CPU seconds: ``others_cpus``, the CPUs other processes kept
+    busy on average, ``steal``, the share of CPU time the hypervisor stole, ``cpus``, and
+    ``noisy`` (:func:`noisy`). Empty where /proc/stat cannot be read."""
+    after = _cpu_ticks()
+    if before is None or after is None or after[2] <= before[2]:
+        return {}
+    cpus = max(1, after[3])
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    wall_ticks = (after[2] - before[2]) / cpus  # elapsed ticks of one CPU
+    others = max(0.0, (after[0] - before[0]) - own_cpu_s * tick) / wall_ticks
+    load = {
+        "others_cpus": round(others, 3),
+        "steal": round((after[1] - before[1]) / (after[2] - before[2]), 4),
+        "cpus": cpus,
+    }
+    return {**load, "noisy": noisy(load)}
+
+
+def noisy(load: dict[str, Any]) -> bool:
+    """Whether a calibration made under ``load`` (:func:`machine_load`) shared its core: the
+    other processes kept more than ``cpus - FREE_CPUS`` CPUs busy, or the hypervisor stole
+    more than :data:`MAX_STEAL` of the time. A record without these figures is not noisy."""
+    if not load:
+        return False
+    return load["others_cpus"] > max(0.0, load["cpus"] - FREE_CPUS) or load["steal"] > MAX_STEAL
+
+
 def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> dict[str, Any]:
     """Times each decode, region decode and resize path here, one thread, and fits their costs.
 
@@ -259,13 +327,15 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
 
     Returns:
         The costs as :data:`DEFAULT_COSTS` (JSON-able), with the backend measured, its
-        and the other backend's µs per full decode, and the seconds it took.
+        and the other backend's µs per full decode, the seconds it took, and ``load``:
+        what else the machine did meanwhile (:func:`machine_load`).
     """
     import torch
 
     from .header import read_header
 
     start = time.perf_counter()
+    ticks, own = _cpu_ticks(), time.process_time()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -300,6 +370,7 @@ def calibrate(repeat: int = 5, region: bool | None = None, images: int = 16) -> 
             **fitted,
             "images": len(blobs),
             "seconds": round(time.perf_counter() - start, 3),
+            "load": machine_load(ticks, time.process_time() - own),
         }
     finally:
         torch.set_num_threads(threads)
@@ -461,9 +532,31 @@ def _complete(costs: Any) -> bool:
     )
 
 
+def _in_loader_worker() -> bool:
+    """Whether this process is a Loader's worker process: one that redid a calibration would
+    plan differently from workers started before it, within one run."""
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info() is not None
+
+
+def usable(costs: dict[str, Any]) -> dict[str, Any]:
+    """The costs a planner may use from calibration ``costs``: themselves, or where the
+    calibration was noisy (:func:`noisy`) :data:`DEFAULT_COSTS`' plan and resize models with
+    the calibration's backend choice (each image decoded by both backends back to back, the
+    fastest round kept: a busy machine slows both alike) and ``untrusted`` set."""
+    if not noisy(costs.get("load") or {}):
+        return costs
+    kept = {k: costs[k] for k in ("backend", "backend_us", "load") if k in costs}
+    return {**DEFAULT_COSTS, **kept, "untrusted": True}
+
+
 def load_or_calibrate(redo: bool = False) -> dict[str, Any]:
     """The cached costs for this machine, calibrating (once, under a file lock) when
-    there are none or ``redo``; :data:`DEFAULT_COSTS` where the cache cannot be written."""
+    there are none or ``redo``; :data:`DEFAULT_COSTS` where the cache cannot be written,
+    and where the calibration was noisy (made beside other jobs, :func:`noisy`): one
+    cached noisy is made again once it is :data:`RETRY_S` old, by a process that is not a
+    Loader's worker."""
     key = cache_key()
     path = cache_path(key)
     try:
@@ -472,14 +565,18 @@ def load_or_calibrate(redo: bool = False) -> dict[str, Any]:
             if not redo and os.path.exists(path):
                 with open(path) as f:
                     costs = json.load(f).get("costs")
-                if _complete(costs):
-                    return costs
-            costs = calibrate()  # none yet, asked to redo, or a file cut short
+                if _complete(costs) and (
+                    not noisy(costs.get("load") or {})
+                    or time.time() - os.path.getmtime(path) < RETRY_S
+                    or _in_loader_worker()  # its plans would differ from its siblings' (and the next epoch's)
+                ):
+                    return usable(costs)
+            costs = calibrate()  # none yet, asked to redo, a file cut short, or an old noisy one
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
             with os.fdopen(fd, "w") as f:
                 json.dump({"key": key, "costs": costs}, f, indent=1)
             os.replace(tmp, path)
-            return costs
+            return usable(costs)
     except (OSError, ValueError, KeyError) as e:
         warnings.warn(
             f"fastload: cannot read or write the decode cost cache {path} ({e}); using the "

@@ -21,8 +21,8 @@ from ..system import cpu_model, cpus_per_rank
 from .dataset import check_root, open_tuned, short_batches, small_dataset_warning, stream_refusal
 from .decide import decide, key
 from .files import check_output, write_output
-from .measure import bottleneck, measure_loader
-from .noise import dips, leaders
+from .measure import MIN_WINDOW_BATCHES, bottleneck, measure_loader
+from .noise import dips, leaders, runoff
 from .options import add_arguments, command_line
 from .profile import forget, save_profile, slower_than_default
 from .report import figure, plot, print_table
@@ -179,8 +179,10 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         baseline = {**best, "num_workers": 0, "backend": "process"}
         searcher(baseline)
         in_grid = [(c, r) for c, r in searcher.results if c in grid]  # the baseline may lie outside the grid
+        # The finalists come from the best few profiles run twice (in opposite orders), not from one run each.
+        contenders = runoff(in_grid, remeasure)
         decision = decide(
-            leaders(in_grid),
+            leaders(contenders),
             remeasure,
             baseline=baseline,
             min_rounds=(args.repeats + 1) // 2,
@@ -233,7 +235,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
         "baseline_in_grid": baseline in grid,
         "elapsed_s": time.perf_counter() - start,
         "figure": "the median of a configuration's runs; each run is the median rate of 3 timed windows "
-        f"({args.seconds:g} s in all) after warm-up",
+        f"({args.seconds:g} s in all, at least {MIN_WINDOW_BATCHES} batches each) after warm-up",
         "measurements": _rows([c for c, _ in searcher.results], details, runs),
         "best": dict(best),  # LoaderConfig fields: LoaderConfig(**report["best"])
         "best_samples_per_s": best_rate,  # the median of its runs, as in "measurements"

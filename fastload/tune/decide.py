@@ -12,8 +12,9 @@ is. After the first ``min_rounds`` rounds the tuner stops as soon as
 - *equivalent*: the interval lies within ±TIE (the cheaper one is chosen),
 
 and otherwise runs another round while one fits in the budget. When the budget ends first,
-the two are *tied* within this machine's noise: the cheaper one is chosen, and the report
-says so. A 99% interval (not 95%) because the interval is looked at after every round.
+the two are *tied* within this machine's noise: the one measured faster is chosen where they
+measured more than ±TIE apart (the geometric mean of the pairs' ratios), else the cheaper
+one, and the report says so. A 99% interval (not 95%) because the interval is looked at after every round.
 """
 
 from __future__ import annotations
@@ -133,6 +134,12 @@ class Comparison:
         return f"{self.ratio:.2f}x ({span}, {len(self.ratios)} interleaved pairs)"
 
 
+def apart(comparison: Comparison) -> bool:
+    """Whether the two measured more than :data:`TIE` apart (the geometric mean of their pairs'
+    ratios), whatever the noise."""
+    return abs(math.log(comparison.ratio)) > math.log(1 + TIE)
+
+
 @dataclass(frozen=True)
 class Decision:
     """The configuration chosen from the finalists, and why."""
@@ -235,8 +242,13 @@ def decide(
     assert comparison is not None  # two finalists always run at least one round
     if comparison.separated:
         chosen, outcome = (a if comparison.ratio > 1 else b), "separated"
-    else:
+    elif comparison.equivalent or not apart(comparison):
         chosen, outcome = min((a, b), key=cost), ("equivalent" if comparison.equivalent else "tied")
+    else:
+        # Tied, yet measured apart by more than TIE: the noise leaves the faster one likelier
+        # faster than not, and the cheaper one is a loss wherever it is slower (the finalists of
+        # a machine that calmed down mid-run: 1 worker 0.84x 2 workers, 0.61-0.70x in the quiet rounds).
+        chosen, outcome = (a if comparison.ratio > 1 else b), "tied"
     other = b if chosen is a else a
     versus = comparison if chosen is a else comparison.inverted()
     return Decision(dict(chosen), dict(other), outcome, versus, rounds, elapsed, budget_s, frozen)

@@ -13,6 +13,12 @@ import torch
 from ..config import LoaderConfig
 from ..datasets.base import ImageDataset
 from ..loader import Loader
+from ..sources.build import DEVICE_AHEAD
+
+#: Fewest batches in a timed window, however short ``seconds`` makes it: a window of one or
+#: two large batches measures when those happen to arrive (two workers finish theirs
+#: together), not the rate.
+MIN_WINDOW_BATCHES = 3
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -59,8 +65,19 @@ def memory(pids: list[int]) -> dict:
     return {"uss": uss, "pss": pss}
 
 
+def warmup_batches(config: LoaderConfig) -> int:
+    """Batches taken before timing: the first two (workers started, first batches through),
+    then as many as the pipeline holds ready (each worker's ``prefetch_factor``, and the device
+    stage's :data:`~fastload.sources.build.DEVICE_AHEAD`). Those were made while the loop
+    waited on the first ones: a window that starts by taking them times a burst, not the rate."""
+    return 2 + int(config.num_workers) * config.prefetch_factor + DEVICE_AHEAD
+
+
 def measure_loader(dataset: Any, config: LoaderConfig, seconds: float, windows: int = 3) -> dict:
-    """Runs a Loader until warm, then ``windows`` timed windows of ``seconds / windows`` each.
+    """Runs a Loader until warm (:func:`warmup_batches`), then ``windows`` timed windows of
+    ``seconds / windows`` each and at least :data:`MIN_WINDOW_BATCHES` batches, taking
+    batches as a training loop does: the Loader as configured (normalized on its device
+    unless ``config.normalize`` is False), epoch after epoch.
 
     Returns:
         samples_per_s (median of windows), windows, cpu_percent (of the CPUs in use by
@@ -82,17 +99,17 @@ def measure_loader(dataset: Any, config: LoaderConfig, seconds: float, windows: 
                 yield from loader
 
         it = batches()
-        for _ in range(2):  # workers started, first batches through
+        for _ in range(warmup_batches(config)):
             next(it)
         pids = [me, *_children(me)]
         peak = memory(pids)
         rates = []
         ticks0, t0 = _cpu_ticks(pids), time.perf_counter()
         for _ in range(windows):
-            start, images = time.perf_counter(), 0
-            while time.perf_counter() - start < seconds / windows:
+            start, images, taken = time.perf_counter(), 0, 0
+            while time.perf_counter() - start < seconds / windows or taken < MIN_WINDOW_BATCHES:
                 x, _ = next(it)
-                images += x.shape[0]
+                images, taken = images + x.shape[0], taken + 1
             rates.append(images / (time.perf_counter() - start))
             now = memory(pids)
             peak = {k: max(peak[k], now[k]) for k in peak}

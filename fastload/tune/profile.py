@@ -14,8 +14,8 @@ from .files import reason
 def slower_than_default(report: dict) -> str | None:
     """Why no profile may be saved from ``report``: its chosen configuration measured slower
     than PyTorch's default beyond the noise, by more than the ``TIE`` within which the tuner
-    counts two as equal (a tie on a busy machine chooses the cheaper finalist whatever its
-    rate). None where it did not (or is the default itself)."""
+    counts two as equal (a tie on a busy machine chooses the cheaper finalist where the two
+    measured within 5%). None where it did not (or is the default itself)."""
     speedup = report["speedup_over_baseline"]
     if speedup is None or speedup * (1 + TIE) >= 1:
         return None
@@ -75,6 +75,11 @@ def save_profile(args: argparse.Namespace, report: dict) -> bool:
         "equivalent": "the cheaper of two finalists within 5% of each other",
         "tied": "the cheaper of two finalists this machine's noise could not separate within --budget",
     }
+    if report["decision"]["outcome"] == "tied" and report["decision"]["ratio"] > 1 + TIE:
+        why["tied"] = (
+            "measured faster by more than 5% than the other finalist, which this machine's noise could not "
+            "separate from it within --budget"
+        )
     workers = best["num_workers"]
     print(
         f"saved profile {path}: Loader(num_workers='auto') now uses {workers} worker{'' if workers == 1 else 's'} "

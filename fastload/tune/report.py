@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import IO, Any
 
+from .decide import TIE, cost
 from .search import DIMENSIONS
 
 
@@ -44,9 +45,14 @@ def decision_lines(report: dict) -> list[str]:
     cheaper = _cheaper(d["chosen"], other)
     if d["outcome"] == "equivalent":
         return [f"decision: equivalent, within 5% of each other: {versus}; chose the cheaper ({cheaper})"]
+    if d["ratio"] <= 1 + TIE:
+        chose = f"the cheaper ({cheaper}) was chosen"
+    elif cost(d["chosen"]) < cost(other):
+        chose = f"the one measured faster by more than 5%, also the cheaper ({cheaper}), was chosen"
+    else:
+        chose = f"the one measured faster by more than 5% was chosen over the cheaper ({_cheaper(other, d['chosen'])})"
     return [
-        f"decision: statistically tied: {versus}: this machine's noise hides any difference, so the cheaper "
-        f"({cheaper}) was chosen",
+        f"decision: statistically tied: {versus}: this machine's noise hides any difference, so {chose}",
         f"  to tell them apart, give it more time (or re-run on a quieter machine): {d['rerun']}",
     ]
 
