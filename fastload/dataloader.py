@@ -7,14 +7,45 @@ it means there (batches of 1, no shuffling, no workers, workers not persistent, 
 every sample read by this process). It is a :class:`fastload.Loader` built with those
 meanings: batches arrive normalized on the device (fastload's own options, such as
 ``device=``, ``normalize=``, ``seed=`` and ``batch_transform=``, are taken as keywords too).
+
+A dataset whose items are not images (numbers, vectors, tokens: the first item's first field
+is no image, nor a sequence of images) has nothing for fastload to decode: it runs as
+``torch.utils.data.DataLoader`` with the same arguments, decided at its first pass from
+item 0 (:attr:`DataLoader.generic`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import torch
+
+from .datasets.base import ImageDataset
+from .datasets.protocols import is_stream
+from .datasets.wrap import split_fields, views_of
 from .loader import Loader
 from .loading import compat
+
+
+def holds_images(dataset: Any) -> bool:
+    """Whether ``dataset``'s items are images (item 0's first field: an image, or a sequence of
+    them); a fastload dataset's always are. An empty dataset, or one whose item 0 raises, is
+    taken for one of images (the Loader names the error where it meets it)."""
+    if isinstance(dataset, ImageDataset) or is_stream(dataset):
+        return True
+    try:
+        if len(dataset) == 0:
+            return True
+        item = dataset[0]
+    except Exception:
+        return True
+    try:
+        image, _, _ = split_fields(item, None, None)
+        views_of(image, transformed=False)
+    except (TypeError, KeyError, ValueError, IndexError):
+        return False
+    return True
 
 
 class DataLoader(Loader):
@@ -84,6 +115,26 @@ class DataLoader(Loader):
                 "fl.DataLoader does not take config=: its DataLoader defaults (batch_size=1, "
                 "num_workers=0, ...) would replace the config's values; use fl.Loader(ds, config=...)"
             )
+        # DataLoader's own arguments, for a dataset whose items are not images (see generic).
+        self._torch_arguments = dict(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            drop_last=drop_last,
+            timeout=timeout,
+            multiprocessing_context=multiprocessing_context,
+            generator=generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            in_order=in_order,
+        )
+        self._generic: torch.utils.data.DataLoader | None = None
+        self._decided = False
+        # The Loader draws its seed from ``generator`` now; DataLoader draws at each pass: the
+        # generic path gives the generator back as it was, if nothing drew from it since.
+        self._generator_before = generator.get_state() if isinstance(generator, torch.Generator) else None
         compat.check_combinations(
             dataset,
             batch_size=batch_size,
@@ -117,3 +168,26 @@ class DataLoader(Loader):
             in_order=in_order,
             **options,
         )
+        self._generator_after = generator.get_state() if isinstance(generator, torch.Generator) else None
+
+    @property
+    def generic(self) -> torch.utils.data.DataLoader | None:
+        """``torch.utils.data.DataLoader`` with this loader's arguments when the dataset's items
+        are not images (decided once, from item 0, at the first pass or ``len()``), else None."""
+        if not self._decided:
+            if not holds_images(self.dataset):
+                generator = self._torch_arguments["generator"]
+                before, after = self._generator_before, self._generator_after
+                if before is not None and after is not None and torch.equal(generator.get_state(), after):
+                    generator.set_state(before)
+                self._generic = torch.utils.data.DataLoader(self.dataset, **self._torch_arguments)
+            self._decided = True
+        return self._generic
+
+    def __iter__(self) -> Iterator[Any]:
+        generic = self.generic
+        return iter(generic) if generic is not None else super().__iter__()
+
+    def __len__(self) -> int:
+        generic = self.generic
+        return len(generic) if generic is not None else super().__len__()

@@ -235,3 +235,18 @@ def test_a_subset_of_a_users_dataset_is_shown_as_given():
     part = torch.utils.data.Subset(Shows(6), [1, 3])
     (_, labels_, names), = list(fl.DataLoader(part, 2, num_workers=1, **CPU))
     assert labels_.tolist() == [1, 3] and names == ("Subset", "Subset")
+
+
+def test_a_dataset_of_no_images_runs_as_torchs_dataloader():
+    # Issue 40: PyTorch's own DataLoader tests fed numbers and vectors and got fastload's "not an
+    # image" error; the one-line swap runs such a dataset as torch's DataLoader, same arguments.
+    ds = torch.utils.data.TensorDataset(torch.arange(20.0).view(10, 2), torch.arange(10))
+    for kwargs in (dict(batch_size=3), dict(batch_size=4, shuffle=True, drop_last=True), dict(num_workers=2)):
+        ours = fl.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kwargs)
+        theirs = torch.utils.data.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kwargs)
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+        assert isinstance(ours.generic, torch.utils.data.DataLoader)
+    images = fl.DataLoader([(np.zeros((8, 8, 3), np.uint8), 0)] * 4, batch_size=2)
+    assert images.generic is None and len(list(images)) == 2  # images keep fastload's path
