@@ -146,17 +146,15 @@ class SampleLoader:
         pixels) when it was planned, or raising the error its planning met (as the sample's,
         under the policy: read once, so a failure that would not repeat is still its own). An
         image not of ``out``'s shape (or ``shape``) is an error of its sample."""
-        try:
-            image, label, extras = self._one(index, epoch, seed, worker, out, shape, row)
-            return Loaded(image, label, index, [], extras)
-        except Exception as e:
-            error = self._policy(index, e)
+        got = self._attempt(index, epoch, worker, out, shape, seed, row)
+        if isinstance(got, Loaded):
+            return got
+        error: Exception = got
         skipped = [self.skipped(epoch, index, error)]
         tried = {index}
         rng = sample_rng(seed, epoch, index)
-        n = len(
-            cast(Samples, self.samples)
-        )  # replacements are drawn by index (a stream's are its neighbours, see row())
+        # Replacements are drawn by index (a stream's are its neighbours, see row()).
+        n = len(cast(Samples, self.samples))
         for _ in range(MAX_REPLACEMENTS):
             other = int(rng.integers(n))
             while other in tried and len(tried) < n:
@@ -190,12 +188,18 @@ class SampleLoader:
         ``on_error="skip"`` (its row is then filled by :class:`fastload.sources.neighbours.Neighbours`)."""
         if self.samples.replaces:
             return self.load(key, epoch, worker, out, shape, seed=seed, row=row)
+        got = self._attempt(key, epoch, worker, out, shape, seed, row)
+        return got if isinstance(got, Loaded) else Failed(self.samples.number(key), self.skipped(epoch, key, got))
+
+    def _attempt(
+        self, key: Any, epoch: int, worker: int, out: Any, shape: SampleShape | None, seed: int, row: PlannedRow | None
+    ) -> Loaded | Exception:
+        """The sample of ``key`` loaded once, or (under "skip") its error; raised, named, under "raise"."""
         try:
             image, label, extras = self._one(key, epoch, seed, worker, out, shape, row)
             return Loaded(image, label, self.samples.number(key), [], extras)
         except Exception as e:
-            error = self._policy(key, e)
-        return Failed(self.samples.number(key), self.skipped(epoch, key, error))
+            return self._policy(key, e)
 
     def _policy(self, key: Any, error: Exception) -> Exception:
         """``error``, to be skipped under ``on_error="skip"``; raised, named, under "raise"."""
