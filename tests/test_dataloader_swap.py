@@ -4,13 +4,11 @@ torchrun on 2 CPU ranks with a DistributedSampler, and in one process."""
 
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
 from conftest import write_folder
+from torchrun import failure, torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN, VAL = 40, 21  # one image per class: a label is the sample's index
@@ -24,20 +22,10 @@ def data(tmp_path_factory):
     return str(root)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(tmp_path, *args):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", os.path.join(HERE, "imagenet_style.py"), *args,
-           "--checkpoint-dir", str(tmp_path), "--record", str(tmp_path / "seen")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr[-4000:]
+    proc = torchrun(os.path.join(HERE, "imagenet_style.py"), *args, "--checkpoint-dir", tmp_path,
+                    "--record", tmp_path / "seen", timeout=240)
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, failure(proc)
     return [json.loads((tmp_path / f"seen.{r}.json").read_text())["runs"] for r in (0, 1)]
 
 

@@ -5,12 +5,12 @@ under torchrun with DDP, and the WebDataset-over-HTTP example. Slow (torchrun st
 
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 from conftest import write_folder
+from torchrun import failure, torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -26,33 +26,19 @@ def data(tmp_path_factory):
     return str(root)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(cwd, script, *args, ranks=1, timeout=300):
     """stdout + stderr of ``python examples/SCRIPT ARGS`` (under torchrun with ``ranks`` > 1)."""
-    launch = [sys.executable]
+    argv = [os.path.join(HERE, "run_example.py"), os.path.join(EXAMPLES, script), *map(str, args)]
+    env = {**os.environ, "FASTLOAD_NO_CALIBRATION": "1"}
     if ranks > 1:
-        launch += [
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={ranks}",
-            "--master_addr=127.0.0.1",
-            f"--master_port={_free_port()}",
-        ]
-    cmd = [*launch, os.path.join(HERE, "run_example.py"), os.path.join(EXAMPLES, script), *map(str, args)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-        "FASTLOAD_NO_CALIBRATION": "1",
-    }
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+        proc = torchrun(*argv, ranks=ranks, timeout=timeout, env=env, cwd=cwd)
+    else:
+        env["PYTHONPATH"] = os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, env=env,
+                              cwd=cwd)
+        assert proc.returncode == 0, failure(proc)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-5000:]
-    assert "Traceback" not in out, out[-5000:]
+    assert "Traceback" not in out, failure(proc)
     return out
 
 

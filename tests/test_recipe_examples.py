@@ -12,22 +12,14 @@ import importlib.util
 import json
 import math
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 from conftest import write_folder
+from torchrun import torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CLASSES, PER_CLASS, BATCH = 3, 8, 4  # 24 images: 12 per rank, 3 batches of 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +45,8 @@ def _run(recipe: str, data: str, out: str, workers: int) -> list[dict]:
     script, *args = (a.format(data=data) for a in RECIPES[recipe])
     if not os.path.exists(os.path.join(ROOT, script)):
         pytest.skip(f"{script} is not there yet")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", os.path.join(ROOT, script), *args, "-b", str(BATCH), "-j",
-           str(workers), "--epochs", "2", "--device", "cpu", "--record", out]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    # torchrun's own summary hides the failing rank's traceback: show the ranks' stderr.
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    torchrun(os.path.join(ROOT, script), *args, "-b", BATCH, "-j", workers, "--epochs", 2, "--device", "cpu",
+             "--record", out, timeout=300, cwd=ROOT)
     return [json.loads(open(f"{out}.{r}.json").read()) for r in (0, 1)]
 
 

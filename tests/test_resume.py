@@ -4,7 +4,6 @@ import collections
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from fastload.sources.sampler import ShardedBatchSampler, epoch_order
 
 import resume_worker
 from conftest import need_formats, write_folder
+from torchrun import torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])}
@@ -360,18 +360,8 @@ def test_resume_in_a_new_process_is_byte_identical(ds, folder, tmp_path):
 
 # ---- torchrun: 2 ranks save; 3 ranks (torchrun) and 1 rank resume
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(ranks, *args):
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", os.path.join(HERE, "resume_worker.py"), *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=ENV)
-    # The first lines hold the failing rank's own error; the last, torchrun's summary.
-    assert proc.returncode == 0, proc.stderr[:4000] + "\n[...]\n" + proc.stderr[-1500:]
+    torchrun(os.path.join(HERE, "resume_worker.py"), *args, ranks=ranks, env=ENV)
 
 
 def _read(out, name, ranks):

@@ -6,9 +6,6 @@ interrupted epoch on 1 rank finishes it exactly once."""
 import glob
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,6 +13,7 @@ import torch
 import fastload as fl
 
 from wds_servers import http_server, s3_server, write_shards
+from torchrun import torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = [7, 5, 6, 8, 4, 6, 5, 7]  # 48 samples: 12 per reading slot, 3 batches of 4 each
@@ -23,19 +21,8 @@ N = sum(SIZES)
 K = 2  # batches each rank hands out of epoch 2 before its state is saved
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(out, sources):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", os.path.join(HERE, "wds_ddp_worker.py"), str(out), json.dumps(sources),
-           str(K)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun(os.path.join(HERE, "wds_ddp_worker.py"), out, json.dumps(sources), K)
 
 
 def _check(out, name, source):

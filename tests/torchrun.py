@@ -1,0 +1,54 @@
+"""One way for the tests to launch a script under torchrun on this machine.
+
+``--standalone`` lets the launcher pick its own rendezvous port: the tests used to pick a
+"free" port and hand it over, a window in which another parallel test could take it. A
+failure shows every rank's traceback, not only the tail that torchrun's summary fills.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Gloo's mesh set-up between ranks inside init_process_group, before the script's own code
+# runs: a failure there is the transport's (seen once in about 200 CI runs), not ours.
+_TRANSPORT = "Gloo connectFullMesh failed"
+
+
+def torchrun(script: str, *args, ranks: int = 2, timeout: float = 180, env: dict | None = None,
+             cwd: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python -m torch.distributed.run --standalone --nproc_per_node=RANKS SCRIPT ARGS``.
+
+    The tests' folder and the repository root are on ``PYTHONPATH``; with ``check`` a failure
+    raises AssertionError with each rank's traceback. A failure in gloo's set-up before any
+    rank ran the script's code is retried once, with a warning.
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", script,
+           *map(str, args)]
+    base = env if env is not None else os.environ
+    path = os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), base.get("PYTHONPATH", "")])
+    full_env = {**base, "PYTHONPATH": path}
+    for attempt in (1, 2):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+        if proc.returncode == 0 or attempt == 2 or _TRANSPORT not in proc.stderr:
+            break
+        warnings.warn(f"torchrun: gloo's connection set-up failed, retried once:\n{failure(proc)[-1500:]}",
+                      stacklevel=2)
+    if check:
+        assert proc.returncode == 0, failure(proc)
+    return proc
+
+
+def failure(proc: subprocess.CompletedProcess, limit: int = 8000) -> str:
+    """Each rank's last lines (torch prefixes them ``[rankN]:``), then the launcher's summary."""
+    text = proc.stdout + proc.stderr
+    ranks: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        m = re.match(r"\[(rank\d+)\]:", line)
+        if m:
+            ranks.setdefault(m.group(1), []).append(line)
+    parts = [f"--- {rank}, last lines:\n" + "\n".join(lines[-25:]) for rank, lines in sorted(ranks.items())]
+    return ("\n".join(parts) + "\n--- output's tail:\n" + text[-2500:])[-limit:]
