@@ -116,7 +116,6 @@ def pass_failure(
     dataset: Any,
     waited: float,
     tick: float,
-    timeout: float,
 ) -> BaseException | None:
     """What a pass over DataLoader workers raises for ``error``, raised by DataLoader's
     ``next()`` (or by the pass's check for deaths before it): the facts decide, not the
@@ -129,12 +128,13 @@ def pass_failure(
         inflight: The workers (their pids, the samples in flight).
         dataset: Names samples in the message, or None.
         waited: Seconds the pass has waited for this batch; ``tick``: DataLoader's own
-            ``timeout``; ``timeout``: the Loader's (0: none).
+            ``timeout`` (the Loader's ``timeout`` is the pass's deadline, see
+            :class:`fastload.sources.process.PassWait`).
 
     Returns:
         A worker's own error as it is (tracebacks cleared, see :func:`forget_frames`); a
-        :class:`WorkerFailure` when a worker died, its batch was lost on the way, or no batch
-        came within ``timeout``; DataLoader's other errors as they are; or None.
+        :class:`WorkerFailure` when a worker died or its batch was lost on the way;
+        DataLoader's other errors as they are; or None.
     """
     if from_worker(error):
         return forget_frames(error)
@@ -149,8 +149,6 @@ def pass_failure(
     ticked = type(error) is RuntimeError and error.__cause__ is None and error.__context__ is None
     if not ticked or waited < tick * 0.9:
         return forget_frames(error)
-    if timeout and waited >= timeout:
-        return worker_failure(RuntimeError(f"DataLoader timed out after {timeout:g} seconds"), inflight, dataset)
     return None
 
 

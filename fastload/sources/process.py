@@ -26,7 +26,15 @@ from ..encoded import SourceBatch
 from . import deaths
 from .closing import close_workers, end_workers, wait_tick
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
-from .failures import PassClosed, WorkerFailure, from_worker, in_worker, interrupted, pass_failure
+from .failures import (
+    PassClosed,
+    WorkerFailure,
+    from_worker,
+    in_worker,
+    interrupted,
+    pass_failure,
+    worker_failure,
+)
 from .frozen import parent_objects_frozen
 from .handoff import detached
 from .indexed import IndexedSource, Maker
@@ -34,6 +42,7 @@ from .inflight import InFlight
 from .pools import BufferPool
 from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
+from .waiting import Stop, wait_until
 
 
 @runtime_checkable
@@ -190,9 +199,10 @@ END = object()  # what PassWait.next returns at the end of DataLoader's items
 @dataclass(frozen=True)
 class PassWait:
     """How a pass waits for the next item of a DataLoader iterator: in DataLoader's ticks
-    (:func:`~fastload.sources.closing.wait_tick`), between which it looks at its closed event,
-    the Loader's ``timeout`` and the workers' deaths; failures become errors that name the
-    samples in flight.
+    (:func:`~fastload.sources.closing.wait_tick`) through the runners' one wait
+    (:func:`~fastload.sources.waiting.wait_until`), which between two looks at the closed
+    event and the Loader's ``timeout``; each tick looks at the workers' deaths. Failures
+    become errors that name the samples in flight.
 
     Args:
         options: The workers' settings (``timeout``: the Loader's, 0: none).
@@ -220,28 +230,42 @@ class PassWait:
         """
         workers = self.options.num_workers > 0
         started = time.monotonic()
-        while True:  # one item: DataLoader's ticks until it comes
+        got: list = []
+
+        def ready(_seconds: float) -> bool:  # a DataLoader tick (wait_tick) bounds each wait, not WAIT_S
             failure: BaseException | None = None
-            if self.closed.is_set():
-                raise PassClosed()
             try:
                 if workers:
                     deaths.check(self.inflight)  # a worker that died during the consumer's step
                 with deaths.waiting(), waits.bounded(0 if workers else self.options.timeout, self.closed):
-                    return next(box[0])  # without workers, loaded here: our own waits end in time
+                    got.append(next(box[0]))  # without workers, loaded here: our own waits end in time
+                return True
             except StopIteration:
-                return END
+                got.append(END)
+                return True
             except waits.Interrupted as e:
                 failure = interrupted(e)
             except Exception as e:
                 if not workers and not self.closed.is_set():
                     raise  # loaded in this process: keep the whole traceback
                 failure = self.failure(e, time.monotonic() - started)
-            if failure is not None:
-                try:
-                    raise failure  # past the except: its __context__ is not DataLoader's error
-                finally:
-                    failure = None  # its traceback keeps this frame: no cycle back to it
+            if failure is None:
+                return False  # DataLoader's tick: wait on
+            try:
+                raise failure  # past the except: its __context__ is not DataLoader's error
+            finally:
+                failure = None  # its traceback keeps this frame: no cycle back to it
+
+        # The Loader's timeout is the runners' one deadline; without workers it bounds our own
+        # waits in the sample instead (waits.bounded), as DataLoader's timeout needs workers.
+        timeout = self.options.timeout if workers else 0.0
+        wait_until(ready, Stop(self.closed), started + timeout if timeout else None, self.timed_out)
+        return got[0]
+
+    def timed_out(self) -> WorkerFailure:
+        """The error of a pass whose workers gave no batch within the Loader's ``timeout``."""
+        message = f"DataLoader timed out after {self.options.timeout:g} seconds"
+        return worker_failure(RuntimeError(message), self.inflight, self.dataset)
 
     def failure(self, error: Exception, waited: float) -> BaseException | None:
         """What the pass raises for ``error`` out of DataLoader, after waiting ``waited`` s for
@@ -255,7 +279,6 @@ class PassWait:
             dataset=self.dataset,
             waited=waited,
             tick=wait_tick(self.options.timeout),
-            timeout=self.options.timeout,
         )
 
 

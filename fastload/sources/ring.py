@@ -18,10 +18,8 @@ import torch
 from ..collate import alloc_batch, pinning_on
 from ..targets import INT_LABELS, TargetSpec
 from ..views import Images, SampleShape, batch_shape, map_images, shapes
-from .failures import PassClosed
 from .pools import BatchBuffers, Need
-
-SAFETY_WAKE_S = 1.0  # condition waits wake at least this often (never needed when all is well)
+from .waiting import Stop, wait_until
 
 
 @dataclass
@@ -92,33 +90,38 @@ class BufferRing:
     def buffers(self, buffer: int) -> RingBuffers:
         return self._buffers[buffer].buffers
 
-    def acquire(self, writers: Any, closed: threading.Event | None = None) -> int:
+    def acquire(self, writers: Any, stop: Stop | None = None) -> int:
         """A free buffer, now lent to ``writers`` (whose ``finished()`` gates its reuse) and
         then to the consumer; waits for one if none is free.
 
         Raises:
-            RuntimeError: ``closed`` was set while waiting.
+            RuntimeError: ``stop`` was set while waiting (the source closed: PassClosed).
         """
-        while True:
-            oldest: _Buffer | None = None
-            if closed is not None and closed.is_set():
-                raise PassClosed()
+        got: list[int] = []
+
+        def ready(seconds: float) -> bool:
             with self._cond:
+                oldest: _Buffer | None = None
                 for i, s in enumerate(self._buffers):
                     if s.held or (s.writers is not None and not s.writers.finished()):
                         continue
                     if s.event is None or s.event.query():
                         s.held, s.writers, s.event = True, writers, None
                         s.lent += 1
-                        return i
+                        got.append(i)
+                        return True
                     if oldest is None or s.released < oldest.released:
                         oldest = s
                 # The copy released first was queued first: the shortest wait.
-                waiting_on = oldest.event if oldest is not None else None
-                if waiting_on is None:
-                    self._cond.wait(SAFETY_WAKE_S)
-                    continue
+                if oldest is None:
+                    self._cond.wait(seconds)  # a release, or writers finishing (wake)
+                    return False
+                waiting_on = oldest.event
             waiting_on.synchronize()  # outside the lock: the copy ends on its own
+            return False
+
+        wait_until(ready, stop or Stop())
+        return got[0]
 
     def lent(self, buffer: int) -> int:
         """How many times ``buffer`` has been lent (the lending a new lease of it is for)."""
@@ -211,7 +214,7 @@ class RingPool:
             check_fits(self.count, shape, target or INT_LABELS)
             with pinning_on(self.device if self.pin else None):
                 ring = self.ring = BufferRing(self.count, shape, self.pin, target or INT_LABELS)
-        buffer = ring.acquire(need.until, self.closed)
+        buffer = ring.acquire(need.until, Stop(self.closed))
         buffers = ring.buffers(buffer)
         images = map_images(lambda t: t[: need.n], buffers.images)
         return BatchBuffers(images, buffers.labels, buffers.indices, ring.target, RingLease(ring, buffer))

@@ -20,7 +20,7 @@ from ..batch import HostBatch
 from ..datasets import waits
 from .failures import interrupted, worker_failure
 from .inflight import InFlight
-from .threadpool import WAIT_S, Stop, wait_until
+from .waiting import WAIT_S, Stop, wait_until
 
 _END = object()  # a slot's last item
 

@@ -26,7 +26,8 @@ from .pools import BufferPool, PlainPool
 from .request import BatchRequest, PassRequest
 from .ring import RingPool
 from .sampler import ShardedBatchSampler
-from .threadpool import Stop, ThreadRows, Workers, wait_until
+from .threadpool import ThreadRows, Workers
+from .waiting import Stop, wait_until
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 # The consumer waits this much past the timeout for a pass's first batch, so that a wait of our

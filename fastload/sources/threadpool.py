@@ -19,53 +19,9 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..datasets import waits
-from .failures import PassClosed
+from .waiting import Stop, wait_until
 
 T = TypeVar("T")
-
-WAIT_S = 0.1  # waits wake this often, so close(), cancel and Ctrl-C are prompt
-CANCELLED = (
-    "a batch of this pass was cancelled: a newer pass of the same source started "
-    "(iterate a Loader from one thread at a time)"
-)
-
-
-class Stop:
-    """Ends a pass's work: set by a newer pass (cancelled) or by close() (``closed``).
-
-    Args:
-        closed: The source's closed event.
-    """
-
-    def __init__(self, closed: threading.Event) -> None:
-        self.closed = closed
-        self.cancelled = False
-
-    @property
-    def stopped(self) -> bool:
-        return self.cancelled or self.closed.is_set()
-
-    def check(self) -> None:
-        """Raises the error of a stopped pass (closed, or cancelled by a newer one)."""
-        if self.closed.is_set():
-            raise PassClosed()
-        if self.cancelled:
-            raise RuntimeError(CANCELLED)
-
-
-def wait_until(
-    ready: Callable[[float], bool],
-    stop: Stop,
-    deadline: float | None = None,
-    timed_out: Callable[[], BaseException] | None = None,
-) -> None:
-    """The one wait of the thread runners: until ``ready(WAIT_S)`` (which waits up to that long)
-    is true, raising the stopped pass's error once ``stop`` is set and ``timed_out()`` once
-    ``deadline`` (monotonic; None: never) has passed."""
-    while not ready(WAIT_S):
-        stop.check()
-        if deadline is not None and time.monotonic() > deadline:
-            raise timed_out() if timed_out is not None else TimeoutError("past the deadline")
 
 
 class Workers:

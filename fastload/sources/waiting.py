@@ -1,0 +1,68 @@
+"""How every runner waits, written once: :func:`wait_until`, ended by a pass's :class:`Stop`.
+
+A runner waits for one thing at a time: a batch's future (threads), a slot's queue (streams
+on threads), DataLoader's next item (worker processes and ``num_workers=0``), a free buffer
+of the ring. Each is a ``ready(seconds)`` that waits up to that long and says whether it
+came; :func:`wait_until` calls it until it does, and between two calls raises the pass's
+stop (``close()`` from any thread, or a newer pass) and the Loader's ``timeout``. So close
+ends every runner's pass within one wait (:data:`WAIT_S`, or DataLoader's tick), and a
+timeout is told the same way on every runner.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from .failures import PassClosed
+
+WAIT_S = 0.1  # waits wake this often, so close(), cancel and Ctrl-C are prompt
+CANCELLED = (
+    "a batch of this pass was cancelled: a newer pass of the same source started "
+    "(iterate a Loader from one thread at a time)"
+)
+
+
+class Stop:
+    """Ends a pass's work: set by a newer pass (cancelled) or by close() (``closed``).
+
+    Args:
+        closed: The source's closed event (None: one that is never set).
+    """
+
+    def __init__(self, closed: threading.Event | None = None) -> None:
+        self.closed = closed if closed is not None else threading.Event()
+        self.cancelled = False
+
+    @property
+    def stopped(self) -> bool:
+        return self.cancelled or self.closed.is_set()
+
+    def check(self) -> None:
+        """Raises the error of a stopped pass (closed, or cancelled by a newer one)."""
+        if self.closed.is_set():
+            raise PassClosed()
+        if self.cancelled:
+            raise RuntimeError(CANCELLED)
+
+
+def wait_until(
+    ready: Callable[[float], bool],
+    stop: Stop,
+    deadline: float | None = None,
+    timed_out: Callable[[], BaseException] | None = None,
+) -> None:
+    """Waits until ``ready(WAIT_S)`` (which waits up to that long) is true.
+
+    ``stop`` is looked at before each call: a stopped pass raises its error (the closed
+    error, :class:`~fastload.sources.failures.PassClosed`, or the cancelled one) and takes
+    nothing more. Once ``deadline`` (monotonic; None: never) has passed, ``timed_out()`` is
+    raised (a TimeoutError without it).
+    """
+    while True:
+        stop.check()
+        if ready(WAIT_S):
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            raise timed_out() if timed_out is not None else TimeoutError("past the deadline")
