@@ -64,6 +64,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
     from fastload.decode import BACKENDS, JPEG_BACKENDS, default_backend, get_decoder, roi
+    from fastload.decode.simple import SimpleJPEGDecoder
+    from fastload.decode.turbo import TurboJPEGDecoder
     from fastload.system import available_cpus, cpu_model
 
     print(f"fastload {__import__('fastload').__version__}, torch {torch.__version__}")
@@ -76,10 +78,10 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"decoder {name}: unavailable ({e})")
             continue
         detail = ""
-        if name == "simplejpeg":
-            detail = f"simplejpeg {getattr(dec, 'version', '?')}, libjpeg-turbo bundled, "
-        elif name == "turbojpeg":
-            detail = f"system library {dec.library_file()}, "  # type: ignore[attr-defined]
+        if isinstance(dec, SimpleJPEGDecoder):
+            detail = f"simplejpeg {dec.version}, libjpeg-turbo bundled, "
+        elif isinstance(dec, TurboJPEGDecoder):
+            detail = f"system library {dec.library_file()}, "
         strict = "strict" if name in JPEG_BACKENDS else "JPEG not strict"
         print(f"decoder {name}: ok ({detail}{strict})")
     print(f"default decoder: {default_backend()}{_measured()}")

@@ -53,6 +53,7 @@ def test_folder_to_tfrecord_round_trip_in_tensorflow_layout(folder, tmp_path):
     assert {"image/encoded", "image/class/label", "image/height", "image/width", "image/format",
             "image/class/synset", "image/class/text", "image/filename"} <= set(feats)
     assert feats["image/class/synset"].bytes_list.value[0] == b"c0"
+    assert feats["image/filename"].bytes_list.value[0] == src.paths[0].encode()  # the file it came from
 
 
 @pytest.mark.needs("lmdb", "tfrecord")

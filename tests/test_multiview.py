@@ -195,6 +195,27 @@ def test_bad_arguments_are_named():
         T.RandomApply([T.RandomHorizontalFlip()], p=1.5)
 
 
+def test_as_compose_keeps_a_pipeline_that_plans_its_decode():
+    """A MultiView or a Compose is a dataset's transform as it is; anything else is wrapped in a
+    Compose, a user's transform with methods named plan_decode / finish_decode too."""
+    mv, c = multicrop(), T.Compose([T.RandomResizedCrop(16)])
+    assert T.as_compose(mv) is mv and T.as_compose(c) is c
+
+    class Lookalike:
+        def __call__(self, img, rng):
+            return img
+
+        def plan_decode(self, *args, **kwargs):
+            raise AssertionError("not a pipeline of fastload's")
+
+        finish_decode = plan_decode
+
+    user = Lookalike()
+    wrapped = T.as_compose(user)
+    assert isinstance(wrapped, T.Compose) and wrapped.transforms == [user]
+    assert T.as_compose(None).transforms == [] and T.as_compose([user]).transforms == [user]
+
+
 def test_random_apply_applies_with_probability_p():
     img = make_image(5, 8, 10)
     flip = T.RandomApply([T.RandomHorizontalFlip(1.0)], p=0.3)

@@ -265,3 +265,43 @@ def test_an_already_decoded_region_is_not_flipped_in_place():
     out = pipeline.finish_decode(data, dec, steps, rng, pixels=pixels)
     assert np.array_equal(pixels, before)
     assert np.array_equal(out, before[:, ::-1])
+
+
+def test_flips_run_in_place_beside_a_users_transform():
+    """Compose decides once which transforms run in place: fastload's flip still writes into
+    the batch slot after a user's transform that hands the image on as it is, and the user's
+    transform is called as a transform (a method of its own named apply_inplace is not used)."""
+    data = jpeg_bytes(make_image(3, 96, 128))
+    dec = get_decoder()
+
+    class Same:
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, img, rng):
+            self.calls.append("call")
+            return img
+
+        def apply_inplace(self, img, rng):
+            self.calls.append("apply_inplace")
+            return img
+
+    user = Same()
+    pipeline = T.Compose([T.RandomResizedCrop(32), user, T.RandomHorizontalFlip(1.0)])
+    out = np.zeros((32, 32, 3), np.uint8)
+    img = pipeline.decode(data, dec, np.random.default_rng(0), out=out)
+    assert img is out and user.calls == ["call"]
+    unflipped = T.Compose([T.RandomResizedCrop(32)]).decode(data, dec, np.random.default_rng(0))
+    assert np.array_equal(out, unflipped[:, ::-1])
+
+
+@pytest.mark.parametrize("backend, costed", [("simplejpeg", True), ("opencv", False), ("pillow", False)])
+def test_only_a_decoder_with_dct_scales_gets_a_cost_plan(backend, costed):
+    """A decoder's ``scales`` decide whether the cost planner plans its JPEGs (libjpeg-turbo's
+    eight) or it picks its own power-of-2 scale (OpenCV's, Pillow's: none)."""
+    dec = get_decoder(backend)
+    data = jpeg_bytes(make_image(3, 96, 128))
+    pipeline = T.Compose([T.RandomResizedCrop(32)])
+    steps = pipeline.plan_decode(data, dec, np.random.default_rng(0))
+    assert (steps.plan is not None) == costed and bool(dec.scales) == costed
+    assert pipeline.finish_decode(data, dec, steps, np.random.default_rng(1)).shape == (32, 32, 3)

@@ -69,6 +69,8 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     args = p.parse_args(argv)
     kwargs = {"root": args.root} if args.root else {}
     try:
+        if fmt == "tfrecord":
+            kwargs.update(shards=args.shards)
         if fmt == "wds":
             kwargs.update(
                 shard_bytes=args.shard_size,
@@ -79,7 +81,6 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
             args.src,
             args.dst,
             fmt,
-            shards=getattr(args, "shards", 1),
             workers=args.workers,
             resize_shorter=args.resize_shorter,
             quality=args.quality,

@@ -144,7 +144,7 @@ def convert(
     if isinstance(source, TFRecordStream):
         raise ValueError(f"{src} is a compressed stream; decompress it to convert")
     n = len(source)
-    classes = getattr(source, "classes", None)
+    classes = source.classes
     order = None
     if fmt == "wds" and shuffle_seed is not None:
         order = np.random.default_rng(shuffle_seed).permutation(n)
@@ -205,7 +205,7 @@ def convert(
             verified_by=by,
         )
     else:
-        names = getattr(source, "paths", None)
+        names = source.paths
         crcs = write_tfrecord(
             records,
             dst,

@@ -9,12 +9,12 @@ import torch
 
 from ..batch import SampleError
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
-from ..transforms import Compose, MultiView, as_compose
+from ..transforms.compose import DecodePipeline, as_compose
 from ..verified import NOT_VERIFIED, check_bytes
 from ..views import contiguous
 from .protocols import LoadTraits
 from .sampleplan import SamplePlan
-from .storage import SharedArray
+from .storage import SharedArray, StringArray
 
 
 def sample_name(index: int, where: str | None) -> str:
@@ -59,6 +59,14 @@ class ImageDataset(torch.utils.data.Dataset):
     #: declared neither (:meth:`__init_subclass__`) unless it declares its own ``load_traits``.
     load_traits: ClassVar[LoadTraits] = LoadTraits(planned=True, takes_out=True)
 
+    #: Class names (label ``i`` names ``classes[i]``) where the format stores them (an image
+    #: folder's subfolders, a converter's metadata); None where it does not.
+    classes: list[str] | None = None
+    #: Each sample's file, relative to the dataset's root, for formats of one file per sample
+    #: (:class:`~fastload.ImageFolder`, :class:`~fastload.ImageList`); None for formats of
+    #: records (their samples have no file a converter could name).
+    paths: StringArray | None = None
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass's own ``load`` withdraws what this class declares of its ``load``: batches
         are then loaded through that ``load`` (not planned past it), without ``out=``, unless the
@@ -76,7 +84,7 @@ class ImageDataset(torch.utils.data.Dataset):
             bad = int(np.argmin(labels.array))
             raise ValueError(f"labels must be >= 0; sample {bad} has {labels.array[bad]}")
         self._labels: SharedArray | None = labels
-        self.transform: Compose | MultiView = as_compose(transform)
+        self.transform: DecodePipeline = as_compose(transform)
         if decoder is not None:
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder = decoder

@@ -55,6 +55,8 @@ def _checksums(root: str, paths: StringArray, verified: Verified) -> SharedArray
 class _FileDataset(ImageDataset):
     """Shared reading of files named by relative paths under ``root``."""
 
+    paths: StringArray  # one file per sample: never None here
+
     def __init__(
         self,
         root: str,
@@ -126,6 +128,8 @@ class ImageFolder(_FileDataset):
         ValueError: No class folder or no image was found, or the manifest is malformed.
         TypeError: ``verified`` is not True, False or a manifest's path.
     """
+
+    classes: list[str]  # the subfolders: never None here
 
     def __init__(
         self,

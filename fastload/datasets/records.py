@@ -33,6 +33,10 @@ class PlannedRecords:
     transform: Any
     decoder: str | None
     max_pixels: int | None
+    #: As an ImageDataset's: class names where the records' metadata stores them, else None.
+    classes: list[str] | None = None
+    #: As an ImageDataset's: None, a stream's samples are records, not files.
+    paths: None = None
 
     def record_bytes(self, record: Any) -> Any:
         """The encoded image of ``record`` (raises what keeps it from being read)."""

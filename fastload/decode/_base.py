@@ -25,6 +25,10 @@ class DecodeError(ValueError):
 
 class Decoder(Protocol):
     name: str
+    # The DCT scales the cost planner (fastload.decode.plan) may pick among for this decoder's
+    # JPEGs, ascending; empty: the planner does not cost this decoder, which picks its own
+    # power-of-2 scale from ``min_scale``.
+    scales: tuple[Fraction, ...]
 
     def decode(
         self, data: Buffer, min_scale: float = 1.0, *, header: ImageHeader | None = None, max_pixels: int | None = None

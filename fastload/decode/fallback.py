@@ -20,6 +20,7 @@ from .header import ImageHeader, check_jpeg_complete, read_header
 
 class PillowDecoder:
     name = "pillow"
+    scales: tuple[Fraction, ...] = ()  # not costed: draft() picks the power-of-2 scale
 
     def __init__(self) -> None:
         from PIL import Image
@@ -51,6 +52,7 @@ class PillowDecoder:
 
 class OpenCVDecoder:
     name = "opencv"
+    scales: tuple[Fraction, ...] = ()  # not costed: IMREAD_REDUCED_* at the power-of-2 scale
 
     def __init__(self) -> None:
         import cv2

@@ -161,7 +161,10 @@ def interrupted(error: Interrupted) -> RuntimeError:
     return WorkerFailure(f"fastload: {error}")
 
 
-_FROM_WORKER = "_fastload_from_worker"  # the attribute that marks an error a worker raised (from_worker)
+# The attribute that marks an error a worker raised (from_worker). The error is of any type
+# (the dataset's, torch's, Python's), so nothing of ours declares it; and an exception takes
+# no weak reference, so a registry of marked errors would keep them alive: the mark is on it.
+_FROM_WORKER = "_fastload_from_worker"
 
 
 def _mark(error: BaseException) -> None:

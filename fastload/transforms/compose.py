@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import numpy as np
 from ..decode import Decoder, ImageHeader, check_pixels, read_header
 from ..decode.plan import DecodePlan, choose, execute
 from ..decode.resize import Crop
-from .crops import CenterCrop, CropPlanner, Resize, ResizedCenterCrop
+from .crops import CenterCrop, CropPlanner, InPlace, Resize, ResizedCenterCrop
 from .foreign import foreign_error
 
 
@@ -64,7 +65,52 @@ class DecodeSteps:
 _REQUIRED: Any = object()  # Compose.__call__'s rng when the caller gave none
 
 
-class Compose:
+class DecodePipeline(abc.ABC):
+    """What a dataset holds as its transform (:func:`as_compose`): transforms that plan the
+    decode of an encoded image from its header (:meth:`plan_decode`), then decode it and
+    transform the result (:meth:`finish_decode`). Subclassed by :class:`Compose` (one view)
+    and :class:`~fastload.transforms.MultiView` (several) only; any other transform is
+    wrapped in a Compose.
+
+    Attributes:
+        transforms: What the pipeline runs: a Compose's transforms, a MultiView's pipelines
+            (empty: the decoded image as it is).
+    """
+
+    transforms: Sequence[Any]
+
+    @abc.abstractmethod
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> Any:
+        """The pipeline on an already decoded image."""
+
+    @abc.abstractmethod
+    def plan_decode(
+        self,
+        data: Any,
+        decoder: Decoder,
+        rng: np.random.Generator,
+        max_pixels: int | None = None,
+        *,
+        verified: bool = False,
+    ) -> Any:
+        """The header read and checked, the crops drawn from ``rng`` and the decode planned:
+        the steps :meth:`finish_decode` takes."""
+
+    @abc.abstractmethod
+    def finish_decode(
+        self,
+        data: Any,
+        decoder: Decoder,
+        steps: Any,
+        rng: np.random.Generator,
+        out: Any = None,
+        max_pixels: int | None = None,
+        pixels: np.ndarray | None = None,
+    ) -> Any:
+        """``data`` decoded as ``steps`` planned and transformed (into ``out`` where it can)."""
+
+
+class Compose(DecodePipeline):
     """Applies transforms in order; each is ``f(img, rng) -> img`` or ``f(img) -> img``.
 
     A leading Resize + CenterCrop is fused into one ResizedCenterCrop. Which form a
@@ -87,6 +133,7 @@ class Compose:
         self.transforms = ts
         self.reduced_decode = reduced_decode
         self._with_rng = [takes_rng(t) for t in ts]
+        self._inplace = [isinstance(t, InPlace) for t in ts]  # may run in place (after_crop)
 
     @staticmethod
     def _apply(t: Any, with_rng: bool, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -141,7 +188,7 @@ class Compose:
         check_pixels(header, max_pixels)
         crop = self.plan(header.height, header.width, rng)
         planned = None
-        if crop is not None and getattr(decoder, "scales", None) and header.format == "jpeg" and header.components != 4:
+        if crop is not None and decoder.scales and header.format == "jpeg" and header.components != 4:
             planned = choose(header, (crop,), self.reduced_decode, verified)
         return DecodeSteps(header, crop, planned)
 
@@ -193,10 +240,10 @@ class Compose:
         ``img`` when it is ``owned`` (nothing else holds it): a flip then costs a few µs,
         where a flipped view costs its caller a reversed copy (~100 µs for 224x224 RGB)."""
         first = 1 if cropped else 0
-        for t, with_rng in zip(self.transforms[first:], self._with_rng[first:]):
-            inplace = getattr(t, "apply_inplace", None)
-            if inplace is not None and (owned or img is out):
-                img = inplace(img, rng)
+        steps = zip(self.transforms[first:], self._with_rng[first:], self._inplace[first:])
+        for t, with_rng, inplace in steps:
+            if inplace and (owned or img is out):
+                img = t.apply_inplace(img, rng)
             else:
                 img = self._apply(t, with_rng, img, rng)
                 owned = False  # the result may be a view of an array someone else holds
@@ -229,14 +276,21 @@ class Compose:
         return "Compose([" + ", ".join(map(repr, self.transforms)) + "])"
 
 
-def as_compose(transform) -> Compose:
+def as_compose(transform: Any) -> DecodePipeline:
     """Wraps a transform (or None) so datasets always hold a Compose, or a pipeline that plans
-    its decode as a Compose does (a :class:`~fastload.transforms.MultiView`)."""
+    its decode as a Compose does (a :class:`DecodePipeline`: a
+    :class:`~fastload.transforms.MultiView`), which is kept as it is."""
+    if isinstance(transform, DecodePipeline):
+        return transform
+    return compose_of(transform)
+
+
+def compose_of(transform: Any) -> Compose:
+    """``transform`` as one view's pipeline: a Compose as it is, ``Compose(transform)`` for a
+    list, ``Compose([])`` for None, else ``Compose([transform])``."""
     if transform is None:
         return Compose([])
-    if isinstance(transform, Compose) or (
-        callable(getattr(transform, "plan_decode", None)) and callable(getattr(transform, "finish_decode", None))
-    ):
+    if isinstance(transform, Compose):
         return transform
     if isinstance(transform, (list, tuple)):
         return Compose(transform)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 
 import cv2
@@ -16,6 +17,19 @@ def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
     if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v > 0 for v in pair):
         raise ValueError(f"{what} must be a positive int or (height, width), got {size!r}")
     return int(pair[0]), int(pair[1])
+
+
+class InPlace(abc.ABC):
+    """A transform that can also write its result into the array it is given: :class:`Compose`
+    runs :meth:`apply_inplace` on an array nothing else holds (a fresh decode, a batch slot),
+    ``__call__`` elsewhere. Subclassed by fastload's flips; a user's transform is not one."""
+
+    @abc.abstractmethod
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def apply_inplace(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Same draws as ``__call__``, the result written into ``img`` (and returned)."""
 
 
 class CropPlanner:
@@ -127,7 +141,7 @@ class ResizedCenterCrop(CropPlanner):
         return f"ResizedCenterCrop(size={self.size}, resize={self.resize.size}, antialias={self.antialias})"
 
 
-class RandomHorizontalFlip:
+class RandomHorizontalFlip(InPlace):
     """Flips left-right with probability ``p`` (a view: no copy until collate)."""
 
     def __init__(self, p: float = 0.5) -> None:

@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 from . import functional as F
+from .crops import InPlace
 from .functional._geometry import BORDERS, parse_padding
 from .functional._utils import Fill, check_fill
 
@@ -95,7 +96,7 @@ class RandomCrop:
         )
 
 
-class RandomVerticalFlip:
+class RandomVerticalFlip(InPlace):
     """Flips top-bottom with probability ``p`` (a view: no copy until collate)."""
 
     def __init__(self, p: float = 0.5) -> None:

@@ -21,7 +21,7 @@ from ..decode import Decoder, ImageHeader, check_pixels, read_header
 from ..decode.libjpeg import scaled_size, scratch
 from ..decode.plan import DecodePlan, choose
 from ..decode.resize import Crop
-from .compose import Compose, as_compose
+from .compose import Compose, DecodePipeline, compose_of
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def _counts(counts: Sequence[int] | None, n: int) -> tuple[int, ...]:
     return tuple(int(c) for c in counts)
 
 
-class MultiView:
+class MultiView(DecodePipeline):
     """Several views of each image, each view from its own pipeline: SSL's multi-crop.
 
     ``MultiView([global_1, global_2, local], counts=[1, 1, 8])`` makes 10 views of every
@@ -113,15 +113,12 @@ class MultiView:
         for p in pipelines:
             if isinstance(p, MultiView):
                 raise TypeError(f"a MultiView cannot hold another MultiView, got {p!r}; list its pipelines instead")
-        self.pipelines: tuple[Compose, ...] = tuple(as_compose(p) for p in pipelines)
+        self.pipelines: tuple[Compose, ...] = tuple(compose_of(p) for p in pipelines)
+        # The pipelines (what a Compose's ``transforms`` is to a single view).
+        self.transforms: list[Compose] = list(self.pipelines)
         self.counts = _counts(counts, len(self.pipelines))
         self.reduced_decode = bool(reduced_decode) and all(p.reduced_decode for p in self.pipelines)
         self._per_view = tuple(p for p, c in zip(self.pipelines, self.counts) for _ in range(c))
-
-    @property
-    def transforms(self) -> list[Compose]:
-        """The pipelines (what a Compose's ``transforms`` is to a single view)."""
-        return list(self.pipelines)
 
     @property
     def num_views(self) -> int:
@@ -157,12 +154,7 @@ class MultiView:
         check_pixels(header, max_pixels)
         crops = self.plan(header.height, header.width, rng)
         planned = None
-        if (
-            all(c is not None for c in crops)
-            and getattr(decoder, "scales", None)
-            and header.format == "jpeg"
-            and header.components != 4
-        ):
+        if all(c is not None for c in crops) and decoder.scales and header.format == "jpeg" and header.components != 4:
             planned = choose(header, cast(tuple[Crop, ...], crops), self.reduced_decode, verified)
         return ViewSteps(header, crops, planned)
 

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace, progress: bool = True) -> dict:
     short = short_batches(len(dataset), space.values["batch_size"])
     if short:
         warnings.append(small_dataset_warning(args.dataset, len(dataset), short))
-        if getattr(args, "save_profile", False) and len(short) == len(space.values["batch_size"]):
+        if args.save_profile and len(short) == len(space.values["batch_size"]):
             raise ValueError(f"--save-profile refused before measuring: {warnings[0]}")
         print(f"fastload tune: warning: {warnings[0]}", file=sys.stderr)
     grid = space.grid()

@@ -12,7 +12,7 @@ from ..datasets.open import detect, open_dataset
 
 def check_root(args: argparse.Namespace) -> None:
     """``--root`` is given only with a list file, and is a folder."""
-    if getattr(args, "root", None) is None:
+    if args.root is None:
         return
     kind = detect(args.dataset)
     if kind != "list":
@@ -24,7 +24,7 @@ def check_root(args: argparse.Namespace) -> None:
 def open_tuned(args: argparse.Namespace, transform: Any = None) -> Any:
     """The dataset ``args`` name, list-file paths taken relative to ``--root`` when given."""
     check_root(args)
-    if getattr(args, "root", None) is None:
+    if args.root is None:
         return open_dataset(args.dataset, transform=transform)
     return open_dataset(args.dataset, transform=transform, root=args.root)
 
