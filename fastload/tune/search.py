@@ -80,15 +80,23 @@ def grid_search(space: Space, searcher: Searcher) -> tuple[Config, float]:
     return searcher.best()
 
 
-def adaptive_search(space: Space, searcher: Searcher, min_gain: float = 0.05) -> tuple[Config, float]:
-    """Per batch size, add workers (from one) until the gain drops under ``min_gain``;
-    then, around the best point, try each other setting one at a time and the neighbouring
-    worker counts and batch sizes, until no single change helps.
+def adaptive_search(
+    space: Space, searcher: Searcher, min_gain: float = 0.05, patience: int = 2
+) -> tuple[Config, float]:
+    """Per batch size, add workers (from one) until ``patience`` counts in a row gain less
+    than ``min_gain`` over the best of the climb; then, around the best point, try each other
+    setting one at a time and the neighbouring worker counts and batch sizes, until no single
+    change helps.
+
+    Each configuration is measured once (:class:`Searcher`), so one run slowed by noise would
+    keep its worker count out for good: with ``patience`` 1 the climb stopped there and never
+    saw the counts beyond it.
     """
     v = space.values
     base = {"prefetch_factor": v["prefetch_factor"][0], "backend": v["backend"][0], "pin_memory": v["pin_memory"][0]}
     for bs in v["batch_size"]:
-        previous = None
+        best_here: float | None = None
+        misses = 0
         for w in v["num_workers"]:
             config = {"batch_size": bs, "num_workers": w, **base}
             if not space.valid(config):
@@ -96,9 +104,13 @@ def adaptive_search(space: Space, searcher: Searcher, min_gain: float = 0.05) ->
             rate = searcher(config)
             if w == 0:  # in-process loading is a different regime, not the first step of the climb
                 continue
-            if previous is not None and rate < previous * (1 + min_gain):
-                break
-            previous = rate
+            if best_here is not None and rate < best_here * (1 + min_gain):
+                misses += 1
+                best_here = max(best_here, rate)
+                if misses >= patience:
+                    break
+                continue
+            best_here, misses = rate, 0
     while True:  # coordinate refinement until no single change helps
         best, best_rate = searcher.best()
         for dim in ("prefetch_factor", "backend", "pin_memory", "num_workers", "batch_size"):
