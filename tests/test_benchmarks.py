@@ -30,6 +30,7 @@ SLOW = (
     "bench_gpu_rows",  # the row kernel in Triton's interpreter: 4 s
     "profile_loader",  # with --stages 7 s, without 3 s (make test took 242 s with them)
     "bench_region_decode",  # four 2-8 MP photos made, then every region path: about 15 s
+    "bench_checksum",  # four 2-8 MP photos and 48 small ones made, then three paths each: about 8 s
 )  # make test-slow (.ci/run) runs them
 
 
