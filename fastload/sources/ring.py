@@ -114,7 +114,8 @@ class BufferRing:
                         oldest = s
                 # The copy released first was queued first: the shortest wait.
                 if oldest is None:
-                    self._cond.wait(seconds)  # a release, or writers finishing (wake)
+                    # A release or close() notifies; writers finishing does not (seen at the next call).
+                    self._cond.wait(seconds)
                     return False
                 waiting_on = oldest.event
             waiting_on.synchronize()  # outside the lock: the copy ends on its own
@@ -140,7 +141,7 @@ class BufferRing:
             self._cond.notify_all()
 
     def wake(self) -> None:
-        """A waiting ``acquire`` looks again (its writers finished, or the source closed)."""
+        """A waiting ``acquire`` looks again now (the source closed), not at its next ``WAIT_S``."""
         with self._cond:
             self._cond.notify_all()
 

@@ -3,10 +3,13 @@
 A runner waits for one thing at a time: a batch's future (threads), a slot's queue (streams
 on threads), DataLoader's next item (worker processes and ``num_workers=0``), a free buffer
 of the ring. Each is a ``ready(seconds)`` that waits up to that long and says whether it
-came; :func:`wait_until` calls it until it does, and between two calls raises the pass's
-stop (``close()`` from any thread, or a newer pass) and the Loader's ``timeout``. So close
-ends every runner's pass within one wait (:data:`WAIT_S`, or DataLoader's tick), and a
-timeout is told the same way on every runner.
+came; :func:`wait_until` calls it until it does, raising the pass's stop (``close()`` from
+any thread, or a newer pass) before each call and, where the wait has a deadline (the
+Loader's ``timeout``), the timeout error once a call ends past it. So close ends a pass on
+threads or on worker processes within one wait (:data:`WAIT_S`, or DataLoader's tick), and
+their timeouts are told the same way. With ``num_workers=0`` a call loads a whole batch in
+this process and has no deadline: the timeout and close end fastload's own waits inside
+a sample (:func:`fastload.datasets.waits.bounded`), not a decode or the dataset's ``load``.
 """
 
 from __future__ import annotations
