@@ -170,6 +170,14 @@ def expected_checksums(paths: Iterable[str], checksums: dict[str, int]) -> np.nd
     return np.fromiter((checksums.get(p, NOT_VERIFIED) for p in paths), np.int64)
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it back at once: no thread makes files meanwhile
+    in the command that writes a manifest)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_manifest(path: str, rows: Sequence[list]) -> None:
     """Writes the manifest of ``rows`` to ``path`` atomically (a temporary file beside it, renamed)."""
     from . import __version__
@@ -187,6 +195,9 @@ def write_manifest(path: str, rows: Sequence[list]) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     try:
+        # mkstemp makes the file 0600: the manifest of a shared dataset folder must be readable
+        # by those who read the images, so it gets the mode open() would have given it.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(doc, f, separators=(",", ":"))
             f.write("\n")

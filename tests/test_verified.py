@@ -88,6 +88,17 @@ def test_verify_lists_what_fails_and_writes_a_manifest_of_the_rest(photo_folder,
     assert main(["verify", str(photo_folder), "--quiet"]) == 0
 
 
+def test_the_manifest_is_readable_by_those_who_read_the_images(photo_folder):
+    # Written through mkstemp (0600), a shared dataset's manifest was the verifier's alone:
+    # it gets the mode open() gives under the umask, as the images have.
+    old = os.umask(0o022)
+    try:
+        assert main(["verify", str(photo_folder), "--quiet"]) == 0
+    finally:
+        os.umask(old)
+    assert os.stat(photo_folder / MANIFEST_NAME).st_mode & 0o777 == 0o644
+
+
 def test_a_file_of_another_format_is_listed_not_strict_and_not_verified(photo_folder, capsys):
     from PIL import Image
 
