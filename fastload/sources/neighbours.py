@@ -8,12 +8,17 @@ count, and so its rank's batch count, stays the same. The batch builder
 which neighbour each failed row takes (:meth:`Neighbours.choose`) and copies it in. A batch
 whose rows all failed, in a slot with no good record yet, is owed (:class:`Owed`): its rows
 become copies of the slot's first good record once one is read.
+
+With ``decode="gpu"`` most rows are decoded on the device, after the worker is done with the
+batch: a failed record's row is then a hole (:class:`Holes`) that the device fills from its
+batch's good rows (:func:`fastload.device.gpudecode.refused.fill_holes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -34,6 +39,22 @@ def _kept(item: Loaded) -> Loaded:
     image = item.image
     own = tuple(np.array(v) for v in image) if isinstance(image, tuple) else np.array(image)
     return dataclasses.replace(item, image=own)
+
+
+class Replaces(Protocol):
+    """How the batch builder fills the rows of a stream's failed records
+    (:meth:`fastload.sources.maker.BatchMaker.build`)."""
+
+    @property
+    def last(self) -> Loaded | None:
+        """The good record a ``(j, None)`` of :meth:`choose` copies."""
+
+    def choose(self, items: list[Loaded | Failed]) -> list[tuple[int, int | None]] | None:
+        """For each failed row j of ``items``, the row k it copies, or None (:attr:`last`);
+        None: the batch is owed."""
+
+    def remember(self, good: list[Loaded]) -> None:
+        """Hears of a batch's good records."""
 
 
 class Neighbours:
@@ -64,3 +85,22 @@ class Neighbours:
             self.first = _kept(good[0])
         if good:
             self.last = _kept(good[-1])
+
+
+@dataclass
+class Holes:
+    """A batch's failed rows left for the device to fill (``decode="gpu"``: their neighbours'
+    pixels are decoded there). Each is written from a good row of the batch meanwhile, so the
+    batch collates; :attr:`rows` says which."""
+
+    rows: list[int] = field(default_factory=list)
+    last: Loaded | None = None  # never chosen: a hole is filled from its own batch
+
+    def choose(self, items: list[Loaded | Failed]) -> list[tuple[int, int | None]] | None:
+        """Each failed row copies the batch's first good row for now; None when none is good."""
+        good = [j for j, item in enumerate(items) if isinstance(item, Loaded)]
+        self.rows = [j for j, item in enumerate(items) if isinstance(item, Failed)]
+        return [(j, good[0]) for j in self.rows] if good else None
+
+    def remember(self, good: list[Loaded]) -> None:
+        """Nothing to remember: the device fills holes from their own batch."""
