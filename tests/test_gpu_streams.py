@@ -186,3 +186,26 @@ def test_a_hole_takes_the_last_good_row_before_it_else_the_first_after():
     assert neighbour_rows(5, [0, 1, 3]) == [2, 2, 2]
     assert neighbour_rows(4, [2, 3]) == [1, 1]
     assert neighbour_rows(3, [0, 1, 2]) is None
+
+
+@pytest.mark.parametrize("last", ["gpu-rows", "cpu-rows"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_record_no_good_row_precedes_takes_the_slots_last_good_record(tmp_path, kind, last):
+    """Cut short: records 0-3 (the first batch: owed until record 4, the slot's first good
+    record, pays it), 8 (first of its batch: record 7, the slot's last good record, the batch
+    before's) and 12-15 (a whole batch: record 11), as decode="cpu" fills them. Records 4, 7
+    and 11 are rows the GPU decodes (a copy of the packed row is decoded again) or PNGs the
+    CPU path decodes (their pixels are kept)."""
+    images = _photos(16)
+    for k in (0, 1, 2, 3, 8, 12, 13, 14, 15):
+        images[k] = images[k][: len(images[k]) // 2]
+    if last == "cpu-rows":
+        for k in (4, 7, 11):
+            images[k] = png_bytes(Image.fromarray(make_image(k, 150, 200)))
+    ds = _stream(kind, tmp_path / kind, images, fl.transforms.train(48, reduced_decode=False))
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        gpu, stats, skipped = _batches(ds, "gpu", epochs=(0,), gpu_cpu_share=0, on_error="skip")
+        cpu, _, cpu_skipped = _batches(ds, "cpu", epochs=(0,), on_error="skip")
+    assert skipped == cpu_skipped == [0, 1, 2, 3, 8, 12, 13, 14, 15]
+    assert [i.tolist() for _, _, i in gpu] == [[4] * 4, [4, 5, 6, 7], [7, 9, 10, 11], [11] * 4]
+    _assert_same(gpu, cpu)

@@ -28,7 +28,7 @@ from ..views import SampleShape, map_images, numpy_rows, row, shape_of
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
 from .fetch import Failed, Loaded, SampleLoader, put
 from .inflight import InFlight
-from .neighbours import Owed, Replaces
+from .neighbours import Neighbours, Owed, Replaces
 from .pools import BatchBuffers, BufferPool, Need
 from .request import BatchRequest
 from .rowmap import Building, InTurn, RowMap, Tally
@@ -222,8 +222,9 @@ class BatchMaker:
         finally:
             building.done = True
 
-    def owed(self, owed: Owed, first: Loaded | None, epoch: int, worker: int, pool: BufferPool) -> HostBatch:
-        """The batch ``owed`` paid: each of its rows the slot's ``first`` good record, reporting its own failure."""
+    def owed(self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool) -> HostBatch:
+        """The batch ``owed`` paid: each of its rows the ``slot``'s first good record, reporting its own failure."""
+        first = slot.first
         assert first is not None  # paid once the slot has read a good record
         n = len(owed.skipped)
         building = Building(InTurn(worker))

@@ -19,13 +19,17 @@ the decoded rows; the worker's time on them travels with the batch
 (:class:`fastload.device.gpudecode.share.CpuShare`).
 
 A stream's batch (:class:`~fastload.sources.stream.StreamMaker`: its records planned as read)
-is packed the same way. A record that fails under ``on_error="skip"`` is not filled here
-from its slot's neighbour, whose pixels may be the device's: its row is a hole
-(:attr:`EncodedBatch.holes`) the device fills from a good row of its batch.
+is packed the same way, and a record that fails under ``on_error="skip"`` takes its slot's
+neighbour as with ``decode="cpu"`` (:mod:`fastload.sources.neighbours`): a good row before it
+in its batch, whose pixels may be the device's, fills it there (its row is a hole,
+:attr:`EncodedBatch.holes`); else the slot's last good record of an earlier batch, kept as it
+was packed (:class:`~fastload.sources.neighbours.Kept`: a copy of its bytes and geometry, or
+its pixels); else the first good row after it, on the device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -33,7 +37,7 @@ from typing import Protocol, cast
 import numpy as np
 import torch
 
-from ..batch import SampleError, SkippedSample
+from ..batch import SkippedSample
 from ..collate import alloc_batch
 from ..decode import ImageHeader
 from ..decode.header import check_jpeg_complete
@@ -41,9 +45,9 @@ from ..decode.resize import Crop
 from ..encoded import EncodedBatch
 from ..targets import Target, TargetSpec, as_target, fill
 from .batchplan import BatchPlan, cpu_executor, plan_row
-from .fetch import Loaded, SampleLoader
+from .fetch import SampleLoader
 from .maker import BatchMaker
-from .neighbours import Holes, Owed, Replaces
+from .neighbours import Holes, Neighbours, Owed, from_slot
 from .pools import BufferPool
 from .request import BatchRequest
 from .rowmap import InTurn, RowMap
@@ -235,7 +239,7 @@ class PackMaker:
         rows: RowMap | None = None,
         *,
         planned: bool = False,
-        neighbours: Replaces | None = None,
+        neighbours: Neighbours | None = None,
     ) -> EncodedBatch | Owed:
         """The EncodedBatch of ``plan``: bytes for the GPU, pixels for the rest (and for
         the request's ``cpu_share`` of what the GPU could take), the per-row steps run by
@@ -243,13 +247,12 @@ class PackMaker:
 
         Args:
             plan, worker, pool, rows, planned: As in :meth:`BatchMaker.build <fastload.sources.maker.BatchMaker.build>`.
-            neighbours: Given for a stream's batch: its failed records are not filled here from
-                the slot's neighbours (most rows' pixels are decoded on the device) but left as
-                holes the device fills from a good row of their batch
-                (:func:`fastload.device.gpudecode.refused.fill_holes`).
+            neighbours: A stream's slot: its failed records take their neighbours (see
+                :func:`~fastload.sources.neighbours.from_slot`), and it keeps the batch's good records.
 
         Returns:
-            The batch; :class:`Owed` for a stream's batch whose every record failed.
+            The batch; :class:`Owed` for a stream's batch whose every record failed before
+            its slot had a good one.
         """
         rows = rows if rows is not None else InTurn(worker)
         request = plan.request
@@ -282,11 +285,9 @@ class PackMaker:
                 row_seconds=seconds,
             )
             if isinstance(host, Owed):  # a stream's: every CPU row failed (before one fixed their shape)
-                if len(cpu) == n:
-                    return host
-                holes, skipped = cpu, tuple(host.skipped)
+                holes, skipped = list(cpu), tuple(host.skipped)
                 pixels = _buffer((len(cpu), out_h, out_w, 3)).zero_()
-                stand_in = next(entry[1] for entry in packed if entry is not None)  # until the device fills them
+                stand_in = next((entry[1] for entry in packed if entry is not None), 0)  # until they are filled
                 for j in cpu:
                     targets[j] = stand_in
             else:
@@ -300,6 +301,11 @@ class PackMaker:
             if entry is not None:
                 encoded.append(entry[0])
                 targets[j] = entry[1]
+        if neighbours is not None:
+            slotted = from_slot(neighbours, request.seed, packed, encoded, cpu, holes, targets, indices, pixels)
+            if slotted is None:
+                return Owed(list(skipped))
+            pixels, holes = slotted
         labels = TargetSpec.of(targets[0]).alloc(n)
         fill(labels, targets, lambda j: self.loader.samples.title_of(int(indices[j])))
         return pack(
@@ -317,19 +323,21 @@ class PackMaker:
             holes,
         )
 
-    def owed(self, owed: Owed, first: Loaded | None, epoch: int, worker: int, pool: BufferPool) -> EncodedBatch:
-        """Never paid: a stream's batch whose every record failed has no good row to fill its
-        holes from (decode="cpu" copies the slot's first good record in; here its pixels would
-        be the device's).
-
-        Raises:
-            SampleError: Always, naming the batch's first failed record.
-        """
-        first_failed = owed.skipped[0]
-        raise SampleError(
-            f"on_error='skip': every record of a batch failed, and decode='gpu' fills a failed "
-            f"record's row from a good one of its own batch (decode='cpu' copies the slot's "
-            f"first good record); first: {first_failed}",
-            first_failed.index,
-            first_failed.where,
-        )
+    def owed(self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool) -> EncodedBatch:
+        """The batch ``owed`` paid: each of its rows a copy of the ``slot``'s first good record
+        (its packed row, or its pixels), reporting its own failure."""
+        first = slot.kept_first
+        assert first is not None  # paid once the slot has read a good record
+        n, (out_h, out_w) = len(owed.skipped), self.rows.out_size
+        encoded: list[EncodedRow] = []
+        pixels = _buffer((0, out_h, out_w, 3))
+        if first.encoded is not None:
+            encoded = [dataclasses.replace(first.encoded, row=j) for j in range(n)]
+        else:
+            pixels = _buffer((n, out_h, out_w, 3))
+            pixels.numpy()[:] = first.pixels
+        labels = TargetSpec.of(first.label).alloc(n)
+        fill(labels, [first.label] * n, lambda j: self.loader.samples.title_of(first.index))
+        indices = torch.full((n,), first.index, dtype=torch.int64)
+        cpu = [] if encoded else list(range(n))
+        return pack(encoded, cpu, pixels, labels, indices, epoch, tuple(owed.skipped), (out_h, out_w), first.seed)

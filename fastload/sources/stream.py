@@ -30,11 +30,11 @@ from . import resume
 from .batchplan import BatchPlan, Row, cpu_executor, plan_row
 from .closing import close_workers
 from .failures import PassClosed, in_worker_iter
-from .fetch import Loaded, SampleLoader
+from .fetch import SampleLoader
 from .handoff import BufferTable, SharedPool, detached
 from .inflight import InFlight
 from .maker import BatchMaker
-from .neighbours import Neighbours, Owed, Replaces
+from .neighbours import Neighbours, Owed
 from .packed import GpuRows, PackMaker
 from .pools import BufferPool, PlainPool
 from .process import ShowsDataset, WorkerOptions, dataloader_options, start_workers, worker_batches
@@ -90,12 +90,12 @@ class SlotMaker(Protocol):
         rows: Any = None,
         *,
         planned: bool = False,
-        neighbours: Replaces | None = None,
+        neighbours: Neighbours | None = None,
     ) -> SourceBatch | Owed:
         """The batch of ``plan`` (see :meth:`fastload.sources.maker.BatchMaker.build`)."""
 
-    def owed(self, owed: Owed, first: Loaded | None, epoch: int, worker: int, pool: BufferPool) -> SourceBatch:
-        """The batch ``owed`` paid with the slot's ``first`` good record."""
+    def owed(self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool) -> SourceBatch:
+        """The batch ``owed`` paid with the ``slot``'s first good record."""
 
     def new_pass(self) -> None:
         """The next batch learns its sample shape again."""
@@ -156,7 +156,7 @@ class StreamMaker:
                 owed.append(made)
                 continue
             for batch in owed:  # the slot's first good record stands in for every record before it
-                yield self.maker.owed(batch, neighbours.first, epoch, worker, self.pool)
+                yield self.maker.owed(batch, neighbours, epoch, worker, self.pool)
             owed = []
             yield made
         if owed:

@@ -12,7 +12,9 @@ loader's error policy. How it gets there depends on the source (:func:`refused_r
   named by the record as the worker would name them. Under ``on_error="skip"`` a record that
   fails is a hole, like a record that failed in the worker (:attr:`EncodedBatch.holes`):
   :func:`neighbour_rows` says which good row of the batch fills each, as a stream's slot
-  would (:mod:`fastload.sources.neighbours`): the last good row before it, else the first after.
+  would (:mod:`fastload.sources.neighbours`): the last good row before it, else the first
+  after (a hole the worker left has a good row before it, or the slot had none; one made
+  here with none before it takes the first after, not the slot's last good record).
 """
 
 from __future__ import annotations
