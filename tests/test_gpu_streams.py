@@ -209,3 +209,14 @@ def test_a_failed_record_no_good_row_precedes_takes_the_slots_last_good_record(t
     assert skipped == cpu_skipped == [0, 1, 2, 3, 8, 12, 13, 14, 15]
     assert [i.tolist() for _, _, i in gpu] == [[4] * 4, [4, 5, 6, 7], [7, 9, 10, 11], [11] * 4]
     _assert_same(gpu, cpu)
+
+
+@pytest.mark.parametrize("runner", ["in-process", "threads"])
+def test_a_streams_slots_decode_the_cpu_share_they_start_with(tmp_path, runner):
+    """gpu_cpu_share reaches a stream's slots as each pass starts: with 1 every GPU-decodable
+    row is decoded by the CPU path in the slots (the same pixels), none on the device."""
+    ds = _stream("wds", tmp_path / "wds", _photos(10), fl.transforms.train(48, reduced_decode=False))
+    gpu, stats, _ = _batches(ds, "gpu", gpu_cpu_share=1.0, **RUNNERS[runner])
+    cpu, _, _ = _batches(ds, "cpu", **RUNNERS[runner])
+    _assert_same(gpu, cpu)
+    assert stats["gpu_decoded_rows"] == 0 and stats["cpu_share_rows"] == 20
