@@ -7,7 +7,7 @@ packs it) and the device (:mod:`fastload.device.gpudecode` decodes it), as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -43,6 +43,12 @@ class EncodedBatch:
         cpu_share_rows: How many of the M decoded rows the GPU could have taken: those the
             request's ``cpu_share`` handed to the worker (:func:`shared_rows`).
         cpu_seconds: The worker's time loading those rows (wall clock).
+        names: R: each encoded row's name (a stream's record: where it was read), for a
+            refused row's errors.
+        verified: bool R: each encoded row's bytes were verified strictly before (its plan's).
+        holes: int64: the rows of a stream's records that failed under ``on_error="skip"``,
+            for the device to fill from a good row of the batch (their own record is in
+            ``skipped``).
     """
 
     data: torch.Tensor
@@ -64,6 +70,9 @@ class EncodedBatch:
     seed: int = 0
     cpu_share_rows: int = 0
     cpu_seconds: float = 0.0
+    names: tuple[str, ...] = ()
+    verified: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    holes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])

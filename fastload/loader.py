@@ -160,7 +160,7 @@ class Loader(DataLoaderAttributes):
             from .device.gpudecode import check_setup
             from .device.gpudecode.share import CpuShare
 
-            self._gpu = check_setup(samples, self.device, cfg.backend, is_stream(samples))
+            self._gpu = check_setup(samples, self.device, cfg.backend)
             self._share = CpuShare(cfg.gpu_cpu_share, self.num_workers)  # kept across source rebuilds
         self._normalizer = Normalizer.of(cfg.normalize)
         self._stats = Stats()  # the device drivers' counters, kept across source rebuilds

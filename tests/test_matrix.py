@@ -23,14 +23,9 @@ N, BATCH = 12, 4
 
 #: Cells refused: (error, its message's start, why). The guide's matrix is made from these
 #: and refusal() by tools/arch_counts.py.
-STREAM_GPU = (ValueError, "decode='gpu' needs a random-access dataset",
-              "GPU packing is built for indexed datasets only, not for streams (not built yet)")
 REFUSED = {
     ("user", "gpu"): (TypeError, "decode='gpu' needs a fastload dataset",
                       "a user's items are pixels, not the bytes GPU decode needs"),
-    ("tfrecord-stream", "gpu"): STREAM_GPU,
-    ("wds", "gpu"): STREAM_GPU,
-    ("wds-http", "gpu"): STREAM_GPU,
 }
 #: Every source's cells of several views with decode="gpu".
 GPU_VIEWS = (ValueError, "decode='gpu' runs RandomResizedCrop",

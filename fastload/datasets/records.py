@@ -63,9 +63,17 @@ class PlannedRecords:
         """
         if record.error is not None:
             raise record.error
-        number = int(record.number)
         data = self.record_bytes(record)
-        verified = self.record_verified(record, data)
+        return self.plan_bytes(int(record.number), data, epoch, seed, self.record_verified(record, data))
+
+    def plan_bytes(self, number: int, data: Any, epoch: int, seed: int, verified: bool) -> SamplePlan:
+        """Record ``number``'s image ``data`` (read already, ``verified`` or not) planned as
+        :meth:`plan_record` plans it: the device plans a row its decoder refused again from the
+        bytes its batch carries (a stream cannot read a record twice).
+
+        Raises:
+            DecodeError: The header is unreadable or over the pixel limit.
+        """
         rng = sample_rng(seed, epoch, number)
         if verified:
             steps = self.transform.plan_decode(data, get_decoder(self.decoder), rng, self.max_pixels, verified=True)

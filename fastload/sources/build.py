@@ -90,6 +90,8 @@ def build_source(
             shuffle=cfg.shuffle,
             threads=cfg.backend == "thread",
             reuse=device.type == "cuda" or cfg.normalize is not False,
+            gpu=gpu,
+            cpu_share=cpu_share if gpu is not None else None,
         )
     sampler = ShardedBatchSampler(
         len(samples),

@@ -28,7 +28,7 @@ from ..views import SampleShape, map_images, numpy_rows, row, shape_of
 from .batchplan import BatchPlan, CpuExecutor, Row, cpu_executor, plan_row
 from .fetch import Failed, Loaded, SampleLoader, put
 from .inflight import InFlight
-from .neighbours import Neighbours, Owed
+from .neighbours import Neighbours, Owed, Replaces
 from .pools import BatchBuffers, BufferPool, Need
 from .request import BatchRequest
 from .rowmap import Building, InTurn, RowMap, Tally
@@ -63,6 +63,11 @@ class BatchMaker:
     @property
     def inflight(self) -> Any:
         return self.loader.inflight
+
+    @property
+    def plans(self) -> bool:
+        """Whether its batches' rows are planned first (a stream plans them as they are read)."""
+        return self.executor.plans
 
     def new_pass(self) -> None:
         """The next head() learns the sample shape again (a transform may have changed)."""
@@ -144,7 +149,7 @@ class BatchMaker:
         rows: RowMap | None = None,
         *,
         planned: bool = False,
-        neighbours: Neighbours | None = None,
+        neighbours: Replaces | None = None,
         row_seconds: list[float] | None = None,
     ) -> HostBatch | Owed:
         """The batch of ``plan``: its rows planned (unless ``planned`` already, as a stream plans its
@@ -155,7 +160,9 @@ class BatchMaker:
             plan: The batch's rows.
             worker, pool, rows: As in :meth:`make`.
             planned: Its rows were planned already (in the order they were read).
-            neighbours: A stream's slot: fills the rows of records that failed under "skip".
+            neighbours: A stream's slot: fills the rows of records that failed under "skip"
+                (:class:`~fastload.sources.neighbours.Neighbours`; ``decode="gpu"``: leaves them
+                to the device, :class:`~fastload.sources.neighbours.Holes`).
             row_seconds: Where each row's time to finish is written (the GPU's share controller
                 reads the CPU's time per row; a head row, loaded to fix the shape, counts 0).
 
@@ -215,8 +222,10 @@ class BatchMaker:
         finally:
             building.done = True
 
-    def owed(self, owed: Owed, first: Loaded, epoch: int, worker: int, pool: BufferPool) -> HostBatch:
-        """The batch ``owed`` paid: each of its rows the slot's ``first`` good record, reporting its own failure."""
+    def owed(self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool) -> HostBatch:
+        """The batch ``owed`` paid: each of its rows the ``slot``'s first good record, reporting its own failure."""
+        first = slot.first
+        assert first is not None  # paid once the slot has read a good record
         n = len(owed.skipped)
         building = Building(InTurn(worker))
         buffers = pool.lease(Need(n, shape_of(first.image), TargetSpec.of(first.label), worker, building))

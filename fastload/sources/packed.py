@@ -17,17 +17,27 @@ CPU path too, exactly as ``decode="cpu"`` loads them (the same plan, the same dr
 the decoded rows; the worker's time on them travels with the batch
 (:attr:`EncodedBatch.cpu_seconds`), for the share's controller
 (:class:`fastload.device.gpudecode.share.CpuShare`).
+
+A stream's batch (:class:`~fastload.sources.stream.StreamMaker`: its records planned as read)
+is packed the same way, and a record that fails under ``on_error="skip"`` takes its slot's
+neighbour as with ``decode="cpu"`` (:mod:`fastload.sources.neighbours`): a good row before it
+in its batch, whose pixels may be the device's, fills it there (its row is a hole,
+:attr:`EncodedBatch.holes`); else the slot's last good record of an earlier batch, kept as it
+was packed (:class:`~fastload.sources.neighbours.Kept`: a copy of its bytes and geometry, or
+its pixels); else the first good row after it, on the device.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
 import numpy as np
 import torch
 
-from ..batch import HostBatch, SkippedSample
+from ..batch import SkippedSample
 from ..collate import alloc_batch
 from ..decode import ImageHeader
 from ..decode.header import check_jpeg_complete
@@ -37,6 +47,7 @@ from ..targets import Target, TargetSpec, as_target, fill
 from .batchplan import BatchPlan, cpu_executor, plan_row
 from .fetch import SampleLoader
 from .maker import BatchMaker
+from .neighbours import Holes, Neighbours, Owed, from_slot
 from .pools import BufferPool
 from .request import BatchRequest
 from .rowmap import InTurn, RowMap
@@ -85,6 +96,8 @@ class EncodedRow:
     width: int
     geometry: RowGeometry
     flip: bool
+    name: str = ""  # names it where the device must (a refused row's errors)
+    verified: bool = False  # its plan's: the device plans a refused stream row again from its bytes
 
 
 def _buffer(shape: tuple[int, ...]) -> torch.Tensor:
@@ -104,6 +117,7 @@ def pack(
     seed: int = 0,
     cpu_share_rows: int = 0,
     cpu_seconds: float = 0.0,
+    holes: Sequence[int] = (),
 ) -> EncodedBatch:
     """The EncodedBatch of ``encoded`` rows and the rows ``decoded`` on the CPU, whose final
     pixels ``pixels`` holds; the bytes go into a buffer allocated where the batch goes next
@@ -141,6 +155,9 @@ def pack(
         seed=seed,
         cpu_share_rows=cpu_share_rows,
         cpu_seconds=cpu_seconds,
+        names=tuple(e.name for e in encoded),
+        verified=np.fromiter((e.verified for e in encoded), bool, r),
+        holes=np.asarray(holes, np.int64),
     )
 
 
@@ -186,11 +203,14 @@ class PackMaker:
     def _encoded(self, plan: BatchPlan, j: int, geometry: RowGeometry) -> tuple[EncodedRow, Target]:
         """Row ``j`` packed for the GPU: its flip drawn from its plan's generator (after its crop,
         as the CPU path draws them)."""
-        sample = plan.rows[j].plan
+        r = plan.rows[j]
+        sample = r.plan
         assert sample is not None
         header = sample.header
         flip = self.rows.flip.draw(sample.rng) if self.rows.flip is not None else False
-        return EncodedRow(j, sample.data, header.height, header.width, geometry, flip), as_target(sample.label)
+        name = self.loader.samples.name(r.key)
+        row = EncodedRow(j, sample.data, header.height, header.width, geometry, flip, name, sample.verified)
+        return row, as_target(sample.label)
 
     def new_pass(self) -> None:
         """The CPU rows' builder learns their shape again."""
@@ -200,14 +220,45 @@ class PackMaker:
         """Always: a batch's encoded rows need no shape, and its CPU rows' builder learns it alone."""
         return True
 
+    @property
+    def plans(self) -> bool:
+        """Always: every row is planned (read, checked, its crop drawn) before it is packed."""
+        return True
+
     def make(self, request: BatchRequest, worker: int, pool: BufferPool, rows: RowMap | None = None) -> EncodedBatch:
-        """The EncodedBatch of ``request``: bytes for the GPU, pixels for the rest (and for
+        """The EncodedBatch of an indexed dataset's ``request`` (see :meth:`build`)."""
+        made = self.build(BatchPlan.of(request), worker, pool, rows)
+        assert isinstance(made, EncodedBatch)  # an indexed dataset's failures are replaced, never owed
+        return made
+
+    def build(
+        self,
+        plan: BatchPlan,
+        worker: int,
+        pool: BufferPool,
+        rows: RowMap | None = None,
+        *,
+        planned: bool = False,
+        neighbours: Neighbours | None = None,
+    ) -> EncodedBatch | Owed:
+        """The EncodedBatch of ``plan``: bytes for the GPU, pixels for the rest (and for
         the request's ``cpu_share`` of what the GPU could take), the per-row steps run by
-        ``rows`` (default: in turn, in this thread)."""
+        ``rows`` (default: in turn, in this thread).
+
+        Args:
+            plan, worker, pool, rows, planned: As in :meth:`BatchMaker.build <fastload.sources.maker.BatchMaker.build>`.
+            neighbours: A stream's slot: its failed records take their neighbours (see
+                :func:`~fastload.sources.neighbours.from_slot`), and it keeps the batch's good records.
+
+        Returns:
+            The batch; :class:`Owed` for a stream's batch whose every record failed before
+            its slot had a good one.
+        """
         rows = rows if rows is not None else InTurn(worker)
-        plan = BatchPlan.of(request)
+        request = plan.request
         n, (out_h, out_w) = len(plan), self.rows.out_size
-        rows.map(lambda j, w: plan_row(self.loader, plan, j, w), range(n))
+        if not planned:
+            rows.map(lambda j, w: plan_row(self.loader, plan, j, w), range(n))
         geometry = [self._geometry(plan, j) for j in range(n)]
         # Decided before any flip is drawn: a shared row's generator is the CPU path's, untouched.
         shared = set(shared_rows(request.cpu_share, [j for j in range(n) if geometry[j] is not None]))
@@ -216,25 +267,45 @@ class PackMaker:
         ]
         cpu = [j for j in range(n) if packed[j] is None]
         targets: list[Target] = [0] * n
-        indices = np.asarray(request.indices, np.int64).copy()
+        indices = np.asarray([r.index for r in plan.rows], np.int64)
         skipped: tuple[SkippedSample, ...] = ()
         pixels = _buffer((0, out_h, out_w, 3))
         cpu_seconds = 0.0
+        holes: list[int] = []
         if cpu:  # the CPU path's batch of these rows, from their plans, as decode="cpu" builds it
             seconds = [0.0] * len(cpu)
+            left = Holes() if neighbours is not None else None
             host = self.maker.build(
-                BatchPlan(request, [plan.rows[j] for j in cpu]), worker, pool, rows, planned=True, row_seconds=seconds
+                BatchPlan(request, [plan.rows[j] for j in cpu]),
+                worker,
+                pool,
+                rows,
+                planned=True,
+                neighbours=left,
+                row_seconds=seconds,
             )
-            assert isinstance(host, HostBatch)  # an indexed dataset's failures are replaced, never owed
-            pixels, skipped = cast(torch.Tensor, host.images), host.skipped
-            for k, j in enumerate(cpu):
-                targets[j], indices[j] = as_target(host.labels.numpy()[k]), int(host.indices[k])
+            if isinstance(host, Owed):  # a stream's: every CPU row failed (before one fixed their shape)
+                holes, skipped = list(cpu), tuple(host.skipped)
+                pixels = _buffer((len(cpu), out_h, out_w, 3)).zero_()
+                stand_in = next((entry[1] for entry in packed if entry is not None), 0)  # until they are filled
+                for j in cpu:
+                    targets[j] = stand_in
+            else:
+                pixels, skipped = cast(torch.Tensor, host.images), host.skipped
+                for k, j in enumerate(cpu):
+                    targets[j], indices[j] = as_target(host.labels.numpy()[k]), int(host.indices[k])
+                holes = [cpu[k] for k in left.rows] if left is not None else []
             cpu_seconds = sum(t for j, t in zip(cpu, seconds) if j in shared)
         encoded = []
         for j, entry in enumerate(packed):
             if entry is not None:
                 encoded.append(entry[0])
                 targets[j] = entry[1]
+        if neighbours is not None:
+            slotted = from_slot(neighbours, request.seed, packed, encoded, cpu, holes, targets, indices, pixels)
+            if slotted is None:
+                return Owed(list(skipped))
+            pixels, holes = slotted
         labels = TargetSpec.of(targets[0]).alloc(n)
         fill(labels, targets, lambda j: self.loader.samples.title_of(int(indices[j])))
         return pack(
@@ -249,4 +320,24 @@ class PackMaker:
             request.seed,
             len(shared),
             cpu_seconds,
+            holes,
         )
+
+    def owed(self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool) -> EncodedBatch:
+        """The batch ``owed`` paid: each of its rows a copy of the ``slot``'s first good record
+        (its packed row, or its pixels), reporting its own failure."""
+        first = slot.kept_first
+        assert first is not None  # paid once the slot has read a good record
+        n, (out_h, out_w) = len(owed.skipped), self.rows.out_size
+        encoded: list[EncodedRow] = []
+        pixels = _buffer((0, out_h, out_w, 3))
+        if first.encoded is not None:
+            encoded = [dataclasses.replace(first.encoded, row=j) for j in range(n)]
+        else:
+            pixels = _buffer((n, out_h, out_w, 3))
+            pixels.numpy()[:] = first.pixels
+        labels = TargetSpec.of(first.label).alloc(n)
+        fill(labels, [first.label] * n, lambda j: self.loader.samples.title_of(first.index))
+        indices = torch.full((n,), first.index, dtype=torch.int64)
+        cpu = [] if encoded else list(range(n))
+        return pack(encoded, cpu, pixels, labels, indices, epoch, tuple(owed.skipped), (out_h, out_w), first.seed)

@@ -13,6 +13,7 @@ planning failed, which then meets its error where the policy applies), and name 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,10 @@ class Samples:
 
     def in_flight(self, index: int) -> str | None:
         """None: the main process names sample ``index`` in flight itself (by :meth:`name`)."""
+        return None
+
+    def packed(self) -> None:
+        """None: a row the GPU decoder refuses is loaded again by its index (see :meth:`RecordSamples.packed`)."""
         return None
 
     def plan(self, index: int, epoch: int, seed: int) -> SamplePlan:
@@ -113,6 +118,11 @@ class RecordSamples:
         """ "record N": a loaded sample, by its number."""
         return f"record {number}"
 
+    def packed(self) -> PackedSamples:
+        """The stream's records as the device plans them again from the bytes a GPU batch
+        carries (a row the GPU decoder refused: a stream cannot read a record twice)."""
+        return PackedSamples(self.dataset)
+
     def plan(self, record: StreamRecordLike, epoch: int, seed: int) -> SamplePlan:
         """The record read (its image, then its target), its header checked and its crop drawn
         (raises its read error). Read now, in the slot's order: a reader may let go of a shard's
@@ -131,3 +141,38 @@ class RecordSamples:
         if self.plans:
             return self.dataset.finish(self.dataset.plan_record(record, epoch, seed)), int(record.label)
         return self.dataset.decode(record, epoch, seed), int(record.label)
+
+
+@dataclass
+class PackedRecord:
+    """A stream's record as a GPU batch carries it (:class:`~fastload.encoded.EncodedBatch`):
+    its number, its name, its encoded image, whether those bytes were verified, its target."""
+
+    number: int
+    where: str
+    image: Any
+    verified: bool
+    label: int
+    error: Exception | None = None  # it was read: a record that could not be is never packed
+
+
+class PackedSamples(RecordSamples):
+    """A stream's records planned from the bytes packed for the GPU (:class:`PackedRecord`),
+    with the draws, plan and names the worker's read record had: for the rows the device's
+    decoder refuses."""
+
+    def plan(self, record: StreamRecordLike, epoch: int, seed: int) -> SamplePlan:
+        packed = _packed(record)
+        plan = self.dataset.plan_bytes(packed.number, packed.image, epoch, seed, packed.verified)
+        plan.label = packed.label
+        return plan
+
+    def load(self, record: StreamRecordLike, epoch: int, seed: int, out: Any = None) -> tuple[Any, Any]:
+        """(image, target) of ``record``, decoded whole from its packed bytes."""
+        packed = _packed(record)
+        return self.dataset.finish(self.plan(packed, epoch, seed)), packed.label
+
+
+def _packed(record: StreamRecordLike) -> PackedRecord:
+    assert isinstance(record, PackedRecord)  # PackedSamples' rows are made from a packed batch only
+    return record

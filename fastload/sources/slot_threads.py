@@ -18,6 +18,7 @@ from typing import Any
 
 from ..batch import HostBatch
 from ..datasets import waits
+from ..encoded import SourceBatch
 from .failures import interrupted, worker_failure
 from .inflight import InFlight
 from .waiting import WAIT_S, Stop, wait_until
@@ -36,7 +37,7 @@ def _put(out: queue.Queue, item: Any, stop: Stop) -> bool:
     return False
 
 
-def _read(slot: Iterator[HostBatch], out: queue.Queue, stop: Stop) -> None:
+def _read(slot: Iterator[SourceBatch], out: queue.Queue, stop: Stop) -> None:
     """Puts ``slot``'s batches into ``out`` (then its error, or the end), until the pass stops."""
     end: Any = _END
     with waits.bounded(0, stop.closed):  # a wait of our own (the LMDB guard, a download) ends at close()
@@ -52,7 +53,7 @@ def _read(slot: Iterator[HostBatch], out: queue.Queue, stop: Stop) -> None:
 
 def slot_threads(
     data: Any, workers: int, prefetch_factor: int, timeout: float, inflight: InFlight, closed: threading.Event
-) -> Iterator[HostBatch]:
+) -> Iterator[SourceBatch]:
     """The batches of ``data`` (a :class:`~fastload.sources.stream.SlotRecords`), its ``workers``
     slots each read by a thread, in DataLoader's order.
 
@@ -95,7 +96,7 @@ def slot_threads(
                     left = q.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(left, HostBatch):
+                if isinstance(left, HostBatch):  # an EncodedBatch holds nothing lent
                     left.release()
 
 

@@ -13,18 +13,19 @@ import dataclasses
 import itertools
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
-from ..batch import HostBatch, SampleError
+from ..batch import SampleError
 from ..config import DEVICE_AHEAD
 from ..datasets.protocols import ResumedSizes, traits_of
 from ..datasets.stream_slots import batch_count, slot_batches_done
+from ..encoded import SourceBatch
 from . import resume
 from .batchplan import BatchPlan, Row, cpu_executor, plan_row
 from .closing import close_workers
@@ -34,6 +35,7 @@ from .handoff import BufferTable, SharedPool, detached
 from .inflight import InFlight
 from .maker import BatchMaker
 from .neighbours import Neighbours, Owed
+from .packed import GpuRows, PackMaker
 from .pools import BufferPool, PlainPool
 from .process import ShowsDataset, WorkerOptions, dataloader_options, start_workers, worker_batches
 from .request import BatchRequest, PassRequest
@@ -69,9 +71,40 @@ class StreamOrder:
     history: tuple = ()
 
 
+class SlotMaker(Protocol):
+    """What builds a stream's batches from their plans: the CPU path's
+    :class:`~fastload.sources.maker.BatchMaker` (a HostBatch), or the GPU's
+    :class:`~fastload.sources.packed.PackMaker` (an EncodedBatch for the device)."""
+
+    loader: SampleLoader
+
+    @property
+    def plans(self) -> bool:
+        """Whether each record is planned as it is read."""
+
+    def build(
+        self,
+        plan: BatchPlan,
+        worker: int,
+        pool: BufferPool,
+        rows: Any = None,
+        *,
+        planned: bool = False,
+        neighbours: Neighbours | None = None,
+    ) -> SourceBatch | Owed:
+        """The batch of ``plan`` (see :meth:`fastload.sources.maker.BatchMaker.build`)."""
+
+    def owed(self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool) -> SourceBatch:
+        """The batch ``owed`` paid with the ``slot``'s first good record."""
+
+    def new_pass(self) -> None:
+        """The next batch learns its sample shape again."""
+
+
 class StreamMaker:
     """Makes one reading slot's batches from its records, with the batch builder every source
-    uses (:meth:`fastload.sources.maker.BatchMaker.build`): each record is planned as soon as
+    uses (:meth:`fastload.sources.maker.BatchMaker.build`; with ``decode="gpu"``, the GPU's
+    packing, :meth:`fastload.sources.packed.PackMaker.build`): each record is planned as soon as
     it is read (where the stream plans its records: a slot's reader may let go of a shard's
     bytes once its records are read), ``batch_size`` of them make a batch plan, and the builder
     decodes its regions and finishes its rows in place in a buffer of ``pool``.
@@ -86,8 +119,11 @@ class StreamMaker:
         pool: Lends the batches' buffers.
     """
 
-    def __init__(self, maker: BatchMaker, batch_size: int, drop_last: bool, pool: BufferPool) -> None:
+    def __init__(self, maker: SlotMaker, batch_size: int, drop_last: bool, pool: BufferPool) -> None:
         self.maker, self.batch_size, self.drop_last, self.pool = maker, batch_size, drop_last, pool
+        #: ``decode="gpu"``: the share of GPU-decodable rows the slots decode on the CPU, set as
+        #: each pass starts (its workers start with it; ``BatchRequest.cpu_share``).
+        self.cpu_share = 0.0
 
     @property
     def loader(self) -> SampleLoader:
@@ -95,21 +131,22 @@ class StreamMaker:
 
     def _plans(self, records: Iterator[Any], epoch: int, seed: int, rank: int, worker: int) -> Iterator[BatchPlan]:
         """The slot's records cut into batch plans, each record planned as it is read."""
-        plans = self.maker.executor.plans
-        plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank))
+        plans, share = self.maker.plans, self.cpu_share
+        plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank, cpu_share=share))
         for record in records:
             plan.rows.append(Row(record, int(record.number)))
             if plans:
                 plan_row(self.loader, plan, len(plan) - 1, worker)
             if len(plan) == self.batch_size:
                 yield plan
-                plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank, plan.request.number + 1))
+                number = plan.request.number + 1
+                plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank, number, share))
         if len(plan) and not self.drop_last:
             yield plan
 
     def batches(
         self, records: Iterator[Any], epoch: int, seed: int, rank: int, slot: int, worker: int
-    ) -> Iterator[HostBatch]:
+    ) -> Iterator[SourceBatch]:
         """The batches of slot ``slot``'s ``records`` (in worker ``worker``)."""
         neighbours = Neighbours()
         owed: list[Owed] = []
@@ -119,8 +156,7 @@ class StreamMaker:
                 owed.append(made)
                 continue
             for batch in owed:  # the slot's first good record stands in for every record before it
-                assert neighbours.first is not None
-                yield self.maker.owed(batch, neighbours.first, epoch, worker, self.pool)
+                yield self.maker.owed(batch, neighbours, epoch, worker, self.pool)
             owed = []
             yield made
         if owed:
@@ -164,12 +200,12 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
         """The stream (``get_worker_info().dataset`` in a worker)."""
         return self.stream
 
-    def __iter__(self) -> Iterator[HostBatch]:
+    def __iter__(self) -> Iterator[SourceBatch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         return in_worker_iter(self.slot(worker, workers), info.id if info is not None else None)
 
-    def slot(self, worker: int, workers: int) -> Iterator[HostBatch]:
+    def slot(self, worker: int, workers: int) -> Iterator[SourceBatch]:
         """The batches of worker ``worker`` of ``workers`` (a process, or a thread)."""
         local = (worker + self.start) % workers
         into, slots = self.rank * workers + local, self.world_size * workers
@@ -180,7 +216,8 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
 
 
 class StreamSource:
-    """HostBatches from a record stream (e.g. TFRecordStream), one DataLoader per epoch (threads: :func:`slot_threads`).
+    """Batches from a record stream (e.g. TFRecordStream), one DataLoader per epoch (threads: :func:`slot_threads`):
+    HostBatches, or with ``decode="gpu"`` EncodedBatches.
 
     Args:
         stream: A :class:`~fastload.datasets.protocols.RecordStream` (``slot_length``,
@@ -195,6 +232,10 @@ class StreamSource:
         threads: Read each slot in a thread of this process (the thread backend), not in a worker process.
         reuse: With ``threads``: reuse the batches' buffers (a ring; off when the consumer keeps
             views of the uint8 batch).
+        gpu: ``decode="gpu"``: the transforms as the device runs them; the slots then pack
+            batches for it (:class:`~fastload.sources.packed.PackMaker`).
+        cpu_share: With ``gpu``: the share of GPU-decodable rows the slots decode on the CPU,
+            read as each pass starts (its workers, or threads, start with it).
     """
 
     def __init__(
@@ -210,25 +251,31 @@ class StreamSource:
         shuffle: bool = False,
         threads: bool = False,
         reuse: bool = True,
+        gpu: GpuRows | None = None,
+        cpu_share: Callable[[], float] | None = None,
     ) -> None:
         self.stream, self.batch_size, self.drop_last, self.shuffle = stream, batch_size, drop_last, shuffle
         self.on_error, self.rank, self.world_size = on_error, rank, world_size
         self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
         self.threads = threads and options.num_workers > 0
-        self.inflight = InFlight(max(1, options.num_workers))
+        # GPU decode: a row for this process too, where the device loads the rows its decoder refuses.
+        self.inflight = InFlight(max(1, options.num_workers) + (gpu is not None))
+        self.cpu_share = cpu_share
         self._closed = threading.Event()  # seen by a pass running in another thread
         samples = RecordSamples(stream)
         loader = SampleLoader(samples, on_error, self.inflight)
         # Workers collate into buffers of their own that the main process maps (as an indexed
         # source's do): torch's shared memory would leave a named /dev/shm segment behind for
         # every batch still in flight when a pass is broken off or its workers end.
-        pool: BufferPool = PlainPool(options.pin, options.pin_device)  # with no workers, pinned as the Loader says
-        if options.num_workers > 0 and BufferTable.supported and not self.threads:
+        # With no workers, pinned as the Loader says; GPU batches are packed bytes: a new buffer each.
+        pool: BufferPool = PlainPool(options.pin and gpu is None, options.pin_device)
+        if gpu is None and options.num_workers > 0 and BufferTable.supported and not self.threads:
             pool = SharedPool(BufferTable(options.num_workers, options.prefetch_factor + 2))
-        elif self.threads and reuse:
+        elif gpu is None and self.threads and reuse:
             # Sized as each pass starts (reset: _in_use), and allocated at its first batch.
             pool = RingPool(DEVICE_AHEAD + 1, batch_size, options.pin, options.pin_device, self._closed)
-        self.maker = StreamMaker(BatchMaker(loader, cpu_executor(samples)), batch_size, drop_last, pool)
+        maker: SlotMaker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(samples))
+        self.maker = StreamMaker(maker, batch_size, drop_last, pool)
 
     def _in_use(self) -> int:
         """The buffers a pass on threads has in use at once: each thread's ``prefetch_factor``
@@ -288,7 +335,7 @@ class StreamSource:
     def restart(self) -> None:
         """Nothing to restart: every pass starts its own workers."""
 
-    def batches(self, run: PassRequest) -> Iterator[HostBatch]:
+    def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One epoch's batches of this rank, from its batch number ``run.resumed.start`` on; after
         the stages ``run.resumed.history`` of the epoch, when it resumes one run on other ranks or workers."""
         if self._closed.is_set():
@@ -302,6 +349,7 @@ class StreamSource:
         # Each pass starts its own workers (or threads): its buffers are fresh.
         self.maker.pool.reset(self._in_use())
         self.maker.maker.new_pass()  # without workers, this process's maker learns the shape again
+        self.maker.cpu_share = self.cpu_share() if self.cpu_share is not None else 0.0
         data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
         if self.threads:
             o = self.options
@@ -312,7 +360,7 @@ class StreamSource:
         for batch in worker_batches(
             start_workers(loader, self.options), self.options, self.inflight, None, self._closed
         ):
-            yield cast(HostBatch, detached(batch))  # a stream makes no EncodedBatch
+            yield detached(batch)
 
     def close(self) -> None:
         """Ends the pass under way (from any thread: its ``next()`` raises the closed error)

@@ -46,12 +46,12 @@ def on_cpu_allowed() -> bool:
     return os.environ.get(ON_CPU, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def check_setup(dataset: Any, device: torch.device, backend: str, streaming: bool) -> GpuPipeline:
+def check_setup(dataset: Any, device: torch.device, backend: str) -> GpuPipeline:
     """The GPU pipeline for a Loader with ``decode="gpu"``, or a clear error.
 
     Raises:
-        ValueError: No CUDA device (and no ``FASTLOAD_GPU_DECODE_ON_CPU=1``), a stream,
-            or transforms the executor cannot run.
+        ValueError: No CUDA device (and no ``FASTLOAD_GPU_DECODE_ON_CPU=1``), or transforms
+            the executor cannot run.
         TypeError: A dataset that is not a fastload dataset.
         ImportError: nvImageCodec is not installed (names the wheels).
     """
@@ -59,10 +59,6 @@ def check_setup(dataset: Any, device: torch.device, backend: str, streaming: boo
         raise ValueError(
             f"decode='gpu' decodes on a CUDA device, but this Loader's device is {device}"
             f"{'' if torch.cuda.is_available() else ' (no CUDA here)'}: use decode='cpu'"
-        )
-    if streaming:
-        raise ValueError(
-            "decode='gpu' needs a random-access dataset, not a stream; use decode='cpu' (or TFRecordDataset)"
         )
     pipeline = GpuPipeline.of(dataset)
     from ...decode import roi

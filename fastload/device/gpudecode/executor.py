@@ -12,8 +12,10 @@ event has passed. On the CPU (the stand-in the tests run) the resize runs on uin
 path's kernel, so the pixels are the CPU path's.
 
 A row the decoder refuses is loaded by the CPU path in this process, as ``decode="cpu"``
-would load it, under the loader's error policy: its error names the sample's file; a
-replacement under ``on_error="skip"`` is reported like the workers'.
+would load it, under the loader's error policy (:mod:`.refused`: an indexed dataset's by its
+index, a stream's from the bytes its batch carries): its error names the sample's file or
+record; a replacement under ``on_error="skip"`` is reported like the workers'. A stream's
+records that failed (in the worker, or here) are holes, filled from good rows of their batch.
 """
 
 from __future__ import annotations
@@ -21,20 +23,16 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import cast
 
 import numpy as np
 import torch
 
-from ...batch import SkippedSample
+from ...batch import SampleError, SkippedSample
 from ...encoded import EncodedBatch
-from ...sources.batchplan import cpu_executor
 from ...sources.fetch import SampleLoader
-from ...sources.maker import BatchMaker
-from ...sources.pools import PlainPool
-from ...sources.request import BatchRequest
 from ..staged import Placement, Staged
 from .nvdecode import SIZE_HINT, BatchDecoder
+from .refused import neighbour_rows, refused_rows
 from .rows import METHODS, resize_rows
 
 __all__ = ["DECODE_THREADS", "GpuDecode", "decode_threads"]
@@ -89,7 +87,7 @@ class GpuDecode:
             raise ValueError(f"resize must be one of {METHODS}, got {resize!r}")
         self.fallback = fallback
         # The rows the decoder refuses are a batch of the CPU path's (fallback None: none is loaded).
-        self._builder = BatchMaker(fallback, cpu_executor(fallback.samples)) if fallback is not None else None
+        self._refused = refused_rows(fallback) if fallback is not None else None
         self.on_skipped = on_skipped
         self.resize = resize
         # The decoder call blocks its thread: the driver runs ``threads`` batches at once, each
@@ -136,16 +134,28 @@ class GpuDecode:
             batch.rows[done],
             self.resize,
         )
-        labels, indices = batch.labels, batch.indices
+        labels, indices = batch.labels.clone(), batch.indices.clone()  # a refused row or a hole changes them
         pixels, where = batch.decoded, batch.decoded_rows
+        holes = [int(j) for j in batch.holes]
+        skipped = batch.skipped
         if refused:
-            labels, indices = labels.clone(), indices.clone()
+            assert self._refused is not None
+            consumer = len(self.fallback.inflight) - 1  # the in-flight row kept for this process
             with self._fallback_lock:
-                more = self._load_on_cpu(batch, refused, labels, indices)
-            pixels, where = torch.cat([pixels, more]), np.concatenate([where, batch.rows[refused]])
+                rebuilt = self._refused.load(batch, refused, consumer)
+            places = [int(batch.rows[r]) for r in refused]
+            for k, j in enumerate(places):
+                labels[j], indices[j] = rebuilt.labels[k], rebuilt.indices[k]
+            if rebuilt.skipped and self.on_skipped is not None:
+                self.on_skipped(rebuilt.skipped)
+            holes += [places[k] for k in rebuilt.holes]
+            skipped += rebuilt.skipped
+            pixels, where = torch.cat([pixels, rebuilt.images]), np.concatenate([where, places])
         if len(where):
             host = self._to_device(pixels, at)
             rows.index_copy_(0, self._to_device(torch.from_numpy(where), at), host.permute(0, 3, 1, 2))
+        if holes:
+            self._fill(rows, labels, indices, sorted(holes), skipped, at)
         images = rows.permute(0, 2, 3, 1)  # an NHWC view, contiguous
         return Staged(
             images,
@@ -155,20 +165,33 @@ class GpuDecode:
             fallbacks=len(refused),
         )
 
-    def _load_on_cpu(
-        self, batch: EncodedBatch, refused: list[int], labels: torch.Tensor, indices: torch.Tensor
-    ) -> torch.Tensor:
-        """The refused encoded rows built by the CPU path's batch builder (updating ``labels``
-        and ``indices`` where a row was replaced), as uint8 M×H×W×3."""
-        where = [int(batch.rows[r]) for r in refused]
-        request = BatchRequest(batch.epoch, np.asarray([int(batch.indices[j]) for j in where], np.int64), batch.seed)
-        consumer = len(self.fallback.inflight) - 1  # the in-flight row kept for this process
-        host = self._builder.make(request, consumer, PlainPool(pin=False))
-        for k, j in enumerate(where):
-            labels[j], indices[j] = host.labels[k], host.indices[k]
-        if host.skipped and self.on_skipped is not None:
-            self.on_skipped(host.skipped)
-        return cast(torch.Tensor, host.images)
+    def _fill(
+        self,
+        rows: torch.Tensor,
+        labels: torch.Tensor,
+        indices: torch.Tensor,
+        holes: list[int],
+        skipped: tuple[SkippedSample, ...],
+        at: Placement,
+    ) -> None:
+        """A stream's failed records' rows (``holes``) filled from good rows of their batch
+        (:func:`.refused.neighbour_rows`), their targets and indices too.
+
+        Raises:
+            SampleError: Every row of the batch is a hole.
+        """
+        sources = neighbour_rows(rows.shape[0], holes)
+        if sources is None:
+            first = skipped[0]
+            raise SampleError(
+                f"on_error='skip': every record of a batch failed (decode='gpu' fills a failed record's "
+                f"row from a good one of its batch); first: {first}",
+                first.index,
+                first.where,
+            )
+        labels[holes], indices[holes] = labels[sources], indices[sources]
+        into = self._to_device(torch.tensor(holes, dtype=torch.int64), at)
+        rows.index_copy_(0, into, rows.index_select(0, self._to_device(torch.tensor(sources, dtype=torch.int64), at)))
 
 
 def typical_size(batch: EncodedBatch) -> tuple[int, int]:

@@ -60,18 +60,21 @@ class GpuPipeline:
         """The GPU form of ``dataset.transform``.
 
         Raises:
-            TypeError: ``dataset`` is not a fastload dataset that plans its samples.
+            TypeError: ``dataset`` is not a fastload dataset (or stream) that plans its samples.
             ValueError: Its transforms are not ones GPU decode can run (the message says which).
         """
         from ...datasets.base import ImageDataset
         from ...datasets.protocols import load_traits_of
+        from ...datasets.records import PlannedRecords
 
-        # GPU decode runs the dataset's transforms itself: a planned fastload dataset's, no other.
-        if not (isinstance(dataset, ImageDataset) and load_traits_of(dataset).planned):
+        # GPU decode runs the dataset's transforms itself: a planned fastload dataset's (or
+        # stream's: its records are planned as they are read), no other.
+        planned = isinstance(dataset, ImageDataset) and load_traits_of(dataset).planned
+        if not (planned or isinstance(dataset, PlannedRecords)):
             raise TypeError(
                 f"decode='gpu' needs a fastload dataset (ImageFolder, ImageList, LMDBDataset, "
-                f"TFRecordDataset) that does not override load, got {type(dataset).__name__}; "
-                "use decode='cpu'"
+                f"TFRecordDataset, TFRecordStream, WebDataset) that does not override load, got "
+                f"{type(dataset).__name__}; use decode='cpu'"
             )
         ts = list(dataset.transform.transforms)
         if not ts or not isinstance(ts[0], (RandomResizedCrop, ResizedCenterCrop)):
