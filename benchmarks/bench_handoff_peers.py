@@ -1,5 +1,6 @@
 """Issue 34 at hand-off: fastload's Loader against every peer, first epoch and later ones apart,
-on the ImageNet-sized photo set and on 2-8 MP photos, in one run.
+on the ImageNet-sized photo set and on 2-8 MP photos, in one run (issue 34's targets and
+issue 39's, printed apart).
 
 Every pipeline: 2 workers (processes or threads), RandomResizedCrop 224 (antialiased) +
 horizontal flip, uint8 batches handed to this (the training) process on the CPU. The photo
@@ -8,9 +9,10 @@ sets: ``fastload.photos.jpegs.make_photo_dataset`` (as ``bench_loader.py``) and
 
 Rows: fastload's default, a second default loader (its ratio to the first is the run's
 noise), and the default with each switch a user can flip (the thread backend,
-``reduced_decode=False``, ``FASTLOAD_ROI=trusted`` where nvImageCodec is installed, the other
-libjpeg-turbo decoder where it loads, ``FASTLOAD_NO_CALIBRATION=1``: ``bench_loader``'s
-variants); the peers where installed: timm-style (``peers.TimmDataset``, Pillow, 2 DataLoader
+``reduced_decode=False``, the other libjpeg-turbo decoder where it loads,
+``FASTLOAD_NO_CALIBRATION=1``: ``bench_loader``'s variants), the default over the same photos
+verified once (``fastload verify --manifest``, kept beside the set: each batch's checksums
+matched, then the cheapest decode the crop allows; issue 39); the peers where installed: timm-style (``peers.TimmDataset``, Pillow, 2 DataLoader
 workers), DALI's CPU pipeline with ROI decode (``peers.DaliBatches``, ``make bench``) and SPDL's
 thread pipeline (``peers.SpdlBatches``, ``pip install spdl``, FFmpeg libraries); FFCV 1.0.2
 does not install here (``peers.py`` says why) and is named as not run. The full-decode limit
@@ -59,6 +61,17 @@ MEASURES = {"wall": "by wall time, images/s", "steady": "by wall time after the 
 #: Issue 34's targets at hand-off: the default / the row (the limit: the default's share of it).
 TARGETS = {"photos": {TIMM: 2.5, DALI: 2.0, "FFCV": 2.0, LIMIT: 0.75}, "large": {DALI: 2.0, LIMIT: 3.0}}
 FIRST_OF_LATER, OF_SWITCH = 0.95, 0.97
+VERIFIED = "fastload process uint8, verified (fastload verify)"
+#: Issue 39's: (label, numerator row, denominator row, target); the limit's row is 2 cores' full decodes.
+ISSUE39 = {
+    "photos": [("verified / default (strict)", VERIFIED, DEFAULT, 1.0)],
+    "large": [
+        ("verified / default (strict)", VERIFIED, DEFAULT, 1.0),
+        (f"verified / {DALI}", VERIFIED, DALI, 1.5),
+        ("verified's share of the full-decode limit", VERIFIED, LIMIT, 1.6),
+        ("default (strict)'s share of the full-decode limit", DEFAULT, LIMIT, 1.35),
+    ],
+}
 
 
 def timed_epoch(make: Callable[[], Iterable], wave: int) -> dict:
@@ -100,11 +113,21 @@ def decode_pass(paths: list[str], workers: int) -> dict:
     return {"wall": limit, "steady": limit, "cpu": len(blobs) / (time.thread_time() - cpu), "first_batch_ms": None}
 
 
+def verified_manifest(root: str) -> str:
+    """``fastload verify``'s manifest of ``root``, written once beside it (``ROOT.verified.json``)."""
+    from fastload.cli import main as cli
+
+    manifest = os.path.abspath(root).rstrip(os.sep) + ".verified.json"
+    if not os.path.exists(manifest) and cli(["verify", root, "--quiet", "--manifest", manifest]) != 0:
+        raise RuntimeError(f"fastload verify {root} failed: a photo of the set does not decode strictly")
+    return manifest
+
+
 def pipelines(root: str, paths: list[str], bs: int, workers: int, args) -> tuple[dict, dict]:
     """name -> (constructor, environment switch or None), and name -> why a row is not run."""
     rows: dict = {}
     for name, (tf_kw, loader_kw, env, compared) in fastload_variants(train=True).items():
-        if name != DEFAULT and not compared:
+        if (name != DEFAULT and not compared) or env == "FASTLOAD_ROI=trusted":  # deprecated: the verified row
             continue
         kw = dict(loader_kw)
         decoder = kw.pop("decoder", None)
@@ -115,9 +138,19 @@ def pipelines(root: str, paths: list[str], bs: int, workers: int, args) -> tuple
                              device="cpu", **kw)
 
         rows[name] = (make, env)
+    # The photos verified once (`fastload verify --manifest`, kept beside the set, not in it: the
+    # other rows read the folder unverified): checksums matched, decodes as the crop allows.
+    manifest = verified_manifest(root)
+
+    def make_verified() -> fl.Loader:
+        ds = fl.ImageFolder(root, transform=fl.transforms.train(224), verified=manifest)
+        assert ds.verified_count == len(ds), (ds.verified_count, len(ds))
+        return fl.Loader(ds, batch_size=bs, num_workers=workers, normalize=False, shuffle=True, device="cpu")
+
+    rows[VERIFIED] = (make_verified, None)
     skipped = {}
     if not roi.available():
-        skipped["fastload, FASTLOAD_ROI=trusted"] = "nvImageCodec is not installed (the roi extra)"
+        skipped["region decodes of verified rows"] = "nvImageCodec is not installed (the roi extra)"
     other = "turbojpeg" if default_backend() == "simplejpeg" else "simplejpeg"
     try:
         get_decoder(other)
@@ -213,8 +246,8 @@ def targets(med: dict, target_set: str, measure: str) -> dict:
     print(f"    issue 34's targets, {MEASURES[measure].split(',')[0]} (default / row; first epoch | later epochs):")
     out: dict = {}
 
-    def line(label: str, row: str | None, goal: float | None) -> None:
-        got = [med[DEFAULT][p][0] / med[row][p][0] if row and med[DEFAULT][p] and med[row][p] else None
+    def line(label: str, row: str | None, goal: float | None, top: str = DEFAULT) -> None:
+        got = [med[top][p][0] / med[row][p][0] if row and med[top][p] and med[row][p] else None
                for p in ("first", "later")]
         marks = " | ".join("-" if g is None else f"{g:.2f}{'' if goal is None else ' ok' if g >= goal else ' NOT MET'}"
                            for g in got)
@@ -230,9 +263,16 @@ def targets(med: dict, target_set: str, measure: str) -> dict:
     for name in med:
         if name.startswith(SPDL) and SPDL not in TARGETS[target_set]:
             line(f"{name} (no target)", name, None)
-        if name.startswith("fastload") and name not in (DEFAULT, SECOND):
+        if name.startswith("fastload") and name not in (DEFAULT, SECOND, VERIFIED):
             line(f"vs {name[len('fastload '):]}", name, OF_SWITCH)
     line("vs a second default loader (the run's noise)", SECOND, None)
+    print(f"    issue 39's targets, {MEASURES[measure].split(',')[0]} (row / row; first epoch | later epochs):")
+    for label, top, row, goal in ISSUE39[target_set]:
+        found = next((n for n in med if n.startswith(row)), None)
+        if top not in med or found is None:
+            print(f"      {label:62s} not run, see above  (target >= {goal})")
+            continue
+        line(label, found, goal, top)
     d = med[DEFAULT]
     first_later = d["first"][0] / d["later"][0] if d["first"] and d["later"] else None
     print(f"      {'first epoch / later epochs':62s} {'-' if first_later is None else f'{first_later:.2f}'}"
