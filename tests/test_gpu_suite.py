@@ -477,7 +477,10 @@ def test_dry_run_of_the_call_in_a_venv_of_the_device_image(tmp_path):
     assert train["versions"]["timm"] and train["dataloader"]["workers"] in (1, 2)
     decode = gpu_summary.latest(records, "bench_gpu_decode")
     assert {"cpu", "gpu", gpu_summary.TORCHVISION} <= set(decode["decode"]), decode["decode"]
-    assert all(m["cpu_s_per_image"] > 0 for m in decode["decode"].values())
+    # CPU seconds were read for every mode. Clocks tick every 10 ms: a dry run's few batches of a
+    # fast mode may take under a tick on this machine, so 0 is a reading (CI saw one), None is not.
+    assert all(m["cpu_s_per_image"] is not None and m["cpu_s_per_image"] >= 0 for m in decode["decode"].values())
+    assert any(m["cpu_s_per_image"] > 0 for m in decode["decode"].values())
     assert set(gpu_summary.latest(records, "bench_gpu_decode", "recipe")["recipe"]) == {"fastload", "timm"}
     correctness = next(r for r in records if r.get("benchmark") == "correctness")
     assert all(c["ok"] for c in correctness["checks"].values()) and len(correctness["checks"]) == 5
