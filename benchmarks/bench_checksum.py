@@ -23,23 +23,13 @@ from __future__ import annotations
 import glob
 import os
 import statistics
-import time
 
 import numpy as np
-from common import ROOT, large_photos, parser, photo_folder, report
+from common import ROOT, large_photos, parser, photo_folder, report, timed
 
 import fastload as fl
 from fastload.decode import get_decoder, roi
 from fastload.verified import crc32c
-
-
-def _time(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def measure(paths: list[str], repeat: int) -> dict:
@@ -66,7 +56,7 @@ def measure(paths: list[str], repeat: int) -> dict:
         kind = steps.plan.kind if steps.plan is not None else "decoder's own"
         kinds[kind] = kinds.get(kind, 0) + 1
         for name, fn in runs if k % 2 == 0 else runs[::-1]:  # alternate: drift hits all alike
-            times[name].append(_time(fn, repeat))
+            times[name].append(timed(fn, repeat))
     total = {name: sum(t) for name, t in times.items()}
     return {
         "photos": len(paths),
