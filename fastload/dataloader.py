@@ -10,42 +10,25 @@ meanings: batches arrive normalized on the device (fastload's own options, such 
 
 A dataset whose items are not images (numbers, vectors, tokens: the first item's first field
 is no image, nor a sequence of images) has nothing for fastload to decode: it runs as
-``torch.utils.data.DataLoader`` with the same arguments, decided at its first pass from
-item 0 (:attr:`DataLoader.generic`).
+``torch.utils.data.DataLoader`` with the same arguments (:attr:`DataLoader.generic`). That is
+decided at the first pass, where the items are read: the first item a worker (or, with no
+workers, this process) reads that is no image raises
+:class:`~fastload.datasets.wrap.ItemsNotImages` there, and the pass starts again as torch's
+DataLoader. Nothing reads an item beforehand, so a dataset whose items wait for each other
+(a barrier across the workers) runs as with DataLoader; the items read before the restart
+are read again, by torch's DataLoader.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from .datasets.base import ImageDataset
-from .datasets.protocols import is_stream
-from .datasets.wrap import split_fields, views_of
+from .datasets.wrap import ItemsNotImages
 from .loader import Loader
 from .loading import compat
-
-
-def holds_images(dataset: Any) -> bool:
-    """Whether ``dataset``'s items are images (item 0's first field: an image, or a sequence of
-    them); a fastload dataset's always are. An empty dataset, or one whose item 0 raises, is
-    taken for one of images (the Loader names the error where it meets it)."""
-    if isinstance(dataset, ImageDataset) or is_stream(dataset):
-        return True
-    try:
-        if len(dataset) == 0:
-            return True
-        item = dataset[0]
-    except Exception:
-        return True
-    try:
-        image, _, _ = split_fields(item, None, None)
-        views_of(image, transformed=False)
-    except (TypeError, KeyError, ValueError, IndexError):
-        return False
-    return True
 
 
 class DataLoader(Loader):
@@ -86,6 +69,8 @@ class DataLoader(Loader):
             cannot read.
         ValueError: A bad value, or arguments DataLoader refuses together (the message names them).
     """
+
+    _first_item_decides: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -172,22 +157,52 @@ class DataLoader(Loader):
 
     @property
     def generic(self) -> torch.utils.data.DataLoader | None:
-        """``torch.utils.data.DataLoader`` with this loader's arguments when the dataset's items
-        are not images (decided once, from item 0, at the first pass or ``len()``), else None."""
-        if not self._decided:
-            if not holds_images(self.dataset):
-                generator = self._torch_arguments["generator"]
-                before, after = self._generator_before, self._generator_after
-                if before is not None and after is not None and torch.equal(generator.get_state(), after):
-                    generator.set_state(before)
-                self._generic = torch.utils.data.DataLoader(self.dataset, **self._torch_arguments)
-            self._decided = True
+        """``torch.utils.data.DataLoader`` with this loader's arguments once a pass found the
+        dataset's items are not images; None before, and for images."""
         return self._generic
 
     def __iter__(self) -> Iterator[Any]:
-        generic = self.generic
-        return iter(generic) if generic is not None else super().__iter__()
+        if self._generic is not None:
+            return iter(self._generic)
+        images = super().__iter__()
+        return images if self._decided else _FirstPass(self, images)
 
     def __len__(self) -> int:
-        generic = self.generic
-        return len(generic) if generic is not None else super().__len__()
+        # The same count either way (batch_size, drop_last and the sampler are DataLoader's).
+        return len(self._generic) if self._generic is not None else super().__len__()
+
+    def _not_images(self) -> Iterator[Any]:
+        """Called when the first pass found items that are not images: ends fastload's pass and
+        returns a pass of torch's DataLoader with this loader's arguments."""
+        self._end_pass()
+        generator = self._torch_arguments["generator"]
+        before, after = self._generator_before, self._generator_after
+        if before is not None and after is not None and torch.equal(generator.get_state(), after):
+            generator.set_state(before)
+        self._generic = torch.utils.data.DataLoader(self.dataset, **self._torch_arguments)
+        self._decided = True
+        return iter(self._generic)
+
+
+class _FirstPass:
+    """The first pass of a :class:`DataLoader`: fastload's, until its first batch shows the items
+    are images; torch DataLoader's from the start when they are not (read in the workers, or
+    here with none). A batch's error other than that is raised in its turn, as from any pass,
+    and the next ``next()`` goes on."""
+
+    def __init__(self, owner: DataLoader, images: Iterator[Any]) -> None:
+        self._owner, self._batches = owner, images
+
+    def __iter__(self) -> _FirstPass:
+        return self
+
+    def __next__(self) -> Any:
+        if self._owner._decided:
+            return next(self._batches)
+        try:
+            batch = next(self._batches)
+        except ItemsNotImages:
+            self._batches = self._owner._not_images()
+            return next(self._batches)
+        self._owner._decided = True
+        return batch

@@ -7,7 +7,7 @@ import os
 import types
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -107,6 +107,11 @@ class Loader(DataLoaderAttributes):
     #: ``fl.Loader[T]`` in annotations, as ``DataLoader[T]``.
     __class_getitem__ = classmethod(types.GenericAlias)
 
+    #: A user's dataset whose first item is no image raises ItemsNotImages (where it is read,
+    #: in a worker or here) rather than its sample's TypeError: fl.DataLoader then runs it as
+    #: torch's DataLoader.
+    _first_item_decides: ClassVar[bool] = False
+
     def __init__(
         self,
         dataset: Any = _NOT_GIVEN,
@@ -134,7 +139,7 @@ class Loader(DataLoaderAttributes):
         self._batch_transforms = BatchTransforms.of(batch_transform)
         samples = dataset
         if not isinstance(dataset, (RecordStream, Loadable)):
-            samples = SubsetDataset.of(dataset) or WrappedDataset(dataset)
+            samples = SubsetDataset.of(dataset) or WrappedDataset(dataset, first_item_decides=self._first_item_decides)
             samples.given = dataset  # what get_worker_info().dataset is in a worker
         if not is_stream(samples) and len(samples) == 0:
             raise ValueError("dataset is empty")

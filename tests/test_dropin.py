@@ -250,3 +250,76 @@ def test_a_dataset_of_no_images_runs_as_torchs_dataloader():
         assert isinstance(ours.generic, torch.utils.data.DataLoader)
     images = fl.DataLoader([(np.zeros((8, 8, 3), np.uint8), 0)] * 4, batch_size=2)
     assert images.generic is None and len(list(images)) == 2  # images keep fastload's path
+
+
+class _Barrier(torch.utils.data.Dataset):
+    """Each item waits until every worker has read one (PyTorch's SynchronizedSeedDataset): an
+    item read anywhere else first (a look at item 0 in the main process) waits forever."""
+
+    def __init__(self, workers):
+        self.count = multiprocessing.Value("i", 0, lock=True)
+        self.barrier = multiprocessing.Semaphore(0)
+        self.workers = workers
+        self.outside = multiprocessing.Value("i", 0, lock=True)  # items read outside the workers
+
+    def __len__(self):
+        return self.workers
+
+    def __getitem__(self, i):
+        if torch.utils.data.get_worker_info() is None:
+            with self.outside.get_lock():
+                self.outside.value += 1
+        with self.count.get_lock():
+            self.count.value += 1
+            if self.count.value == self.workers:
+                self.barrier.release()
+        if not self.barrier.acquire(timeout=10):
+            raise TimeoutError("the barrier was not reached: an item was read outside the workers")
+        self.barrier.release()
+        return torch.initial_seed()
+
+
+def test_items_that_are_not_images_are_told_apart_in_the_workers():
+    # Issue 40: fl.DataLoader looked at item 0 in the main process to tell images from other
+    # data; PyTorch's test_worker_seed waits there forever. The workers decide where they read.
+    ds = _Barrier(3)
+    seeds = [int(s) for s in fl.DataLoader(ds, batch_size=1, num_workers=3)]
+    assert len(set(seeds)) == 3  # one item in each worker, each worker seeded as torch seeds it
+    assert ds.outside.value == 0
+
+    def seeds_of(loader):
+        return sorted(int(s) for s in loader)
+
+    again = [seeds_of(fl.DataLoader(_Barrier(3), batch_size=1, num_workers=3,
+                                    generator=torch.Generator().manual_seed(42))) for _ in range(2)]
+    theirs = seeds_of(torch.utils.data.DataLoader(_Barrier(3), batch_size=1, num_workers=3,
+                                                  generator=torch.Generator().manual_seed(42)))
+    assert again[0] == again[1] == theirs
+
+
+def test_items_that_are_not_images_run_as_dataloader_under_on_error_skip():
+    # An item that is no image is the dataset's, not one damaged sample: never skipped (a skip
+    # would read replacements, and end in "every replacement failed").
+    ds = torch.utils.data.TensorDataset(torch.arange(8.0))
+    ours = fl.DataLoader(ds, batch_size=4, on_error="skip")
+    assert [b[0].tolist() for b in ours] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
+    assert isinstance(ours.generic, torch.utils.data.DataLoader)
+    with pytest.raises(TypeError, match="sample 0: the item is a tuple of 1") as raised:  # fl.Loader: its error
+        next(iter(fl.Loader(ds, batch_size=4, num_workers=0, **CPU)))
+    assert not isinstance(raised.value, fl.datasets.wrap.ItemsNotImages)
+
+
+class _FirstFails(Plain):
+    def __getitem__(self, i):
+        if i == 0:
+            raise KeyError("sample 0 is gone")
+        return super().__getitem__(i)
+
+
+def test_the_first_pass_goes_on_after_a_batch_error_before_the_images_are_seen():
+    loader = fl.DataLoader(_FirstFails(4), batch_size=2, **CPU)
+    it = iter(loader)
+    with pytest.raises(KeyError, match="sample 0 is gone"):
+        next(it)
+    assert [y.tolist() for _, y in it] == [[2, 3]]  # the pass goes on, as DataLoader's does
+    assert loader.generic is None

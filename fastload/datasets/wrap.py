@@ -43,6 +43,13 @@ class SampleKeyError(KeyError, SampleError):
         SampleError.__init__(self, message, index, where)
 
 
+class ItemsNotImages(SampleTypeError):
+    """No item this process loaded so far was an image, and this one is not either: for
+    :class:`fastload.DataLoader`, whose dataset then runs as torch's DataLoader (see
+    :attr:`WrappedDataset.first_item_decides`). Never skipped under ``on_error="skip"``: it is
+    about the dataset, not one damaged sample."""
+
+
 NOT_IMAGES = (
     "fastload's Loader batches images (its items' first field, or image_key=); for data that is not images, "
     "use torch.utils.data.DataLoader"
@@ -198,6 +205,9 @@ class WrappedDataset(torch.utils.data.Dataset):
         image_key: The image's dict key or tuple position (default: see above).
         target_key: The target's dict key or tuple position, or a function ``item -> target``
             (a module-level function when workers are started by spawn).
+        first_item_decides: An item that is not an image, before any item that was one (in
+            this process), raises :class:`ItemsNotImages` (the caller then loads the dataset
+            another way) instead of its sample's TypeError.
 
     Raises:
         TypeError: ``dataset`` is an IterableDataset or has no ``__len__``/``__getitem__``.
@@ -210,7 +220,15 @@ class WrappedDataset(torch.utils.data.Dataset):
     #: Loaded whole (its items are the user's, not planned) and without ``out=``.
     load_traits: ClassVar[LoadTraits] = LoadTraits()
 
-    def __init__(self, dataset: Any, transform: Any = None, *, image_key: Any = None, target_key: Any = None) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        transform: Any = None,
+        *,
+        image_key: Any = None,
+        target_key: Any = None,
+        first_item_decides: bool = False,
+    ) -> None:
         name = type(dataset).__name__
         if isinstance(dataset, torch.utils.data.IterableDataset):
             raise TypeError(
@@ -225,6 +243,10 @@ class WrappedDataset(torch.utils.data.Dataset):
         self.dataset = dataset
         self.transform = as_compose(transform)
         self.image_key, self.target_key = image_key, target_key
+        self.first_item_decides = first_item_decides
+        # Whether an item was an image in this process: a worker's copy starts as it was when
+        # the worker started, so each worker decides from the first item it reads.
+        self._images_seen = False
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -246,7 +268,10 @@ class WrappedDataset(torch.utils.data.Dataset):
             # is, and on_error="skip" records the cause beside the sample's name.
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             kind = SampleKeyError if isinstance(e, KeyError) else SampleTypeError
+            if self.first_item_decides and not self._images_seen:
+                kind = ItemsNotImages
             raise kind(f"{sample_name(index, path)}: {text}", index, path) from e
+        self._images_seen = True
         if self.transform.transforms:
             image = self.transform(image, sample_rng(seed, epoch, index))
         return (image, target, *extras)
