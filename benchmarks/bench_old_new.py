@@ -22,7 +22,8 @@ The target (issue 33): new >= 0.98x old for train and eval on both backends. On 
 shared with other jobs the wall rates swing with their load: read the CPU-time ratios, and
 re-run on a quiet machine for the record.
 
-Usage: ``python benchmarks/bench_old_new.py --old ../old [--rounds 7] [--workers N] [--roi trusted]``;
+Usage: ``python benchmarks/bench_old_new.py --old ../old [--rounds 7] [--workers N] [--roi trusted]
+[--cases "wds process"]``;
 ``--quick`` runs a few batches of each case once, to check that it still runs.
 """
 
@@ -144,7 +145,9 @@ def main() -> None:
     p.add_argument("--old", required=True, help="a checkout of the code before the redesign (git worktree)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--roi", default=None, help="FASTLOAD_ROI for both versions (e.g. trusted: region decodes)")
+    p.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="the cases to run (default: all)")
     args = p.parse_args()
+    cases = tuple(args.cases)
     folder = photo_folder(args)
     shards = shards_of(folder)
     rounds, limit = (1, 3) if args.quick else (args.rounds, 0)
@@ -155,7 +158,7 @@ def main() -> None:
         versions = [Version("old", os.path.abspath(args.old), args.roi), Version("new", new, args.roi)]
         try:
             for v in versions:
-                for case in CASES:
+                for case in cases:
                     v.ask(
                         do="open",
                         case=case,
@@ -165,8 +168,8 @@ def main() -> None:
                         batch_size=bs,
                         workers=args.workers,
                     )
-            runs: dict = {(v.name, case): [] for v in versions for case in CASES}
-            order = [(v, case) for case in CASES for v in versions]
+            runs: dict = {(v.name, case): [] for v in versions for case in cases}
+            order = [(v, case) for case in cases for v in versions]
             for r in range(1, rounds + 1):
                 for v, case in order if r % 2 else order[::-1]:
                     got = v.ask(do="epoch", case=case, epoch=r, limit=limit)
@@ -179,7 +182,7 @@ def main() -> None:
         results[mode] = runs
         for k, unit in enumerate(("images/s (wall)", "images per CPU-second")):
             print(f"{mode}, {unit}: median of {rounds} rounds")
-            for case in CASES:
+            for case in cases:
                 old = median([x[k] for x in runs[("old", case)]])
                 now = median([x[k] for x in runs[("new", case)]])
                 print(f"  {case:16s} old {old:7.0f}  new {now:7.0f}  new/old {now / old:5.2f}x")
