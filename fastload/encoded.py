@@ -14,13 +14,38 @@ import numpy as np
 import torch
 
 from .batch import HostBatch, SkippedSample
+from .views import Images, is_views
 
-__all__ = ["EncodedBatch", "SourceBatch"]
+__all__ = ["EncodedBatch", "SourceBatch", "ViewTable"]
+
+
+@dataclass(frozen=True)
+class ViewTable:
+    """How each encoded row of a batch becomes its row of one view (see :class:`EncodedBatch`).
+
+    Attributes:
+        boxes: int64 R×4: (y0, x0, y1, x1) cut from the decoded pixels.
+        resize: int64 R×2: (height, width) the box is resized to.
+        windows: int64 R×2: (top, left) of the output inside the resized box.
+        flips: bool R: flipped left-right after the resize.
+        out_size: (H, W) of the view.
+    """
+
+    boxes: np.ndarray
+    resize: np.ndarray
+    windows: np.ndarray
+    flips: np.ndarray
+    out_size: tuple[int, int]
 
 
 @dataclass
 class EncodedBatch:
     """One batch of N rows: R encoded, M already decoded (R + M = N).
+
+    With a multi-view transform (:class:`fastload.transforms.MultiView`) each encoded image
+    is decoded once and makes a row of every view: the geometry fields below are the first
+    view's, :attr:`more_views` the others' (:meth:`views` gives them all), and ``decoded``
+    is a tuple of M×H×W×C tensors, one per view.
 
     Attributes:
         data: uint8, the encoded rows' bytes end to end.
@@ -28,17 +53,14 @@ class EncodedBatch:
         rows: int64 R: the batch row of each encoded image.
         sizes: int64 R×2: full-size (height, width), from each header.
         regions: int64 R×4: (y0, x0, y1, x1) to decode as a region; -1s: a full decode.
-        boxes: int64 R×4: (y0, x0, y1, x1) cut from the decoded pixels.
-        resize: int64 R×2: (height, width) the box is resized to.
-        windows: int64 R×2: (top, left) of the output inside the resized box.
-        flips: bool R: flipped left-right after the resize.
-        decoded: uint8 M×H×W×C: the decoded rows, final pixels.
+        boxes, resize, windows, flips: The first view's (see :class:`ViewTable`).
+        decoded: uint8 M×H×W×C: the decoded rows, final pixels (a tuple, one per view).
         decoded_rows: int64 M: their batch rows.
         labels: The N targets, as in :class:`fastload.HostBatch`.
         indices: int64 N: the dataset index of each row (after replacements).
         epoch: The epoch of the batch.
         skipped: Samples replaced under ``on_error="skip"``.
-        out_size: (H, W) of every row.
+        out_size: (H, W) of the first view's rows.
         seed: The seed of the batch's draws (a row the decoder refuses is loaded with it).
         cpu_share_rows: How many of the M decoded rows the GPU could have taken: those the
             request's ``cpu_share`` handed to the worker (:func:`shared_rows`).
@@ -49,6 +71,7 @@ class EncodedBatch:
         holes: int64: the rows of a stream's records that failed under ``on_error="skip"``,
             for the device to fill from a good row of the batch (their own record is in
             ``skipped``).
+        more_views: A multi-view batch's views after the first, in view order.
     """
 
     data: torch.Tensor
@@ -60,7 +83,7 @@ class EncodedBatch:
     resize: np.ndarray
     windows: np.ndarray
     flips: np.ndarray
-    decoded: torch.Tensor
+    decoded: Images
     decoded_rows: np.ndarray
     labels: torch.Tensor
     indices: torch.Tensor
@@ -73,9 +96,20 @@ class EncodedBatch:
     names: tuple[str, ...] = ()
     verified: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     holes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    more_views: tuple[ViewTable, ...] = ()
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])
+
+    @property
+    def multiview(self) -> bool:
+        """Whether the batch's pixels are a tuple of views (a MultiView's), even of one."""
+        return is_views(self.decoded)
+
+    def views(self) -> tuple[ViewTable, ...]:
+        """Every view's table, in view order (one for a single view)."""
+        first = ViewTable(self.boxes, self.resize, self.windows, self.flips, self.out_size)
+        return (first, *self.more_views)
 
     def encoded(self, r: int) -> np.ndarray:
         """The bytes of encoded row ``r`` (a view)."""

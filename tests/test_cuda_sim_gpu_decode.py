@@ -266,3 +266,28 @@ def test_threads_decode_batches_at_once_on_their_own_streams_and_hand_them_over_
     assert most[0] == 3, f"at most {most[0]} batches were staged at once"
     assert len(streams) == 3 and id(driver._stream) not in streams
     assert not sim.races, sim.races
+
+
+def test_gpu_decode_views_are_read_safely_and_equal_the_cpu_stand_in(sim, photos, monkeypatch):
+    """A MultiView on the device: one decode per image, a uint8 buffer per view written on the
+    driver thread's stream (refused rows' views copied in too), each read safely by the training loop."""
+    views = fl.transforms.MultiView([fl.transforms.train(32, reduced_decode=False),
+                                     fl.transforms.train(16, scale=(0.05, 0.3), reduced_decode=False)], counts=[1, 2])
+    ds = fl.ImageFolder(photos.root, views)
+    monkeypatch.setattr(decoder.StandInDecoder, "refuse", frozenset({0, 3}))
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    with gpu_loader(ds, device="cpu", normalize=False, gpu_cpu_share=0) as cpu:
+        want = [[v.clone() for v in x] for x, _ in cpu]
+    got = []
+    with gpu_loader(ds, normalize=False, gpu_cpu_share=0) as ld:
+        for x, y in ld:
+            assert [tuple(v.shape[1:]) for v in x] == [(3, 32, 32), (3, 16, 16), (3, 16, 16)]
+            for v in x:
+                assert v.device == torch.device("cuda", 0)
+                read_on_consumer(v, y)
+            got.append([v.cpu() for v in x])
+        assert ld.stats()["cpu_fallback_rows"] == 2 * 4  # two rows of each of 4 batches
+    assert len(got) == len(want)
+    for g, w in zip(got, want):  # the CUDA path resizes in float32, rounded once: within a level
+        for gv, wv in zip(g, w):
+            assert (gv.float() - wv.float()).abs().mean() <= 1.0

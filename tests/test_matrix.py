@@ -27,15 +27,11 @@ REFUSED = {
     ("user", "gpu"): (TypeError, "decode='gpu' needs a fastload dataset",
                       "a user's items are pixels, not the bytes GPU decode needs"),
 }
-#: Every source's cells of several views with decode="gpu".
-GPU_VIEWS = (ValueError, "decode='gpu' runs RandomResizedCrop",
-             "GPU decode runs one crop per sample: a MultiView transform is not one (one view only)")
 
 
 def refusal(source, decode, views):
     """The (error, message, why) a cell is refused with; None for a cell that runs."""
-    return REFUSED.get((source, decode)) or REFUSED.get((source, decode, views)) or (
-        GPU_VIEWS if decode == "gpu" and views > 1 else None)
+    return REFUSED.get((source, decode)) or REFUSED.get((source, decode, views))
 
 
 class UserDataset(torch.utils.data.Dataset):

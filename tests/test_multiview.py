@@ -451,7 +451,22 @@ def test_views_are_resized_straight_into_their_batch_rows(root):
     assert n == 20 and copies == 2 * mv.num_views, copies  # the head: the 2 samples that agree on the shapes
 
 
-def test_gpu_decode_refuses_views_naming_the_cpu_path(root, monkeypatch):
+@pytest.mark.skipif(not roi.available(), reason="GPU decode on the CPU needs nvImageCodec's CPU backend")
+def test_gpu_decode_runs_dinos_geometry_as_the_cpu_path(root, monkeypatch):
+    """Crops and flips only (tests/test_gpu_views.py has the rest): every view the CPU path's."""
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    ds = fl.ImageFolder(root, transform=multicrop(n_local=2, reduced_decode=False))
+    got = {}
+    for decode in ("cpu", "gpu"):
+        with fl.Loader(ds, batch_size=8, device="cpu", normalize=False, decode=decode, num_workers=0, seed=1) as ld:
+            got[decode] = [(tuple(v.clone() for v in x), y.clone()) for x, y in ld]
+    assert [tuple(v.shape[1:]) for v in got["gpu"][0][0]] == [(3, 64, 64)] * 2 + [(3, 32, 32)] * 2
+    for (xg, yg), (xc, yc) in zip(got["gpu"], got["cpu"], strict=True):
+        assert torch.equal(yg, yc) and all(torch.equal(a, b) for a, b in zip(xg, xc, strict=True))
+
+
+def test_gpu_decode_refuses_a_view_it_cannot_run_naming_it_and_the_cpu_path(root, monkeypatch):
     monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")  # past the device check, to the transforms'
-    with pytest.raises(ValueError, match=r"decode='gpu' runs RandomResizedCrop.*MultiView"):
-        fl.Loader(fl.ImageFolder(root, transform=multicrop()), batch_size=4, device="cpu", decode="gpu")
+    with pytest.raises(ValueError, match=r"decode='gpu' runs at most a RandomHorizontalFlip.*pipeline 0 of MultiView.*"
+                                         r"decode='cpu'"):
+        fl.Loader(fl.ImageFolder(root, transform=T.dino(32, 16, n_local=2)), batch_size=4, device="cpu", decode="gpu")

@@ -210,10 +210,10 @@ def counts() -> str:
 
 
 def matrix_data() -> dict:
-    """tests/test_matrix.py's SOURCES, RUNNERS, REFUSED, GPU_VIEWS and its ``refusal`` rule,
+    """tests/test_matrix.py's SOURCES, RUNNERS, REFUSED and its ``refusal`` rule,
     run from its own source with nothing else of that module."""
     tree = ast.parse(read(os.path.relpath(MATRIX_TEST, ROOT)))
-    wanted = {"SOURCES", "RUNNERS", "REFUSED", "GPU_VIEWS", "refusal"}
+    wanted = {"SOURCES", "RUNNERS", "REFUSED", "refusal"}
     nodes = [
         n
         for n in tree.body

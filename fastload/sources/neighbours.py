@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import torch
 
 from ..batch import SkippedSample
 from ..targets import Target
+from ..views import Images, each, map_images
 from .fetch import Failed, Loaded
 
 if TYPE_CHECKING:
-    from .packed import EncodedRow
+    from .packing import EncodedRow
 
 
 @dataclass
@@ -73,14 +73,14 @@ class Kept:
         seed: The seed of its draws (a copy the device refuses is planned again with it).
         encoded: The bytes, geometry and flip it was packed with (the GPU decodes a copy to
             the same pixels); None for a row the CPU path built.
-        pixels: That row's pixels (its own copy), where ``encoded`` is None.
+        pixels: That row's pixels (its own copy; one array per view), where ``encoded`` is None.
     """
 
     label: Target
     index: int
     seed: int
     encoded: EncodedRow | None = None
-    pixels: np.ndarray | None = None
+    pixels: np.ndarray | tuple[np.ndarray, ...] | None = None
 
 
 class Neighbours:
@@ -144,8 +144,8 @@ def from_slot(
     holes: list[int],
     targets: list[Target],
     indices: np.ndarray,
-    pixels: torch.Tensor,
-) -> tuple[torch.Tensor, list[int]] | None:
+    pixels: Images,
+) -> tuple[Images, list[int]] | None:
     """A stream's batch packed for the GPU (:meth:`fastload.sources.packed.PackMaker.build`)
     with its ``slot`` (``encoded``, ``cpu``, ``targets`` and ``indices`` updated in place):
     its failed records (``holes``) that no good row of the batch precedes take the slot's
@@ -166,7 +166,8 @@ def from_slot(
             entry = packed[j]
             if entry is not None:
                 return Kept(targets[j], int(indices[j]), seed, encoded=entry[0])
-            return Kept(targets[j], int(indices[j]), seed, pixels=pixels[cpu.index(j)].numpy().copy())
+            k = cpu.index(j)
+            return Kept(targets[j], int(indices[j]), seed, pixels=map_images(lambda t: t[k].numpy().copy(), pixels))
 
         slot.kept_last = kept(good[-1])
         slot.kept_first = slot.kept_first or kept(good[0])
@@ -176,11 +177,12 @@ def from_slot(
     for j in early:
         targets[j], indices[j] = before.label, before.index
     if before.encoded is None:
-        rows = pixels.numpy()
-        for j in early:
-            rows[cpu.index(j)] = before.pixels
+        for view, kept in zip(each(pixels), each(before.pixels)):
+            rows = view.numpy()
+            for j in early:
+                rows[cpu.index(j)] = kept
     else:
         encoded.extend(dataclasses.replace(before.encoded, row=j) for j in early)
         keep = [k for k, j in enumerate(cpu) if j not in early]
-        pixels, cpu[:] = pixels[keep], [cpu[k] for k in keep]
+        pixels, cpu[:] = map_images(lambda t: t[keep], pixels), [cpu[k] for k in keep]
     return pixels, [j for j in holes if j not in early]

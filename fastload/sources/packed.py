@@ -3,7 +3,9 @@
 Each row is planned by the same machinery as every batch (:mod:`fastload.sources.batchplan`:
 the same reads, the same draws from the same generator). Rows the GPU decoder takes
 ("encoded rows": a baseline JPEG, grey or colour, whole) travel as their JPEG bytes, end to
-end in one shared-memory buffer, with each row's geometry and flip; the others (not a JPEG,
+end in one shared-memory buffer, with each row's geometry and flip (one of each per view for a multi-view transform: the
+image is decoded once, each view cut from it; :mod:`fastload.sources.packing` lays the
+batch out); the others (not a JPEG,
 CMYK, progressive, cut short, or failing to plan) are built by the CPU path's batch builder in
 the worker (:meth:`fastload.sources.maker.BatchMaker.build`, from their plans), under the
 error policy, straight into a buffer of final pixels ("decoded rows"). Small
@@ -31,50 +33,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, cast
 
 import numpy as np
 import torch
 
 from ..batch import SkippedSample
-from ..collate import alloc_batch
 from ..decode import ImageHeader
 from ..decode.header import check_jpeg_complete
-from ..decode.resize import Crop
 from ..encoded import EncodedBatch
 from ..targets import Target, TargetSpec, as_target, fill
+from ..views import Images, each, map_images
 from .batchplan import BatchPlan, cpu_executor, plan_row
 from .fetch import SampleLoader
 from .maker import BatchMaker
 from .neighbours import Holes, Neighbours, Owed, from_slot
+from .packing import EncodedRow, GpuRows, RowGeometry, pack, pixels
 from .pools import BufferPool
 from .request import BatchRequest
 from .rowmap import InTurn, RowMap
-
-
-class RowGeometry(Protocol):
-    """How the device turns one decoded image into its batch row (see
-    :class:`fastload.device.gpudecode.pipeline.Geometry`)."""
-
-    region: tuple[int, int, int, int] | None
-    box: tuple[int, int, int, int]
-    resize: tuple[int, int]
-    window: tuple[int, int]
-
-
-class Flip(Protocol):
-    def draw(self, rng: np.random.Generator) -> bool: ...
-
-
-class GpuRows(Protocol):
-    """The transforms as the device runs them: each row's geometry, its flip, the output size
-    (:class:`fastload.device.gpudecode.GpuPipeline`)."""
-
-    flip: Flip | None
-    out_size: tuple[int, int]
-
-    def geometry(self, crop: Crop, height: int, width: int) -> RowGeometry: ...
 
 
 def gpu_decodable(header: ImageHeader) -> bool:
@@ -84,81 +60,6 @@ def gpu_decodable(header: ImageHeader) -> bool:
     and other formats are decoded on the CPU, in the worker.
     """
     return header.format == "jpeg" and header.components in (1, 3) and not header.progressive
-
-
-@dataclass
-class EncodedRow:
-    """One row the GPU will decode, as the worker planned it."""
-
-    row: int
-    data: bytes | np.ndarray
-    height: int
-    width: int
-    geometry: RowGeometry
-    flip: bool
-    name: str = ""  # names it where the device must (a refused row's errors)
-    verified: bool = False  # its plan's: the device plans a refused stream row again from its bytes
-
-
-def _buffer(shape: tuple[int, ...]) -> torch.Tensor:
-    # Shared memory in a worker; an empty one needs none.
-    return alloc_batch(shape, pin=False) if np.prod(shape) else torch.empty(shape, dtype=torch.uint8)
-
-
-def pack(
-    encoded: list[EncodedRow],
-    decoded: list[int],
-    pixels: torch.Tensor,
-    labels: torch.Tensor,
-    indices: torch.Tensor,
-    epoch: int,
-    skipped: tuple[SkippedSample, ...],
-    out_size: tuple[int, int],
-    seed: int = 0,
-    cpu_share_rows: int = 0,
-    cpu_seconds: float = 0.0,
-    holes: Sequence[int] = (),
-) -> EncodedBatch:
-    """The EncodedBatch of ``encoded`` rows and the rows ``decoded`` on the CPU, whose final
-    pixels ``pixels`` holds; the bytes go into a buffer allocated where the batch goes next
-    (shared memory in a worker)."""
-    r = len(encoded)
-    lengths = np.fromiter((len(e.data) for e in encoded), np.int64, r)
-    offsets = np.zeros(r + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    data = _buffer((int(offsets[-1]),))
-    flat = data.numpy()
-    for e, start, end in zip(encoded, offsets[:-1], offsets[1:]):
-        flat[start:end] = np.frombuffer(e.data, np.uint8) if isinstance(e.data, (bytes, bytearray)) else e.data
-    geometry = [e.geometry for e in encoded]
-
-    def table(values: list, width: int) -> np.ndarray:
-        return np.asarray(values, np.int64).reshape(r, width)
-
-    return EncodedBatch(
-        data=data,
-        offsets=offsets,
-        rows=np.fromiter((e.row for e in encoded), np.int64, r),
-        sizes=table([(e.height, e.width) for e in encoded], 2),
-        regions=table([g.region if g.region is not None else (-1, -1, -1, -1) for g in geometry], 4),
-        boxes=table([g.box for g in geometry], 4),
-        resize=table([g.resize for g in geometry], 2),
-        windows=table([g.window for g in geometry], 2),
-        flips=np.fromiter((e.flip for e in encoded), bool, r),
-        decoded=pixels,
-        decoded_rows=np.asarray(decoded, np.int64),
-        labels=labels,
-        indices=indices,
-        epoch=epoch,
-        skipped=skipped,
-        out_size=(int(out_size[0]), int(out_size[1])),
-        seed=seed,
-        cpu_share_rows=cpu_share_rows,
-        cpu_seconds=cpu_seconds,
-        names=tuple(e.name for e in encoded),
-        verified=np.fromiter((e.verified for e in encoded), bool, r),
-        holes=np.asarray(holes, np.int64),
-    )
 
 
 def shared_rows(share: float, candidates: list[int]) -> list[int]:
@@ -186,30 +87,30 @@ class PackMaker:
         """Samples decoded beside their row and copied in (in this process)."""
         return self.maker.copies
 
-    def _geometry(self, plan: BatchPlan, j: int) -> RowGeometry | None:
-        """Row ``j``'s geometry on the GPU, or None when the CPU path must load it (its plan untouched)."""
+    def _geometry(self, plan: BatchPlan, j: int) -> Sequence[RowGeometry] | None:
+        """Row ``j``'s geometry on the GPU (one per view), or None when the CPU path must load
+        it (its plan untouched)."""
         sample = plan.rows[j].plan
-        if sample is None or sample.crop is None:  # the device's transforms always crop first
+        if sample is None:
             return None
-        header = sample.header
         try:
-            if not gpu_decodable(header):
+            if not gpu_decodable(sample.header):
                 return None
             check_jpeg_complete(sample.data)  # a JPEG cut short is the CPU path's error to report
-            return self.rows.geometry(sample.crop, header.height, header.width)
+            return self.rows.plan(sample.steps)  # None without a crop: the device's transforms crop first
         except Exception:  # the CPU path meets it again and applies the error policy
             return None
 
-    def _encoded(self, plan: BatchPlan, j: int, geometry: RowGeometry) -> tuple[EncodedRow, Target]:
-        """Row ``j`` packed for the GPU: its flip drawn from its plan's generator (after its crop,
-        as the CPU path draws them)."""
+    def _encoded(self, plan: BatchPlan, j: int, geometry: Sequence[RowGeometry]) -> tuple[EncodedRow, Target]:
+        """Row ``j`` packed for the GPU: its flips drawn from its plan's generator (after its
+        crops, as the CPU path draws them)."""
         r = plan.rows[j]
         sample = r.plan
         assert sample is not None
         header = sample.header
-        flip = self.rows.flip.draw(sample.rng) if self.rows.flip is not None else False
+        flips = self.rows.draw_flips(sample.rng)
         name = self.loader.samples.name(r.key)
-        row = EncodedRow(j, sample.data, header.height, header.width, geometry, flip, name, sample.verified)
+        row = EncodedRow(j, sample.data, header.height, header.width, geometry, flips, name, sample.verified)
         return row, as_target(sample.label)
 
     def new_pass(self) -> None:
@@ -256,7 +157,7 @@ class PackMaker:
         """
         rows = rows if rows is not None else InTurn(worker)
         request = plan.request
-        n, (out_h, out_w) = len(plan), self.rows.out_size
+        n = len(plan)
         if not planned:
             rows.map(lambda j, w: plan_row(self.loader, plan, j, w), range(n))
         geometry = [self._geometry(plan, j) for j in range(n)]
@@ -269,7 +170,7 @@ class PackMaker:
         targets: list[Target] = [0] * n
         indices = np.asarray([r.index for r in plan.rows], np.int64)
         skipped: tuple[SkippedSample, ...] = ()
-        pixels = _buffer((0, out_h, out_w, 3))
+        cpu_pixels: Images = pixels(0, self.rows)
         cpu_seconds = 0.0
         holes: list[int] = []
         if cpu:  # the CPU path's batch of these rows, from their plans, as decode="cpu" builds it
@@ -286,12 +187,12 @@ class PackMaker:
             )
             if isinstance(host, Owed):  # a stream's: every CPU row failed (before one fixed their shape)
                 holes, skipped = list(cpu), tuple(host.skipped)
-                pixels = _buffer((len(cpu), out_h, out_w, 3)).zero_()
+                cpu_pixels = map_images(lambda t: t.zero_(), pixels(len(cpu), self.rows))
                 stand_in = next((entry[1] for entry in packed if entry is not None), 0)  # until they are filled
                 for j in cpu:
                     targets[j] = stand_in
             else:
-                pixels, skipped = cast(torch.Tensor, host.images), host.skipped
+                cpu_pixels, skipped = host.images, host.skipped
                 for k, j in enumerate(cpu):
                     targets[j], indices[j] = as_target(host.labels.numpy()[k]), int(host.indices[k])
                 holes = [cpu[k] for k in left.rows] if left is not None else []
@@ -302,21 +203,21 @@ class PackMaker:
                 encoded.append(entry[0])
                 targets[j] = entry[1]
         if neighbours is not None:
-            slotted = from_slot(neighbours, request.seed, packed, encoded, cpu, holes, targets, indices, pixels)
+            slotted = from_slot(neighbours, request.seed, packed, encoded, cpu, holes, targets, indices, cpu_pixels)
             if slotted is None:
                 return Owed(list(skipped))
-            pixels, holes = slotted
+            cpu_pixels, holes = slotted
         labels = TargetSpec.of(targets[0]).alloc(n)
         fill(labels, targets, lambda j: self.loader.samples.title_of(int(indices[j])))
         return pack(
             encoded,
             cpu,
-            pixels,
+            cpu_pixels,
             labels,
             torch.from_numpy(indices),
             request.epoch,
             tuple(skipped),
-            (out_h, out_w),
+            self.rows.out_sizes,
             request.seed,
             len(shared),
             cpu_seconds,
@@ -328,16 +229,17 @@ class PackMaker:
         (its packed row, or its pixels), reporting its own failure."""
         first = slot.kept_first
         assert first is not None  # paid once the slot has read a good record
-        n, (out_h, out_w) = len(owed.skipped), self.rows.out_size
+        n = len(owed.skipped)
         encoded: list[EncodedRow] = []
-        pixels = _buffer((0, out_h, out_w, 3))
+        rows = pixels(0, self.rows)
         if first.encoded is not None:
             encoded = [dataclasses.replace(first.encoded, row=j) for j in range(n)]
         else:
-            pixels = _buffer((n, out_h, out_w, 3))
-            pixels.numpy()[:] = first.pixels
+            rows = pixels(n, self.rows)
+            for view, kept in zip(each(rows), each(first.pixels)):
+                view.numpy()[:] = kept
         labels = TargetSpec.of(first.label).alloc(n)
         fill(labels, [first.label] * n, lambda j: self.loader.samples.title_of(first.index))
         indices = torch.full((n,), first.index, dtype=torch.int64)
         cpu = [] if encoded else list(range(n))
-        return pack(encoded, cpu, pixels, labels, indices, epoch, tuple(owed.skipped), (out_h, out_w), first.seed)
+        return pack(encoded, cpu, rows, labels, indices, epoch, tuple(owed.skipped), self.rows.out_sizes, first.seed)

@@ -10,7 +10,8 @@ the GPU decoder cannot take is decoded by the CPU path: in the worker when the h
 so (CMYK, progressive, not a JPEG, cut short), in the main process when the decoder refuses
 it, each failure attributed to its sample under ``on_error``.
 
-Only the presets' transforms can run there (:class:`GpuPipeline`). Without a GPU,
+Only the presets' transforms can run there (:class:`GpuPipeline`), or a MultiView of them
+(:class:`GpuViews`: each image decoded once, each view's rows cut from it). Without a GPU,
 ``FASTLOAD_GPU_DECODE_ON_CPU=1`` runs the same executor with nvImageCodec's CPU backend and
 torch on the CPU (for tests).
 """
@@ -25,7 +26,7 @@ import torch
 from ...encoded import EncodedBatch
 from ...sources.packed import gpu_decodable
 from .executor import GpuDecode
-from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline
+from .pipeline import REGION_MAX_AREA, Geometry, GpuPipeline, GpuRunnable, GpuViews
 
 __all__ = [
     "REGION_MAX_AREA",
@@ -33,6 +34,8 @@ __all__ = [
     "Geometry",
     "GpuDecode",
     "GpuPipeline",
+    "GpuRunnable",
+    "GpuViews",
     "check_setup",
     "gpu_decodable",
     "on_cpu_allowed",
@@ -46,7 +49,7 @@ def on_cpu_allowed() -> bool:
     return os.environ.get(ON_CPU, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def check_setup(dataset: Any, device: torch.device, backend: str) -> GpuPipeline:
+def check_setup(dataset: Any, device: torch.device, backend: str) -> GpuRunnable:
     """The GPU pipeline for a Loader with ``decode="gpu"``, or a clear error.
 
     Raises:

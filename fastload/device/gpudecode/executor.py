@@ -30,6 +30,7 @@ import torch
 from ...batch import SampleError, SkippedSample
 from ...encoded import EncodedBatch
 from ...sources.fetch import SampleLoader
+from ...views import each
 from ..staged import Placement, Staged
 from .nvdecode import SIZE_HINT, BatchDecoder
 from .refused import neighbour_rows, refused_rows
@@ -119,23 +120,29 @@ class GpuDecode:
 
     def _decode(self, batch: EncodedBatch, at: Placement, decoder: BatchDecoder) -> Staged:
         n = len(batch)
-        out_h, out_w = batch.out_size
-        rows = torch.empty((n, 3, out_h, out_w), dtype=torch.uint8, device=at.device, memory_format=torch.channels_last)
+        # One uint8 batch per view (a multi-view transform's), every view cut from one decode.
+        tables = batch.views()
+        outs = [
+            torch.empty((n, 3, *t.out_size), dtype=torch.uint8, device=at.device, memory_format=torch.channels_last)
+            for t in tables
+        ]
         tensors, keep = decoder.decode(batch, at.stream.cuda_stream if at.stream is not None else 0)
         done = [r for r, img in enumerate(tensors) if img is not None]
         refused = [r for r, img in enumerate(tensors) if img is None]
-        resize_rows(
-            rows,
-            [t for t in tensors if t is not None],
-            batch.boxes[done],
-            batch.resize[done],
-            batch.windows[done],
-            batch.flips[done],
-            batch.rows[done],
-            self.resize,
-        )
+        decoded = [t for t in tensors if t is not None]
+        for out, t in zip(outs, tables):
+            resize_rows(
+                out,
+                decoded,
+                t.boxes[done],
+                t.resize[done],
+                t.windows[done],
+                t.flips[done],
+                batch.rows[done],
+                self.resize,
+            )
         labels, indices = batch.labels.clone(), batch.indices.clone()  # a refused row or a hole changes them
-        pixels, where = batch.decoded, batch.decoded_rows
+        pixels, where = each(batch.decoded), batch.decoded_rows
         holes = [int(j) for j in batch.holes]
         skipped = batch.skipped
         if refused:
@@ -150,15 +157,17 @@ class GpuDecode:
                 self.on_skipped(rebuilt.skipped)
             holes += [places[k] for k in rebuilt.holes]
             skipped += rebuilt.skipped
-            pixels, where = torch.cat([pixels, rebuilt.images]), np.concatenate([where, places])
+            pixels = tuple(torch.cat([p, q]) for p, q in zip(pixels, each(rebuilt.images)))
+            where = np.concatenate([where, places])
         if len(where):
-            host = self._to_device(pixels, at)
-            rows.index_copy_(0, self._to_device(torch.from_numpy(where), at), host.permute(0, 3, 1, 2))
+            into = self._to_device(torch.from_numpy(where), at)
+            for out, p in zip(outs, pixels):
+                out.index_copy_(0, into, self._to_device(p, at).permute(0, 3, 1, 2))
         if holes:
-            self._fill(rows, labels, indices, sorted(holes), skipped, at)
-        images = rows.permute(0, 2, 3, 1)  # an NHWC view, contiguous
+            self._fill(outs, labels, indices, sorted(holes), skipped, at)
+        views = tuple(out.permute(0, 2, 3, 1) for out in outs)  # NHWC views, contiguous
         return Staged(
-            images,
+            views if batch.multiview else views[0],
             self._to_device(labels, at),
             indices.clone() if at.indices else None,
             keep=[*keep, tensors, batch],
@@ -167,7 +176,7 @@ class GpuDecode:
 
     def _fill(
         self,
-        rows: torch.Tensor,
+        outs: list[torch.Tensor],
         labels: torch.Tensor,
         indices: torch.Tensor,
         holes: list[int],
@@ -175,12 +184,12 @@ class GpuDecode:
         at: Placement,
     ) -> None:
         """A stream's failed records' rows (``holes``) filled from good rows of their batch
-        (:func:`.refused.neighbour_rows`), their targets and indices too.
+        (:func:`.refused.neighbour_rows`), in every view, their targets and indices too.
 
         Raises:
             SampleError: Every row of the batch is a hole.
         """
-        sources = neighbour_rows(rows.shape[0], holes)
+        sources = neighbour_rows(outs[0].shape[0], holes)
         if sources is None:
             first = skipped[0]
             raise SampleError(
@@ -191,7 +200,9 @@ class GpuDecode:
             )
         labels[holes], indices[holes] = labels[sources], indices[sources]
         into = self._to_device(torch.tensor(holes, dtype=torch.int64), at)
-        rows.index_copy_(0, into, rows.index_select(0, self._to_device(torch.tensor(sources, dtype=torch.int64), at)))
+        taken = self._to_device(torch.tensor(sources, dtype=torch.int64), at)
+        for rows in outs:
+            rows.index_copy_(0, into, rows.index_select(0, taken))
 
 
 def typical_size(batch: EncodedBatch) -> tuple[int, int]:

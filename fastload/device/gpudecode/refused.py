@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from ...sources.neighbours import Holes, Owed
 from ...sources.pools import PlainPool
 from ...sources.request import BatchRequest
 from ...sources.samples import PackedRecord
+from ...views import Images
 
 
 @dataclass
@@ -42,13 +43,13 @@ class Rebuilt:
     """The refused rows as the CPU path built them, in the order asked.
 
     Attributes:
-        images: uint8 M×H×W×3.
+        images: uint8 M×H×W×3 (a tuple, one per view).
         labels, indices: M each (after replacements).
         skipped: The samples replaced, or the records that failed (``on_error="skip"``).
         holes: Which of the M rows are holes (a stream's failed records) to fill.
     """
 
-    images: torch.Tensor
+    images: Images
     labels: torch.Tensor
     indices: torch.Tensor
     skipped: tuple[SkippedSample, ...]
@@ -70,7 +71,7 @@ class ByIndex:
         where = [int(batch.rows[r]) for r in refused]
         request = BatchRequest(batch.epoch, np.asarray([int(batch.indices[j]) for j in where], np.int64), batch.seed)
         host = self.builder.make(request, worker, PlainPool(pin=False))
-        return Rebuilt(cast(torch.Tensor, host.images), host.labels, host.indices, host.skipped, [])
+        return Rebuilt(host.images, host.labels, host.indices, host.skipped, [])
 
 
 class FromBytes:
@@ -91,11 +92,11 @@ class FromBytes:
         holes = Holes()
         made = self.builder.build(plan, worker, PlainPool(pin=False), neighbours=holes)
         if isinstance(made, Owed):  # every one failed (before one fixed the shape): all holes
-            out_h, out_w = batch.out_size
-            images = torch.zeros((len(refused), out_h, out_w, 3), dtype=torch.uint8)
+            zeros = tuple(torch.zeros((len(refused), *t.out_size, 3), dtype=torch.uint8) for t in batch.views())
+            images = zeros if batch.multiview else zeros[0]
             labels = batch.labels[torch.as_tensor(where)]
             return Rebuilt(images, labels, torch.as_tensor(numbers), tuple(made.skipped), list(range(len(refused))))
-        return Rebuilt(cast(torch.Tensor, made.images), made.labels, made.indices, made.skipped, holes.rows)
+        return Rebuilt(made.images, made.labels, made.indices, made.skipped, holes.rows)
 
 
 def refused_rows(fallback: SampleLoader) -> RefusedRows:
