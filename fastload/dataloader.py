@@ -172,9 +172,10 @@ class DataLoader(Loader):
         return len(self._generic) if self._generic is not None else super().__len__()
 
     def _not_images(self) -> Iterator[Any]:
-        """Called when the first pass found items that are not images: ends fastload's pass and
-        returns a pass of torch's DataLoader with this loader's arguments."""
-        self._end_pass()
+        """Called when the first pass found items that are not images: closes fastload's side
+        (its pass, workers, persistent ones too, and buffers) and returns a pass of torch's
+        DataLoader with this loader's arguments, which serves every pass from now on."""
+        self.close()
         generator = self._torch_arguments["generator"]
         before, after = self._generator_before, self._generator_after
         if before is not None and after is not None and torch.equal(generator.get_state(), after):
@@ -201,8 +202,14 @@ class _FirstPass:
             return next(self._batches)
         try:
             batch = next(self._batches)
-        except ItemsNotImages:
-            self._batches = self._owner._not_images()
-            return next(self._batches)
-        self._owner._decided = True
-        return batch
+        except ItemsNotImages as error:
+            # Its traceback holds fastload's pass and this frame (which will hold torch's
+            # iterator): dropped, so the loader is freed as soon as it is dropped. Freed by a later
+            # gc cycle instead, torch's iterator would find its queues closed and wait 5 s per
+            # persistent worker for them to stop.
+            error.__traceback__ = None
+        else:
+            self._owner._decided = True
+            return batch
+        self._batches = self._owner._not_images()
+        return next(self._batches)

@@ -4,6 +4,7 @@ contradicting arguments and of attributes set after construction (issue 40, part
 
 import inspect
 import multiprocessing
+import os
 import re
 
 import numpy as np
@@ -323,3 +324,30 @@ def test_the_first_pass_goes_on_after_a_batch_error_before_the_images_are_seen()
         next(it)
     assert [y.tolist() for _, y in it] == [[2, 3]]  # the pass goes on, as DataLoader's does
     assert loader.generic is None
+
+
+def _alive(pid):
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reaped if it ended (a child of this process)
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_dropped_dataloader_of_no_images_stops_torchs_persistent_workers_at_once():
+    # The first pass's "not images" error held fastload's pass and torch's iterator in a cycle:
+    # freed by a later gc, the iterator found its queues closed and waited 5 s per worker.
+    loader = fl.DataLoader(torch.utils.data.TensorDataset(torch.arange(8)), batch_size=2, num_workers=2,
+                           persistent_workers=True)
+    assert len(list(loader)) == 4
+    ours = list(loader._source.inflight.pids().values())  # fastload's, persistent: let go at the switch
+    assert len(ours) == 2 and not any(_alive(pid) for pid in ours)
+    workers = list(loader.generic._iterator._workers)  # torch's
+    del loader
+    for w in workers:
+        w.join(3)
+    assert not any(w.is_alive() for w in workers)
