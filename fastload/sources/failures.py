@@ -10,6 +10,7 @@ from torch._utils import ExceptionWrapper
 
 from ..batch import HostBatch, SampleError
 from ..datasets.waits import Interrupted
+from ..encoded import EncodedBatch
 from .fetch import in_flight
 from .inflight import InFlight, process_state
 
@@ -243,10 +244,10 @@ class Raised(ExceptionWrapper):
 
 
 def leaving(batch: Any) -> Any:
-    """What a worker puts on its queue for ``batch``: a HostBatch packed in the worker's own
-    thread (:meth:`HostBatch.packed`: its queue's feeder thread then calls no torch work that
+    """What a worker puts on its queue for ``batch``: a HostBatch or an EncodedBatch packed in the
+    worker's own thread (:meth:`HostBatch.packed`: its queue's feeder thread then calls no torch work that
     a finalizing interpreter could end inside a C++ frame), anything else as it is."""
-    return batch.packed() if isinstance(batch, HostBatch) else batch
+    return batch.packed() if isinstance(batch, (HostBatch, EncodedBatch)) else batch
 
 
 def in_worker(make: Any, worker: int | None) -> Any:

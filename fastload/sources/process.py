@@ -22,7 +22,7 @@ from ..collate import pinning_on
 from ..datasets import waits
 from ..datasets.subset import SubsetDataset
 from ..datasets.wrap import WrappedDataset
-from ..encoded import SourceBatch
+from ..encoded import EncodedBatch, SourceBatch
 from . import deaths
 from .closing import close_workers, end_workers, wait_tick
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
@@ -468,7 +468,7 @@ class ProcessSource(IndexedSource):
                     raise
                 if item is END:
                     return
-                if isinstance(item, HostBatch):
+                if isinstance(item, (HostBatch, EncodedBatch)):
                     item.release()
         finally:
             box.clear()

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..batch import HostBatch
 from ..datasets import waits
-from ..encoded import SourceBatch
+from ..encoded import EncodedBatch, SourceBatch
 from .failures import interrupted, worker_failure
 from .inflight import InFlight
 from .waiting import WAIT_S, Stop, wait_until
@@ -96,7 +96,7 @@ def slot_threads(
                     left = q.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(left, HostBatch):  # an EncodedBatch holds nothing lent
+                if isinstance(left, (HostBatch, EncodedBatch)):
                     left.release()
 
 
