@@ -7,9 +7,11 @@ end in one shared-memory buffer, with each row's geometry and flip; the others (
 CMYK, progressive, cut short, or failing to plan) are built by the CPU path's batch builder in
 the worker (:meth:`fastload.sources.maker.BatchMaker.build`, from their plans), under the
 error policy, straight into a buffer of final pixels ("decoded rows"). Small
-per-row values are numpy arrays, pickled with the batch; the two large buffers are tensors
-in shared memory, so nothing large is copied on the way. The device decodes the encoded rows
-(:mod:`fastload.device.gpudecode`).
+per-row values are numpy arrays, pickled with the batch; the two large buffers are leased
+from the source's pool, as a CPU batch's pixels are (:mod:`fastload.sources.pools`: a worker
+process's reused buffers, :mod:`fastload.sources.handoff`), so nothing large is copied on the
+way and nothing is left in ``/dev/shm`` by a batch never received. The device decodes the
+encoded rows (:mod:`fastload.device.gpudecode`).
 
 A request's ``cpu_share`` hands part of the GPU's work to the worker: the first
 ``round(cpu_share * R)`` of the R rows the GPU would take (in batch order) are loaded by the
@@ -30,15 +32,15 @@ its pixels); else the first good row after it, on the device.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 import torch
 
 from ..batch import SkippedSample
-from ..collate import alloc_batch
 from ..decode import ImageHeader
 from ..decode.header import check_jpeg_complete
 from ..decode.resize import Crop
@@ -48,9 +50,11 @@ from .batchplan import BatchPlan, cpu_executor, plan_row
 from .fetch import SampleLoader
 from .maker import BatchMaker
 from .neighbours import Holes, Neighbours, Owed, from_slot
-from .pools import BufferPool
+from .pools import BatchBuffers, BufferPool, Need
 from .request import BatchRequest
 from .rowmap import InTurn, RowMap
+
+_Made = TypeVar("_Made")
 
 
 class RowGeometry(Protocol):
@@ -100,15 +104,33 @@ class EncodedRow:
     verified: bool = False  # its plan's: the device plans a refused stream row again from its bytes
 
 
-def _buffer(shape: tuple[int, ...]) -> torch.Tensor:
-    # Shared memory in a worker; an empty one needs none.
-    return alloc_batch(shape, pin=False) if np.prod(shape) else torch.empty(shape, dtype=torch.uint8)
+def _lease(pool: BufferPool, n: int, sample: tuple[int, ...], worker: int) -> BatchBuffers:
+    """A uint8 buffer of ``n`` rows of ``sample`` leased from ``pool`` (an empty one needs none)."""
+    if n * math.prod(sample):
+        return pool.lease(Need(n, sample, worker=worker))
+    return BatchBuffers(torch.empty((n, *sample), dtype=torch.uint8))
+
+
+def _holding(pool: BufferPool, worker: int, make: Callable[[list[BatchBuffers]], _Made]) -> _Made:
+    """``make(held)``, which leases its batch's buffers from ``pool`` into ``held``: they are
+    given back when the batch is never handed on (it failed while packed, or it is owed)."""
+    held: list[BatchBuffers] = []
+    try:
+        made = make(held)
+    except BaseException:
+        for buffers in held:
+            pool.abandon(buffers, worker)
+        raise
+    if isinstance(made, Owed):
+        for buffers in held:
+            pool.abandon(buffers, worker)
+    return made
 
 
 def pack(
     encoded: list[EncodedRow],
     decoded: list[int],
-    pixels: torch.Tensor,
+    pixels: BatchBuffers,
     labels: torch.Tensor,
     indices: torch.Tensor,
     epoch: int,
@@ -118,15 +140,21 @@ def pack(
     cpu_share_rows: int = 0,
     cpu_seconds: float = 0.0,
     holes: Sequence[int] = (),
+    *,
+    pool: BufferPool,
+    worker: int,
+    held: list[BatchBuffers],
 ) -> EncodedBatch:
     """The EncodedBatch of ``encoded`` rows and the rows ``decoded`` on the CPU, whose final
-    pixels ``pixels`` holds; the bytes go into a buffer allocated where the batch goes next
-    (shared memory in a worker)."""
+    pixels ``pixels`` holds (with their lease); the bytes go into a buffer leased from ``pool``
+    for ``worker``, which joins the batch's buffers ``held`` (see :func:`_holding`)."""
     r = len(encoded)
     lengths = np.fromiter((len(e.data) for e in encoded), np.int64, r)
     offsets = np.zeros(r + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    data = _buffer((int(offsets[-1]),))
+    bytes_ = _lease(pool, int(offsets[-1]), (), worker)
+    held.append(bytes_)
+    data = cast(torch.Tensor, bytes_.images)
     flat = data.numpy()
     for e, start, end in zip(encoded, offsets[:-1], offsets[1:]):
         flat[start:end] = np.frombuffer(e.data, np.uint8) if isinstance(e.data, (bytes, bytearray)) else e.data
@@ -145,7 +173,7 @@ def pack(
         resize=table([g.resize for g in geometry], 2),
         windows=table([g.window for g in geometry], 2),
         flips=np.fromiter((e.flip for e in encoded), bool, r),
-        decoded=pixels,
+        decoded=cast(torch.Tensor, pixels.images),
         decoded_rows=np.asarray(decoded, np.int64),
         labels=labels,
         indices=indices,
@@ -158,6 +186,8 @@ def pack(
         names=tuple(e.name for e in encoded),
         verified=np.fromiter((e.verified for e in encoded), bool, r),
         holes=np.asarray(holes, np.int64),
+        data_lease=bytes_.lease,
+        decoded_lease=pixels.lease,
     )
 
 
@@ -254,6 +284,18 @@ class PackMaker:
             The batch; :class:`Owed` for a stream's batch whose every record failed before
             its slot had a good one.
         """
+        return _holding(pool, worker, lambda held: self._build(plan, worker, pool, rows, planned, neighbours, held))
+
+    def _build(
+        self,
+        plan: BatchPlan,
+        worker: int,
+        pool: BufferPool,
+        rows: RowMap | None,
+        planned: bool,
+        neighbours: Neighbours | None,
+        held: list[BatchBuffers],
+    ) -> EncodedBatch | Owed:
         rows = rows if rows is not None else InTurn(worker)
         request = plan.request
         n, (out_h, out_w) = len(plan), self.rows.out_size
@@ -269,7 +311,7 @@ class PackMaker:
         targets: list[Target] = [0] * n
         indices = np.asarray([r.index for r in plan.rows], np.int64)
         skipped: tuple[SkippedSample, ...] = ()
-        pixels = _buffer((0, out_h, out_w, 3))
+        pixels = _lease(pool, 0, (out_h, out_w, 3), worker)
         cpu_seconds = 0.0
         holes: list[int] = []
         if cpu:  # the CPU path's batch of these rows, from their plans, as decode="cpu" builds it
@@ -286,12 +328,15 @@ class PackMaker:
             )
             if isinstance(host, Owed):  # a stream's: every CPU row failed (before one fixed their shape)
                 holes, skipped = list(cpu), tuple(host.skipped)
-                pixels = _buffer((len(cpu), out_h, out_w, 3)).zero_()
+                pixels = _lease(pool, len(cpu), (out_h, out_w, 3), worker)
+                held.append(pixels)
+                cast(torch.Tensor, pixels.images).zero_()
                 stand_in = next((entry[1] for entry in packed if entry is not None), 0)  # until they are filled
                 for j in cpu:
                     targets[j] = stand_in
             else:
-                pixels, skipped = cast(torch.Tensor, host.images), host.skipped
+                pixels, skipped = BatchBuffers(host.images, lease=host.lease), host.skipped
+                held.append(pixels)
                 for k, j in enumerate(cpu):
                     targets[j], indices[j] = as_target(host.labels.numpy()[k]), int(host.indices[k])
                 holes = [cpu[k] for k in left.rows] if left is not None else []
@@ -302,10 +347,12 @@ class PackMaker:
                 encoded.append(entry[0])
                 targets[j] = entry[1]
         if neighbours is not None:
-            slotted = from_slot(neighbours, request.seed, packed, encoded, cpu, holes, targets, indices, pixels)
+            images = cast(torch.Tensor, pixels.images)
+            slotted = from_slot(neighbours, request.seed, packed, encoded, cpu, holes, targets, indices, images)
             if slotted is None:
                 return Owed(list(skipped))
-            pixels, holes = slotted
+            # Rows taken out leave a copy of the rest: it travels by value, its buffer goes back on arrival.
+            pixels, holes = dataclasses.replace(pixels, images=slotted[0]), slotted[1]
         labels = TargetSpec.of(targets[0]).alloc(n)
         fill(labels, targets, lambda j: self.loader.samples.title_of(int(indices[j])))
         return pack(
@@ -321,23 +368,45 @@ class PackMaker:
             len(shared),
             cpu_seconds,
             holes,
+            pool=pool,
+            worker=worker,
+            held=held,
         )
 
     def owed(self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool) -> EncodedBatch:
         """The batch ``owed`` paid: each of its rows a copy of the ``slot``'s first good record
         (its packed row, or its pixels), reporting its own failure."""
+        return _holding(pool, worker, lambda held: self._owed(owed, slot, epoch, worker, pool, held))
+
+    def _owed(
+        self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool, held: list[BatchBuffers]
+    ) -> EncodedBatch:
         first = slot.kept_first
         assert first is not None  # paid once the slot has read a good record
         n, (out_h, out_w) = len(owed.skipped), self.rows.out_size
         encoded: list[EncodedRow] = []
-        pixels = _buffer((0, out_h, out_w, 3))
         if first.encoded is not None:
             encoded = [dataclasses.replace(first.encoded, row=j) for j in range(n)]
-        else:
-            pixels = _buffer((n, out_h, out_w, 3))
-            pixels.numpy()[:] = first.pixels
+        pixels = _lease(pool, 0 if encoded else n, (out_h, out_w, 3), worker)
+        held.append(pixels)
+        if not encoded:
+            cast(torch.Tensor, pixels.images).numpy()[:] = first.pixels
         labels = TargetSpec.of(first.label).alloc(n)
         fill(labels, [first.label] * n, lambda j: self.loader.samples.title_of(first.index))
         indices = torch.full((n,), first.index, dtype=torch.int64)
         cpu = [] if encoded else list(range(n))
-        return pack(encoded, cpu, pixels, labels, indices, epoch, tuple(owed.skipped), (out_h, out_w), first.seed)
+        skipped = tuple(owed.skipped)
+        return pack(
+            encoded,
+            cpu,
+            pixels,
+            labels,
+            indices,
+            epoch,
+            skipped,
+            (out_h, out_w),
+            first.seed,
+            pool=pool,
+            worker=worker,
+            held=held,
+        )
