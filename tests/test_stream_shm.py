@@ -31,6 +31,14 @@ def _left_by(pids, wait_s=2.0):
         time.sleep(0.05)
 
 
+def _workers(dl, n=2, wait_s=10.0):
+    """worker -> pid of ``dl``'s ``n`` workers, once each has registered (a worker still starting has not)."""
+    deadline = time.monotonic() + wait_s
+    while len(pids := dl._source.inflight.pids()) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pids
+
+
 def _source(kind, folder, tmp_path):
     tf = fl.transforms.eval(16, resize=20)
     if kind == "indexed":
@@ -53,17 +61,17 @@ def test_a_closed_loader_leaves_no_shared_memory(kind, decode, folder, tmp_path,
     dl = fl.Loader(ds, **kw)
     it = iter(dl)
     x, _ = next(it)  # broken off after one batch: the workers have more in flight
-    pids |= set(dl._source.inflight.pids().values())
+    pids |= set(_workers(dl).values())
     del it, x
     dl.close()
     with fl.Loader(ds, **kw) as dl:  # a whole pass
         for n, _ in enumerate(dl):
             if n == 0:
-                pids |= set(dl._source.inflight.pids().values())
+                pids |= set(_workers(dl).values())
     with fl.Loader(ds, **kw) as dl:  # a worker killed mid-pass, with batches in flight
         it = iter(dl)
         next(it)
-        workers = dl._source.inflight.pids()
+        workers = _workers(dl)
         pids |= set(workers.values())
         os.kill(workers[0], signal.SIGKILL)
         with pytest.raises(fl.WorkerFailure):
