@@ -95,6 +95,11 @@ def worker_failure(
     return WorkerFailure(f"{head}; {'; '.join(parts) or 'no sample was in flight'}")
 
 
+def threads_timed_out(timeout: float, inflight: InFlight, dataset: Any) -> WorkerFailure:
+    """The error of a pass on threads that got no batch within the Loader's ``timeout``."""
+    return worker_failure(RuntimeError(f"thread backend timed out after {timeout} s"), inflight, dataset)
+
+
 def _state(pid: int, dead: bool) -> str:
     """ ", stopped," and the like where the process is not simply running or waiting."""
     state = process_state(pid)
