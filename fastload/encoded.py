@@ -7,7 +7,6 @@ packs it) and the device (:mod:`fastload.device.gpudecode` decodes it), as
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -102,7 +101,7 @@ class EncodedBatch:
         its bytes and decoded rows as their buffers' leases where they are in a worker's buffer,
         every other tensor by value (torch's shared memory would leave a segment in /dev/shm
         for a batch never received)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values = dict(vars(self))  # every field, as a dataclass keeps them
         values.update(
             data=carried(self.data, self.data_lease),
             decoded=carried(self.decoded, self.decoded_lease),

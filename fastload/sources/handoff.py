@@ -35,7 +35,7 @@ import torch
 
 from ..batch import HostBatch, SharedLease
 from ..collate import alloc_batch
-from ..encoded import SourceBatch
+from ..encoded import EncodedBatch, SourceBatch
 from ..views import Images, SampleShape, batch_shape, map_images, shapes
 from .pools import BatchBuffers, Need
 from .segments import SUPPORTED, Segments
@@ -237,9 +237,7 @@ def detached(batch: SourceBatch) -> SourceBatch:
         if not isinstance(batch.lease, BufferLease):
             return batch
         own: SourceBatch = dataclasses.replace(batch, images=_own(batch.images, batch.lease), lease=None)
-    else:
-        if batch.data_lease is None and batch.decoded_lease is None:
-            return batch
+    elif isinstance(batch, EncodedBatch) and (batch.data_lease is not None or batch.decoded_lease is not None):
         own = dataclasses.replace(
             batch,
             data=_own(batch.data, batch.data_lease),
@@ -247,6 +245,8 @@ def detached(batch: SourceBatch) -> SourceBatch:
             data_lease=None,
             decoded_lease=None,
         )
+    else:
+        return batch
     batch.release()
     return own
 
@@ -255,8 +255,8 @@ _Held = TypeVar("_Held", torch.Tensor, Images)
 
 
 def _own(images: _Held, lease: Any) -> _Held:
-    """``images`` copied into memory of their own where they are in a worker's buffer (``lease``)."""
-    if not isinstance(lease, BufferLease):
+    """``images`` copied into memory of their own where a worker's buffer holds them (``lease``)."""
+    if lease is None:
         return images
     return map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), images)
 
