@@ -20,7 +20,7 @@ from typing import Any
 
 from ..datasets import waits
 from ..encoded import SourceBatch
-from .failures import interrupted, threads_timed_out
+from .failures import PassClosed, interrupted, threads_timed_out
 from .indexed import IndexedSource, Maker
 from .pools import BufferPool, PlainPool
 from .request import BatchRequest, PassRequest
@@ -90,7 +90,8 @@ class ThreadSource(IndexedSource):
         return self._ring.ring if self._ring is not None else None
 
     def _submit(self, request: BatchRequest, stop: Stop) -> Future[SourceBatch]:
-        stop.check()  # closed, or a newer pass started: no more batches
+        if stop.closed.is_set():
+            raise PassClosed()
         rows = ThreadRows(self._decode, stop, self.timeout)
         return self._batches.run(lambda: self.maker.make(request, self._consumer, self.pool, rows))
 
@@ -134,7 +135,6 @@ class ThreadSource(IndexedSource):
 
     def _end_workers(self) -> None:
         """Stops the threads: within a few seconds even if one is stuck in a sample (a daemon, left)."""
-        self._stop.cancelled = True
         for threads in (self._batches, self._decode):
             threads.shutdown(JOIN_S)
 
