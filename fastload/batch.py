@@ -213,15 +213,8 @@ class HostBatch:
         return _arrived, self._travel()
 
     def _travel(self) -> tuple:
-        # A shared lease travels with its batch (a worker's buffer, fastload.sources.handoff), and
-        # carries its images: the receiver maps the buffer. A lease of this process's memory cannot.
-        lease = self.lease
-        if lease is not None and not isinstance(lease, SharedLease):
-            raise TypeError("a HostBatch holding a reused buffer cannot leave its process")
-        in_buffer = isinstance(lease, SharedLease) and shape_of(self.images) == lease.shape
-        images = None if in_buffer else map_images(travelling, self.images)
         return (
-            images,
+            carried(self.images, self.lease),
             travelling(self.labels),
             travelling(self.indices),
             self.epoch,
@@ -238,7 +231,27 @@ class HostBatch:
         finalizing at exit, which ends the thread inside a C++ frame that may not unwind:
         ``terminate called without an active exception`` (issue 40, item 1). Packed in the
         worker's own thread, the feeder only pickles numpy arrays and plain values."""
-        return Packed(self._travel())
+        return Packed(_arrived, self._travel())
+
+
+def carried(images: Images, lease: Lease | None) -> Any:
+    """How ``images`` cross to another process beside ``lease``: None where they are the
+    buffer a shared lease lends (the receiver maps it: :func:`landed`), else each view by value
+    (:func:`travelling`). A lease of this process's memory cannot cross.
+
+    Raises:
+        TypeError: ``lease`` lends memory of this process only.
+    """
+    if lease is not None and not isinstance(lease, SharedLease):
+        raise TypeError("a batch holding a reused buffer cannot leave its process")
+    if isinstance(lease, SharedLease) and shape_of(images) == lease.shape:
+        return None
+    return map_images(travelling, images)
+
+
+def landed(images: Any, lease: Any) -> Images:
+    """The images that crossed as :func:`carried` sent them: mapped from ``lease``'s buffer, or rebuilt."""
+    return lease.images() if images is None else map_images(_rebuilt, images)
 
 
 def travelling(tensor: torch.Tensor) -> Any:
@@ -275,26 +288,26 @@ def _tree(fn: Any, value: Any) -> Any:
     return value
 
 
+def _rebuilt(x: Any) -> Any:
+    return x.tensor() if isinstance(x, _ByValue) else x
+
+
 @dataclass(frozen=True)
 class Packed:
-    """A :class:`HostBatch` ready to cross to another process (:meth:`HostBatch.packed`): it
-    arrives as the HostBatch."""
+    """A batch ready to cross to another process (:meth:`HostBatch.packed`): it arrives as
+    ``arrive(*travel)``, the batch."""
 
+    arrive: Any
     travel: tuple
 
     def __reduce__(self):
-        return _arrived, self.travel
+        return self.arrive, self.travel
 
 
 def _arrived(
     images: Any, labels: Any, indices: Any, epoch: int, skipped: tuple, lease: Any, extras: tuple = ()
 ) -> HostBatch:
     """A HostBatch unpickled: its images mapped from the slot its lease names, or rebuilt."""
-
-    def rebuilt(x: Any) -> Any:
-        return x.tensor() if isinstance(x, _ByValue) else x
-
-    arrived = [map_images(rebuilt, images), rebuilt(labels), rebuilt(indices)]
-    if images is None:
-        arrived[0] = lease.images()
-    return HostBatch(arrived[0], arrived[1], arrived[2], epoch, skipped, lease, _tree(rebuilt, extras))
+    return HostBatch(
+        landed(images, lease), _rebuilt(labels), _rebuilt(indices), epoch, skipped, lease, _tree(_rebuilt, extras)
+    )

@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import torch
 
-from .batch import HostBatch, SkippedSample
+from .batch import HostBatch, Lease, Packed, SkippedSample, carried, landed, travelling
 from .views import Images, is_views
 
 __all__ = ["EncodedBatch", "SourceBatch", "ViewTable"]
@@ -72,6 +72,8 @@ class EncodedBatch:
             for the device to fill from a good row of the batch (their own record is in
             ``skipped``).
         more_views: A multi-view batch's views after the first, in view order.
+        data_lease, decoded_lease: Set when ``data`` or ``decoded`` is a reused buffer (a
+            worker's, :mod:`fastload.sources.handoff`): see :meth:`release`.
     """
 
     data: torch.Tensor
@@ -97,6 +99,8 @@ class EncodedBatch:
     verified: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     holes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     more_views: tuple[ViewTable, ...] = ()
+    data_lease: Lease | None = field(default=None, repr=False, compare=False)
+    decoded_lease: Lease | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])
@@ -116,12 +120,45 @@ class EncodedBatch:
         return self.data.numpy()[self.offsets[r] : self.offsets[r + 1]]
 
     def release(self, event: Any = None) -> None:
-        """Nothing to give back: the batch owns its memory (as :meth:`fastload.HostBatch.release` of such a batch)."""
+        """Gives its reused buffers back, as :meth:`fastload.HostBatch.release` does (idempotent;
+        a no-op for a batch that owns its memory)."""
+        leases, self.data_lease, self.decoded_lease = (self.data_lease, self.decoded_lease), None, None
+        for lease in leases:
+            if lease is not None:
+                lease.release(event)
+
+    def __reduce__(self):
+        return self.packed().__reduce__()
+
+    def packed(self) -> Packed:
+        """This batch made ready to cross to another process now, as :meth:`fastload.HostBatch.packed`:
+        its bytes and decoded rows as their buffers' leases where they are in a worker's buffer,
+        every other tensor by value (torch's shared memory would leave a segment in /dev/shm
+        for a batch never received)."""
+        values = dict(vars(self))  # every field, as a dataclass keeps them
+        values.update(
+            data=carried(self.data, self.data_lease),
+            decoded=carried(self.decoded, self.decoded_lease),
+            labels=travelling(self.labels),
+            indices=travelling(self.indices),
+        )
+        return Packed(_arrived, (values,))
 
     def region(self, r: int) -> tuple[int, int, int, int] | None:
         """The region of encoded row ``r``, or None for a full decode."""
         y0, x0, y1, x1 = (int(v) for v in self.regions[r])
         return None if y0 < 0 else (y0, x0, y1, x1)
+
+
+def _arrived(values: dict[str, Any]) -> EncodedBatch:
+    """An EncodedBatch unpickled: its bytes and decoded rows mapped from their buffers, or rebuilt."""
+    values.update(
+        data=landed(values["data"], values["data_lease"]),
+        decoded=landed(values["decoded"], values["decoded_lease"]),
+        labels=landed(values["labels"], None),
+        indices=landed(values["indices"], None),
+    )
+    return EncodedBatch(**values)
 
 
 #: What a batch source yields and the device driver takes: a host batch of final pixels, or

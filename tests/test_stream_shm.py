@@ -1,7 +1,9 @@
-"""What a stream Loader (WebDataset) leaves in /dev/shm: nothing, once it is closed, whether its
-pass was broken off after one batch or run to its end. (torch's shared memory, which its
-workers used to collate into, is named after the worker that made it, ``torch_<pid>_*``, and
-stays there when its batch is never received.)"""
+"""What a Loader with worker processes leaves in /dev/shm: nothing, once it is closed, whether its
+pass was broken off after one batch, run to its end or ended by a worker killed mid-pass; for an
+indexed dataset (ImageFolder) and a stream (WebDataset), with decode="cpu" and decode="gpu" (whose
+workers pack the bytes for the device: run here on the CPU, FASTLOAD_GPU_DECODE_ON_CPU=1).
+(torch's shared memory, which workers used to collate and pack into, is named after the worker
+that made it, ``torch_<pid>_*``, and stays there when its batch is never received.)"""
 
 import gc
 import os
@@ -11,6 +13,7 @@ import time
 import pytest
 
 import fastload as fl
+from fastload.decode import roi
 
 from wds_servers import write_shards
 
@@ -28,23 +31,54 @@ def _left_by(pids, wait_s=2.0):
         time.sleep(0.05)
 
 
-def test_a_closed_stream_loader_leaves_no_shared_memory(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+def _workers(dl, n=2, wait_s=10.0):
+    """worker -> pid of ``dl``'s ``n`` workers, once each has registered (a worker still starting has not)."""
+    deadline = time.monotonic() + wait_s
+    while len(pids := dl._source.inflight.pids()) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pids
+
+
+def _source(kind, folder, tmp_path):
+    tf = fl.transforms.eval(16, resize=20)
+    if kind == "indexed":
+        return fl.ImageFolder(folder, tf)
     write_shards(tmp_path / "data", [8, 8, 8, 8])
-    ds = fl.WebDataset(str(tmp_path / "data"), fl.transforms.eval(16, resize=20))
-    kw = dict(batch_size=2, device="cpu", normalize=False, num_workers=2, backend="process")
+    return fl.WebDataset(str(tmp_path / "data"), tf)
+
+
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+@pytest.mark.parametrize("kind", ["indexed", "stream"])
+def test_a_closed_loader_leaves_no_shared_memory(kind, decode, folder, tmp_path, monkeypatch):
+    if decode == "gpu":
+        if not roi.available():
+            pytest.skip("decode='gpu' on the CPU needs nvImageCodec: fastload[roi]")
+        monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    ds = _source(kind, folder, tmp_path)
+    kw = dict(batch_size=2, device="cpu", normalize=False, num_workers=2, backend="process", decode=decode)
     pids = set()
     dl = fl.Loader(ds, **kw)
     it = iter(dl)
     x, _ = next(it)  # broken off after one batch: the workers have more in flight
-    pids |= set(dl._source.inflight.pids().values())
+    pids |= set(_workers(dl).values())
     del it, x
     dl.close()
     with fl.Loader(ds, **kw) as dl:  # a whole pass
         for n, _ in enumerate(dl):
             if n == 0:
-                pids |= set(dl._source.inflight.pids().values())
-    assert len(pids) == 4
+                pids |= set(_workers(dl).values())
+    with fl.Loader(ds, **kw) as dl:  # a worker killed mid-pass, with batches in flight
+        it = iter(dl)
+        next(it)
+        workers = _workers(dl)
+        pids |= set(workers.values())
+        os.kill(workers[0], signal.SIGKILL)
+        with pytest.raises(fl.WorkerFailure):
+            for _ in it:
+                pass
+        del it
+    assert len(pids) == 6
     assert _left_by(pids) == []
 
 

@@ -11,7 +11,7 @@ from ..config import DEVICE_AHEAD, LoaderConfig
 from ..datasets.protocols import is_stream, traits_of
 from .batchplan import cpu_executor
 from .fetch import SampleLoader
-from .handoff import BufferTable, SharedPool
+from .handoff import BufferTable, SharedPool, worker_buffers
 from .indexed import Maker
 from .inflight import InFlight
 from .maker import BatchMaker
@@ -128,13 +128,11 @@ def build_source(
         )
         source.cpu_share = share
         return source
-    # A worker has at most prefetch_factor batches in flight, and one is being copied out of
-    # its buffer; one more buffer spares a fresh one when a copy-out lags. GPU batches are
-    # packed bytes: a new buffer each. Made in this process (no workers), a batch is pinned
-    # as the Loader says and for its device: not for a CPU loader, nor in another GPU's context.
+    # Made in this process (no workers), a batch is pinned as the Loader says and for its
+    # device: not for a CPU loader, nor in another GPU's context; a GPU batch is packed bytes.
     pool: BufferPool = PlainPool(pin=pin and gpu is None, device=options.pin_device)
-    if workers > 0 and gpu is None and BufferTable.supported:
-        pool = SharedPool(BufferTable(workers, cfg.prefetch_factor + 2))
+    if workers > 0 and BufferTable.supported:
+        pool = SharedPool(BufferTable(workers, worker_buffers(cfg.prefetch_factor, gpu is not None)))
     return ProcessSource(maker, pool, sampler, options, cpu_share=share)
 
 

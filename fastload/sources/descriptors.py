@@ -31,7 +31,8 @@ def descriptor_limit(error: OSError, doing: str) -> OSError:
     return OSError(
         error.errno,
         f"fastload: {limit} while {doing}. A Loader with the process backend holds "
-        "2 + num_workers × (prefetch_factor + 2) descriptors for its worker buffers, and its workers' "
+        "2 + num_workers × (prefetch_factor + 2) descriptors for its worker buffers (twice as many with "
+        'decode="gpu"), and its workers\' '
         "pipes 2 + 4 × num_workers while they run. Raise the limit (ulimit -n 4096 in the shell, or "
         "resource.setrlimit(resource.RLIMIT_NOFILE, ...) at the start of the program), close Loaders "
         "you no longer use (loader.close()), or use fewer workers",

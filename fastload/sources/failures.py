@@ -10,6 +10,7 @@ from torch._utils import ExceptionWrapper
 
 from ..batch import HostBatch, SampleError
 from ..datasets.waits import Interrupted
+from ..encoded import EncodedBatch
 from .fetch import in_flight
 from .inflight import InFlight, process_state
 
@@ -92,6 +93,11 @@ def worker_failure(
     if dead:
         parts.append("the next pass starts new workers")
     return WorkerFailure(f"{head}; {'; '.join(parts) or 'no sample was in flight'}")
+
+
+def threads_timed_out(timeout: float, inflight: InFlight, dataset: Any) -> WorkerFailure:
+    """The error of a pass on threads that got no batch within the Loader's ``timeout``."""
+    return worker_failure(RuntimeError(f"thread backend timed out after {timeout} s"), inflight, dataset)
 
 
 def _state(pid: int, dead: bool) -> str:
@@ -243,10 +249,10 @@ class Raised(ExceptionWrapper):
 
 
 def leaving(batch: Any) -> Any:
-    """What a worker puts on its queue for ``batch``: a HostBatch packed in the worker's own
-    thread (:meth:`HostBatch.packed`: its queue's feeder thread then calls no torch work that
+    """What a worker puts on its queue for ``batch``: a HostBatch or an EncodedBatch packed in the
+    worker's own thread (:meth:`HostBatch.packed`: its queue's feeder thread then calls no torch work that
     a finalizing interpreter could end inside a C++ frame), anything else as it is."""
-    return batch.packed() if isinstance(batch, HostBatch) else batch
+    return batch.packed() if isinstance(batch, (HostBatch, EncodedBatch)) else batch
 
 
 def in_worker(make: Any, worker: int | None) -> Any:

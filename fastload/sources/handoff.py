@@ -28,14 +28,14 @@ import math
 import os
 import uuid
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from ..batch import HostBatch, SharedLease
 from ..collate import alloc_batch
-from ..encoded import SourceBatch
+from ..encoded import EncodedBatch, SourceBatch
 from ..views import Images, SampleShape, batch_shape, map_images, shapes
 from .pools import BatchBuffers, Need
 from .segments import SUPPORTED, Segments
@@ -45,6 +45,13 @@ _REUSED, _NEW = -2, -1  # counter columns after the flags: batches in a reused b
 
 #: The tables of this process, by id: a lease that arrives from a worker finds its table here.
 _TABLES: weakref.WeakValueDictionary[str, BufferTable] = weakref.WeakValueDictionary()
+
+
+def worker_buffers(prefetch_factor: int, packed: bool) -> int:
+    """The buffers each worker keeps: its ``prefetch_factor`` batches in flight, one being copied
+    out of its buffer, and one more that spares a fresh one when a copy-out lags; twice that for
+    batches ``packed`` for the GPU, each of which leases two (its bytes, its CPU-decoded rows)."""
+    return (prefetch_factor + 2) * (2 if packed else 1)
 
 
 class BufferTable:
@@ -223,14 +230,35 @@ class SharedPool:
 
 
 def detached(batch: SourceBatch) -> SourceBatch:
-    """``batch`` with its images copied out of a worker's buffer and the buffer freed; ``batch``
-    itself when its images are its own (or it is an EncodedBatch: its buffers are its own)."""
-    if not isinstance(batch, HostBatch) or not isinstance(batch.lease, BufferLease):
+    """``batch`` with what it holds in workers' buffers copied out and the buffers freed (the
+    images of a HostBatch; the bytes and decoded rows of an EncodedBatch); ``batch`` itself
+    when its memory is its own."""
+    if isinstance(batch, HostBatch):
+        if not isinstance(batch.lease, BufferLease):
+            return batch
+        own: SourceBatch = dataclasses.replace(batch, images=_own(batch.images, batch.lease), lease=None)
+    elif isinstance(batch, EncodedBatch) and (batch.data_lease is not None or batch.decoded_lease is not None):
+        own = dataclasses.replace(
+            batch,
+            data=_own(batch.data, batch.data_lease),
+            decoded=_own(batch.decoded, batch.decoded_lease),
+            data_lease=None,
+            decoded_lease=None,
+        )
+    else:
         return batch
-    images = map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), batch.images)
-    own = dataclasses.replace(batch, images=images, lease=None)
     batch.release()
     return own
+
+
+_Held = TypeVar("_Held", torch.Tensor, Images)
+
+
+def _own(images: _Held, lease: Any) -> _Held:
+    """``images`` copied into memory of their own where a worker's buffer holds them (``lease``)."""
+    if lease is None:
+        return images
+    return map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), images)
 
 
 def _multi(shape: SampleShape) -> bool:

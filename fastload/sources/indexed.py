@@ -1,9 +1,10 @@
-"""What the process and thread sources share: an indexed dataset and this rank's sampler."""
+"""What the process and thread sources share: an indexed dataset, this rank's sampler, and close()."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -38,18 +39,32 @@ class Maker(Protocol):
 
 
 class IndexedSource:
-    """The sampler side of a :class:`~fastload.sources.BatchSource` over an indexed dataset."""
+    """The sampler side of a :class:`~fastload.sources.BatchSource` over an indexed dataset,
+    and its close (:meth:`close`: the runner's workers end in :meth:`_end_workers`).
 
-    maker: Maker
-    sampler: ShardedBatchSampler
+    Args:
+        maker: Makes the batches (its loader's in-flight table names what the workers load).
+        sampler: This rank's requests per epoch.
+    """
+
+    pool: BufferPool
     replays = True  # a pass is made again from any batch: its requests are dealt again
     #: ``decode="gpu"``: the CPU share for the next request, read as each is sent to a worker
     #: (:attr:`BatchRequest.cpu_share`); None: no share.
     cpu_share: Callable[[], float] | None = None
 
+    def __init__(self, maker: Maker, sampler: ShardedBatchSampler) -> None:
+        self.maker, self.sampler, self.inflight = maker, sampler, maker.loader.inflight
+        self._closed = threading.Event()  # seen by a pass running in another thread
+
     @property
     def loader(self) -> SampleLoader:
         return self.maker.loader
+
+    @property
+    def copies(self) -> int:
+        """Samples decoded beside their row and copied in (in this process)."""
+        return self.maker.copies
 
     @property
     def dataset(self) -> Any:
@@ -86,3 +101,19 @@ class IndexedSource:
 
     def state_fields(self) -> dict:
         return {}
+
+    def restart(self) -> None:
+        """New workers for the next pass, after one failed (nothing where none dies: threads)."""
+
+    def close(self) -> None:
+        """Ends the pass under way (from any thread: its ``next()`` raises the closed error),
+        stops the workers and lets the pool's buffers go; idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()  # first: a pass starting in another thread sees it before the workers go
+        self._end_workers()
+        self.pool.close()
+
+    def _end_workers(self) -> None:
+        """Stops the workers of a closed source, promptly even if one is stuck in a sample."""
+        raise NotImplementedError

@@ -9,9 +9,11 @@ batch out); the others (not a JPEG,
 CMYK, progressive, cut short, or failing to plan) are built by the CPU path's batch builder in
 the worker (:meth:`fastload.sources.maker.BatchMaker.build`, from their plans), under the
 error policy, straight into a buffer of final pixels ("decoded rows"). Small
-per-row values are numpy arrays, pickled with the batch; the two large buffers are tensors
-in shared memory, so nothing large is copied on the way. The device decodes the encoded rows
-(:mod:`fastload.device.gpudecode`).
+per-row values are numpy arrays, pickled with the batch; the two large buffers are leased
+from the source's pool, as a CPU batch's pixels are (:mod:`fastload.sources.pools`: a worker
+process's reused buffers, :mod:`fastload.sources.handoff`), so nothing large is copied on the
+way and nothing is left in ``/dev/shm`` by a batch never received. The device decodes the
+encoded rows (:mod:`fastload.device.gpudecode`).
 
 A request's ``cpu_share`` hands part of the GPU's work to the worker: the first
 ``round(cpu_share * R)`` of the R rows the GPU would take (in batch order) are loaded by the
@@ -42,13 +44,13 @@ from ..decode import ImageHeader
 from ..decode.header import check_jpeg_complete
 from ..encoded import EncodedBatch
 from ..targets import Target, TargetSpec, as_target, fill
-from ..views import Images, each, map_images
+from ..views import each, map_images
 from .batchplan import BatchPlan, cpu_executor, plan_row
 from .fetch import SampleLoader
 from .maker import BatchMaker
 from .neighbours import Holes, Neighbours, Owed, from_slot
-from .packing import EncodedRow, GpuRows, RowGeometry, pack, pixels
-from .pools import BufferPool
+from .packing import EncodedRow, GpuRows, RowGeometry, holding, pack, pixels
+from .pools import BatchBuffers, BufferPool
 from .request import BatchRequest
 from .rowmap import InTurn, RowMap
 
@@ -155,6 +157,18 @@ class PackMaker:
             The batch; :class:`Owed` for a stream's batch whose every record failed before
             its slot had a good one.
         """
+        return holding(pool, worker, lambda held: self._build(plan, worker, pool, rows, planned, neighbours, held))
+
+    def _build(
+        self,
+        plan: BatchPlan,
+        worker: int,
+        pool: BufferPool,
+        rows: RowMap | None,
+        planned: bool,
+        neighbours: Neighbours | None,
+        held: list[BatchBuffers],
+    ) -> EncodedBatch | Owed:
         rows = rows if rows is not None else InTurn(worker)
         request = plan.request
         n = len(plan)
@@ -170,7 +184,7 @@ class PackMaker:
         targets: list[Target] = [0] * n
         indices = np.asarray([r.index for r in plan.rows], np.int64)
         skipped: tuple[SkippedSample, ...] = ()
-        cpu_pixels: Images = pixels(0, self.rows)
+        cpu_pixels = pixels(pool, 0, self.rows, worker)
         cpu_seconds = 0.0
         holes: list[int] = []
         if cpu:  # the CPU path's batch of these rows, from their plans, as decode="cpu" builds it
@@ -187,12 +201,15 @@ class PackMaker:
             )
             if isinstance(host, Owed):  # a stream's: every CPU row failed (before one fixed their shape)
                 holes, skipped = list(cpu), tuple(host.skipped)
-                cpu_pixels = map_images(lambda t: t.zero_(), pixels(len(cpu), self.rows))
+                cpu_pixels = pixels(pool, len(cpu), self.rows, worker)
+                held.append(cpu_pixels)
+                map_images(lambda t: t.zero_(), cpu_pixels.images)
                 stand_in = next((entry[1] for entry in packed if entry is not None), 0)  # until they are filled
                 for j in cpu:
                     targets[j] = stand_in
             else:
-                cpu_pixels, skipped = host.images, host.skipped
+                cpu_pixels, skipped = BatchBuffers(host.images, lease=host.lease), host.skipped
+                held.append(cpu_pixels)
                 for k, j in enumerate(cpu):
                     targets[j], indices[j] = as_target(host.labels.numpy()[k]), int(host.indices[k])
                 holes = [cpu[k] for k in left.rows] if left is not None else []
@@ -203,10 +220,12 @@ class PackMaker:
                 encoded.append(entry[0])
                 targets[j] = entry[1]
         if neighbours is not None:
-            slotted = from_slot(neighbours, request.seed, packed, encoded, cpu, holes, targets, indices, cpu_pixels)
+            images = cpu_pixels.images
+            slotted = from_slot(neighbours, request.seed, packed, encoded, cpu, holes, targets, indices, images)
             if slotted is None:
                 return Owed(list(skipped))
-            cpu_pixels, holes = slotted
+            # Rows taken out leave a copy of the rest: it travels by value, its buffer goes back on arrival.
+            cpu_pixels, holes = dataclasses.replace(cpu_pixels, images=slotted[0]), slotted[1]
         labels = TargetSpec.of(targets[0]).alloc(n)
         fill(labels, targets, lambda j: self.loader.samples.title_of(int(indices[j])))
         return pack(
@@ -222,24 +241,46 @@ class PackMaker:
             len(shared),
             cpu_seconds,
             holes,
+            pool=pool,
+            worker=worker,
+            held=held,
         )
 
     def owed(self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool) -> EncodedBatch:
         """The batch ``owed`` paid: each of its rows a copy of the ``slot``'s first good record
         (its packed row, or its pixels), reporting its own failure."""
+        return holding(pool, worker, lambda held: self._owed(owed, slot, epoch, worker, pool, held))
+
+    def _owed(
+        self, owed: Owed, slot: Neighbours, epoch: int, worker: int, pool: BufferPool, held: list[BatchBuffers]
+    ) -> EncodedBatch:
         first = slot.kept_first
         assert first is not None  # paid once the slot has read a good record
         n = len(owed.skipped)
         encoded: list[EncodedRow] = []
-        rows = pixels(0, self.rows)
         if first.encoded is not None:
             encoded = [dataclasses.replace(first.encoded, row=j) for j in range(n)]
-        else:
-            rows = pixels(n, self.rows)
-            for view, kept in zip(each(rows), each(first.pixels)):
+        rows = pixels(pool, 0 if encoded else n, self.rows, worker)
+        held.append(rows)
+        if not encoded:
+            for view, kept in zip(each(rows.images), each(first.pixels)):
                 view.numpy()[:] = kept
         labels = TargetSpec.of(first.label).alloc(n)
         fill(labels, [first.label] * n, lambda j: self.loader.samples.title_of(first.index))
         indices = torch.full((n,), first.index, dtype=torch.int64)
         cpu = [] if encoded else list(range(n))
-        return pack(encoded, cpu, rows, labels, indices, epoch, tuple(owed.skipped), self.rows.out_sizes, first.seed)
+        skipped = tuple(owed.skipped)
+        return pack(
+            encoded,
+            cpu,
+            rows,
+            labels,
+            indices,
+            epoch,
+            skipped,
+            self.rows.out_sizes,
+            first.seed,
+            pool=pool,
+            worker=worker,
+            held=held,
+        )

@@ -5,23 +5,29 @@ asks of the transforms as the device runs them (:mod:`fastload.device.gpudecode.
 a layer above): each planned row's geometry, one per view, and its flips. :func:`pack` lays
 the rows out as an :class:`~fastload.encoded.EncodedBatch`: bytes end to end in one buffer,
 a table of geometry per view, the rows the CPU path built as final pixels (one tensor per
-view for a multi-view transform).
+view for a multi-view transform). Both buffers are leased from the source's pool, as a CPU
+batch's pixels are (:mod:`fastload.sources.pools`: a worker process's reused buffers), so
+nothing large is copied on the way and nothing is left in ``/dev/shm`` by a batch never
+received.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 import torch
 
 from ..batch import SkippedSample
-from ..collate import alloc_batch
 from ..encoded import EncodedBatch, ViewTable
 from ..transforms import DecodeSteps, ViewSteps
-from ..views import Images
+from ..views import SampleShape, batch_shape, shapes
+from .neighbours import Owed
+from .pools import BatchBuffers, BufferPool, Need
+
+_Made = TypeVar("_Made")
 
 
 class RowGeometry(Protocol):
@@ -67,21 +73,41 @@ class EncodedRow:
     verified: bool = False  # its plan's: the device plans a refused stream row again from its bytes
 
 
-def buffer(shape: tuple[int, ...]) -> torch.Tensor:
-    """A uint8 buffer: shared memory in a worker; an empty one needs none."""
-    return alloc_batch(shape, pin=False) if np.prod(shape) else torch.empty(shape, dtype=torch.uint8)
+def lease(pool: BufferPool, n: int, sample: SampleShape, worker: int) -> BatchBuffers:
+    """A uint8 buffer of ``n`` rows of ``sample`` (one per view) leased from ``pool`` for
+    ``worker``; an empty one needs none."""
+    if n:
+        return pool.lease(Need(n, sample, worker=worker))
+    empty = tuple(torch.empty(shape, dtype=torch.uint8) for shape in shapes(batch_shape(0, sample)))
+    return BatchBuffers(empty if len(empty) > 1 or (sample and isinstance(sample[0], tuple)) else empty[0])
 
 
-def pixels(n: int, rows: GpuRows) -> Images:
-    """A buffer for ``n`` rows of final pixels: one N×H×W×3 tensor per view (a tuple for views)."""
-    out = tuple(buffer((n, h, w, 3)) for h, w in rows.out_sizes)
-    return out if rows.views else out[0]
+def pixels(pool: BufferPool, n: int, rows: GpuRows, worker: int) -> BatchBuffers:
+    """A buffer for ``n`` rows of final pixels: N×H×W×3, one per view (a tuple for views)."""
+    sample = tuple((h, w, 3) for h, w in rows.out_sizes)
+    return lease(pool, n, sample if rows.views else sample[0], worker)
+
+
+def holding(pool: BufferPool, worker: int, make: Callable[[list[BatchBuffers]], _Made]) -> _Made:
+    """``make(held)``, which leases its batch's buffers from ``pool`` into ``held``: they are
+    given back when the batch is never handed on (it failed while packed, or it is owed)."""
+    held: list[BatchBuffers] = []
+    try:
+        made = make(held)
+    except BaseException:
+        for buffers in held:
+            pool.abandon(buffers, worker)
+        raise
+    if isinstance(made, Owed):
+        for buffers in held:
+            pool.abandon(buffers, worker)
+    return made
 
 
 def pack(
     encoded: list[EncodedRow],
     decoded: list[int],
-    pixels: Images,
+    pixels: BatchBuffers,
     labels: torch.Tensor,
     indices: torch.Tensor,
     epoch: int,
@@ -91,15 +117,21 @@ def pack(
     cpu_share_rows: int = 0,
     cpu_seconds: float = 0.0,
     holes: Sequence[int] = (),
+    *,
+    pool: BufferPool,
+    worker: int,
+    held: list[BatchBuffers],
 ) -> EncodedBatch:
     """The EncodedBatch of ``encoded`` rows and the rows ``decoded`` on the CPU, whose final
-    pixels ``pixels`` holds; the bytes go into a buffer allocated where the batch goes next
-    (shared memory in a worker)."""
+    pixels ``pixels`` holds (with their lease); the bytes go into a buffer leased from ``pool``
+    for ``worker``, which joins the batch's buffers ``held`` (see :func:`holding`)."""
     r = len(encoded)
     lengths = np.fromiter((len(e.data) for e in encoded), np.int64, r)
     offsets = np.zeros(r + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    data = buffer((int(offsets[-1]),))
+    bytes_ = lease(pool, int(offsets[-1]), (), worker)
+    held.append(bytes_)
+    data = cast(torch.Tensor, bytes_.images)
     flat = data.numpy()
     for e, start, end in zip(encoded, offsets[:-1], offsets[1:]):
         flat[start:end] = np.frombuffer(e.data, np.uint8) if isinstance(e.data, (bytes, bytearray)) else e.data
@@ -128,7 +160,7 @@ def pack(
         resize=views[0].resize,
         windows=views[0].windows,
         flips=views[0].flips,
-        decoded=pixels,
+        decoded=pixels.images,
         decoded_rows=np.asarray(decoded, np.int64),
         labels=labels,
         indices=indices,
@@ -142,4 +174,6 @@ def pack(
         verified=np.fromiter((e.verified for e in encoded), bool, r),
         holes=np.asarray(holes, np.int64),
         more_views=tuple(views[1:]),
+        data_lease=bytes_.lease,
+        decoded_lease=pixels.lease,
     )

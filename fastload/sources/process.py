@@ -22,7 +22,7 @@ from ..collate import pinning_on
 from ..datasets import waits
 from ..datasets.subset import SubsetDataset
 from ..datasets.wrap import WrappedDataset
-from ..encoded import SourceBatch
+from ..encoded import EncodedBatch, SourceBatch
 from . import deaths
 from .closing import close_workers, end_workers, wait_tick
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
@@ -42,7 +42,7 @@ from .inflight import InFlight
 from .pools import BufferPool
 from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
-from .waiting import Stop, wait_until
+from .waiting import Stop, deadline, wait_until
 
 
 @runtime_checkable
@@ -259,7 +259,7 @@ class PassWait:
         # The Loader's timeout is the runners' one deadline; without workers it bounds our own
         # waits in the sample instead (waits.bounded), as DataLoader's timeout needs workers.
         timeout = self.options.timeout if workers else 0.0
-        wait_until(ready, Stop(self.closed), started + timeout if timeout else None, self.timed_out)
+        wait_until(ready, Stop(self.closed), deadline(timeout, start=started), self.timed_out)
         return got[0]
 
     def timed_out(self) -> WorkerFailure:
@@ -376,11 +376,9 @@ class ProcessSource(IndexedSource):
         options: WorkerOptions,
         cpu_share: Callable[[], float] | None = None,
     ) -> None:
-        self.maker, self.pool, self.options, self.sampler = maker, pool, options, sampler
-        self.cpu_share = cpu_share
-        self.inflight = maker.loader.inflight
+        super().__init__(maker, sampler)
+        self.pool, self.options, self.cpu_share = pool, options, cpu_share
         self._requests = PassRequests()
-        self._closed = threading.Event()  # seen by a pass running in another thread
         self._loader: DataLoader | None = self._new_loader()
         self._started = False  # the persistent workers of _loader run
         self._running: Iterator | None = None  # their iterator (persistent workers), for drain()
@@ -468,7 +466,7 @@ class ProcessSource(IndexedSource):
                     raise
                 if item is END:
                     return
-                if isinstance(item, HostBatch):
+                if isinstance(item, (HostBatch, EncodedBatch)):
                     item.release()
         finally:
             box.clear()
@@ -488,13 +486,8 @@ class ProcessSource(IndexedSource):
     def _renew_buffers(self) -> None:
         self.pool.reset(self.options.prefetch_factor)  # the old buffers' memory goes with the old workers
 
-    def close(self) -> None:
-        """Ends the pass under way (from any thread: its ``next()`` raises the closed error)
-        and stops the workers, killing those not gone after a grace (:mod:`.closing`)."""
-        if self._loader is None:
-            return
-        self._closed.set()  # first: a pass starting in another thread sees it before the loader goes
+    def _end_workers(self) -> None:
+        """Stops the workers, killing those not gone after a grace (:mod:`.closing`)."""
         holder: list = [self._loader]
         self._loader, self._running = None, None
         close_workers(self._closed, self.inflight, holder)
-        self.pool.close()

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from ..batch import HostBatch
 from ..datasets import waits
-from ..encoded import SourceBatch
-from .failures import interrupted, worker_failure
+from ..encoded import EncodedBatch, SourceBatch
+from .failures import interrupted, threads_timed_out
 from .inflight import InFlight
-from .waiting import WAIT_S, Stop, wait_until
+from .waiting import WAIT_S, Stop, deadline, wait_until
 
 _END = object()  # a slot's last item
 
@@ -96,7 +95,7 @@ def slot_threads(
                     left = q.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(left, HostBatch):  # an EncodedBatch holds nothing lent
+                if isinstance(left, (HostBatch, EncodedBatch)):
                     left.release()
 
 
@@ -111,11 +110,5 @@ def _next(q: queue.Queue, timeout: float, stop: Stop, inflight: InFlight) -> Any
         except queue.Empty:
             return False
 
-    deadline = time.monotonic() + timeout if timeout else None
-    wait_until(
-        ready,
-        stop,
-        deadline,
-        lambda: worker_failure(RuntimeError(f"thread backend timed out after {timeout} s"), inflight, None),
-    )
+    wait_until(ready, stop, deadline(timeout), lambda: threads_timed_out(timeout, inflight, None))
     return box[0]

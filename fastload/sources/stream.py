@@ -31,7 +31,7 @@ from .batchplan import BatchPlan, Row, cpu_executor, plan_row
 from .closing import close_workers
 from .failures import PassClosed, in_worker_iter
 from .fetch import SampleLoader
-from .handoff import BufferTable, SharedPool, detached
+from .handoff import BufferTable, SharedPool, detached, worker_buffers
 from .inflight import InFlight
 from .maker import BatchMaker
 from .neighbours import Neighbours, Owed
@@ -267,10 +267,11 @@ class StreamSource:
         # Workers collate into buffers of their own that the main process maps (as an indexed
         # source's do): torch's shared memory would leave a named /dev/shm segment behind for
         # every batch still in flight when a pass is broken off or its workers end.
-        # With no workers, pinned as the Loader says; GPU batches are packed bytes: a new buffer each.
+        # With no workers, pinned as the Loader says; GPU batches on threads are packed bytes: a new buffer each.
         pool: BufferPool = PlainPool(options.pin and gpu is None, options.pin_device)
-        if gpu is None and options.num_workers > 0 and BufferTable.supported and not self.threads:
-            pool = SharedPool(BufferTable(options.num_workers, options.prefetch_factor + 2))
+        if options.num_workers > 0 and BufferTable.supported and not self.threads:
+            per_worker = worker_buffers(options.prefetch_factor, gpu is not None)
+            pool = SharedPool(BufferTable(options.num_workers, per_worker))
         elif gpu is None and self.threads and reuse:
             # Sized as each pass starts (reset: _in_use), and allocated at its first batch.
             pool = RingPool(DEVICE_AHEAD + 1, batch_size, options.pin, options.pin_device, self._closed)

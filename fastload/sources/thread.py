@@ -11,27 +11,26 @@ those of an abandoned pass), its consumer released it and its copy to the GPU is
 
 from __future__ import annotations
 
-import threading
-import time
+import functools
+import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from typing import Any
 
 from ..datasets import waits
 from ..encoded import SourceBatch
-from .failures import PassClosed, interrupted, worker_failure
+from .failures import PassClosed, interrupted, threads_timed_out
 from .indexed import IndexedSource, Maker
 from .pools import BufferPool, PlainPool
 from .request import BatchRequest, PassRequest
 from .ring import RingPool
 from .sampler import ShardedBatchSampler
 from .threadpool import ThreadRows, Workers
-from .waiting import Stop, wait_until
+from .waiting import Stop, deadline, wait_until
 
 JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
-# The consumer waits this much past the timeout for a pass's first batch, so that a wait of our
-# own in it (the LMDB guard's), bounded by the timeout in its thread, names what it waited for first.
+# Past the timeout, for a pass's first batch: a wait of our own in it (the LMDB guard's) names what it waited for.
 HEAD_GRACE_S = 1.0
 SHAPE_POLL_S = 0.002  # how often the start of a pass looks whether its first batch fixed the shape
 
@@ -70,9 +69,8 @@ class ThreadSource(IndexedSource):
             raise ValueError(f"the thread backend needs num_workers >= 1, got {num_threads}")
         if len(maker.loader.inflight) < num_threads + 1:
             raise ValueError("the in-flight table needs a row per thread plus one for the consumer")
-        self.maker, self.sampler, self.inflight = maker, sampler, maker.loader.inflight
+        super().__init__(maker, sampler)
         self.prefetch, self.timeout = prefetch, timeout
-        self._closed = threading.Event()
         # decoding ahead + held by the device stage + the batch handed over; decoding ahead is
         # capped at a pass's batches when a pass starts (a huge prefetch_factor allocates no more)
         self._held = device_ahead + 1
@@ -80,10 +78,10 @@ class ThreadSource(IndexedSource):
         self._ring = RingPool(count, sampler.batch_size, pin, pin_device, self._closed) if reuse else None
         self.pool: BufferPool = self._ring or PlainPool(pin, pin_device)
         self._consumer = num_threads  # the in-flight row of this process
-        self._decode: Workers | None = Workers(num_threads, "fastload-decode", self._closed)
+        self._decode = Workers(num_threads, "fastload-decode", self._closed)
         # A batch thread per batch made at once: it plans the batch, leases its buffer and
         # waits for its rows; more than the decode threads can keep busy gains nothing.
-        self._batches: Workers | None = Workers(max(1, min(prefetch, num_threads + 2)), "fastload-batch", self._closed)
+        self._batches = Workers(max(1, min(prefetch, num_threads + 2)), "fastload-batch", self._closed)
         self._stop = Stop(self._closed)  # the current pass's
 
     @property
@@ -91,46 +89,18 @@ class ThreadSource(IndexedSource):
         """The ring of reused buffers (None until the first batch, or without reuse)."""
         return self._ring.ring if self._ring is not None else None
 
-    @property
-    def copies(self) -> int:
-        """Samples decoded beside their row and copied in."""
-        return self.maker.copies
-
     def _submit(self, request: BatchRequest, stop: Stop) -> Future[SourceBatch]:
-        if self._batches is None or self._decode is None:
+        if stop.closed.is_set():
             raise PassClosed()
         rows = ThreadRows(self._decode, stop, self.timeout)
         return self._batches.run(lambda: self.maker.make(request, self._consumer, self.pool, rows))
 
-    def _timed_out(self) -> RuntimeError:
-        return worker_failure(
-            RuntimeError(f"thread backend timed out after {self.timeout} s"), self.inflight, self.dataset
-        )
-
-    def _deadline(self, grace: float = 0.0) -> float | None:
-        return time.monotonic() + self.timeout + grace if self.timeout else None
-
-    def _result(self, future: Future[SourceBatch], stop: Stop, deadline: float | None) -> SourceBatch:
-        """The batch of ``future``: by ``deadline`` (None: whenever), ended by close()."""
-        wait_until(lambda seconds: wait([future], seconds).done != set(), stop, deadline, self._timed_out)
-        return future.result()
-
-    def _shaped(self, first: Future[SourceBatch], epoch: int, stop: Stop, deadline: float | None) -> None:
-        """Waits until the first batch of a pass has fixed the pass's sample shape (or ended),
-        so that the batches made beside it are of its shape."""
-
-        def ready(seconds: float) -> bool:
-            if first.done() or self.maker.shaped(epoch):
-                return True
-            time.sleep(min(seconds, SHAPE_POLL_S))
-            return False
-
-        wait_until(ready, stop, deadline, self._timed_out)
+    def _wait(self, ready: Callable[[float], bool], stop: Stop, by: float | None) -> None:
+        wait_until(ready, stop, by, lambda: threads_timed_out(self.timeout, self.inflight, self.dataset))
 
     def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
-        if self._batches is None:
-            raise PassClosed()
+        Stop(self._closed).check()  # closed: no pass
         self._stop.cancelled = True  # a pass still running ends
         stop = self._stop = Stop(self._closed)
         self.maker.new_pass()
@@ -140,23 +110,21 @@ class ThreadSource(IndexedSource):
         requests = self.requests(run)
         pending: deque[Future[SourceBatch]] = deque()
         try:
-            first = next(requests, None)
-            if first is None:
+            if (first := next(requests, None)) is None:
                 return
             pending.append(self._submit(first, stop))
-            deadline = self._deadline(HEAD_GRACE_S)
-            self._shaped(pending[0], first.epoch, stop, deadline)
-            for request in requests:
-                pending.append(self._submit(request, stop))
-                if len(pending) >= ahead:
-                    break
+            by = deadline(self.timeout, HEAD_GRACE_S)
+            # The batches made beside the first are of its shape: they start once its head has fixed it.
+            self._wait(lambda s: self.maker.shaped(first.epoch) or _done(pending[0], min(s, SHAPE_POLL_S)), stop, by)
+            pending.extend(self._submit(r, stop) for r in itertools.islice(requests, ahead - 1))
             while pending:
-                batch = self._result(pending.popleft(), stop, deadline)
+                future = pending.popleft()
+                self._wait(functools.partial(_done, future), stop, by)
                 following = next(requests, None)
                 if following is not None:
                     pending.append(self._submit(following, stop))  # before the hand-over
-                yield batch
-                deadline = self._deadline()  # the timeout counts from the consumer's next wait
+                yield future.result()
+                by = deadline(self.timeout)  # the timeout counts from the consumer's next wait
         except waits.Interrupted as e:  # a wait of our own ended early: closed, or past the timeout
             raise interrupted(e) from None
         finally:
@@ -165,24 +133,18 @@ class ThreadSource(IndexedSource):
                 future.add_done_callback(_give_back)
             pending.clear()
 
-    def restart(self) -> None:
-        """Nothing to restart: a failed sample never takes a thread down."""
+    def _end_workers(self) -> None:
+        """Stops the threads: within a few seconds even if one is stuck in a sample (a daemon, left)."""
+        for threads in (self._batches, self._decode):
+            threads.shutdown(JOIN_S)
 
-    def close(self) -> None:
-        """Stops the threads; returns within a few seconds even if one is stuck in a sample."""
-        decode, batches = self._decode, self._batches
-        if decode is None or batches is None:
-            return
-        self._decode = self._batches = None
-        self._closed.set()
-        self._stop.cancelled = True
-        batches.shutdown(JOIN_S)
-        decode.shutdown(JOIN_S)
-        self.pool.close()
+
+def _done(future: Future, seconds: float) -> bool:
+    """Whether ``future`` is done, waiting up to ``seconds`` for it."""
+    return bool(wait([future], seconds).done)
 
 
 def _give_back(future: Future) -> None:
     """The buffer of a batch made for a pass that ended before taking it, back to its pool."""
-    if future.cancelled() or future.exception() is not None:
-        return  # the maker gave it back
-    future.result().release()
+    if not future.cancelled() and future.exception() is None:  # else the maker gave it back
+        future.result().release()

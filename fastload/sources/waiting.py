@@ -50,6 +50,14 @@ class Stop:
             raise RuntimeError(CANCELLED)
 
 
+def deadline(timeout: float, grace: float = 0.0, start: float | None = None) -> float | None:
+    """The deadline (monotonic) of a wait that began at ``start`` (default: now) under the
+    Loader's ``timeout`` (0: none, and None back), ``grace`` seconds later."""
+    if not timeout:
+        return None
+    return (time.monotonic() if start is None else start) + timeout + grace
+
+
 def wait_until(
     ready: Callable[[float], bool],
     stop: Stop,
