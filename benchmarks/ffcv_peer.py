@@ -136,7 +136,10 @@ def main() -> int:
     p.add_argument("--wave", type=int, default=None, help="batches whose arrival is recorded (default: --workers)")
     p.add_argument("--settle", type=float, default=0.5, help="seconds slept before each timed epoch")
     args = p.parse_args()
-    import ffcv.loader  # noqa: F401  (fails here, before anything is written, where FFCV does not import)
+    # Fails here, before anything is written, where FFCV does not import; imported before any timing.
+    import ffcv.fields.rgb_image  # noqa: F401
+    import ffcv.loader  # noqa: F401
+    import ffcv.transforms  # noqa: F401
 
     if args.probe:
         print(
