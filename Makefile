@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test test-slow lint docs docs-check dist bench gpu-wheels gpu-check clean
+.PHONY: demo test test-slow lint docs docs-check dist bench bench-ffcv gpu-wheels gpu-check clean
 
 # The demo's needs: the package and its own requirements, and the real photographs the demo
 # cuts its images from (scikit-image's data files only: no deps).
@@ -73,6 +73,31 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
+
+# FFCV 1.0.2 in a venv of its own ($(FFCV_VENV)), for bench_handoff_peers.py's FFCV row, which runs
+# benchmarks/ffcv_peer.py with its python. Needs Debian's pkg-config, libturbojpeg0-dev and
+# libopencv-dev first (apt-get install -y ...): FFCV's setup.py compiles against OpenCV and
+# libturbojpeg found by pkg-config. Not part of make test or .ci/run. The same CPU torch as .venv
+# (pinned: an unpinned torch is a CUDA build of GBs); FFCV without its declared deps (opencv-python
+# wants a GUI stack: the headless build gives the same cv2; pytorch_pfn_extras only serves
+# NormalizeImage, not used), then the ones it imports, at the versions that ran (numba 0.68.1
+# takes numpy 2.4.6). Then the photo set's rows, FFCV's among them, 5 rounds (2 rounds took 5 min on
+# the busy 2-core machine).
+FFCV_VENV  ?= /work/ffcv-venv
+FFCV_STAMP := $(FFCV_VENV)/.ffcv-installed
+$(FFCV_STAMP):
+	@pkg-config --exists opencv4 libturbojpeg || { echo "FFCV needs Debian's pkg-config, libturbojpeg0-dev \
+	and libopencv-dev: apt-get install -y pkg-config libturbojpeg0-dev libopencv-dev"; exit 1; }
+	@test -x $(FFCV_VENV)/bin/python || $(PYTHON) -m venv $(FFCV_VENV)
+	$(FFCV_VENV)/bin/pip install -q torch==2.13.0 numpy==2.4.6 numba==0.68.1 llvmlite==0.50.0 pillow==13.0.0 \
+	  opencv-python-headless==5.0.0.93 tqdm==4.70.1 psutil==7.2.2 terminaltables==3.1.10 fastargs==1.2.0 \
+	  assertpy==1.1 setuptools
+	$(FFCV_VENV)/bin/pip install -q --no-deps --no-build-isolation ffcv==1.0.2
+	$(FFCV_VENV)/bin/python benchmarks/ffcv_peer.py --probe
+	@touch $@
+
+bench-ffcv: $(STAMP) $(FFCV_STAMP)
+	$(PY) benchmarks/bench_handoff_peers.py --set photos --ffcv-python $(FFCV_VENV)/bin/python
 
 # The wheels the GPU check needs and the GPU machine's image lacks (benchmarks/GPU.md), into
 # $(WHEELS) (git-ignored): none of a package the image has; checked with the working tree

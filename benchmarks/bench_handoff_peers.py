@@ -12,12 +12,18 @@ noise), and the default with each switch a user can flip (the thread backend,
 ``reduced_decode=False``, the other libjpeg-turbo decoder where it loads,
 ``FASTLOAD_NO_CALIBRATION=1``: ``bench_loader``'s variants), the default over the same photos
 verified once (``fastload verify --manifest``, kept beside the set: each batch's checksums
-matched, then the cheapest decode the crop allows; issue 39); the peers where installed: timm-style (``peers.TimmDataset``, Pillow, 2 DataLoader
-workers), DALI's CPU pipeline with ROI decode (``peers.DaliBatches``, ``make bench``) and SPDL's
-thread pipeline (``peers.SpdlBatches``, ``pip install spdl``, FFmpeg libraries); FFCV 1.0.2
-does not install here (``peers.py`` says why) and is named as not run. The full-decode limit
-is 2 x one core's full-decode rate of the same photos (``bench_loader.full_decoder``), one
-pass per round.
+matched, then the cheapest decode the crop allows; issue 39); the peers where installed:
+timm-style (``peers.TimmDataset``, Pillow, 2 DataLoader workers), DALI's CPU pipeline with ROI
+decode (``peers.DaliBatches``, ``make bench``), SPDL's thread pipeline (``peers.SpdlBatches``,
+``pip install spdl``, FFmpeg libraries) and FFCV 1.0.2 in a venv of its own (``make
+bench-ffcv`` makes it, after Debian's pkg-config, libturbojpeg0-dev and libopencv-dev;
+``--ffcv-python`` or ``FASTLOAD_FFCV_PYTHON`` names its python, default
+``/work/ffcv-venv/bin/python``): ``ffcv_peer.py``, run by that python, writes the set's
+``.beton`` once, beside it, before the rounds, then in each round times its ``Loader``'s first
+epoch and later ones as this process times the others (its docstring has the pipeline); where
+that python is missing or FFCV does not import in it, FFCV is named as not run, with why. The
+full-decode limit is 2 x one core's full-decode rate of the same photos
+(``bench_loader.full_decoder``), one pass per round.
 
 Each round runs the rows one after another, in an order reversed every other round (ABBA).
 A row's pipeline is built anew, its first epoch timed from the constructor to its last batch
@@ -41,7 +47,9 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 
@@ -54,6 +62,10 @@ import fastload as fl
 from fastload.decode import default_backend, get_decoder, plan, roi
 
 LIMIT = "full-decode limit (2 x one core's full decode)"
+FFCV = "FFCV"
+#: FFCV's interpreter where --ffcv-python and FASTLOAD_FFCV_PYTHON name none (``make bench-ffcv`` makes it).
+FFCV_PYTHON = "/work/ffcv-venv/bin/python"
+FFCV_PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ffcv_peer.py")
 TIMM, DALI, SPDL = "timm-style uint8 (Pillow)", "DALI CPU, ROI decode", "SPDL thread pipeline"
 SECOND = "fastload process uint8 (default, a second loader)"
 MEASURES = {"wall": "by wall time, images/s", "steady": "by wall time after the first batches, images/s",
@@ -123,6 +135,47 @@ def verified_manifest(root: str) -> str:
     return manifest
 
 
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def ffcv_peer(python: str | None, root: str, workers: int) -> tuple[dict | None, str | None]:
+    """FFCV's versions and the .beton of ``root`` (``ffcv_peer.py`` writes it once, in FFCV's venv),
+    or None and why FFCV's row is not run."""
+    how = ("`make bench-ffcv` makes FFCV's venv (Debian's pkg-config, libturbojpeg0-dev and libopencv-dev first); "
+           "--ffcv-python or FASTLOAD_FFCV_PYTHON names another interpreter")
+    if not python:
+        return None, f"no interpreter for FFCV was named ({how})"
+    if not os.path.exists(python):
+        return None, f"FFCV's interpreter {python} does not exist ({how})"
+    probe = subprocess.run([python, FFCV_PEER, "--probe"], capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        return None, f"FFCV does not import in {python}: {last_line(probe.stderr)} ({how})"
+    prep = subprocess.run([python, FFCV_PEER, root, "--prepare", "--workers", str(workers)], capture_output=True,
+                          text=True, timeout=3600)
+    if prep.returncode != 0:
+        return None, f"FFCV could not write the .beton of {root} ({python}): {last_line(prep.stderr)}"
+    return {**json.loads(last_line(probe.stdout)), **json.loads(last_line(prep.stdout)), "python": python}, None
+
+
+class FfcvRow:
+    """FFCV's pipeline in its own venv: one ``ffcv_peer.py`` process a round, which times its first
+    epoch from the ``Loader`` constructor and the later ones from ``iter()`` as ``timed_epoch`` does."""
+
+    def __init__(self, info: dict, root: str, bs: int, workers: int) -> None:
+        self.info, self.root, self.bs, self.workers = info, root, bs, workers
+
+    def run(self, later_epochs: int, wave: int) -> tuple[dict, list[dict]]:
+        cmd = [self.info["python"], FFCV_PEER, self.root, "--batch-size", str(self.bs), "--workers",
+               str(self.workers), "--later-epochs", str(later_epochs), "--wave", str(wave), "--settle", str(SETTLE)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"FFCV's row failed ({' '.join(cmd)}): {proc.stderr[-2000:]}")
+        out = json.loads(last_line(proc.stdout))
+        return out["first"], out["later"]
+
+
 def pipelines(root: str, paths: list[str], bs: int, workers: int, args) -> tuple[dict, dict]:
     """name -> (constructor, environment switch or None), and name -> why a row is not run."""
     rows: dict = {}
@@ -173,10 +226,11 @@ def pipelines(root: str, paths: list[str], bs: int, workers: int, args) -> tuple
                          else "spdl's FFmpeg bindings do not load (it needs the system's FFmpeg 4-8 libraries)")
     else:
         rows[f"{SPDL} ({version})"] = (lambda: SpdlBatches(paths, labels, bs, workers), None)
-    skipped["FFCV 1.0.2"] = ("not installable here: its setup.py stops at 'Could not find required package: "
-                             "opencv4' (it compiles against OpenCV and libturbojpeg found by pkg-config)"
-                             if importlib.util.find_spec("ffcv") is None else
-                             "installed, but this benchmark has no FFCV pipeline (it needs a .beton)")
+    info, why = ffcv_peer(args.ffcv_python, root, workers)
+    if info is None:
+        skipped["FFCV 1.0.2"] = why
+    else:
+        rows[f"{FFCV} ({info['ffcv']}, its own venv)"] = (FfcvRow(info, root, bs, workers), None)
     return rows, skipped
 
 
@@ -194,6 +248,11 @@ def run_set(root: str, bs: int, workers: int, rounds: int, later_epochs: int, ar
                 runs[name]["later"].append(limit)
                 continue
             make, env = rows[name]
+            if isinstance(make, FfcvRow):  # a process of FFCV's venv times its epochs
+                first, later = make.run(later_epochs, workers)
+                runs[name]["first"].append(rates(first))
+                runs[name]["later"] += [rates(e) for e in later]
+                continue
             with switched(env):  # a switch read in the workers is set while they start
                 e = timed_epoch(make, workers)
             batches = e.pop("pipeline")
@@ -261,7 +320,7 @@ def targets(med: dict, target_set: str, measure: str) -> dict:
             continue
         line(row if key != LIMIT else "share of the full-decode limit", row, goal)
     for name in med:
-        if name.startswith(SPDL) and SPDL not in TARGETS[target_set]:
+        if name.startswith((SPDL, FFCV)) and not any(name.startswith(k) for k in TARGETS[target_set]):
             line(f"{name} (no target)", name, None)
         if name.startswith("fastload") and name not in (DEFAULT, SECOND, VERIFIED):
             line(f"vs {name[len('fastload '):]}", name, OF_SWITCH)
@@ -292,6 +351,8 @@ def main() -> None:
     p.add_argument("--large", type=int, default=400, help="2-8 MP photos")
     p.add_argument("--large-batch-size", type=int, default=32)
     p.add_argument("--no-dali", action="store_true", help="leave DALI out even where it is installed")
+    p.add_argument("--ffcv-python", default=os.environ.get("FASTLOAD_FFCV_PYTHON") or FFCV_PYTHON,
+                   help="the Python of FFCV's venv (default: $FASTLOAD_FFCV_PYTHON, else %(default)s)")
     args = p.parse_args()
     rounds, later = (1, 1) if args.quick else (args.rounds, args.later_epochs)
     plan.get_planner()  # the decode costs calibrated (once per machine) before any timing

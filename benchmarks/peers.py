@@ -20,9 +20,13 @@ sources, with the same Pillow calls in the same order:
   JPEG and one filter graph crops the RandomResizedCrop box, scales it to 224 (bilinear,
   which swscale widens when shrinking) and flips it; SPDL's thread pipeline runs the loads
   and stacks batches, uint8 N×H×W×C.
-* FFCV is not included: ``pip install ffcv`` (1.0.2) compiles against OpenCV's C++ headers
-  and libturbojpeg found by pkg-config (``opencv4`` / ``libturbojpeg``), which a machine
-  with only pip packages lacks (its setup.py stops: "Could not find required package: opencv4").
+* FFCV 1.0.2 is not here: ``pip install ffcv`` compiles against OpenCV's C++ headers and
+  libturbojpeg found by pkg-config (``opencv4`` / ``libturbojpeg``), which a machine with
+  only pip packages lacks (its setup.py stops: "Could not find required package: opencv4"),
+  and it needs numba beside torch. With Debian's pkg-config, libturbojpeg0-dev and
+  libopencv-dev installed, ``make bench-ffcv`` builds it into a venv of its own, and
+  ``bench_handoff_peers.py`` runs its pipeline there as a subprocess (``ffcv_peer.py``:
+  a ``.beton`` of the photos, ``RandomResizedCropRGBImageDecoder`` → flip → uint8 N×C×H×W).
 """
 
 from __future__ import annotations

@@ -81,6 +81,29 @@ def test_handoff_peers_names_every_peer_and_target(tmp_path):
                     assert any(label.startswith(row) for label in targets), (row, targets)
 
 
+def test_handoff_peers_names_ffcv_as_not_run_with_the_reason(tmp_path):
+    """FFCV runs in its own venv (make bench-ffcv): without it, its row is named as not run and why."""
+    from argparse import Namespace
+
+    from bench_handoff_peers import pipelines
+
+    from fastload.photos.jpegs import make_photo_dataset
+
+    root = make_photo_dataset(str(tmp_path / "photos"), num_images=4, num_classes=2)
+    paths = sorted(str(p) for p in (tmp_path / "photos").rglob("*.jpg"))
+    missing = str(tmp_path / "no-venv" / "bin" / "python")
+    rows, skipped = pipelines(root, paths, 2, 2, Namespace(no_dali=True, ffcv_python=missing))
+    assert not [r for r in rows if r.startswith("FFCV")]
+    why = skipped["FFCV 1.0.2"]
+    assert f"FFCV's interpreter {missing} does not exist" in why and "make bench-ffcv" in why
+    # An interpreter without FFCV (fastload's own): the import error is the reason.
+    rows, skipped = pipelines(root, paths, 2, 2, Namespace(no_dali=True, ffcv_python=sys.executable))
+    assert not [r for r in rows if r.startswith("FFCV")]
+    assert f"FFCV does not import in {sys.executable}: ModuleNotFoundError: No module named 'ffcv'" in skipped[
+        "FFCV 1.0.2"]
+    assert not list(tmp_path.glob("*.beton"))
+
+
 def test_train_step_timing_splits_data_wait_from_compute():
     import time
 
