@@ -21,6 +21,7 @@ are read again, by torch's DataLoader.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -116,6 +117,7 @@ class DataLoader(Loader):
             in_order=in_order,
         )
         self._generic: torch.utils.data.DataLoader | None = None
+        self._own_options = sorted(options)  # fastload's: torch's DataLoader has none of them
         self._decided = False
         # The Loader draws its seed from ``generator`` now; DataLoader draws at each pass: the
         # generic path gives the generator back as it was, if nothing drew from it since.
@@ -171,11 +173,23 @@ class DataLoader(Loader):
         # The same count either way (batch_size, drop_last and the sampler are DataLoader's).
         return len(self._generic) if self._generic is not None else super().__len__()
 
-    def _not_images(self) -> Iterator[Any]:
-        """Called when the first pass found items that are not images: closes fastload's side
+    def _not_images(self, found: ItemsNotImages) -> Iterator[Any]:
+        """Called when the first pass ``found`` items that are not images: closes fastload's side
         (its pass, workers, persistent ones too, and buffers) and returns a pass of torch's
-        DataLoader with this loader's arguments, which serves every pass from now on."""
+        DataLoader with this loader's arguments, which serves every pass from now on. Says so
+        where that is not what the user may expect: images fastload cannot take as they are
+        (a ``ToTensor()`` dataset's floats: torch's DataLoader runs them, without fastload's
+        speed), or fastload's own options given (torch's DataLoader has none of them)."""
         self.close()
+        if found.images or self._own_options:
+            unused = ", ".join(f"{name}=" for name in self._own_options)
+            warnings.warn(
+                f"fl.DataLoader runs {type(self.dataset).__name__} as torch.utils.data.DataLoader with "
+                f"the same arguments, as its items are not uint8 images ({found})"
+                + (f"; fastload's own options do not apply there: {unused}" if unused else ""),
+                RuntimeWarning,
+                stacklevel=4,
+            )
         generator = self._torch_arguments["generator"]
         before, after = self._generator_before, self._generator_after
         if before is not None and after is not None and torch.equal(generator.get_state(), after):
@@ -208,8 +222,9 @@ class _FirstPass:
             # gc cycle instead, torch's iterator would find its queues closed and wait 5 s per
             # persistent worker for them to stop.
             error.__traceback__ = None
+            found = error
         else:
             self._owner._decided = True
             return batch
-        self._batches = self._owner._not_images()
+        self._batches = self._owner._not_images(found)
         return next(self._batches)

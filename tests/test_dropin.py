@@ -303,7 +303,8 @@ def test_items_that_are_not_images_run_as_dataloader_under_on_error_skip():
     # would read replacements, and end in "every replacement failed").
     ds = torch.utils.data.TensorDataset(torch.arange(8.0))
     ours = fl.DataLoader(ds, batch_size=4, on_error="skip")
-    assert [b[0].tolist() for b in ours] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
+    with pytest.warns(RuntimeWarning, match="fastload's own options do not apply there: on_error="):
+        assert [b[0].tolist() for b in ours] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
     assert isinstance(ours.generic, torch.utils.data.DataLoader)
     with pytest.raises(TypeError, match="sample 0: the item is a tuple of 1") as raised:  # fl.Loader: its error
         next(iter(fl.Loader(ds, batch_size=4, num_workers=0, **CPU)))
@@ -351,3 +352,35 @@ def test_a_dropped_dataloader_of_no_images_stops_torchs_persistent_workers_at_on
     for w in workers:
         w.join(3)
     assert not any(w.is_alive() for w in workers)
+
+
+class _NoneFirst(Plain):
+    """Images, but sample 0 is missing: None, a dataset's way to say its file is damaged."""
+
+    def __getitem__(self, i):
+        return (None, i) if i == 0 else super().__getitem__(i)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_missing_first_image_is_skipped_not_taken_for_data_that_is_not_images(num_workers):
+    # The first item a worker reads decides images or not; a None there is a damaged sample.
+    loader = fl.DataLoader(_NoneFirst(8), batch_size=2, num_workers=num_workers, on_error="skip", **CPU)
+    batches = list(loader)
+    assert loader.generic is None and len(batches) == 4
+    assert all(x.dtype == torch.uint8 and x.shape == (2, 3, 4, 4) for x, _ in batches)
+    assert [s.index for s in loader.skipped] == [0]
+
+
+class _Floats(Plain):
+    """A torchvision-style dataset: ToTensor()'s float C×H×W images."""
+
+    def __getitem__(self, i):
+        return torch.full((3, 4, 4), i / 10), i
+
+
+def test_float_images_run_as_dataloader_and_say_so():
+    ours = fl.DataLoader(_Floats(6), batch_size=3)
+    with pytest.warns(RuntimeWarning, match=r"as torch.utils.data.DataLoader .* not uint8 images .*float32"):
+        got = list(ours)
+    theirs = list(torch.utils.data.DataLoader(_Floats(6), batch_size=3))
+    assert all(torch.equal(a, b) for x, y in zip(got, theirs, strict=True) for a, b in zip(x, y, strict=True))

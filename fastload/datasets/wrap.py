@@ -23,6 +23,7 @@ from .protocols import Describes, LoadTraits
 
 ACCEPTED = "a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 tensor (C×H×W or H×W×C)"
 NO_TARGET = -1  # the target of an item that is a bare image
+_UNSPLIT = object()  # an item's image field before it was found
 CHANNELS = (1, 3, 4)
 _IMAGE_KEYS = ("image", "img")
 _TARGET_KEYS = ("label", "target", "labels", "targets")
@@ -43,11 +44,25 @@ class SampleKeyError(KeyError, SampleError):
         SampleError.__init__(self, message, index, where)
 
 
+class ImageLayoutError(TypeError):
+    """An image fastload does not take as it is: pixels not uint8 (``ToTensor()``'s floats), or
+    a C×H×W numpy array."""
+
+
 class ItemsNotImages(SampleTypeError):
-    """No item this process loaded so far was an image, and this one is not either: for
-    :class:`fastload.DataLoader`, whose dataset then runs as torch's DataLoader (see
-    :attr:`WrappedDataset.first_item_decides`). Never skipped under ``on_error="skip"``: it is
-    about the dataset, not one damaged sample."""
+    """No item this process loaded so far was an image, and this one is not either (nor missing:
+    a None is a damaged sample's): for :class:`fastload.DataLoader`, whose dataset then runs as
+    torch's DataLoader (see :attr:`WrappedDataset.first_item_decides`). Never skipped under
+    ``on_error="skip"``: it is about the dataset, not one damaged sample."""
+
+    #: Whether the items are images fastload does not take as they are (:class:`ImageLayoutError`).
+    images: ClassVar[bool] = False
+
+
+class ImagesNotUint8(ItemsNotImages):
+    """:class:`ItemsNotImages` of items that are images, but not uint8 H×W×C (floats, C×H×W)."""
+
+    images = True
 
 
 NOT_IMAGES = (
@@ -99,7 +114,7 @@ def to_hwc_uint8(image: Any) -> np.ndarray:
             f"the image field is a {arr.dtype} array of shape {shape}, not an image (H×W×C, C×H×W or H×W): {NOT_IMAGES}"
         )
     if arr.dtype != np.uint8:
-        raise TypeError(
+        raise ImageLayoutError(
             f"the image is {arr.dtype} {shape}, not uint8; fastload takes "
             "uint8 pixels and normalizes them on the device: drop ToTensor()/Normalize() from the "
             "dataset's own transform (or give PILToTensor() / uint8 arrays)"
@@ -107,7 +122,7 @@ def to_hwc_uint8(image: Any) -> np.ndarray:
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if arr.ndim != 3 or arr.shape[2] not in CHANNELS:
-        raise TypeError(
+        raise ImageLayoutError(
             f"image of shape {tuple(arr.shape)} is not H×W×C with 1, 3 or 4 channels "
             f"(a C×H×W numpy array? transpose it); fastload takes {ACCEPTED}"
         )
@@ -255,7 +270,7 @@ class WrappedDataset(torch.utils.data.Dataset):
         """Item ``index`` as (H×W×C uint8, target), transformed with the rng of (seed, epoch, index);
         then the item's further fields (see :func:`split_fields`), where it has some."""
         item = self.dataset[index]
-
+        image: Any = _UNSPLIT
         try:
             image, target, extras = split_fields(item, self.image_key, self.target_key)
             image = views_of(image, bool(self.transform.transforms))
@@ -268,8 +283,9 @@ class WrappedDataset(torch.utils.data.Dataset):
             # is, and on_error="skip" records the cause beside the sample's name.
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             kind = SampleKeyError if isinstance(e, KeyError) else SampleTypeError
-            if self.first_item_decides and not self._images_seen:
-                kind = ItemsNotImages
+            # A missing image (None: a dataset's way to say a file is damaged) is that sample's.
+            if self.first_item_decides and not self._images_seen and item is not None and image is not None:
+                kind = ImagesNotUint8 if isinstance(e, ImageLayoutError) else ItemsNotImages
             raise kind(f"{sample_name(index, path)}: {text}", index, path) from e
         self._images_seen = True
         if self.transform.transforms:
