@@ -9,6 +9,7 @@ scenario runs in a subprocess of its own (forks, descriptor limits and exits are
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -235,16 +236,23 @@ def test_workers_dropped_at_exit_do_not_abort_the_process(when):
 
 
 SPAWNED = """
+import multiprocessing
+import sys
 import torch.multiprocessing as mp
 
-def rank(_):
+def rank(_, out):
     loader = make(n=2000, batch_size=32, multiprocessing_context="spawn", timeout=60)
     for batch in loader:
         break
+    workers = multiprocessing.active_children()  # the Loader's workers
     loader.close()
+    for w in workers:
+        w.join(30)
+    with open(out, "w") as f:  # each worker's exit: negative is the signal that ended it
+        json.dump([w.exitcode for w in workers], f)
 
 if __name__ == "__main__":
-    mp.spawn(rank, nprocs=1)
+    mp.spawn(rank, args=(sys.argv[1],), nprocs=1)
     print(json.dumps({}))
 """
 
@@ -256,10 +264,19 @@ def test_a_spawned_process_that_returns_after_close_exits_cleanly(tmp_path):
     script = tmp_path / "spawned.py"  # spawned processes import the program's file
     script.write_text(COMMON + SPAWNED)
     bad = []
+    exits = tmp_path / "exits.json"
     for _ in range(10):
-        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=_TESTS)
-        if proc.returncode != 0 or "terminate called" in proc.stderr:
-            bad.append((proc.returncode, proc.stderr[-500:]))
+        exits.unlink(missing_ok=True)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(exits)], capture_output=True, text=True, timeout=180, cwd=_TESTS
+        )
+        # The launcher exits 0 when a worker aborts: each worker's own exit is counted too (a
+        # SIGKILL is close()'s, for a worker still running after its grace; any other signal,
+        # SIGABRT first, is an abort).
+        codes = json.loads(exits.read_text()) if exits.exists() else None
+        aborted = codes is None or any(c is None or (c < 0 and c != -signal.SIGKILL) for c in codes)
+        if proc.returncode != 0 or "terminate called" in proc.stderr or aborted:
+            bad.append((proc.returncode, codes, proc.stderr[-500:]))
     assert not bad, f"{len(bad)} of 10 runs ended abnormally: {bad}"
 
 
