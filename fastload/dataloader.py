@@ -11,12 +11,14 @@ meanings: batches arrive normalized on the device (fastload's own options, such 
 A dataset whose items are not images (numbers, vectors, tokens: the first item's first field
 is no image, nor a sequence of images) has nothing for fastload to decode: it runs as
 ``torch.utils.data.DataLoader`` with the same arguments (:attr:`DataLoader.generic`). That is
-decided at the first pass, where the items are read: the first item a worker (or, with no
-workers, this process) reads that is no image raises
-:class:`~fastload.datasets.wrap.ItemsNotImages` there, and the pass starts again as torch's
-DataLoader. Nothing reads an item beforehand, so a dataset whose items wait for each other
-(a barrier across the workers) runs as with DataLoader; the items read before the restart
-are read again, by torch's DataLoader.
+decided by the first pass, where the items are read: the first item a worker (or, with no
+workers or with threads, this process) reads, when it is no image (and not None, a damaged
+sample's), raises :class:`~fastload.datasets.wrap.ItemsNotImages` there; met before the pass's
+first batch, the pass goes on as torch's DataLoader (from the batch after those whose errors
+it raised), and every later pass is torch's. Nothing reads an item beforehand, so a dataset
+whose items wait for each other (a barrier across the workers) runs as with DataLoader; the
+items read before the switch are read again, by torch's DataLoader. With
+``on_error="skip"`` an item that is no image is skipped as a damaged sample is.
 """
 
 from __future__ import annotations
@@ -207,6 +209,7 @@ class _FirstPass:
 
     def __init__(self, owner: DataLoader, images: Iterator[Any]) -> None:
         self._owner, self._batches = owner, images
+        self._raised = 0  # batches whose error was raised before the items were known
 
     def __iter__(self) -> _FirstPass:
         return self
@@ -216,6 +219,8 @@ class _FirstPass:
             return next(self._batches)
         try:
             batch = next(self._batches)
+        except StopIteration:
+            raise
         except ItemsNotImages as error:
             # Its traceback holds fastload's pass and this frame (which will hold torch's
             # iterator): dropped, so the loader is freed as soon as it is dropped. Freed by a later
@@ -223,8 +228,20 @@ class _FirstPass:
             # persistent worker for them to stop.
             error.__traceback__ = None
             found = error
+        except Exception:
+            self._raised += 1
+            raise
         else:
             self._owner._decided = True
             return batch
         self._batches = self._owner._not_images(found)
+        # The pass goes on after the batches whose errors were raised: torch's DataLoader meets
+        # them again (and what it raises for them was raised already).
+        for _ in range(self._raised):
+            try:
+                next(self._batches)
+            except StopIteration:
+                break
+            except Exception:
+                pass
         return next(self._batches)

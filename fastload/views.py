@@ -46,11 +46,16 @@ def shape_of(image: Any) -> SampleShape:
     return tuple(image.shape)
 
 
+def of_views(shape: SampleShape) -> bool:
+    """Whether ``shape`` (a sample's or a batch's) is one shape per view."""
+    return bool(shape) and isinstance(shape[0], tuple)
+
+
 def batch_shape(n: int, sample: SampleShape) -> SampleShape:
     """The shape of a batch of ``n`` samples of shape ``sample`` (one per view)."""
-    if sample and isinstance(sample[0], tuple):
-        return tuple((n, *s) for s in sample)
-    return (n, *sample)
+    if of_views(sample):
+        return tuple((n, *s) for s in cast(tuple[tuple[int, ...], ...], sample))
+    return (n, *cast(tuple[int, ...], sample))
 
 
 def batch_len(images: Images) -> int:
@@ -65,7 +70,7 @@ def nbytes(images: Images) -> int:
 
 def shapes(shape: SampleShape) -> tuple[tuple[int, ...], ...]:
     """The per-view shapes of a (sample or batch) shape: a tuple of one when single."""
-    if shape and isinstance(shape[0], tuple):
+    if of_views(shape):
         return cast(tuple[tuple[int, ...], ...], tuple(shape))
     return (cast(tuple[int, ...], tuple(shape)),)
 

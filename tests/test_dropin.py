@@ -298,17 +298,31 @@ def test_items_that_are_not_images_are_told_apart_in_the_workers():
     assert again[0] == again[1] == theirs
 
 
-def test_items_that_are_not_images_run_as_dataloader_under_on_error_skip():
-    # An item that is no image is the dataset's, not one damaged sample: never skipped (a skip
-    # would read replacements, and end in "every replacement failed").
+def test_under_on_error_skip_items_that_are_not_images_are_sample_errors():
+    # on_error="skip" (fastload's option) skips what a sample's conversion refuses, wherever it
+    # comes: all of them refused, the batch is named as failed.
     ds = torch.utils.data.TensorDataset(torch.arange(8.0))
-    ours = fl.DataLoader(ds, batch_size=4, on_error="skip")
-    with pytest.warns(RuntimeWarning, match="fastload's own options do not apply there: on_error="):
-        assert [b[0].tolist() for b in ours] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
-    assert isinstance(ours.generic, torch.utils.data.DataLoader)
+    with pytest.raises(fl.SampleError, match="replacements failed.*tuple of 1"):
+        next(iter(fl.DataLoader(ds, batch_size=4, on_error="skip", **CPU)))
     with pytest.raises(TypeError, match="sample 0: the item is a tuple of 1") as raised:  # fl.Loader: its error
         next(iter(fl.Loader(ds, batch_size=4, num_workers=0, **CPU)))
     assert not isinstance(raised.value, fl.datasets.wrap.ItemsNotImages)
+
+
+class _Damaged(Plain):
+    """Images, but sample 4 (worker 1's first read with batches of 4 on 2 workers) is damaged
+    bytes, not an image."""
+
+    def __getitem__(self, i):
+        return (b"", i) if i == 4 else super().__getitem__(i)
+
+
+def test_a_damaged_item_first_in_a_worker_is_skipped_every_epoch():
+    loader = fl.DataLoader(_Damaged(16), batch_size=4, num_workers=2, on_error="skip", **CPU)
+    for epoch in range(2):
+        batches = list(loader)
+        assert len(batches) == 4 and all(x.dtype == torch.uint8 for x, _ in batches), epoch
+    assert loader.generic is None and [s.index for s in loader.skipped] == [4, 4]
 
 
 class _FirstFails(Plain):
@@ -384,3 +398,31 @@ def test_float_images_run_as_dataloader_and_say_so():
         got = list(ours)
     theirs = list(torch.utils.data.DataLoader(_Floats(6), batch_size=3))
     assert all(torch.equal(a, b) for x, y in zip(got, theirs, strict=True) for a, b in zip(x, y, strict=True))
+
+
+class _NumbersFirstFails(torch.utils.data.Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        if i == 0:
+            raise KeyError("sample 0 is gone")
+        return i
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_batch_error_before_the_items_are_known_is_not_raised_twice(num_workers):
+    # The pass goes on after it, as torch's does, also once it runs as torch's DataLoader.
+    def passes(loader):
+        it, out = iter(loader), []
+        while True:
+            try:
+                out.append(next(it).tolist())
+            except StopIteration:
+                return out
+            except KeyError:
+                out.append("KeyError")
+
+    ours = passes(fl.DataLoader(_NumbersFirstFails(), batch_size=2, num_workers=num_workers))
+    assert ours == passes(torch.utils.data.DataLoader(_NumbersFirstFails(), batch_size=2, num_workers=num_workers))
+    assert ours == ["KeyError", [2, 3], [4, 5]]

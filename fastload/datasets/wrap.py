@@ -52,8 +52,8 @@ class ImageLayoutError(TypeError):
 class ItemsNotImages(SampleTypeError):
     """No item this process loaded so far was an image, and this one is not either (nor missing:
     a None is a damaged sample's): for :class:`fastload.DataLoader`, whose dataset then runs as
-    torch's DataLoader (see :attr:`WrappedDataset.first_item_decides`). Never skipped under
-    ``on_error="skip"``: it is about the dataset, not one damaged sample."""
+    torch's DataLoader (see :attr:`WrappedDataset.first_item_decides`). Under
+    ``on_error="skip"`` it is skipped as any sample's error is (a damaged item may come first)."""
 
     #: Whether the items are images fastload does not take as they are (:class:`ImageLayoutError`).
     images: ClassVar[bool] = False

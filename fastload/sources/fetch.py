@@ -21,7 +21,6 @@ from ..collate import check_image, write_row
 from ..datasets.base import sample_rng
 from ..datasets.protocols import name_of
 from ..datasets.sampleplan import SamplePlan
-from ..datasets.wrap import ItemsNotImages
 from ..targets import Target, as_target
 from ..views import SampleShape, shape_of
 from .inflight import Busy, InFlight
@@ -203,9 +202,8 @@ class SampleLoader:
             return self._policy(key, e)
 
     def _policy(self, key: Any, error: Exception) -> Exception:
-        """``error``, to be skipped under ``on_error="skip"``; raised, named, under "raise" (and
-        when the items are not images: that is the dataset's, not one sample's)."""
-        if self.on_error == "raise" or isinstance(error, ItemsNotImages):
+        """``error``, to be skipped under ``on_error="skip"``; raised, named, under "raise"."""
+        if self.on_error == "raise":
             raise self.named(key, error) from error
         return error
 

@@ -36,7 +36,7 @@ import torch
 from ..batch import HostBatch, SharedLease
 from ..collate import alloc_batch
 from ..encoded import EncodedBatch, SourceBatch
-from ..views import Images, SampleShape, batch_shape, map_images, shapes
+from ..views import Images, SampleShape, batch_shape, map_images, of_views, shapes
 from .pools import BatchBuffers, Need
 from .segments import SUPPORTED, Segments
 
@@ -107,7 +107,7 @@ class BufferTable:
         mapped = self._segments.map(1 + worker * self.per_worker + buffer, sum(sizes), grow)
         flat = mapped[: sum(sizes)]
         views = [part.view(v) for part, v in zip(flat.split(sizes), per_view)]
-        return tuple(views) if len(views) > 1 or _multi(shape) else views[0]
+        return tuple(views) if len(views) > 1 or of_views(shape) else views[0]
 
     def buffer(self, worker: int, shape: SampleShape) -> tuple[Images, BufferLease | None]:
         """A uint8 tensor of ``shape`` for worker ``worker``'s next batch: a free buffer of its
@@ -131,7 +131,7 @@ class BufferTable:
         # Not shared memory: it travels by value (fastload.batch), so nothing is left behind
         # in /dev/shm when it is never received.
         own = tuple(torch.from_numpy(np.empty(v, dtype=np.uint8)) for v in shapes(shape))
-        return (own if _multi(shape) else own[0]), None
+        return (own if of_views(shape) else own[0]), None
 
     def images(self, worker: int, buffer: int, shape: SampleShape) -> Images:
         """The pixels a worker left in its buffer, as this process maps them."""
@@ -259,10 +259,6 @@ def _own(images: _Held, lease: Any) -> _Held:
     if lease is None:
         return images
     return map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), images)
-
-
-def _multi(shape: SampleShape) -> bool:
-    return bool(shape) and isinstance(shape[0], tuple)
 
 
 def _canonical(shape: Any) -> SampleShape:

@@ -3,17 +3,17 @@
 Each row is planned by the same machinery as every batch (:mod:`fastload.sources.batchplan`:
 the same reads, the same draws from the same generator). Rows the GPU decoder takes
 ("encoded rows": a baseline JPEG, grey or colour, whole) travel as their JPEG bytes, end to
-end in one shared-memory buffer, with each row's geometry and flip (one of each per view for a multi-view transform: the
-image is decoded once, each view cut from it; :mod:`fastload.sources.packing` lays the
-batch out); the others (not a JPEG,
-CMYK, progressive, cut short, or failing to plan) are built by the CPU path's batch builder in
-the worker (:meth:`fastload.sources.maker.BatchMaker.build`, from their plans), under the
-error policy, straight into a buffer of final pixels ("decoded rows"). Small
-per-row values are numpy arrays, pickled with the batch; the two large buffers are leased
-from the source's pool, as a CPU batch's pixels are (:mod:`fastload.sources.pools`: a worker
-process's reused buffers, :mod:`fastload.sources.handoff`), so nothing large is copied on the
-way and nothing is left in ``/dev/shm`` by a batch never received. The device decodes the
-encoded rows (:mod:`fastload.device.gpudecode`).
+end in one buffer, with each row's geometry and flip (one of each per view for a multi-view
+transform: the image is decoded once, each view cut from it; :mod:`fastload.sources.packing`
+lays the batch out); the others (not a JPEG, CMYK, progressive, cut short, or failing to
+plan) are built by the CPU path's batch builder in the worker
+(:meth:`fastload.sources.maker.BatchMaker.build`, from their plans), under the error policy,
+straight into a buffer of final pixels ("decoded rows"). Small per-row values are numpy
+arrays, pickled with the batch; the two large buffers are leased from the source's pool, as a
+CPU batch's pixels are (:mod:`fastload.sources.pools`; a worker process's reused buffers,
+:mod:`fastload.sources.handoff`, copied out once on arrival), so nothing is left in
+``/dev/shm`` by a batch never received. The device decodes the encoded rows
+(:mod:`fastload.device.gpudecode`).
 
 A request's ``cpu_share`` hands part of the GPU's work to the worker: the first
 ``round(cpu_share * R)`` of the R rows the GPU would take (in batch order) are loaded by the

@@ -6,9 +6,9 @@ a layer above): each planned row's geometry, one per view, and its flips. :func:
 the rows out as an :class:`~fastload.encoded.EncodedBatch`: bytes end to end in one buffer,
 a table of geometry per view, the rows the CPU path built as final pixels (one tensor per
 view for a multi-view transform). Both buffers are leased from the source's pool, as a CPU
-batch's pixels are (:mod:`fastload.sources.pools`: a worker process's reused buffers), so
-nothing large is copied on the way and nothing is left in ``/dev/shm`` by a batch never
-received.
+batch's pixels are (:mod:`fastload.sources.pools`: a worker process's reused buffers, which
+the main process copies a batch out of on arrival), so nothing is left in ``/dev/shm`` by a
+batch never received.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from ..batch import SkippedSample
 from ..encoded import EncodedBatch, ViewTable
 from ..transforms import DecodeSteps, ViewSteps
-from ..views import SampleShape, batch_shape, shapes
+from ..views import SampleShape, batch_shape, of_views, shapes
 from .neighbours import Owed
 from .pools import BatchBuffers, BufferPool, Need
 
@@ -79,7 +79,7 @@ def lease(pool: BufferPool, n: int, sample: SampleShape, worker: int) -> BatchBu
     if n:
         return pool.lease(Need(n, sample, worker=worker))
     empty = tuple(torch.empty(shape, dtype=torch.uint8) for shape in shapes(batch_shape(0, sample)))
-    return BatchBuffers(empty if len(empty) > 1 or (sample and isinstance(sample[0], tuple)) else empty[0])
+    return BatchBuffers(empty if of_views(sample) else empty[0])
 
 
 def pixels(pool: BufferPool, n: int, rows: GpuRows, worker: int) -> BatchBuffers:
