@@ -213,3 +213,20 @@ def nvimgcodec_regions(monkeypatch):
 
     monkeypatch.setattr(roi_turbo, "_checked", False)
     monkeypatch.setattr(roi, "_decoder", None)
+
+
+@pytest.fixture
+def refuse(monkeypatch):
+    """GPU decode's decoder refuses the images whose batch rows are in the returned set (the
+    CPU path then builds them: the GPU decode tests' refused rows)."""
+    from fastload.device.gpudecode import nvdecode
+
+    rows: set[int] = set()
+    decode = nvdecode.BatchDecoder.decode
+
+    def refusing(self, batch, cuda_stream=0):
+        tensors, keep = decode(self, batch, cuda_stream)
+        return [None if int(batch.rows[r]) in rows else t for r, t in enumerate(tensors)], keep
+
+    monkeypatch.setattr(nvdecode.BatchDecoder, "decode", refusing)
+    return rows

@@ -11,11 +11,12 @@ import re
 import numpy as np
 import pytest
 import torch
+from conftest import jpeg_bytes, make_image, photo_jpegs
+from test_gpu_decode import BATCH_TOLERANCE, IMAGE_TOLERANCE, _odd_ones, _photos, _write
 
 import fastload as fl
-from conftest import jpeg_bytes, make_image, photo_jpegs
 from fastload.decode import roi
-from fastload.device.gpudecode import GpuPipeline, nvdecode
+from fastload.device.gpudecode import GpuPipeline
 from fastload.device.gpudecode.share import AUTO_MAX, AUTO_START, CpuShare
 from fastload.sources import InFlight
 from fastload.sources.fetch import SampleLoader
@@ -25,7 +26,6 @@ from fastload.sources.pools import PlainPool
 from fastload.sources.request import BatchRequest, PassRequest
 from fastload.sources.sampler import ShardedBatchSampler
 from fastload.sources.samples import Samples
-from test_gpu_decode import BATCH_TOLERANCE, IMAGE_TOLERANCE, _odd_ones, _photos, _write
 
 needs_roi = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvImageCodec: fastload[roi]")
 
@@ -33,20 +33,6 @@ needs_roi = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvI
 @pytest.fixture
 def on_cpu(monkeypatch):
     monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
-
-
-@pytest.fixture
-def refuse(monkeypatch):
-    """The decoder refuses the images whose batch rows are in the returned set."""
-    rows: set[int] = set()
-    decode = nvdecode.BatchDecoder.decode
-
-    def refusing(self, batch, cuda_stream=0):
-        tensors, keep = decode(self, batch, cuda_stream)
-        return [None if int(batch.rows[r]) in rows else t for r, t in enumerate(tensors)], keep
-
-    monkeypatch.setattr(nvdecode.BatchDecoder, "decode", refusing)
-    return rows
 
 
 def _run(ds, decode, **kw):

@@ -21,6 +21,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import jpeg_bytes, make_image, photo_jpegs, png_bytes
 from PIL import Image
 
 import fastload as fl
@@ -33,8 +34,6 @@ from fastload.sources.packed import PackMaker
 from fastload.sources.pools import PlainPool
 from fastload.sources.request import BatchRequest
 from fastload.sources.samples import Samples
-
-from conftest import jpeg_bytes, make_image, photo_jpegs, png_bytes
 
 pytestmark = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvImageCodec: fastload[roi]")
 
@@ -159,20 +158,6 @@ def test_the_float_resize_cuda_runs_is_the_uint8_one_to_a_level(tmp_path, resize
 def test_the_executor_refuses_an_unknown_resize():
     with pytest.raises(ValueError, match="resize must be one of"):
         GpuDecode(None, resize="bicubic")
-
-
-@pytest.fixture
-def refuse(monkeypatch):
-    """The decoder refuses the images whose batch rows are in the returned set."""
-    rows: set[int] = set()
-    decode = nvdecode.BatchDecoder.decode
-
-    def refusing(self, batch, cuda_stream=0):
-        tensors, keep = decode(self, batch, cuda_stream)
-        return [None if int(batch.rows[r]) in rows else t for r, t in enumerate(tensors)], keep
-
-    monkeypatch.setattr(nvdecode.BatchDecoder, "decode", refusing)
-    return rows
 
 
 def test_rows_the_decoder_refuses_are_decoded_by_the_cpu_path(tmp_path, on_cpu, refuse):

@@ -13,14 +13,12 @@ import tarfile
 
 import pytest
 import torch
+from conftest import jpeg_bytes, make_image, png_bytes
 from PIL import Image
 
 import fastload as fl
 from fastload.decode import roi
-from fastload.device.gpudecode import nvdecode
 from fastload.device.gpudecode.refused import neighbour_rows
-
-from conftest import jpeg_bytes, make_image, png_bytes
 
 pytestmark = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvImageCodec: fastload[roi]")
 
@@ -111,20 +109,6 @@ def test_a_streams_batches_on_the_gpu_are_the_cpu_paths(tmp_path, kind, runner):
     cpu, _, _ = _batches(ds, "cpu", **RUNNERS[runner])
     _assert_same(gpu, cpu)
     assert stats["gpu_decoded_rows"] > 0 and stats["cpu_fallback_rows"] == 0
-
-
-@pytest.fixture
-def refuse(monkeypatch):
-    """The decoder refuses the images whose batch rows are in the returned set."""
-    rows: set[int] = set()
-    decode = nvdecode.BatchDecoder.decode
-
-    def refusing(self, batch, cuda_stream=0):
-        tensors, keep = decode(self, batch, cuda_stream)
-        return [None if int(batch.rows[r]) in rows else t for r, t in enumerate(tensors)], keep
-
-    monkeypatch.setattr(nvdecode.BatchDecoder, "decode", refusing)
-    return rows
 
 
 @pytest.mark.parametrize("kind", KINDS_WDS_FIRST)

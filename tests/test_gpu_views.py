@@ -12,19 +12,19 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import jpeg_bytes, make_image, png_bytes
 from PIL import Image
+from test_gpu_streams import _corrupt, _odd_ones, _stream
 
 import fastload as fl
-from conftest import jpeg_bytes, make_image, png_bytes
 from fastload.decode import roi
-from fastload.device.gpudecode import GpuPipeline, GpuViews, nvdecode
+from fastload.device.gpudecode import GpuPipeline, GpuViews
 from fastload.sources import InFlight
 from fastload.sources.fetch import SampleLoader
 from fastload.sources.packed import PackMaker
 from fastload.sources.pools import PlainPool
 from fastload.sources.request import BatchRequest
 from fastload.sources.samples import Samples
-from test_gpu_streams import _corrupt, _odd_ones, _stream
 
 pytestmark = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvImageCodec: fastload[roi]")
 
@@ -42,20 +42,6 @@ def _on_cpu(_cache, monkeypatch):
     monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
     # WebDataset's indexes, and the decode costs (calibrated once for the module, not per test).
     monkeypatch.setenv("XDG_CACHE_HOME", _cache)
-
-
-@pytest.fixture
-def refuse(monkeypatch):
-    """The decoder refuses the images whose batch rows are in the returned set."""
-    rows: set[int] = set()
-    decode = nvdecode.BatchDecoder.decode
-
-    def refusing(self, batch, cuda_stream=0):
-        tensors, keep = decode(self, batch, cuda_stream)
-        return [None if int(batch.rows[r]) in rows else t for r, t in enumerate(tensors)], keep
-
-    monkeypatch.setattr(nvdecode.BatchDecoder, "decode", refusing)
-    return rows
 
 
 def _views(centre=False):
