@@ -8,17 +8,21 @@ every sample read by this process). It is a :class:`fastload.Loader` built with 
 meanings: batches arrive normalized on the device (fastload's own options, such as
 ``device=``, ``normalize=``, ``seed=`` and ``batch_transform=``, are taken as keywords too).
 
-A dataset whose items are not images (numbers, vectors, tokens: the first item's first field
-is no image, nor a sequence of images) has nothing for fastload to decode: it runs as
+A dataset whose items are not images (numbers, strings, vectors: the first item's first
+field is none, nor a sequence of them), or whose images fastload does not take as they are
+(float pixels, C×H×W arrays: a ``RuntimeWarning`` says so), has nothing for fastload to
+decode: with ``on_error="raise"`` (DataLoader's meaning) it runs as
 ``torch.utils.data.DataLoader`` with the same arguments (:attr:`DataLoader.generic`). That is
 decided by the first pass, where the items are read: the first item a worker (or, with no
-workers or with threads, this process) reads, when it is no image (and not None, a damaged
-sample's), raises :class:`~fastload.datasets.wrap.ItemsNotImages` there; met before the pass's
-first batch, the pass goes on as torch's DataLoader (from the batch after those whose errors
-it raised), and every later pass is torch's. Nothing reads an item beforehand, so a dataset
-whose items wait for each other (a barrier across the workers) runs as with DataLoader; the
-items read before the switch are read again, by torch's DataLoader. With
-``on_error="skip"`` an item that is no image is skipped as a damaged sample is.
+workers or with threads, this process) reads, when it is such an item, raises
+:class:`~fastload.datasets.wrap.ItemsNotImages` there (a damaged image: None, bytes, an array
+of two dimensions or more, is its sample's error instead); met before the pass's first batch,
+the pass goes on as torch's DataLoader (from the batch after those whose errors it raised),
+and every later pass is torch's. Nothing reads an item beforehand, so a dataset whose items
+wait for each other (a barrier across the workers) runs as with DataLoader; the items read
+before the switch are read again, by torch's DataLoader. With ``on_error="skip"`` (fastload's
+option) such an item is skipped as a damaged sample is, so data that is not images fails
+there, naming its samples.
 """
 
 from __future__ import annotations
@@ -165,6 +169,12 @@ class DataLoader(Loader):
         dataset's items are not images; None before, and for images."""
         return self._generic
 
+    def close(self) -> None:
+        """As :meth:`fastload.Loader.close`; for data that runs as torch's DataLoader, lets it go
+        (its persistent workers stop), and the loader is closed to iteration as fastload's is."""
+        self._generic = None
+        super().close()
+
     def __iter__(self) -> Iterator[Any]:
         if self._generic is not None:
             return iter(self._generic)
@@ -182,7 +192,7 @@ class DataLoader(Loader):
         where that is not what the user may expect: images fastload cannot take as they are
         (a ``ToTensor()`` dataset's floats: torch's DataLoader runs them, without fastload's
         speed), or fastload's own options given (torch's DataLoader has none of them)."""
-        self.close()
+        super().close()  # fastload's side; torch's DataLoader goes with close()
         if found.images or self._own_options:
             unused = ", ".join(f"{name}=" for name in self._own_options)
             warnings.warn(
@@ -190,7 +200,7 @@ class DataLoader(Loader):
                 f"the same arguments, as its items are not uint8 images ({found})"
                 + (f"; fastload's own options do not apply there: {unused}" if unused else ""),
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=3,  # the loop that iterates the loader
             )
         generator = self._torch_arguments["generator"]
         before, after = self._generator_before, self._generator_after
@@ -203,9 +213,9 @@ class DataLoader(Loader):
 
 class _FirstPass:
     """The first pass of a :class:`DataLoader`: fastload's, until its first batch shows the items
-    are images; torch DataLoader's from the start when they are not (read in the workers, or
-    here with none). A batch's error other than that is raised in its turn, as from any pass,
-    and the next ``next()`` goes on."""
+    are images; torch DataLoader's once the items read (in the workers, or here with none) show
+    they are not, from the batch after those whose errors it raised. A batch's error other than
+    that is raised in its turn, as from any pass, and the next ``next()`` goes on."""
 
     def __init__(self, owner: DataLoader, images: Iterator[Any]) -> None:
         self._owner, self._batches = owner, images

@@ -426,3 +426,43 @@ def test_a_batch_error_before_the_items_are_known_is_not_raised_twice(num_worker
     ours = passes(fl.DataLoader(_NumbersFirstFails(), batch_size=2, num_workers=num_workers))
     assert ours == passes(torch.utils.data.DataLoader(_NumbersFirstFails(), batch_size=2, num_workers=num_workers))
     assert ours == ["KeyError", [2, 3], [4, 5]]
+
+
+class _DamagedFirst(Plain):
+    """Images, but sample 0 is damaged: ``kind`` says how."""
+
+    def __init__(self, kind, n=8):
+        super().__init__(n)
+        self.kind = kind
+
+    def __getitem__(self, i):
+        if i == 0:
+            bad = {"bytes": b"", "two channels": np.zeros((5, 5, 2), np.uint8)}[self.kind]
+            return bad, 0
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("kind", ["bytes", "two channels"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_damaged_first_image_is_its_samples_error_not_data_of_another_kind(kind, num_workers):
+    loader = fl.DataLoader(_DamagedFirst(kind), batch_size=2, num_workers=num_workers, **CPU)
+    for _ in range(2):  # every epoch: the error in its batch's turn, then the images
+        it = iter(loader)
+        with pytest.raises(TypeError, match="sample 0: ") as raised:
+            next(it)
+        assert not isinstance(raised.value, fl.datasets.wrap.ItemsNotImages)
+        assert [y.tolist() for _, y in it] == [[2, 3], [4, 5], [6, 7]]
+    assert loader.generic is None
+
+
+def test_close_lets_torchs_dataloader_go():
+    loader = fl.DataLoader(torch.utils.data.TensorDataset(torch.arange(8)), batch_size=2, num_workers=2,
+                           persistent_workers=True)
+    assert len(list(loader)) == 4
+    workers = list(loader.generic._iterator._workers)  # torch's
+    loader.close()
+    for w in workers:
+        w.join(3)
+    assert not any(w.is_alive() for w in workers)
+    with pytest.raises(RuntimeError, match="closed"):
+        iter(loader)

@@ -50,8 +50,8 @@ class ImageLayoutError(TypeError):
 
 
 class ItemsNotImages(SampleTypeError):
-    """No item this process loaded so far was an image, and this one is not either (nor missing:
-    a None is a damaged sample's): for :class:`fastload.DataLoader`, whose dataset then runs as
+    """No item this process loaded so far was an image, and this one is no image at all (not a
+    damaged one: see :func:`_not_images`): for :class:`fastload.DataLoader`, whose dataset then runs as
     torch's DataLoader (see :attr:`WrappedDataset.first_item_decides`). Under
     ``on_error="skip"`` it is skipped as any sample's error is (a damaged item may come first)."""
 
@@ -69,6 +69,25 @@ NOT_IMAGES = (
     "fastload's Loader batches images (its items' first field, or image_key=); for data that is not images, "
     "use torch.utils.data.DataLoader"
 )
+
+
+def _not_images(field: Any, error: Exception) -> type[ItemsNotImages] | None:
+    """What the first item's unconverted image ``field`` (or ``_UNSPLIT``) says of the dataset
+    when its conversion raised ``error``: images not uint8 H×W×C (:class:`ImagesNotUint8`), no
+    images at all (:class:`ItemsNotImages`: numbers, strings, vectors, an item with no image
+    field), or None: a damaged sample of images (a missing image, bytes that are not one, an
+    array of two dimensions or more that is not one)."""
+    if isinstance(error, ImageLayoutError):
+        return ImagesNotUint8
+    return None if _damaged(field) else ItemsNotImages
+
+
+def _damaged(field: Any) -> bool:
+    if field is None or isinstance(field, (bytes, bytearray, memoryview)):
+        return True
+    if isinstance(field, (tuple, list)):  # views: damaged where one is
+        return any(_damaged(view) for view in field)
+    return isinstance(field, (np.ndarray, torch.Tensor)) and field.ndim >= 2
 
 
 def _looks_like_an_image(shape: tuple) -> bool:
@@ -283,9 +302,8 @@ class WrappedDataset(torch.utils.data.Dataset):
             # is, and on_error="skip" records the cause beside the sample's name.
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             kind = SampleKeyError if isinstance(e, KeyError) else SampleTypeError
-            # A missing image (None: a dataset's way to say a file is damaged) is that sample's.
-            if self.first_item_decides and not self._images_seen and item is not None and image is not None:
-                kind = ImagesNotUint8 if isinstance(e, ImageLayoutError) else ItemsNotImages
+            if self.first_item_decides and not self._images_seen and item is not None:
+                kind = _not_images(image, e) or kind
             raise kind(f"{sample_name(index, path)}: {text}", index, path) from e
         self._images_seen = True
         if self.transform.transforms:
