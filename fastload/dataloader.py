@@ -15,8 +15,8 @@ decode: with ``on_error="raise"`` (DataLoader's meaning) it runs as
 ``torch.utils.data.DataLoader`` with the same arguments (:attr:`DataLoader.generic`). That is
 decided by the first pass, where the items are read: the first item a worker (or, with no
 workers or with threads, this process) reads, when it is such an item, raises
-:class:`~fastload.datasets.wrap.ItemsNotImages` there (a damaged image: None, bytes, an array
-of two dimensions or more, is its sample's error instead); met before the pass's first batch,
+:class:`~fastload.datasets.wrap.ItemsNotImages` there (a damaged image: None, bytes, uint8
+pixels in no image's shape, is its sample's error instead); met before the pass's first batch,
 the pass goes on as torch's DataLoader (from the batch after those whose errors it raised),
 and every later pass is torch's. Nothing reads an item beforehand, so a dataset whose items
 wait for each other (a barrier across the workers) runs as with DataLoader; the items read

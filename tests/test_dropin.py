@@ -466,3 +466,13 @@ def test_close_lets_torchs_dataloader_go():
     assert not any(w.is_alive() for w in workers)
     with pytest.raises(RuntimeError, match="closed"):
         iter(loader)
+
+
+def test_arrays_of_numbers_in_no_images_shape_are_data_not_damaged_images():
+    # PyTorch's own tests batch TensorDataset(torch.randn(100, 2, 3, 5), ...): data, not pixels.
+    ds = torch.utils.data.TensorDataset(torch.randn(10, 2, 3, 5), torch.arange(10))
+    ours = fl.DataLoader(ds, batch_size=4, num_workers=2)
+    got = list(ours)
+    theirs = list(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2))
+    assert all(torch.equal(a, b) for x, y in zip(got, theirs, strict=True) for a, b in zip(x, y, strict=True))
+    assert isinstance(ours.generic, torch.utils.data.DataLoader)

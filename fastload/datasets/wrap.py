@@ -74,9 +74,9 @@ NOT_IMAGES = (
 def _not_images(field: Any, error: Exception) -> type[ItemsNotImages] | None:
     """What the first item's unconverted image ``field`` (or ``_UNSPLIT``) says of the dataset
     when its conversion raised ``error``: images not uint8 H×W×C (:class:`ImagesNotUint8`), no
-    images at all (:class:`ItemsNotImages`: numbers, strings, vectors, an item with no image
-    field), or None: a damaged sample of images (a missing image, bytes that are not one, an
-    array of two dimensions or more that is not one)."""
+    images at all (:class:`ItemsNotImages`: numbers, strings, arrays of numbers, an item with
+    no image field), or None: a damaged sample of images (a missing image, bytes that are not
+    one, uint8 pixels of two dimensions or more in no image's shape)."""
     if isinstance(error, ImageLayoutError):
         return ImagesNotUint8
     return None if _damaged(field) else ItemsNotImages
@@ -87,7 +87,10 @@ def _damaged(field: Any) -> bool:
         return True
     if isinstance(field, (tuple, list)):  # views: damaged where one is
         return any(_damaged(view) for view in field)
-    return isinstance(field, (np.ndarray, torch.Tensor)) and field.ndim >= 2
+    # uint8 pixels of a shape no image has (H×W×2); other numbers of 2 dimensions or more are data.
+    if isinstance(field, np.ndarray):
+        return field.dtype == np.uint8 and field.ndim >= 2
+    return isinstance(field, torch.Tensor) and field.dtype == torch.uint8 and field.ndim >= 2
 
 
 def _looks_like_an_image(shape: tuple) -> bool:
