@@ -99,6 +99,8 @@ class GpuDecode:
         self._fallback_lock = threading.Lock()  # the row loader keeps one in-flight row for this process
 
     def stage(self, batch: EncodedBatch, at: Placement) -> Staged:
+        # Nothing here gives a worker's buffer back: a batch arrives copied out of it (detached).
+        assert batch.data_lease is None and batch.decoded_lease is None, "a GPU batch still in a worker's buffer"
         decoder = getattr(self._local, "decoder", None)
         if decoder is None or decoder.device != at.device:
             # Preallocated for the first batch: its size and its median image (the batches of
