@@ -19,6 +19,7 @@ from PIL import Image
 import fastload as fl
 from fastload.decode import roi
 from fastload.device.gpudecode.refused import neighbour_rows
+from fastload.views import map_images
 
 pytestmark = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvImageCodec: fastload[roi]")
 
@@ -88,7 +89,7 @@ def _batches(ds, decode, epochs=(0, 1), **kw):
     with fl.Loader(ds, decode=decode, **opts) as loader:
         for epoch in epochs:
             loader.set_epoch(epoch)
-            out += [tuple(t.clone() for t in b) for b in loader]
+            out += [tuple(map_images(torch.clone, t) for t in b) for b in loader]  # views: a tuple of clones
         return out, loader.stats(), [s.index for s in loader.skipped]
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import jpeg_bytes, make_image, png_bytes
 from PIL import Image
-from test_gpu_streams import _corrupt, _odd_ones, _stream
+from test_gpu_streams import _batches, _corrupt, _odd_ones, _stream
 
 import fastload as fl
 from fastload.decode import roi
@@ -63,17 +63,6 @@ def _folder(root, images, centre=False):
         with open(os.path.join(root, "a", f"{k:02d}.img"), "wb") as f:
             f.write(data)
     return fl.ImageFolder(str(root), _views(centre), extensions=(".img",))
-
-
-def _batches(ds, decode, epochs=(0, 1), **kw):
-    opts = dict(batch_size=4, num_workers=0, device="cpu", normalize=False, return_index=True, seed=3)
-    opts.update(kw)
-    out = []
-    with fl.Loader(ds, decode=decode, **opts) as loader:
-        for epoch in epochs:
-            loader.set_epoch(epoch)
-            out += [(tuple(v.clone() for v in x), y.clone(), i.clone()) for x, y, i in loader]
-        return out, loader.stats(), [s.index for s in loader.skipped]
 
 
 def _assert_same(a, b):
