@@ -61,6 +61,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import gpu_trace
 import torch
 import torch.nn as nn
 from common import machine, report
@@ -394,6 +395,26 @@ def print_model(name: str, result: dict, bs: int, where: str) -> None:
         print(f"  left out: {result['skipped']}")
 
 
+def trace_modes(feeds: Feeds, modes: list[str], workers: int, steps: int, needs_s: float = 15.0) -> None:
+    """Each of ``modes`` on ResNet-18, warmed up (``workers`` steps), then ``steps`` steps under
+    torch.profiler (gpu_trace.py): its summary printed and reported; one started only while
+    ``needs_s`` seconds are left."""
+    net = make_model("resnet18", feeds.device)
+    for mode in modes:
+        if seconds_left(feeds.args) < needs_s:
+            print(f"trace {mode}: skipped, {seconds_left(feeds.args):.0f} s left (a trace takes about {needs_s:.0f})")
+            continue
+        loader, batches = feeds.make(label_of(mode), workers)
+        with feeding(loader, batches) as fed:
+            run_steps(fed, net, feeds.device, max(workers, 1), 1)
+            timed, events = gpu_trace.profiled(lambda: run_steps(fed, net, feeds.device, 1, steps), feeds.device)
+        summary = gpu_trace.summarize(events, steps)
+        print("\n".join(gpu_trace.lines(f"{label_of(mode)} on resnet18 ({timed['step_ms']:.1f} ms/step profiled)",
+                                        summary)), flush=True)
+        report("bench_gpu_train_trace", feeds.args, {"model": "resnet18", "mode": mode, "workers": workers,
+                                                     "run": timed, "trace": summary})
+
+
 def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
@@ -422,6 +443,10 @@ def arguments() -> Any:
                    help="ResNet-50's fastload modes (default: best: gpu+cpu where the Loader takes the share option, "
                         "else cpu)")
     p.add_argument("--r50-all", action="store_true", help="ResNet-50 with the peers and the model alone too")
+    p.add_argument("--trace", default="gpu,gpu+cpu,cpu",
+                   help="fastload modes traced after ResNet-18's repeats (gpu_trace.py: device time per stream and "
+                        "kind of work; default: gpu,gpu+cpu,cpu; empty: none)")
+    p.add_argument("--trace-steps", type=int, default=8, help="steps profiled per traced mode (default: 8)")
     p.add_argument("--r50-needs", type=float, default=20.0,
                    help="seconds a ResNet-50 run is given in the plan: it starts only with that many left per run")
     return p
@@ -484,6 +509,7 @@ def main() -> None:
     plan = [("resnet18", [*fastloads, *PEERS, ALONE], workers, s["repeats"], None),
             ("resnet50", [*r50, *PEERS, ALONE] if args.r50_all else r50, s["r50_workers"], s["r50_repeats"],
              args.r50_needs)]
+    traced = [m for m in modes_list(args.trace) if mode_options(m) is not None] if args.trace.strip() else []
     for name, labels, count, repeats, needs in plan:
         if repeats < 1:
             continue
@@ -501,6 +527,8 @@ def main() -> None:
                                                         "prefetch_factor": feeds.dl_prefetch},
                                          "epoch_batches": len(feeds.paths) // bs, "photos": feeds.root,
                                          "device": machine()})
+        if name == "resnet18" and traced:  # after ResNet-18's repeats, before ResNet-50's run
+            trace_modes(feeds, traced, workers, 2 if args.quick else args.trace_steps)
     print(f"(images/s min / median / max over the repeats of {steps} steps after {1 if args.quick else 2} warm-up "
           f"step(s) per worker, order "
           f"A B C ... C B A ...; step = GPU time between the ends of consecutive steps; data wait = from the end of "

@@ -468,6 +468,8 @@ def test_dry_run_of_the_call_in_a_venv_of_the_device_image(tmp_path):
     assert set(trained) - {"fastload gpu+cpu"} == feeds, trained  # gpu+cpu: where the Loader takes the option
     assert all(len(r["runs"]) == 2 for r in trained.values())  # the dry run's 2 repeats
     assert {"fastload", "fastload gpu"} <= set(gpu_summary.trained(records)["resnet50"])
+    traces = {r["mode"]: r["trace"] for r in records if r.get("benchmark") == "bench_gpu_train_trace"}
+    assert set(traces) >= {"gpu", "cpu"} and all(t["device_events"] == 0 for t in traces.values()), traces
     benchmarks = {r["benchmark"] for r in records if "benchmark" in r}
     assert {"photos", "gpu_decode_probe", "correctness", "bench_gpu_train", "bench_gpu_train_sweep",
             "bench_gpu_decode", "bench_gpu_decode_run", "bench_h2d"} <= benchmarks
@@ -504,3 +506,20 @@ def test_correctness_compares_bytes_and_names_the_batch():
     f = x.float() / 255
     assert gpu_correct.compare([(f + 5e-6, y)], [(f, y)], exact=False)[0]
     assert not gpu_correct.compare([(f + 5e-5, y)], [(f, y)], exact=False)[0]
+
+
+def test_the_trace_adds_busy_time_per_stream_and_kind_and_counts_overlap():
+    import gpu_trace
+
+    ms = 1_000_000
+    events = [("volta_sgemm", 7, 0, 10 * ms), ("volta_sgemm", 7, 5 * ms, 12 * ms),  # one stream: 12 ms busy
+              ("nvjpeg::idct_kernel", 9, 8 * ms, 20 * ms), ("_rows", 9, 20 * ms, 22 * ms),
+              ("Memcpy HtoD (Pinned -> Device)", 11, 30 * ms, 31 * ms)]
+    s = gpu_trace.summarize(events, steps=2)
+    assert s["window_ms"] == 31 and s["window_ms_per_step"] == 15.5
+    assert s["busy_ms"] == 23  # [0, 22) and [30, 31)
+    assert s["streams"]["7"]["busy_ms"] == 12 and s["streams"]["9"]["busy_ms"] == 14
+    assert s["overlap_ms"] == 12 + 14 + 1 - 23  # streams 7 and 9 ran together from 8 to 12 ms
+    assert s["kinds_ms"] == {"copy": 1, "decode": 12, "model": 12, "rows": 2}
+    assert list(s["streams"]) == ["9", "7", "11"]  # busiest first
+    assert gpu_trace.summarize([], steps=2)["device_events"] == 0
