@@ -72,6 +72,8 @@ import fastload as fl
 from fastload.config import IMAGENET_MEAN, IMAGENET_STD
 
 TORCHVISION = "torchvision decode_jpeg cuda"
+# loader.stats() counts recorded with each fastload run: where its rows were decoded.
+ROW_STATS = ("gpu_decoded_rows", "cpu_share_rows", "cpu_fallback_rows", "gpu_cpu_share")
 SIZE = 224
 
 
@@ -93,10 +95,14 @@ def timed(make: Callable[[], Any], warmup: int, batches: int, device: torch.devi
         sync(device)
         seconds = time.perf_counter() - start
         cpu = meter.stop()
+        stats = loader.stats() if isinstance(loader, fl.Loader) else {}
         closing = time.perf_counter()
         del loader, it, made
     ended = time.perf_counter()
     return {"images_per_s": images / seconds, "cpu_s_per_image": cpu / images if cpu is not None else None,
+            "cpu_main_s_per_image": meter.main_seconds / images if meter.main_seconds is not None else None,
+            "cpu_threads_ms_per_image": [(name, 1e3 * t / images) for name, t in meter.threads],
+            "rows": {k: stats[k] for k in ROW_STATS if k in stats},
             "timed_s": seconds, "warmup_s": start - began, "close_s": ended - closing, "run_s": ended - began,
             "batches": batches}
 
@@ -121,6 +127,9 @@ def repeats_of(makers: dict[str, Callable[[], Any]], repeats: int, warmup: int, 
             if name in once:
                 not_again += result["run_s"]
             cpu = f"{1e3 * result['cpu_s_per_image']:.2f} CPU ms/image" if result["cpu_s_per_image"] else "CPU -"
+            if result["cpu_main_s_per_image"] is not None:
+                busiest = ", ".join(f"{n} {ms:.2f}" for n, ms in result["cpu_threads_ms_per_image"][:4])
+                cpu += f" (main process {1e3 * result['cpu_main_s_per_image']:.2f}: {busiest}; rows {result['rows']})"
             print(f"  {name}: {result['images_per_s']:.0f} images/s, {cpu} (repeat {r}; {result['run_s']:.1f} s)",
                   flush=True)
             report("bench_gpu_decode_run", args, {"part": part, "mode": name, **result})

@@ -144,6 +144,9 @@ class CpuMeter:
     def __init__(self) -> None:
         self.before: dict[int, float] = {}
         self.seconds: float | None = None
+        self.main_seconds: float | None = None  # this process alone (the device driver's threads)
+        self.threads_before: dict[int, tuple[str, float]] = {}
+        self.threads: list[tuple[str, float]] = []  # this process's busiest threads: (name, seconds)
 
     @staticmethod
     def readings() -> dict[int, float] | None:
@@ -167,13 +170,39 @@ class CpuMeter:
 
     def start(self) -> None:
         self.before = self.readings() or {}
+        self.threads_before = _thread_readings()
 
     def stop(self) -> float | None:
         after = self.readings()
         if after is None:
             return None
         self.seconds = sum(t - self.before.get(pid, 0.0) for pid, t in after.items())
+        me = os.getpid()
+        if me in after:
+            self.main_seconds = after[me] - self.before.get(me, 0.0)
+        threads = _thread_readings()
+        spent = [(f"{name} ({tid})", t - self.threads_before.get(tid, (name, 0.0))[1])
+                 for tid, (name, t) in threads.items()]
+        self.threads = sorted(spent, key=lambda x: -x[1])[:8]
         return self.seconds
+
+
+def _thread_readings() -> dict[int, tuple[str, float]]:
+    """tid -> (name, user + system CPU seconds) of this process's threads, from /proc (empty elsewhere)."""
+    tick, out = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100, {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                head, _, rest = f.read().rpartition(")")
+            fields = rest.split()
+            out[int(tid)] = (head.partition("(")[2], (int(fields[11]) + int(fields[12])) / tick)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 def _proc_readings() -> dict[int, float]:

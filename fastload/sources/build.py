@@ -69,7 +69,14 @@ def build_source(
         workers,
         cfg.prefetch_factor,
         cfg.persistent_workers,
-        worker_start_method(cfg.multiprocessing_context),
+        worker_start_method(
+            cfg.multiprocessing_context,
+            # Workers started again while the GPU decoders run here (see worker_start_method).
+            beside_gpu_decode=gpu is not None
+            and workers > 0
+            and cfg.backend != "thread"
+            and (is_stream(samples) or not cfg.persistent_workers),
+        ),
         cfg.timeout,
         pin,
         cfg.seed,
