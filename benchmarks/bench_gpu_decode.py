@@ -127,7 +127,7 @@ def repeats_of(makers: dict[str, Callable[[], Any]], repeats: int, warmup: int, 
             if name in once:
                 not_again += result["run_s"]
             cpu = f"{1e3 * result['cpu_s_per_image']:.2f} CPU ms/image" if result["cpu_s_per_image"] else "CPU -"
-            if result["cpu_main_s_per_image"] is not None:
+            if result.get("cpu_main_s_per_image") is not None:
                 busiest = ", ".join(f"{n} {ms:.2f}" for n, ms in result["cpu_threads_ms_per_image"][:4])
                 cpu += f" (main process {1e3 * result['cpu_main_s_per_image']:.2f}: {busiest}; rows {result['rows']})"
             print(f"  {name}: {result['images_per_s']:.0f} images/s, {cpu} (repeat {r}; {result['run_s']:.1f} s)",
