@@ -25,6 +25,7 @@ from ..targets import Target, as_target
 from ..views import SampleShape, shape_of
 from .inflight import Busy, InFlight
 from .samples import RecordSamples, Samples
+from .shapes import ShapesDiffer, ShapeTally
 
 MAX_REPLACEMENTS = 10
 
@@ -92,6 +93,7 @@ class SampleLoader:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.samples, self.on_error, self.inflight = samples, on_error, inflight
+        self.tally = ShapeTally()  # under "skip": misfits outnumbering fits are raised (.shapes)
 
     @property
     def dataset(self) -> Any:
@@ -125,7 +127,10 @@ class SampleLoader:
             self.inflight.end(worker)
         # A bad image is an error of its sample, so the error policy applies to it too.
         check_image(image, "the image")
-        misfit = shape_error(image, shape_of(out) if out is not None else shape)
+        expected = shape_of(out) if out is not None else shape
+        misfit = shape_error(image, expected)
+        if expected is not None and self.on_error == "skip":
+            self.tally.count(epoch, expected, shape_of(image), self.title(key))
         if misfit is not None:
             raise misfit
         return image, as_target(target), extras  # a TypeError here is named as the sample's error
@@ -162,6 +167,8 @@ class SampleLoader:
             try:
                 image, label, extras = self._one(other, epoch, seed, worker, out, shape)
                 return Loaded(image, label, other, skipped, extras)
+            except ShapesDiffer:
+                raise
             except Exception as e:
                 skipped.append(self.skipped(epoch, other, e))
                 tried.add(other)
@@ -191,6 +198,20 @@ class SampleLoader:
         got = self._attempt(key, epoch, worker, out, shape, seed, row)
         return got if isinstance(got, Loaded) else Failed(self.samples.number(key), self.skipped(epoch, key, got))
 
+    def shapes_beside(self, index: int, epoch: int, worker: int, seed: int, n: int) -> list[SampleShape]:
+        """The image shapes of up to ``n`` samples after ``index`` (an indexed dataset's), loaded
+        with ``index``'s draws and then dropped; those that fail are passed over, never reported."""
+        count, shapes = len(cast(Samples, self.samples)), []
+        for k in range(1, min(2 * n, count - 1) + 1):
+            try:
+                image = self._one((index + k) % count, epoch, seed, worker, None, None)[0]
+            except Exception:
+                continue
+            shapes.append(shape_of(image))
+            if len(shapes) == n:
+                break
+        return shapes
+
     def _attempt(
         self, key: Any, epoch: int, worker: int, out: Any, shape: SampleShape | None, seed: int, row: PlannedRow | None
     ) -> Loaded | Exception:
@@ -198,6 +219,8 @@ class SampleLoader:
         try:
             image, label, extras = self._one(key, epoch, seed, worker, out, shape, row)
             return Loaded(image, label, self.samples.number(key), [], extras)
+        except ShapesDiffer:
+            raise  # an error of the data, not of the sample: never skipped
         except Exception as e:
             return self._policy(key, e)
 

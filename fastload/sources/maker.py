@@ -16,6 +16,7 @@ the thread backend's decode threads) are the caller's.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from typing import Any, cast
 
@@ -48,6 +49,18 @@ class BatchMaker:
         self._shape: SampleShape | None = None  # of one sample, learnt by head()
         self._shape_epoch: int | None = None
         self._copies = Tally()
+        # Threads making batches of one epoch at once (the thread runner's slots) learn its
+        # shape one at a time: the first one's stands, and the others load against it.
+        self._learning = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_learning"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._learning = threading.Lock()
 
     @property
     def copies(self) -> int:
@@ -97,6 +110,11 @@ class BatchMaker:
         request = plan.request
         if self.shape(request.epoch) is not None:
             return []
+        with self._learning:
+            return [] if self.shape(request.epoch) is not None else self._learn(plan, worker)
+
+    def _learn(self, plan: BatchPlan, worker: int) -> list[Loaded | Failed]:
+        request = plan.request
         seed, epoch = request.seed, request.epoch
         rows: list[Row] = []
         loaded: list[Loaded | Failed] = []
@@ -112,6 +130,13 @@ class BatchMaker:
         if not good:
             return loaded
         common = common_shape(good, self.loader)
+        shapes = [shape_of(item.image) for item in good]
+        if len(good) < 3 and shapes.count(common) < 2 and self.loader.samples.replaces:
+            # A batch of one or two with no majority: the shapes of the samples after its first
+            # decide, so an odd first sample is its own error, not every other sample's.
+            beside = self.loader.shapes_beside(rows[0].key, epoch, worker, seed, 3 - len(good))
+            votes = shapes + beside
+            common = max(votes, key=lambda s: (votes.count(s), -votes.index(s)))
         # A row not of the common shape is loaded again as a row of a known shape is (what any
         # other batch does with it): from its own sample, its replacements drawn for it and its
         # skipped samples reported. Not from ``item.index``, which may be a replacement already
