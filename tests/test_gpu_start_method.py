@@ -5,6 +5,8 @@ start each pass, and so do workers that are not persistent: those come from a fo
 Persistent workers of an indexed dataset start before any decoder, and fork as before."""
 
 import multiprocessing
+import os
+import subprocess
 import sys
 
 import pytest
@@ -16,6 +18,7 @@ import fastload as fl
 from fastload.decode import roi
 from fastload.sources.start import worker_start_method
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvImageCodec: fastload[roi]")
 
 
@@ -72,3 +75,20 @@ def test_the_start_method_a_user_names_is_kept():
     if sys.platform.startswith("linux"):
         assert worker_start_method(None, beside_gpu_decode=True) == "forkserver"
         assert worker_start_method(None) in ("fork", multiprocessing.get_start_method(allow_none=True))
+
+
+@pytest.mark.slow
+def test_a_script_whose_loop_is_not_guarded_is_told_so_when_its_stream_workers_die_starting(tmp_path):
+    _stream("wds", tmp_path / "wds", list(_photos(4).values()), None)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import fastload as fl\n"  # no `if __name__ == "__main__":`, as many scripts are
+        f"ds = fl.WebDataset({str(tmp_path / 'wds')!r}, transform=fl.transforms.train(32, reduced_decode=False))\n"
+        "loader = fl.Loader(ds, decode='gpu', batch_size=2, num_workers=1, device='cpu', timeout=60)\n"
+        "print(sum(len(b[1]) for b in loader))\n"
+    )
+    env = {**os.environ, "FASTLOAD_GPU_DECODE_ON_CPU": "1", "PYTHONPATH": ROOT}
+    run = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode != 0
+    assert "keep your loop under `if __name__ == '__main__':`" in run.stderr.splitlines()[-1], run.stderr[-2000:]

@@ -65,6 +65,13 @@ class InFlight:
         row[_INDEX] = IDLE
         row[_PID] = os.getpid()
 
+    def finished(self, worker: int) -> None:
+        """Worker ``worker`` has nothing more to load and is about to be told to exit: its pid
+        leaves the table (its exit is not a death)."""
+        row = self._rows[worker % len(self._rows)]
+        row[_INDEX] = IDLE
+        row[_PID] = IDLE
+
     def pids(self) -> dict[int, int]:
         """worker → pid of the processes that registered or loaded a sample, other than this one."""
         me = os.getpid()

@@ -202,8 +202,15 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[SourceBatch]:
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        return in_worker_iter(self.slot(worker, workers), info.id if info is not None else None)
+        if info is None:
+            return in_worker_iter(self.slot(0, 1), None)
+        return self._to_the_end(in_worker_iter(self.slot(info.id, info.num_workers), info.id), info.id)
+
+    def _to_the_end(self, batches: Iterator[SourceBatch], worker: int) -> Iterator[SourceBatch]:
+        yield from batches
+        # DataLoader ends a worker whose slot is read while the others read on: its exit is
+        # not a death (the pass would fail, naming it, a tick later).
+        self.inflight.finished(worker)
 
     def slot(self, worker: int, workers: int) -> Iterator[SourceBatch]:
         """The batches of worker ``worker`` of ``workers`` (a process, or a thread)."""
