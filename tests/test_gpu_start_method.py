@@ -91,4 +91,4 @@ def test_a_script_whose_loop_is_not_guarded_is_told_so_when_its_stream_workers_d
     run = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode != 0
-    assert "keep your loop under `if __name__ == '__main__':`" in run.stderr.splitlines()[-1], run.stderr[-2000:]
+    assert "is your loop under `if __name__ == '__main__':`?" in run.stderr.splitlines()[-1], run.stderr[-2000:]

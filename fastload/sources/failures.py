@@ -94,9 +94,9 @@ def worker_failure(
         # None registered: they died starting. One started by spawn or forkserver imports the
         # main module again, and a script whose loop is not guarded starts the loader there.
         parts.append(
-            "no worker got as far as registering: a worker started by spawn or forkserver (as "
-            "decode='gpu' starts a stream's) imports your main module again, so keep your loop "
-            "under `if __name__ == '__main__':`"
+            "no worker got as far as registering (one started by spawn or forkserver, as "
+            "decode='gpu' starts a stream's, imports your main module again: is your loop under "
+            "`if __name__ == '__main__':`?)"
         )
     if dead:
         parts.append("the next pass starts new workers")
