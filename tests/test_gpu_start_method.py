@@ -1,9 +1,11 @@
-"""Workers started while decode="gpu"'s decoders run in this process are not forked from it:
-on an H200 a TFRecord stream's second pass (new workers, the decoders' threads running)
-crashed in the fork, both workers (benchmarks/results/2026-11-28-gpu). A stream's workers
-start each pass, and so do workers that are not persistent: those come from a fork server.
-Persistent workers of an indexed dataset start before any decoder, and fork as before."""
+"""Workers started while a decode="gpu" decoder is alive in this process are not forked from
+it: on an H200, workers forked beside a TFRecord stream's GPU decoders crashed in the fork
+(benchmarks/results/2026-11-28-gpu). The start method is decided as workers start: a fork
+server while a decoder lives (a stream's next pass, workers that are not persistent, another
+Loader's workers), fork otherwise (an indexed dataset's persistent workers start before any
+decoder)."""
 
+import gc
 import multiprocessing
 import os
 import subprocess
@@ -16,7 +18,8 @@ from test_gpu_streams import _stream
 
 import fastload as fl
 from fastload.decode import roi
-from fastload.sources.start import worker_start_method
+from fastload.sources import start
+from fastload.sources.start import gpu_decoders_live, worker_start_method
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nvImageCodec: fastload[roi]")
@@ -24,12 +27,13 @@ pytestmark = pytest.mark.skipif(not roi.available(), reason="GPU decode needs nv
 
 @pytest.fixture
 def contexts(monkeypatch):
-    """The start method of every DataLoader iterated (its multiprocessing_context)."""
+    """The start method of each start of workers (a DataLoader iterated whose workers are not
+    running already: torch keeps persistent ones in ``_iterator``)."""
     seen = []
     iterate = torch.utils.data.DataLoader.__iter__
 
     def recording(self):
-        if self.num_workers > 0:
+        if self.num_workers > 0 and (not self.persistent_workers or self._iterator is None):
             ctx = self.multiprocessing_context
             seen.append(ctx.get_start_method() if ctx is not None else None)
         return iterate(self)
@@ -51,29 +55,39 @@ def _two_passes(ds, **kw):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["tfrecord", "wds"])
-def test_a_streams_workers_beside_gpu_decode_come_from_a_fork_server(tmp_path, contexts, kind):
+def test_a_streams_next_pass_beside_its_gpu_decoders_comes_from_a_fork_server(tmp_path, contexts, kind):
     ds = _stream(kind, tmp_path / kind, list(_photos(8).values()), fl.transforms.train(48, reduced_decode=False))
     assert _two_passes(ds, decode="gpu") == [8, 8]
-    assert contexts == ["forkserver", "forkserver"]  # a pass each
-    contexts.clear()
-    assert _two_passes(ds, decode="cpu") == [8, 8]
-    assert "forkserver" not in contexts
+    assert contexts == ["fork", "forkserver"]  # the decoders start with the first pass's batches
 
 
 @pytest.mark.slow
-def test_workers_that_are_not_persistent_beside_gpu_decode_come_from_a_fork_server(tmp_path, contexts):
+def test_workers_started_while_another_loaders_gpu_decoders_live_come_from_a_fork_server(tmp_path, contexts):
     ds = fl.ImageFolder(_write(tmp_path, _photos(8)), fl.transforms.train(48, reduced_decode=False))
+    train = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", seed=0, decode="gpu")
+    val = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", seed=0)  # made before any decoder
+    next(iter(train))  # its persistent workers forked before its decoder, which now lives
+    assert gpu_decoders_live() > 0
+    assert sum(len(b[1]) for b in val) == 8  # started now: beside the decoder
+    assert _two_passes(ds, decode="cpu") == [8, 8]
     assert _two_passes(ds, decode="gpu", persistent_workers=False) == [8, 8]
-    assert contexts == ["forkserver", "forkserver"]
+    assert contexts == ["fork", "forkserver", "forkserver", "forkserver", "forkserver"], contexts
+    val.close()
+    train.close()
+    del train
+    gc.collect()
+    assert gpu_decoders_live() == 0
     contexts.clear()
-    assert _two_passes(ds, decode="gpu") == [8, 8]  # persistent: forked once, before any decoder
-    assert "forkserver" not in contexts
+    assert _two_passes(ds, decode="cpu") == [8, 8]
+    assert contexts == ["fork"]
 
 
-def test_the_start_method_a_user_names_is_kept():
-    assert worker_start_method("spawn", beside_gpu_decode=True) == "spawn"
+def test_the_start_method_a_user_names_is_kept(monkeypatch):
+    monkeypatch.setattr(start, "_live", [1])
+    assert worker_start_method("spawn") == "spawn"
     if sys.platform.startswith("linux"):
-        assert worker_start_method(None, beside_gpu_decode=True) == "forkserver"
+        assert worker_start_method(None) == "forkserver"
+        monkeypatch.setattr(start, "_live", [0])
         assert worker_start_method(None) in ("fork", multiprocessing.get_start_method(allow_none=True))
 
 
@@ -85,7 +99,9 @@ def test_a_script_whose_loop_is_not_guarded_is_told_so_when_its_stream_workers_d
         "import fastload as fl\n"  # no `if __name__ == "__main__":`, as many scripts are
         f"ds = fl.WebDataset({str(tmp_path / 'wds')!r}, transform=fl.transforms.train(32, reduced_decode=False))\n"
         "loader = fl.Loader(ds, decode='gpu', batch_size=2, num_workers=1, device='cpu', timeout=60)\n"
-        "print(sum(len(b[1]) for b in loader))\n"
+        "for epoch in range(2):  # the second pass's workers start beside the GPU decoders\n"
+        "    loader.set_epoch(epoch)\n"
+        "    print(sum(len(b[1]) for b in loader))\n"
     )
     env = {**os.environ, "FASTLOAD_GPU_DECODE_ON_CPU": "1", "PYTHONPATH": ROOT}
     run = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,

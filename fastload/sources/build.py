@@ -21,7 +21,6 @@ from .process import ProcessSource, WorkerOptions
 from .sampler import EpochClock, ShardedBatchSampler
 from .samples import Samples
 from .source import BatchSource
-from .start import worker_start_method
 from .stream import StreamSource
 from .thread import ThreadSource
 
@@ -69,14 +68,7 @@ def build_source(
         workers,
         cfg.prefetch_factor,
         cfg.persistent_workers,
-        worker_start_method(
-            cfg.multiprocessing_context,
-            # Workers started again while the GPU decoders run here (see worker_start_method).
-            beside_gpu_decode=gpu is not None
-            and workers > 0
-            and cfg.backend != "thread"
-            and (is_stream(samples) or not cfg.persistent_workers),
-        ),
+        cfg.multiprocessing_context,  # None: decided as the workers start (start.worker_start_method)
         cfg.timeout,
         pin,
         cfg.seed,

@@ -93,7 +93,7 @@ class SampleLoader:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.samples, self.on_error, self.inflight = samples, on_error, inflight
-        self.tally = ShapeTally()  # under "skip": misfits outnumbering fits are raised (.shapes)
+        self.tally = ShapeTally()  # under "skip": images of another shape that dominate raise (see .shapes)
 
     @property
     def dataset(self) -> Any:
@@ -130,7 +130,7 @@ class SampleLoader:
         expected = shape_of(out) if out is not None else shape
         misfit = shape_error(image, expected)
         if expected is not None and self.on_error == "skip":
-            self.tally.count(epoch, expected, shape_of(image), self.title(key))
+            self.tally.count(epoch, expected, shape_of(image), lambda: self.title(key))
         if misfit is not None:
             raise misfit
         return image, as_target(target), extras  # a TypeError here is named as the sample's error

@@ -42,6 +42,7 @@ from .inflight import InFlight
 from .pools import BufferPool
 from .request import BatchRequest, PassRequest
 from .sampler import ShardedBatchSampler
+from .start import worker_start_method
 from .waiting import Stop, deadline, wait_until
 
 
@@ -65,16 +66,12 @@ class WorkerOptions:
     seed: int = 0
     pin_device: Any = None  # the CUDA device batches are pinned for (its context, see pinning_on)
 
-    @property
-    def forks(self) -> bool:
-        """Workers are started by fork (OpenCV's pool must be parked around it)."""
+    def start_now(self) -> str:
+        """How workers started now start: ``start_method`` (the Loader's
+        ``multiprocessing_context``), else :func:`~fastload.sources.start.worker_start_method`'s
+        choice at this moment (a GPU decoder alive in this process changes it)."""
         # Read, never fixed: get_start_method() without allow_none would set the program's default.
-        start = (
-            self.start_method
-            or multiprocessing.get_start_method(allow_none=True)
-            or multiprocessing.get_all_start_methods()[0]
-        )
-        return self.num_workers > 0 and start == "fork"
+        return worker_start_method(self.start_method) or multiprocessing.get_all_start_methods()[0]
 
 
 def worker_init(worker_id: int) -> None:
@@ -162,7 +159,7 @@ def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, An
         kw.update(
             prefetch_factor=options.prefetch_factor,
             persistent_workers=persistent,
-            multiprocessing_context=options.start_method,
+            multiprocessing_context=options.start_now(),  # again by start_workers, as they start
             worker_init_fn=worker_init,
         )
     return kw
@@ -183,7 +180,11 @@ def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = Fa
         check_descriptors(dataloader_descriptors(options.num_workers), doing)
     try:
         with pinning_on(options.pin_device if options.pin else None):
-            if not options.forks:
+            if options.num_workers > 0 and not running:
+                # Decided as they start: a GPU decoder alive now (this Loader's or another's) means
+                # a fork server (start.worker_start_method).
+                loader.multiprocessing_context = options.start_now()
+            if options.num_workers == 0 or options.start_now() != "fork":
                 return iter(loader)
             with opencv_parked(), parent_objects_frozen():
                 return iter(loader)

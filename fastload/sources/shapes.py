@@ -1,27 +1,37 @@
-"""Under ``on_error="skip"``, images of the wrong shape that outnumber the right ones are an
-error of the data, not of the samples.
+"""Under ``on_error="skip"``, images of the wrong shape that dominate are an error of the
+data, not of the samples.
 
 A batch's sample shape is learnt once per epoch and process (:meth:`BatchMaker.head
 <fastload.sources.maker.BatchMaker.head>`, by majority of its first samples); an image of
 another shape is then the error of its sample, replaced under "skip". Where the images really
 differ in size (no transform with a fixed output size), or the shape was learnt from an odd
-sample, skipping them would fill the epoch with the few samples of the learnt shape, silently:
-one sample repeated at batch size 1. So the loader counts, per process and epoch, the images
-checked against the batch's shape; once at least :data:`MIN_MISFITS` did not fit and they
-outnumber those that did, the next misfit raises :class:`ShapesDiffer` (never skipped),
-naming the shapes seen.
+sample (a stream's slot, whose first record decides at batch size 1 or 2), skipping them
+would fill the epoch with the few samples of the learnt shape, silently: one sample repeated
+at batch size 1. So the loader counts, per process and epoch, the images checked against
+their batch's shape (replacements included; the rows that taught the shape not), and raises
+:class:`ShapesDiffer` (never skipped), naming the shapes seen, when
+
+- :data:`NONE_FIT` images in a row did not fit and none has (the learnt shape is an odd
+  one's), or
+- :data:`MANY_MISFITS` did not fit and they outnumber those that did.
+
+Counted from an epoch's start, a run of odd images early in it must not trip this: with 20%
+of the images odd, a simulated epoch of 1,000 images per process trips it about once in
+20,000 (5% or 10% odd: never in 20,000); with 40%, once in 11.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 
 from ..views import SampleShape
 
-__all__ = ["MIN_MISFITS", "ShapeTally", "ShapesDiffer"]
+__all__ = ["MANY_MISFITS", "NONE_FIT", "ShapeTally", "ShapesDiffer"]
 
-MIN_MISFITS = 3  # misfits before the tally may judge: one odd image early is its sample's error
+NONE_FIT = 10  # misfits with no fit at all: the learnt shape is an odd image's
+MANY_MISFITS = 32  # misfits that, outnumbering the fits, say the images differ in size
 
 
 class ShapesDiffer(ValueError):
@@ -39,16 +49,16 @@ class ShapeTally:
         self._misfits: collections.Counter[SampleShape] = collections.Counter()
 
     def __getstate__(self) -> dict:
-        return {}  # a worker started by spawn or forkserver counts its own epochs afresh
+        return {"fresh": True}  # a worker started by spawn or forkserver counts its own epochs afresh
 
     def __setstate__(self, state: dict) -> None:
         self.__init__()  # type: ignore[misc]
 
-    def count(self, epoch: int, expected: SampleShape, got: SampleShape, title: str) -> None:
-        """Counts one image of ``epoch`` (``got``, its batch's ``expected``).
+    def count(self, epoch: int, expected: SampleShape, got: SampleShape, title: Callable[[], str]) -> None:
+        """Counts one image of ``epoch`` (``got``, its batch's ``expected``); ``title()`` names it.
 
         Raises:
-            ShapesDiffer: ``got`` misfits, and misfits (at least MIN_MISFITS) outnumber fits.
+            ShapesDiffer: ``got`` misfits, and the misfits dominate (see the module doc).
         """
         with self._lock:
             if self._epoch != epoch:
@@ -58,14 +68,13 @@ class ShapeTally:
                 self._fits += 1
                 return
             self._misfits[got] += 1
-            misfits = sum(self._misfits.values())
-            if misfits < MIN_MISFITS or misfits <= self._fits:
+            misfits, fits = sum(self._misfits.values()), self._fits
+            if not ((misfits >= NONE_FIT and fits == 0) or (misfits >= MANY_MISFITS and misfits > fits)):
                 return
             seen = ", ".join(f"{tuple(s)} x{n}" for s, n in self._misfits.most_common(4))
-            fits = self._fits
         raise ShapesDiffer(
             f"on_error='skip': {misfits} of the {misfits + fits} images checked in epoch {epoch} here do not "
             f"have the batch's shape {tuple(expected)} (learnt from the epoch's first samples), the latest "
-            f"{title}; seen: {seen}. Skipping them would fill the epoch with the few that fit. The images "
+            f"{title()}; seen: {seen}. Skipping them would fill the epoch with the few that fit. The images "
             "differ in size: use a transform with a fixed output size (e.g. RandomResizedCrop or CenterCrop)"
         )

@@ -1,23 +1,46 @@
-"""The start method of worker processes when the Loader's options name none."""
+"""The start method of worker processes when the Loader's options name none, decided as
+they start."""
 
 from __future__ import annotations
 
 import multiprocessing
 import sys
+import threading
+
+_live = [0]  # decode="gpu" decoders alive in this process (gpu_decoder_opened / _closed)
+_lock = threading.Lock()
 
 
-def worker_start_method(requested: str | None, beside_gpu_decode: bool = False) -> str | None:
+def gpu_decoder_opened() -> None:
+    """A ``decode="gpu"`` decoder (nvImageCodec's, with its threads) now runs in this process."""
+    with _lock:
+        _live[0] += 1
+
+
+def gpu_decoder_closed() -> None:
+    """One of them is gone."""
+    with _lock:
+        _live[0] -= 1
+
+
+def gpu_decoders_live() -> int:
+    """How many ``decode="gpu"`` decoders are alive in this process."""
+    return _live[0]
+
+
+def worker_start_method(requested: str | None) -> str | None:
     """``requested``, else how to start workers quickly without changing the program's own
-    start method (read, never fixed: ``get_start_method(allow_none=True)``).
+    start method (read, never fixed: ``get_start_method(allow_none=True)``). Asked each time
+    workers start, as they start.
 
-    ``beside_gpu_decode``: workers are started while ``decode="gpu"``'s decoders may run in
-    this process (a stream's workers each pass, or workers that are not persistent). Then
-    ``forkserver`` on Linux: a process forked while nvImageCodec's and CUDA's threads run
-    crashed in the fork on an H200 (2026-11-28: a TFRecord stream's second pass, segmentation
-    fault in both new workers before any of their Python ran); the fork server is a clean
-    process, started once, and the workers are forked from it.
+    While a ``decode="gpu"`` decoder is alive in this process: ``forkserver`` on Linux, also
+    over a start method the program set itself. On an H200, workers forked beside a TFRecord
+    stream's GPU decoders crashed in the fork (2026-11-28: a segmentation fault in both new
+    workers before any of their Python ran; persistent workers forked before any decoder ran
+    did not); the fork server is a clean process, started once, and the workers are forked
+    from it. Such workers import the main module again, as spawn's do.
 
-    On Linux that is ``fork``, also in a process that ``torch.multiprocessing.spawn`` (or
+    Otherwise: on Linux ``fork``, also in a process that ``torch.multiprocessing.spawn`` (or
     any spawn/forkserver parent) started: such a process inherits ``spawn`` as its default,
     and spawned workers re-import torch and the dataset's modules, seconds per worker
     before the first batch. A start method this program set itself (the top process, e.g.
@@ -25,7 +48,7 @@ def worker_start_method(requested: str | None, beside_gpu_decode: bool = False) 
     """
     if requested is not None:
         return requested
-    if beside_gpu_decode and sys.platform.startswith("linux"):
+    if gpu_decoders_live() and sys.platform.startswith("linux"):
         return "forkserver"
     current = multiprocessing.get_start_method(allow_none=True)
     if not sys.platform.startswith("linux"):

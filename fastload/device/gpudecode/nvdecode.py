@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import os
+import weakref
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ import torch
 
 from ...decode import roi
 from ...encoded import EncodedBatch
+from ...sources.start import gpu_decoder_closed, gpu_decoder_opened
 
 ROI_FANCY_NVJPEG = (13, 2)  # the first nvJPEG whose regions upsample chroma like a whole decode
 MCU = 16  # the largest JPEG MCU (4:2:0): older nvJPEG's region error stays inside one block
@@ -225,6 +227,9 @@ class BatchDecoder:
             )
             self.regions = regions or "plain"
         self._nv = nv
+        # Workers started while it lives come from a fork server (sources/start.py).
+        gpu_decoder_opened()
+        weakref.finalize(self, gpu_decoder_closed)
         # Region rows the backends refused and the decoder then decoded whole (counted, not
         # warned about per image; regions stay on for the next batch).
         self.regions_refused = 0
