@@ -31,6 +31,7 @@ from .sources.build import pin_memory
 from .sources.failures import PassClosed, WorkerFailure, is_worker_failure, worker_failure
 from .sources.request import After, PassRequest
 from .sources.sampler import RankSampler, resolve_rank
+from .sources.start import refuse_while_bootstrapping
 from .sources.watchdog import Watchdog
 
 _NOT_GIVEN: Any = object()  # a Loader made without a dataset
@@ -315,6 +316,7 @@ class Loader(DataLoaderAttributes):
     def __iter__(self) -> Iterator[Output]:
         if self._closed:
             raise RuntimeError("Loader is closed")
+        refuse_while_bootstrapping()  # an unguarded script, re-imported by a spawned worker
         self._end_pass()
         fork_safe_threads()  # in a forked process: torch's thread pool is the parent's
         if self._inherited():

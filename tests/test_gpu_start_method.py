@@ -8,9 +8,11 @@ decoder)."""
 import gc
 import multiprocessing
 import os
+import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from test_gpu_decode import _photos, _write
@@ -108,3 +110,22 @@ def test_a_script_whose_loop_is_not_guarded_is_told_so_when_its_stream_workers_d
                          timeout=120)
     assert run.returncode != 0
     assert "is your loop under `if __name__ == '__main__':`?" in run.stderr.splitlines()[-1], run.stderr[-2000:]
+    # The workers refused the script's loop as they imported it: its first pass ran once, here.
+    assert run.stdout.split() == ["4"], run.stdout
+    assert "a Loader pass was started while this process starts as a worker" in run.stderr
+
+
+def test_a_dataset_that_does_not_pickle_is_told_why_the_fork_server_and_how_to_fork(monkeypatch):
+    monkeypatch.setattr(start, "_live", [1])  # as while a decode="gpu" decoder is alive
+
+    class Local(torch.utils.data.Dataset):  # defined in a function: it does not pickle
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return np.zeros((8, 8, 3), np.uint8), i
+
+    with fl.Loader(Local(), batch_size=2, num_workers=1, device="cpu") as loader:
+        with pytest.raises((pickle.PicklingError, TypeError, AttributeError), match=r"fork server because a "
+                           r"decode='gpu' decoder is alive.*multiprocessing_context='fork'"):
+            next(iter(loader))

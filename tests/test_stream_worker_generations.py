@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from conftest import jpeg_bytes, make_image
 
 import fastload as fl
@@ -45,3 +46,18 @@ def test_a_slot_that_ends_first_ends_its_worker_and_the_pass_goes_on(tmp_path, s
         for epoch in range(2):
             loader.set_epoch(epoch)
             assert sorted(k for _, _, index in loader for k in index.tolist()) == list(range(14))
+
+
+def test_a_thread_backends_timeout_does_not_blame_the_start_of_worker_processes():
+    class Stuck(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            time.sleep(2.0)
+            return np.zeros((8, 8, 3), np.uint8), 0
+
+    with fl.Loader(Stuck(), batch_size=2, num_workers=1, backend="thread", timeout=0.5, device="cpu") as loader:
+        with pytest.raises(fl.WorkerFailure) as got:
+            next(iter(loader))
+    assert "timed out" in str(got.value) and "registering" not in str(got.value), got.value

@@ -90,13 +90,13 @@ def worker_failure(
         if lost
         else f"fastload: {str(error).rstrip('. ')}"
     )
-    if not worker_of:
-        # None registered: they died starting. One started by spawn or forkserver imports the
-        # main module again, and a script whose loop is not guarded starts the loader there.
+    if not worker_of and not inflight.threads_registered():
+        # No worker process registered: they died starting. One started by spawn or forkserver
+        # imports the main module again, and a script whose loop is not guarded runs it there.
         parts.append(
-            "no worker got as far as registering (one started by spawn or forkserver, as "
-            "decode='gpu' starts a stream's, imports your main module again: is your loop under "
-            "`if __name__ == '__main__':`?)"
+            "no worker process got as far as registering (one started by spawn or forkserver, as "
+            "fastload starts them while a decode='gpu' decoder is alive, imports your main module "
+            "again: is your loop under `if __name__ == '__main__':`?)"
         )
     if dead:
         parts.append("the next pass starts new workers")

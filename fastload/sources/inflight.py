@@ -72,6 +72,10 @@ class InFlight:
         row[_INDEX] = IDLE
         row[_PID] = IDLE
 
+    def threads_registered(self) -> bool:
+        """Whether workers of this process (threads) have registered here."""
+        return bool((self._rows[:, _PID] == os.getpid()).any())
+
     def pids(self) -> dict[int, int]:
         """worker → pid of the processes that registered or loaded a sample, other than this one."""
         me = os.getpid()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import multiprocessing
+import pickle
 import random
 import sys
 import threading
@@ -178,13 +179,12 @@ def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = Fa
     doing = f"starting {options.num_workers} worker processes"
     if options.num_workers > 0 and not running:
         check_descriptors(dataloader_descriptors(options.num_workers), doing)
+    method = options.start_now()  # decided as they start: a GPU decoder alive now means a fork server
     try:
         with pinning_on(options.pin_device if options.pin else None):
             if options.num_workers > 0 and not running:
-                # Decided as they start: a GPU decoder alive now (this Loader's or another's) means
-                # a fork server (start.worker_start_method).
-                loader.multiprocessing_context = options.start_now()
-            if options.num_workers == 0 or options.start_now() != "fork":
+                loader.multiprocessing_context = method
+            if options.num_workers == 0 or method != "fork":
                 return iter(loader)
             with opencv_parked(), parent_objects_frozen():
                 return iter(loader)
@@ -192,6 +192,15 @@ def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = Fa
         if e.errno in (errno.EMFILE, errno.ENFILE):
             raise descriptor_limit(e, doing) from None
         raise
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        if running or options.start_method is not None or method != "forkserver":
+            raise
+        # Our choice, not the program's: say why, and how to fork anyway.
+        raise type(e)(
+            f"{e}; fastload starts these workers with a fork server because a decode='gpu' decoder is "
+            "alive in this process (workers forked beside one crashed on a GPU), so the dataset and its "
+            "transforms must pickle; or name multiprocessing_context='fork' to fork anyway"
+        ) from e
 
 
 END = object()  # what PassWait.next returns at the end of DataLoader's items

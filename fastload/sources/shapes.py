@@ -15,9 +15,10 @@ their batch's shape (replacements included; the rows that taught the shape not),
   one's), or
 - :data:`MANY_MISFITS` did not fit and they outnumber those that did.
 
-Counted from an epoch's start, a run of odd images early in it must not trip this: with 20%
-of the images odd, a simulated epoch of 1,000 images per process trips it about once in
-20,000 (5% or 10% odd: never in 20,000); with 40%, once in 11.
+Counted from an epoch's start, a run of odd images early in it must not trip this. The
+chance that an epoch of 1,000 images per process trips it (exactly, for independent images):
+1 in 10^10 with 10% of them odd, 1 in 6 million with 20%, 1 in 1,600 with 30%, 1 in 11 with
+40%.
 """
 
 from __future__ import annotations

@@ -28,6 +28,22 @@ def gpu_decoders_live() -> int:
     return _live[0]
 
 
+def refuse_while_bootstrapping() -> None:
+    """Raises when this process is a worker started by spawn or forkserver still importing
+    the program's main module: a script whose loop is not guarded would run its passes (its
+    first epoch, with forked workers of its own) inside each such worker before anything fails.
+
+    Raises:
+        RuntimeError: This process is bootstrapping (multiprocessing's ``_inheriting`` flag).
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "fastload: a Loader pass was started while this process starts as a worker (spawn or "
+            "forkserver, as fastload starts workers while a decode='gpu' decoder is alive), which "
+            "imports your main module again: keep your loop under `if __name__ == '__main__':`"
+        )
+
+
 def worker_start_method(requested: str | None) -> str | None:
     """``requested``, else how to start workers quickly without changing the program's own
     start method (read, never fixed: ``get_start_method(allow_none=True)``). Asked each time
