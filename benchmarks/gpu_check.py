@@ -40,7 +40,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import gpu_summary  # noqa: E402  (no torch: this process imports nothing heavy)
 
-BUDGET_S = 480  # 450 until the probe step (90 s, 45 s since 2026-11-28) came; the lease's command is 540 s
+BUDGET_S = 480  # 450 until the probe step (90 s; 40 s since 2026-11-28) came; the lease's command is 540 s
 MIN_STEP_S = 10
 SMI_TIMEOUT_S = 5  # each nvidia-smi reading; a hung one costs seconds, not the step
 CLOCK_FIELDS = "clocks.sm,clocks.mem,temperature.gpu,clocks_throttle_reasons.active"
@@ -64,15 +64,15 @@ class Step:
 # limit (--time-limit) so that what would not fit is skipped, not cut off.
 STEPS = (
     Step("setup", 25, "carried wheels the image lacks installed; versions, GPU, fastload info"),
-    Step("cuda-tests", 75, "every test marked cuda, in one process"),
+    Step("cuda-tests", 110, "every test marked cuda, in one process"),
     Step("photos", 15, f"{PHOTOS:,} photos from scikit-image's and matplotlib's photographs, on every core"),
-    Step("probe", 45, "nvImageCodec's decode ceiling: backends, regions, threads; nvJPEG 13.3 against 13.0",
+    Step("probe", 40, "nvImageCodec's decode ceiling: backends, regions, threads; nvJPEG 13.3 against 13.0",
          ("photos",)),
     Step("correctness", 30, "device='cuda' batches against the CPU device's; decode='gpu' pixels against the CPU "
          "path's", ("photos",)),
-    Step("decode", 115, "decode='gpu' (and with the CPU's share) against the CPU default and torchvision's "
+    Step("decode", 100, "decode='gpu' (and with the CPU's share) against the CPU default and torchvision's "
          "decode_jpeg on the GPU, 3 repeats; CPU seconds per image", ("photos",)),
-    Step("train", 150, "ResNet-18 (3 repeats) and ResNet-50 (1, 4 workers) fed by fastload, DataLoader + its "
+    Step("train", 135, "ResNet-18 (3 repeats) and ResNet-50 (1, 4 workers) fed by fastload, DataLoader + its "
          "prefetcher (workers and prefetch_factor swept), timm; the model alone", ("photos",)),
     Step("h2d", 20, "the Loader's device stage against a copy timed the same way, 14 and 4 workers"),
 )
