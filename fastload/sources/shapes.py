@@ -11,8 +11,8 @@ at batch size 1. So the loader counts, per process and epoch, the images checked
 their batch's shape (replacements included; the rows that taught the shape not), and raises
 :class:`ShapesDiffer` (never skipped), naming the shapes seen, when
 
-- :data:`NONE_FIT` images in a row did not fit and none has (the learnt shape is an odd
-  one's), or
+- :data:`NONE_FIT` images did not fit and none has since the epoch began (the learnt shape
+  is an odd one's), or
 - :data:`MANY_MISFITS` did not fit and they outnumber those that did.
 
 Counted from an epoch's start, a run of odd images early in it must not trip this. The
