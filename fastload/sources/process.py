@@ -160,7 +160,7 @@ def dataloader_options(options: WorkerOptions, persistent: bool) -> dict[str, An
         kw.update(
             prefetch_factor=options.prefetch_factor,
             persistent_workers=persistent,
-            multiprocessing_context=options.start_now(),  # again by start_workers, as they start
+            multiprocessing_context=options.start_method,  # None: start_workers decides, as they start
             worker_init_fn=worker_init,
         )
     return kw
