@@ -3,12 +3,14 @@ expense of a batch the consumer holds, and without losing slots to cut passes or
 
 import os
 import pickle
+import threading
 
 import numpy as np
 import pytest
 import torch
 
 import fastload as fl
+from fastload.sources import handoff
 from fastload.sources.handoff import BufferTable
 
 
@@ -104,3 +106,58 @@ def test_a_late_release_from_a_dead_worker_leaves_its_successors_slot_lent():
     assert table.buffer(0, (1, 2, 2, 3))[1] is None  # still lent: a new buffer, not the lent one
     table.free(0, lease.buffer, lease.owner + 1)
     assert table.buffer(0, (1, 2, 2, 3))[1] is not None
+
+
+def _other_threads_cpu_s() -> float:
+    """CPU seconds used so far by this process's threads other than the calling one."""
+    me, total = str(threading.get_native_id()), 0
+    for tid in os.listdir("/proc/self/task"):
+        if tid == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread CPU times from /proc (Linux)")
+def test_a_batch_copied_out_of_its_buffer_is_copied_by_the_calling_thread_alone():
+    # torch's copy wakes its intra-op (OpenMP) team, which then spins for CPU the workers
+    # need: with decode="gpu" on 16 cores that was 1.1 ms of CPU per image (RESULTS.md).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        src = torch.ones(48 << 20, dtype=torch.uint8)
+
+        def others_cpu(copy) -> float:
+            before = _other_threads_cpu_s()
+            for _ in range(30):
+                copy(src)
+            return _other_threads_cpu_s() - before
+
+        ours = others_cpu(handoff.copied)  # first: the team's spinning after torch's copies is not ours
+        by_torch = others_cpu(lambda t: torch.empty_like(t).copy_(t))
+        if by_torch < 0.05:
+            pytest.skip(f"torch's copy used no other thread here ({by_torch:.2f} s): nothing to compare")
+        assert torch.equal(handoff.copied(src[:1000]), src[:1000])
+    finally:
+        torch.set_num_threads(threads)
+    assert ours < 0.25 * by_torch, (ours, by_torch)
+
+
+def test_the_main_process_copies_batches_out_of_buffers_with_that_copy(monkeypatch):
+    calls = []
+
+    def counted(t):
+        calls.append(t.shape)
+        return copied(t)
+
+    copied = handoff.copied
+    monkeypatch.setattr(handoff, "copied", counted)
+    with loader(Pixels()) as dl:
+        assert sum(len(x) for x, _ in dl) == 40
+        reused, _ = slots(dl).counts
+    assert reused > 0 and len(calls) >= reused

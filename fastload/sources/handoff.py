@@ -258,7 +258,24 @@ def _own(images: _Held, lease: Any) -> _Held:
     """``images`` copied into memory of their own where a worker's buffer holds them (``lease``)."""
     if lease is None:
         return images
-    return map_images(lambda t: alloc_batch(t.shape, pin=False).copy_(t), images)
+    return map_images(copied, images)
+
+
+def copied(t: torch.Tensor) -> torch.Tensor:
+    """A copy of the CPU tensor ``t`` made by the calling thread alone.
+
+    ``Tensor.copy_`` splits a large copy over torch's intra-op threads, and after each such
+    copy the main thread's OpenMP team spins waiting for more work: CPU the loader's workers
+    need. With decode="gpu" that spinning was most of the main process's CPU time
+    (``benchmarks/RESULTS.md``, "GPU decode: the main thread's OpenMP team"). numpy copies
+    on this thread only (without the GIL), and a memory-bound copy gains little from more.
+    """
+    out = alloc_batch(t.shape, dtype=t.dtype, pin=False)
+    try:
+        np.copyto(out.numpy(), t.numpy())
+    except TypeError:  # a dtype numpy lacks (bfloat16): torch's copy
+        out.copy_(t)
+    return out
 
 
 def _canonical(shape: Any) -> SampleShape:
