@@ -150,8 +150,9 @@ def targets(records: list[dict]) -> list[tuple[str, str, str]]:
     add_ratio(decode_ratios(d, "gpu") if d else [], GPU_DECODE_MIN,
               f'decode="gpu" >= {GPU_DECODE_MIN:g}x the CPU default ({d["workers"] if d else 14} workers)')
     both = decode_ratios(d, "gpu+cpu") if d else []
+    no_share = "not measured (no gpu+cpu mode: left out of --modes, or the Loader takes no share option)"
     add_ratio(both, BOTH_DECODE_MIN, f'both decoders (decode="gpu" + the CPU\'s share) >= {BOTH_DECODE_MIN:g}x the '
-              f"CPU default", absent="not measured (the Loader takes no share option)" if d and not both else "")
+              f"CPU default", absent=no_share if d and not both else "")
 
     r18 = trained(records).get("resnet18", {})
     best, vs_peer, vs_alone = r18_ratios(r18)
