@@ -28,12 +28,16 @@ import sys
 import tempfile
 import time
 
-from common import ROOT, parser, photo_folder
+from common import ROOT, parser, photo_folder, report
 
 import fastload as fl
 from fastload.decode.costs import cache_dir as costs_cache_dir
 
-CANDIDATES = [(bs, backend) for bs in (64, 128, 256) for backend in ("process", "thread")]
+BATCH_SIZES, QUICK_BATCH_SIZES = (64, 128, 256), (8, 16)  # --quick: its 48 photos hold 3 batches of 16
+
+
+def candidates(sizes: tuple[int, ...]) -> list[tuple[int, str]]:
+    return [(bs, backend) for bs in sizes for backend in ("process", "thread")]
 
 
 def epochs_rate(loader: fl.Loader, seconds: float) -> float:
@@ -49,8 +53,8 @@ def epochs_rate(loader: fl.Loader, seconds: float) -> float:
     return images / (time.perf_counter() - start)
 
 
-def run_tuner(root: str, env: dict, budget: float | None, out: str) -> tuple[dict, float]:
-    cmd = [sys.executable, "-m", "fastload", "tune", root, "--device", "cpu", "--save-profile", "--json", out]
+def run_tuner(root: str, env: dict, budget: float | None, out: str, extra: list[str]) -> tuple[dict, float]:
+    cmd = [sys.executable, "-m", "fastload", "tune", root, "--device", "cpu", "--save-profile", "--json", out, *extra]
     if budget is not None:
         cmd += ["--budget", f"{budget:g}"]
     print("$", " ".join(cmd[1:]), flush=True)
@@ -61,7 +65,7 @@ def run_tuner(root: str, env: dict, budget: float | None, out: str) -> tuple[dic
     # tqdm's progress bar is not a terminal here: keep the stderr lines that are not it.
     print("\n".join(line for line in done.stderr.splitlines() if not line.startswith("tuning")), flush=True)
     if done.returncode != 0:
-        print(f"fastload tune exited {done.returncode}", flush=True)
+        sys.exit(f"fastload tune exited {done.returncode}: nothing to re-measure")
     with open(out) as f:
         return json.load(f), elapsed
 
@@ -82,15 +86,20 @@ def main() -> None:
     env = {**os.environ, "XDG_CACHE_HOME": tmp, "PYTHONPATH": ROOT}
     if not args.fresh_calibration:
         env["FASTLOAD_CACHE_DIR"] = costs_cache_dir()
-    report, elapsed = run_tuner(root, env, args.budget, os.path.join(tmp, "tune.json"))
-    best = report["best"]
+    sizes = QUICK_BATCH_SIZES if args.quick else BATCH_SIZES
+    extra = ["--batch-sizes", ",".join(map(str, sizes))]
+    if args.quick:  # a few seconds: the benchmark still runs, nothing measured
+        extra += ["--seconds", "0.3", "--workers", "0,1"]
+        args.budget, args.repeats, args.seconds, args.workers = 2.0, 1, 0.2, 1
+    tuned, elapsed = run_tuner(root, env, args.budget, os.path.join(tmp, "tune.json"), extra)
+    best = tuned["best"]
     print(
         f"tuner: {elapsed:.0f} s wall; chose batch {best['batch_size']}, {best['num_workers']} workers, "
-        f"{best['backend']} at {report['best_samples_per_s']:.0f} images/s (its figure); "
-        f"decision {report['decision']['outcome']}",
+        f"{best['backend']} at {tuned['best_samples_per_s']:.0f} images/s (its figure); "
+        f"decision {tuned['decision']['outcome']}",
         flush=True,
     )
-    for m in report["measurements"]:
+    for m in tuned["measurements"]:
         print(
             f"  tuner measured bs={m['batch_size']:>3} w={m['num_workers']} {m['backend']:<7}: "
             f"{m['samples_per_s']:7.0f} images/s (runs {[round(r) for r in m['runs']]})"
@@ -99,7 +108,7 @@ def main() -> None:
     os.environ.setdefault("FASTLOAD_CACHE_DIR", env.get("FASTLOAD_CACHE_DIR", os.path.join(tmp, "fastload")))
     ds = fl.ImageFolder(root, transform=fl.transforms.train(224))
     entries: dict[str, dict] = {"choice": {"batch_size": best["batch_size"], "num_workers": "auto"}}
-    for bs, backend in CANDIDATES:
+    for bs, backend in candidates(sizes):
         entries[f"bs={bs} {backend}"] = {"batch_size": bs, "num_workers": args.workers, "backend": backend}
     rates: dict[str, list[float]] = {name: [] for name in entries}
     order = list(entries)
@@ -127,7 +136,26 @@ def main() -> None:
     if same and best["num_workers"] == args.workers:
         print(f"choice / {same[0]} (the same configuration): {medians['choice'] / medians[same[0]]:.2f}x")
     with open("/proc/loadavg") as f:
-        print(f"load average after: {f.read().split()[:3]}", flush=True)
+        load_after = f.read().split()[:3]
+    print(f"load average after: {load_after}", flush=True)
+    report(
+        "bench_tune_choice",
+        args,
+        {
+            "tuner_wall_s": elapsed,
+            "tuner": {
+                "best": best,
+                "best_samples_per_s": tuned["best_samples_per_s"],
+                "decision": tuned["decision"]["outcome"],
+                "measurements": tuned["measurements"],
+            },
+            "remeasured": rates,
+            "medians": medians,
+            "best_candidate": best_name,
+            "choice_over_best": medians["choice"] / medians[best_name],
+            "load_after": load_after,
+        },
+    )
 
 
 if __name__ == "__main__":
