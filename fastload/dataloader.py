@@ -8,6 +8,12 @@ every sample read by this process). It is a :class:`fastload.Loader` built with 
 meanings: batches arrive normalized on the device (fastload's own options, such as
 ``device=``, ``normalize=``, ``seed=`` and ``batch_transform=``, are taken as keywords too).
 
+What hands batching, order or worker setup to the user's code (``collate_fn``,
+``worker_init_fn``, ``batch_sampler``, a sampler other than a ``DistributedSampler``,
+``batch_size=None``) or an ``IterableDataset`` that is not a fastload stream: then
+``fl.DataLoader(...)`` is ``torch.utils.data.DataLoader(...)`` itself, with a ``RuntimeWarning``
+that nothing of fastload runs and what its loader would need instead.
+
 A dataset whose items are not images (numbers, strings, vectors: the first item's first
 field is none, nor a sequence of them), or whose images fastload does not take as they are
 (float pixels, C×H×W arrays: a ``RuntimeWarning`` says so), has nothing for fastload to
@@ -27,6 +33,7 @@ there, naming its samples.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -42,24 +49,27 @@ class DataLoader(Loader):
     """A :class:`fastload.Loader` with ``torch.utils.data.DataLoader``'s signature, positional
     order and defaults: the drop-in.
 
-    What fastload cannot honour (``collate_fn``, ``worker_init_fn``, ``batch_sampler``, a
-    sampler other than a ``DistributedSampler``, an ``IterableDataset``, ``batch_size=None``)
-    is a TypeError saying what to write instead; arguments that contradict each other are
-    the ValueErrors DataLoader raises. ``in_order=False`` is taken: batches arrive in order,
-    which it allows.
+    What only torch's DataLoader can honour (``collate_fn``, ``worker_init_fn``,
+    ``batch_sampler``, a sampler other than a ``DistributedSampler``, ``batch_size=None``, an
+    ``IterableDataset`` that is not a fastload stream) makes ``fl.DataLoader(...)`` return
+    ``torch.utils.data.DataLoader`` with the same arguments, with a ``RuntimeWarning`` naming
+    it and what fastload's loader would need instead; beside fastload's own options it is a
+    TypeError. Arguments that contradict each other are the ValueErrors DataLoader raises.
+    ``in_order=False`` is taken: batches arrive in order, which it allows.
 
     Args:
         dataset: As for :class:`fastload.Loader`.
         batch_size: Samples per batch (DataLoader's default: 1).
         shuffle: Reshuffle every epoch (None: False).
-        sampler: None (this process reads every sample) or a ``DistributedSampler``.
-        batch_sampler: Not taken (None only).
+        sampler: None (this process reads every sample) or a ``DistributedSampler``
+            (another: torch's DataLoader).
+        batch_sampler: None (another: torch's DataLoader).
         num_workers: Worker processes (0: samples are loaded in this process).
-        collate_fn: Not taken (None only).
+        collate_fn: None (another: torch's DataLoader).
         pin_memory: Pin host batches before the copy to a CUDA device.
         drop_last: Drop the last incomplete batch.
         timeout: Seconds to wait for a worker's batch (0: forever).
-        worker_init_fn: Not taken (None only).
+        worker_init_fn: None (another: torch's DataLoader).
         multiprocessing_context: The workers' start method (needs ``num_workers > 0``).
         generator: A torch.Generator the seed is drawn from (else torch's default one).
         prefetch_factor: Batches prepared ahead per worker (None: 2; needs ``num_workers > 0``).
@@ -72,12 +82,43 @@ class DataLoader(Loader):
             ``fl.Loader(ds, config=...)``.
 
     Raises:
-        TypeError: A keyword fastload cannot honour (``config=`` included), or a dataset it
-            cannot read.
+        TypeError: ``config=``; fastload's own options beside what only torch's DataLoader
+            honours; a dataset fastload cannot read.
         ValueError: A bad value, or arguments DataLoader refuses together (the message names them).
     """
 
     _first_item_decides: ClassVar[bool] = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # What only torch's DataLoader can honour is handed to it whole: the same object
+        # DataLoader(...) would be, and a warning that nothing of fastload runs.
+        try:
+            bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+        except TypeError:
+            return super().__new__(cls)  # __init__ raises it, in its words
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        del arguments["self"]
+        options, dataset = arguments.pop("options"), arguments.pop("dataset")
+        reason = compat.torch_only(dataset, arguments)
+        if reason is None:
+            return super().__new__(cls)
+        given, instead = reason
+        checked = inspect.signature(compat.check_combinations).parameters
+        compat.check_combinations(dataset, **{k: arguments[k] for k in checked if k != "dataset"})
+        if options:
+            raise TypeError(
+                f"fl.DataLoader given {given} is torch.utils.data.DataLoader, which takes none of fastload's "
+                f"options ({', '.join(f'{k}=' for k in sorted(options))}): leave them out; or, for fastload's "
+                f"loader: {instead}"
+            )
+        warnings.warn(
+            f"fl.DataLoader given {given} runs as torch.utils.data.DataLoader: nothing of fastload runs "
+            f"(for fastload's loader: {instead})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return torch.utils.data.DataLoader(dataset, **arguments)
 
     def __init__(
         self,

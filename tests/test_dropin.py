@@ -109,8 +109,8 @@ def test_argument_combinations_dataloader_refuses_are_value_errors(kwargs, says)
 def test_an_iterable_dataset_with_shuffle_is_dataloaders_value_error():
     with pytest.raises(ValueError, match="expected unspecified shuffle option, but got shuffle=True"):
         fl.DataLoader(Stream(), shuffle=True)
-    with pytest.raises(TypeError, match="Stream is an IterableDataset"):
-        fl.DataLoader(Stream())
+    with pytest.warns(RuntimeWarning, match="given Stream, an IterableDataset runs as torch.utils.data.DataLoader"):
+        assert type(fl.DataLoader(Stream())) is torch.utils.data.DataLoader
 
 
 class Stream(torch.utils.data.IterableDataset):
@@ -139,12 +139,67 @@ def test_refusals_are_dataloaders_type_and_begin_with_its_words(kwargs):
     assert str(ours.value).startswith(words), (str(ours.value), words)
 
 
-@pytest.mark.parametrize("keyword,value", [
-    ("collate_fn", lambda b: b), ("worker_init_fn", print), ("batch_sampler", [[0]]), ("batch_size", None),
-])
-def test_what_dataloader_takes_and_fastload_cannot_is_refused_naming_fl_dataloader(keyword, value):
-    with pytest.raises(TypeError, match=f"fl.DataLoader does not take {keyword}="):
-        fl.DataLoader(Plain(4), **CPU, **{keyword: value})
+class Reversed(torch.utils.data.Sampler):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return iter(range(self.n - 1, -1, -1))
+
+
+def _first_ids(batch):
+    return batch
+
+
+# What only torch's DataLoader can honour: a keyword that hands batching, order or worker
+# setup to the user's code, no batching, an IterableDataset of the user's.
+TORCH_ONLY = [
+    ("collate_fn", dict(batch_size=2, collate_fn=_first_ids)),
+    ("worker_init_fn", dict(batch_size=2, num_workers=1, worker_init_fn=print)),
+    ("batch_sampler", dict(batch_sampler=[[3, 0], [1]])),
+    ("batch_size", dict(batch_size=None)),
+    ("sampler", dict(batch_size=3, sampler=Reversed(4))),
+]
+
+
+@pytest.mark.parametrize("keyword,kwargs", TORCH_ONLY, ids=[k for k, _ in TORCH_ONLY])
+def test_what_only_torchs_dataloader_honours_runs_as_it_and_says_so(keyword, kwargs):
+    with pytest.warns(RuntimeWarning, match=f"fl.DataLoader given {keyword}=.* runs as torch.utils.data.DataLoader: "
+                      "nothing of fastload runs \\(for fastload's loader: "):
+        ours = fl.DataLoader(Plain(4), **kwargs)
+    assert type(ours) is torch.utils.data.DataLoader  # the object DataLoader(...) is: its attributes, its errors
+    theirs = torch.utils.data.DataLoader(Plain(4), **kwargs)
+    batches = list(ours)
+    assert len(batches) == len(theirs) and len(batches) > 0
+    assert repr(batches) == repr(list(theirs))
+
+
+@pytest.mark.parametrize("keyword,kwargs", TORCH_ONLY, ids=[k for k, _ in TORCH_ONLY])
+def test_fastloads_options_beside_what_only_torch_honours_are_refused_naming_both(keyword, kwargs):
+    with pytest.raises(TypeError, match=f"fl.DataLoader given {keyword}=.* is torch.utils.data.DataLoader, which "
+                       "takes none of fastload's options \\(device=, normalize=\\): leave them out; or, for "
+                       "fastload's loader: "):
+        fl.DataLoader(Plain(4), **CPU, **kwargs)
+
+
+def test_a_datapipe_takes_shuffle_as_in_dataloader():
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    pipe = IterableWrapper(range(8)).shuffle()
+    with pytest.warns(RuntimeWarning, match="an IterableDataset runs as torch"):
+        ours = fl.DataLoader(pipe, batch_size=4, shuffle=False)
+    assert [b.tolist() for b in ours] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # shuffle=False turned the shuffler off
+
+
+def test_a_nested_tensor_item_is_not_an_image():
+    from fastload.datasets.wrap import to_hwc_uint8
+
+    nested = torch.nested.nested_tensor([torch.zeros(2, 3, dtype=torch.uint8), torch.zeros(4, 3, dtype=torch.uint8)])
+    with pytest.raises(TypeError, match="the image field is a nested tensor, not an image"):
+        to_hwc_uint8(nested)
 
 
 def test_a_config_is_refused_naming_fl_loader():

@@ -125,6 +125,9 @@ def to_hwc_uint8(image: Any) -> np.ndarray:
     elif isinstance(image, np.ndarray):
         arr = image
     elif isinstance(image, torch.Tensor):
+        if image.is_nested or image.layout != torch.strided:  # no pixels in rows: .numpy() would fail
+            kind = "nested" if image.is_nested else str(image.layout).removeprefix("torch.")
+            raise TypeError(f"the image field is a {kind} tensor, not an image: {NOT_IMAGES}; it takes {ACCEPTED}")
         arr = image.detach().cpu().numpy()
         if arr.ndim == 3 and arr.shape[0] in CHANNELS and arr.shape[2] not in CHANNELS:
             arr = arr.transpose(1, 2, 0)  # C×H×W, torch's layout

@@ -4,7 +4,8 @@ old spellings of fastload's grouped options (:mod:`fastload.config.spellings`).
 
 fastload deals, orders, batches and seeds samples itself, so a keyword that would hand one
 of those to user code (a custom sampler, ``collate_fn``, ``worker_init_fn``) cannot be
-honoured; it is an error, never a silent change of order or content.
+honoured by its batches: ``fl.Loader`` refuses it, never a silent change of order or content;
+``fl.DataLoader`` (the drop-in) hands it to torch's DataLoader whole (:func:`torch_only`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch.utils.data import DistributedSampler
 
 from ..config import LoaderConfig, Shard
 from ..config.spellings import upgrade
+from ..datasets.protocols import is_stream
 from .passes import user_stacklevel
 
 # Keywords of DataLoader that LoaderConfig does not have; each is translated or refused here.
@@ -32,6 +34,40 @@ KEYWORDS = (
     "pin_memory_device",
     "in_order",
 )
+
+
+#: DataLoader's keywords that hand batching or worker setup to the user's code, which
+#: fastload's batches cannot follow; and what to write instead.
+USER_CODE = {
+    "batch_sampler": "fastload batches this rank's samples itself: give batch_size= and drop_last=",
+    "collate_fn": "fastload collates images into one uint8 batch and targets by type itself "
+    "(fastload.targets); transform each sample in the dataset, or the batch after the loader",
+    "worker_init_fn": "fastload seeds numpy and random in each worker from seed= itself; do per-worker "
+    "setup lazily in the dataset's load or __getitem__",
+}
+
+
+def torch_only(dataset: Any, arguments: dict) -> tuple[str, str] | None:
+    """Why DataLoader's ``arguments`` (its keywords, by name) over ``dataset`` can be honoured
+    only by torch's DataLoader itself: (what was given, what fastload would need instead); None
+    when fastload can run them. A keyword that hands batching, order or worker setup to the
+    user's code, no batching at all, or an IterableDataset that is not a fastload stream."""
+    for keyword, instead in USER_CODE.items():
+        if arguments.get(keyword) is not None:
+            return f"{keyword}={_short(arguments[keyword])}", instead
+    if "batch_size" in arguments and arguments["batch_size"] is None:
+        return "batch_size=None (no batching)", "give batch_size= (samples per batch)"
+    sampler = arguments.get("sampler")
+    if sampler is not None and not (
+        isinstance(sampler, DistributedSampler) and type(sampler).__iter__ is DistributedSampler.__iter__
+    ):
+        return f"sampler={_short(sampler)}", _sampler_advice(sampler)
+    if isinstance(dataset, torch.utils.data.IterableDataset) and not is_stream(dataset):
+        return (
+            f"{type(dataset).__name__}, an IterableDataset",
+            "give a dataset with random access (__len__ and __getitem__), or a fastload stream such as TFRecordStream",
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -143,19 +179,7 @@ def translate(options: dict, base: LoaderConfig, dataset: Any, where: str = "fl.
         del options["prefetch_factor"]  # DataLoader's default
     if "batch_size" in options and options["batch_size"] is None:
         raise _refuse("batch_size", None, "fastload always batches; give batch_size= (samples per batch)", where)
-    for keyword, instead in (
-        ("batch_sampler", "fastload batches this rank's samples itself: give batch_size= and drop_last="),
-        (
-            "collate_fn",
-            "fastload collates images into one uint8 batch and targets by type itself "
-            "(fastload.targets); transform each sample in the dataset, or the batch after the loader",
-        ),
-        (
-            "worker_init_fn",
-            "fastload seeds numpy and random in each worker from seed= itself; do per-worker "
-            "setup lazily in the dataset's load or __getitem__",
-        ),
-    ):
+    for keyword, instead in USER_CODE.items():
         if extra.get(keyword) is not None:
             raise _refuse(keyword, extra[keyword], instead, where)
     if extra.get("pin_memory_device"):
@@ -323,6 +347,14 @@ def positional(args: tuple, options: dict, where: str = "fl.Loader") -> dict:
     return named
 
 
+def _is_iter_datapipe(dataset: Any) -> bool:
+    try:
+        from torch.utils.data.datapipes.datapipe import IterDataPipe
+    except ImportError:  # a torch without datapipes
+        return False
+    return isinstance(dataset, IterDataPipe)
+
+
 def check_combinations(
     dataset: Any,
     *,
@@ -369,7 +401,8 @@ def check_combinations(
         )
     if isinstance(dataset, torch.utils.data.IterableDataset):
         for name, value in (("shuffle", shuffle), ("sampler", sampler), ("batch_sampler", batch_sampler)):
-            if value not in (None, False):
+            # A datapipe takes shuffle= (DataLoader sets its shuffler with it).
+            if value not in (None, False) and not (name == "shuffle" and _is_iter_datapipe(dataset)):
                 raise ValueError(
                     f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
                     f"{name}={_short(value)}: an IterableDataset orders itself"
