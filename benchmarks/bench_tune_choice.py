@@ -84,7 +84,7 @@ def main() -> None:
         print(f"load average before: {f.read().split()[:3]}", flush=True)
     tmp = tempfile.mkdtemp(prefix="bench-tune-")
     env = {**os.environ, "XDG_CACHE_HOME": tmp, "PYTHONPATH": ROOT}
-    if not args.fresh_calibration:
+    if not args.fresh_calibration and not args.quick:  # --quick leaves the user's calibration cache alone
         env["FASTLOAD_CACHE_DIR"] = costs_cache_dir()
     sizes = QUICK_BATCH_SIZES if args.quick else BATCH_SIZES
     extra = ["--batch-sizes", ",".join(map(str, sizes))]

@@ -8,9 +8,9 @@ every sample read by this process). It is a :class:`fastload.Loader` built with 
 meanings: batches arrive normalized on the device (fastload's own options, such as
 ``device=``, ``normalize=``, ``seed=`` and ``batch_transform=``, are taken as keywords too).
 
-What hands batching, order or worker setup to the user's code (``collate_fn``,
+Given what hands batching, order or worker setup to the user's code (``collate_fn``,
 ``worker_init_fn``, ``batch_sampler``, a sampler other than a ``DistributedSampler``,
-``batch_size=None``) or an ``IterableDataset`` that is not a fastload stream: then
+``batch_size=None``), or an ``IterableDataset`` that is not a fastload stream,
 ``fl.DataLoader(...)`` is ``torch.utils.data.DataLoader(...)`` itself, with a ``RuntimeWarning``
 that nothing of fastload runs and what its loader would need instead.
 
@@ -54,8 +54,9 @@ class DataLoader(Loader):
     ``IterableDataset`` that is not a fastload stream) makes ``fl.DataLoader(...)`` return
     ``torch.utils.data.DataLoader`` with the same arguments, with a ``RuntimeWarning`` naming
     it and what fastload's loader would need instead; beside fastload's own options it is a
-    TypeError. Arguments that contradict each other are the ValueErrors DataLoader raises.
-    ``in_order=False`` is taken: batches arrive in order, which it allows.
+    TypeError (and for a subclass of this class, fastload's refusal as ``fl.Loader``'s). Arguments
+    that contradict each other are the ValueErrors DataLoader raises. ``in_order=False`` is
+    taken: fastload's batches arrive in order, which it allows.
 
     Args:
         dataset: As for :class:`fastload.Loader`.
@@ -91,9 +92,13 @@ class DataLoader(Loader):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # What only torch's DataLoader can honour is handed to it whole: the same object
-        # DataLoader(...) would be, and a warning that nothing of fastload runs.
+        # DataLoader(...) would be, and a warning that nothing of fastload runs. Not for a
+        # subclass (torch's object would lose what it adds: fastload's refusal says what to
+        # write), nor with config= (__init__ refuses it).
+        if cls is not DataLoader or "config" in kwargs:
+            return super().__new__(cls)
         try:
-            bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+            bound = inspect.signature(DataLoader.__init__).bind(None, *args, **kwargs)
         except TypeError:
             return super().__new__(cls)  # __init__ raises it, in its words
         bound.apply_defaults()
@@ -118,7 +123,7 @@ class DataLoader(Loader):
             RuntimeWarning,
             stacklevel=2,
         )
-        return torch.utils.data.DataLoader(dataset, **arguments)
+        return torch.utils.data.DataLoader(dataset, **compat.torch_arguments(arguments))
 
     def __init__(
         self,
@@ -247,7 +252,7 @@ class DataLoader(Loader):
         before, after = self._generator_before, self._generator_after
         if before is not None and after is not None and torch.equal(generator.get_state(), after):
             generator.set_state(before)
-        self._generic = torch.utils.data.DataLoader(self.dataset, **self._torch_arguments)
+        self._generic = torch.utils.data.DataLoader(self.dataset, **compat.torch_arguments(self._torch_arguments))
         self._decided = True
         return iter(self._generic)
 

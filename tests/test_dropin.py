@@ -186,12 +186,56 @@ def test_fastloads_options_beside_what_only_torch_honours_are_refused_naming_bot
 
 
 def test_a_datapipe_takes_shuffle_as_in_dataloader():
-    from torch.utils.data.datapipes.iter import IterableWrapper
+    IterableWrapper = pytest.importorskip("torch.utils.data.datapipes.iter").IterableWrapper
+    pipe = IterableWrapper(range(64)).shuffle()
+    for shuffle in (True, False):
+        with pytest.warns(RuntimeWarning, match="an IterableDataset runs as torch"):
+            ours = fl.DataLoader(pipe, batch_size=64, shuffle=shuffle)
+        (batch,) = ours
+        assert sorted(batch.tolist()) == list(range(64))
+        assert (batch.tolist() != list(range(64))) is shuffle  # shuffle= set the pipe's shuffler, as in DataLoader
 
-    pipe = IterableWrapper(range(8)).shuffle()
-    with pytest.warns(RuntimeWarning, match="an IterableDataset runs as torch"):
-        ours = fl.DataLoader(pipe, batch_size=4, shuffle=False)
-    assert [b.tolist() for b in ours] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # shuffle=False turned the shuffler off
+
+def test_a_subclass_keeps_fastloads_path_and_refusals():
+    class Mine(fl.DataLoader):
+        def __init__(self, dataset, **kwargs):
+            super().__init__(dataset, **kwargs)
+
+    with Mine(Plain(4), batch_size=2, **CPU) as loader:
+        assert labels(loader) == [[0, 1], [2, 3]]
+    with pytest.raises(TypeError, match="fl.Mine does not take collate_fn="):
+        Mine(Plain(4), batch_size=2, collate_fn=_first_ids)
+
+
+def test_a_fastload_stream_with_what_only_torch_honours_is_refused_not_handed_to_torch(tmp_path):
+    from tfrecord_files import write_shards
+
+    stream = fl.TFRecordStream(write_shards(tmp_path, [4]))
+    with pytest.raises(TypeError, match="fl.DataLoader does not take collate_fn="):
+        fl.DataLoader(stream, batch_size=2, collate_fn=_first_ids)
+
+
+def test_torchs_newer_keywords_are_left_out_at_their_defaults():
+    from fastload.loading.compat import torch_arguments
+
+    assert "in_order" not in torch_arguments({"batch_size": 2, "in_order": True})
+    assert torch_arguments({"in_order": False}) == {"in_order": False}
+
+
+class NestedItems(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        rows = [torch.zeros(2, 3, dtype=torch.uint8), torch.zeros(i + 1, 3, dtype=torch.uint8)]
+        return torch.nested.nested_tensor(rows), i
+
+
+def test_nested_tensor_items_run_as_torchs_dataloader_and_fail_as_there():
+    with pytest.raises(RuntimeError, match="not currently supported by the default collate_fn"):
+        list(torch.utils.data.DataLoader(NestedItems(), batch_size=2))
+    with pytest.raises(RuntimeError, match="not currently supported by the default collate_fn"):
+        list(fl.DataLoader(NestedItems(), batch_size=2))
 
 
 def test_a_nested_tensor_item_is_not_an_image():

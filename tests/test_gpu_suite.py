@@ -181,7 +181,7 @@ def test_summary_reads_the_targets_off_the_figures(tmp_path):
     assert ("MISSED ResNet-18 fastload's best mode >= 1.5x the better peer, every repeat: median 2.07x (per repeat "
             "1.49x to 2.12x, 3 repeats) (fastload gpu+cpu)") in text
     assert 'MISSED decode="gpu" >= 1.5x the CPU default (14 workers): median 1.49x (per repeat 1.46x to 1.57x' in text
-    assert "-      both decoders" in text and "the Loader takes no share option" in text
+    assert "-      both decoders" in text and "no gpu+cpu mode: left out of --modes, or the Loader takes no share option" in text
     assert "-      H2D stage >= 85% of the plain copy timed the same way, 14 workers: not measured" in text
     assert "met    timing: >= 3 repeats of >= 100 timed steps: ResNet-18 3 x 100; decode 3 x 100" in text
     assert "  model alone           13200  13250  13300    0.0%   20.0  3 run(s), 0 workers" in text

@@ -90,6 +90,8 @@ def _damaged(field: Any) -> bool:
     # uint8 pixels of a shape no image has (H×W×2); other numbers of 2 dimensions or more are data.
     if isinstance(field, np.ndarray):
         return field.dtype == np.uint8 and field.ndim >= 2
+    if isinstance(field, torch.Tensor) and (field.is_nested or field.layout != torch.strided):
+        return False  # no pixels in rows: data of another kind
     return isinstance(field, torch.Tensor) and field.dtype == torch.uint8 and field.ndim >= 2
 
 

@@ -51,7 +51,11 @@ def torch_only(dataset: Any, arguments: dict) -> tuple[str, str] | None:
     """Why DataLoader's ``arguments`` (its keywords, by name) over ``dataset`` can be honoured
     only by torch's DataLoader itself: (what was given, what fastload would need instead); None
     when fastload can run them. A keyword that hands batching, order or worker setup to the
-    user's code, no batching at all, or an IterableDataset that is not a fastload stream."""
+    user's code, no batching at all, or an IterableDataset that is not a fastload stream. A
+    fastload stream never: torch's DataLoader cannot read it (fastload's refusal says what to
+    write)."""
+    if is_stream(dataset):
+        return None
     for keyword, instead in USER_CODE.items():
         if arguments.get(keyword) is not None:
             return f"{keyword}={_short(arguments[keyword])}", instead
@@ -68,6 +72,13 @@ def torch_only(dataset: Any, arguments: dict) -> tuple[str, str] | None:
             "give a dataset with random access (__len__ and __getitem__), or a fastload stream such as TFRecordStream",
         )
     return None
+
+
+def torch_arguments(arguments: dict) -> dict:
+    """DataLoader's keyword ``arguments`` for ``torch.utils.data.DataLoader``, those newer than
+    the oldest torch fastload supports left out where they hold their default
+    (``in_order``: torch 2.6)."""
+    return {k: v for k, v in arguments.items() if not (k == "in_order" and v is True)}
 
 
 @dataclass(frozen=True)

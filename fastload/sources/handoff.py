@@ -270,11 +270,11 @@ def copied(t: torch.Tensor) -> torch.Tensor:
     (``benchmarks/RESULTS.md``, "GPU decode: the main thread's OpenMP team"). numpy copies
     on this thread only (without the GIL), and a memory-bound copy gains little from more.
     """
-    out = alloc_batch(t.shape, dtype=t.dtype, pin=False)
     try:
+        out = alloc_batch(t.shape, dtype=t.dtype, pin=False)
         np.copyto(out.numpy(), t.numpy())
     except TypeError:  # a dtype numpy lacks (bfloat16): torch's copy
-        out.copy_(t)
+        out = torch.empty(t.shape, dtype=t.dtype).copy_(t)
     return out
 
 
