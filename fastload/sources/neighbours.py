@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from ..batch import SkippedSample
+from ..collate import write_row
 from ..targets import Target
-from ..views import Images, each, map_images
+from ..views import Images, map_images, numpy_rows, row
 from .fetch import Failed, Loaded
 
 if TYPE_CHECKING:
@@ -135,6 +136,11 @@ class Holes:
         """Nothing to remember: the device fills holes from their own batch."""
 
 
+def kept_name(kept: Kept) -> str:
+    """How a row copied from a slot's kept record is named in a shape error."""
+    return f"the slot's kept record (sample {kept.index}), standing in for a failed one"
+
+
 def from_slot(
     slot: Neighbours,
     seed: int,
@@ -177,10 +183,9 @@ def from_slot(
     for j in early:
         targets[j], indices[j] = before.label, before.index
     if before.encoded is None:
-        for view, kept in zip(each(pixels), each(before.pixels)):
-            rows = view.numpy()
-            for j in early:
-                rows[cpu.index(j)] = kept
+        rows = numpy_rows(pixels)
+        for j in early:
+            write_row(row(rows, cpu.index(j)), before.pixels, kept_name(before))
     else:
         encoded.extend(dataclasses.replace(before.encoded, row=j) for j in early)
         keep = [k for k, j in enumerate(cpu) if j not in early]
