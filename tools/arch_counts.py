@@ -9,8 +9,9 @@ that they are this script's output, so a count or a cell that is no longer true 
 
 The counts are read from the source, nothing imported: with ``ast``, the functions that
 write pixel rows into a batch buffer through ``put`` or ``write_row`` (a row assigned
-otherwise is not seen), the call sites of both, ``isinstance`` on pool and lease classes; by
-their text, the ``getattr`` / ``hasattr`` lines; by walking the tree, the modules per layer (the layers of ``tests/test_layers.py``). The matrix is
+otherwise is not seen), the call sites of both, ``isinstance`` on pool and lease classes;
+by their text, the ``getattr`` / ``hasattr`` lines; by walking the tree, the modules per
+layer (the layers of ``tests/test_layers.py``). The matrix is
 ``tests/test_matrix.py``'s data: its sources, runners, and the rule by which it refuses a
 cell (``refusal``), run here on that data alone.
 """

@@ -183,6 +183,7 @@ def from_slot(
     for j in early:
         targets[j], indices[j] = before.label, before.index
     if before.encoded is None:
+        assert before.pixels is not None  # a row the CPU path built keeps its pixels
         rows = numpy_rows(pixels)
         for j in early:
             write_row(row(rows, cpu.index(j)), before.pixels, kept_name(before))

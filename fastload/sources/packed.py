@@ -265,6 +265,7 @@ class PackMaker:
         rows = pixels(pool, 0 if encoded else n, self.rows, worker)
         held.append(rows)
         if not encoded:
+            assert first.pixels is not None  # a row the CPU path built keeps its pixels
             held_rows = numpy_rows(rows.images)
             for j in range(n):
                 write_row(row_of(held_rows, j), first.pixels, kept_name(first))
