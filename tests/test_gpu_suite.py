@@ -523,3 +523,9 @@ def test_the_trace_adds_busy_time_per_stream_and_kind_and_counts_overlap():
     assert s["kinds_ms"] == {"copy": 1, "decode": 12, "model": 12, "rows": 2}
     assert list(s["streams"]) == ["9", "7", "11"]  # busiest first
     assert gpu_trace.summarize([], steps=2)["device_events"] == 0
+
+
+def test_the_cuda_matrix_runs_last_in_its_step():
+    files = gpu_check.cuda_test_files()
+    assert files[-1] == os.path.join("tests", gpu_check.MATRIX_TESTS), files
+    assert len(files) > 1 and files[:-1] == sorted(files[:-1])
