@@ -90,9 +90,14 @@ def _damaged(field: Any) -> bool:
     # uint8 pixels of a shape no image has (H×W×2); other numbers of 2 dimensions or more are data.
     if isinstance(field, np.ndarray):
         return field.dtype == np.uint8 and field.ndim >= 2
-    if isinstance(field, torch.Tensor) and (field.is_nested or field.layout != torch.strided):
-        return False  # no pixels in rows: data of another kind
+    if isinstance(field, torch.Tensor) and _rowless(field):
+        return False  # data of another kind
     return isinstance(field, torch.Tensor) and field.dtype == torch.uint8 and field.ndim >= 2
+
+
+def _rowless(t: torch.Tensor) -> bool:
+    """A nested or sparse tensor: no pixels in rows (``.numpy()`` fails on it)."""
+    return t.is_nested or t.layout != torch.strided
 
 
 def _looks_like_an_image(shape: tuple) -> bool:
@@ -127,7 +132,7 @@ def to_hwc_uint8(image: Any) -> np.ndarray:
     elif isinstance(image, np.ndarray):
         arr = image
     elif isinstance(image, torch.Tensor):
-        if image.is_nested or image.layout != torch.strided:  # no pixels in rows: .numpy() would fail
+        if _rowless(image):
             kind = "nested" if image.is_nested else str(image.layout).removeprefix("torch.")
             raise TypeError(f"the image field is a {kind} tensor, not an image: {NOT_IMAGES}; it takes {ACCEPTED}")
         arr = image.detach().cpu().numpy()

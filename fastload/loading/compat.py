@@ -66,7 +66,7 @@ def torch_only(dataset: Any, arguments: dict) -> tuple[str, str] | None:
         isinstance(sampler, DistributedSampler) and type(sampler).__iter__ is DistributedSampler.__iter__
     ):
         return f"sampler={_short(sampler)}", _sampler_advice(sampler)
-    if isinstance(dataset, torch.utils.data.IterableDataset) and not is_stream(dataset):
+    if isinstance(dataset, torch.utils.data.IterableDataset):
         return (
             f"{type(dataset).__name__}, an IterableDataset",
             "give a dataset with random access (__len__ and __getitem__), or a fastload stream such as TFRecordStream",

@@ -83,6 +83,15 @@ class Kept:
     encoded: EncodedRow | None = None
     pixels: np.ndarray | tuple[np.ndarray, ...] | None = None
 
+    def copy_into(self, images: Images, rows: list[int]) -> None:
+        """Its pixels written into ``rows`` of the host batch ``images`` (a CPU-built row's)."""
+        assert self.pixels is not None, "a row packed for the GPU keeps no pixels"
+        held = numpy_rows(images)
+        for j in rows:
+            write_row(
+                row(held, j), self.pixels, f"the slot's kept record (sample {self.index}), standing in for a failed one"
+            )
+
 
 class Neighbours:
     """One reading slot's neighbours: its last good record (for the rows after it) and its
@@ -136,11 +145,6 @@ class Holes:
         """Nothing to remember: the device fills holes from their own batch."""
 
 
-def kept_name(kept: Kept) -> str:
-    """How a row copied from a slot's kept record is named in a shape error."""
-    return f"the slot's kept record (sample {kept.index}), standing in for a failed one"
-
-
 def from_slot(
     slot: Neighbours,
     seed: int,
@@ -183,10 +187,7 @@ def from_slot(
     for j in early:
         targets[j], indices[j] = before.label, before.index
     if before.encoded is None:
-        assert before.pixels is not None  # a row the CPU path built keeps its pixels
-        rows = numpy_rows(pixels)
-        for j in early:
-            write_row(row(rows, cpu.index(j)), before.pixels, kept_name(before))
+        before.copy_into(pixels, [cpu.index(j) for j in early])
     else:
         encoded.extend(dataclasses.replace(before.encoded, row=j) for j in early)
         keep = [k for k, j in enumerate(cpu) if j not in early]

@@ -40,17 +40,15 @@ import numpy as np
 import torch
 
 from ..batch import SkippedSample
-from ..collate import write_row
 from ..decode import ImageHeader
 from ..decode.header import check_jpeg_complete
 from ..encoded import EncodedBatch
 from ..targets import Target, TargetSpec, as_target, fill
-from ..views import map_images, numpy_rows
-from ..views import row as row_of
+from ..views import map_images
 from .batchplan import BatchPlan, cpu_executor, plan_row
 from .fetch import SampleLoader
 from .maker import BatchMaker
-from .neighbours import Holes, Neighbours, Owed, from_slot, kept_name
+from .neighbours import Holes, Neighbours, Owed, from_slot
 from .packing import EncodedRow, GpuRows, RowGeometry, holding, pack, pixels
 from .pools import BatchBuffers, BufferPool
 from .request import BatchRequest
@@ -265,10 +263,7 @@ class PackMaker:
         rows = pixels(pool, 0 if encoded else n, self.rows, worker)
         held.append(rows)
         if not encoded:
-            assert first.pixels is not None  # a row the CPU path built keeps its pixels
-            held_rows = numpy_rows(rows.images)
-            for j in range(n):
-                write_row(row_of(held_rows, j), first.pixels, kept_name(first))
+            first.copy_into(rows.images, list(range(n)))
         labels = TargetSpec.of(first.label).alloc(n)
         fill(labels, [first.label] * n, lambda j: self.loader.samples.title_of(first.index))
         indices = torch.full((n,), first.index, dtype=torch.int64)
