@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from fastload.batch import HostBatch
 from fastload.collate import alloc_batch
 from fastload.sources.handoff import BufferTable, detached
-from fastload.sources.process import worker_init
+from fastload.sources.workers import worker_init
 
 
 class Batches(torch.utils.data.Dataset):

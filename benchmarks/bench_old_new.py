@@ -83,7 +83,7 @@ def child(code: str) -> None:
                 if cmd["limit"] and k + 1 >= cmd["limit"]:
                     break
             wall = time.perf_counter() - start
-            time.sleep(SETTLE)  # a stream's workers (started each epoch) are joined, their time counted
+            time.sleep(SETTLE)  # workers started for a pass (persistent_workers=False) are joined, their time counted
             spent = cpu_seconds() - cpu
             print(json.dumps({"rate": images / wall, "cpu_rate": images / max(spent, 1e-3)}), flush=True)
         elif cmd["do"] == "close":

@@ -184,7 +184,7 @@ def test_batch_lost_in_transit_becomes_a_worker_error(folder, workers):
     loader = fl.Loader(fl.ImageFolder(folder), batch_size=4, num_workers=workers, device="cpu")
     source = loader._source
     assert isinstance(source, ProcessSource)
-    source._loader = _LosesABatch()
+    source.workers._loader = _LosesABatch()
     batches = source.batches(PassRequest(0, 0))
     assert next(batches) == "batch"
     if workers == 0:  # in-process loading keeps the dataset's own error

@@ -60,7 +60,7 @@ dl = loader(n=512)
 for _ in range(3):  # a worker killed mid-pass: the next pass restarts them
     it = iter(dl)
     next(it)
-    os.kill(dl._source._loader._iterator._workers[0].pid, signal.SIGKILL)
+    os.kill(dl._source.workers._loader._iterator._workers[0].pid, signal.SIGKILL)
     try:
         sum(1 for _ in it)
     except Exception as e:

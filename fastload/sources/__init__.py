@@ -14,11 +14,12 @@ from ..encoded import SourceBatch
 from .build import build_source, is_stream
 from .fetch import SampleLoader
 from .inflight import Busy, InFlight
-from .process import ProcessSource, WorkerOptions
+from .process import ProcessSource
 from .request import BatchRequest, PassRequest
 from .source import BatchSource
 from .stream import StreamSource
 from .thread import ThreadSource
+from .workers import WorkerOptions
 
 __all__ = [
     "BatchRequest",

@@ -17,12 +17,13 @@ from .inflight import InFlight
 from .maker import BatchMaker
 from .packed import GpuRows, PackMaker
 from .pools import BufferPool, PlainPool
-from .process import ProcessSource, WorkerOptions
+from .process import ProcessSource
 from .sampler import EpochClock, ShardedBatchSampler
 from .samples import Samples
 from .source import BatchSource
 from .stream import StreamSource
 from .thread import ThreadSource
+from .workers import WorkerOptions
 
 
 def pin_memory(requested: bool | None, device: torch.device) -> bool:

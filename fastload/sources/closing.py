@@ -11,7 +11,7 @@ get :data:`GRACE_S` to exit their own way, and those still running then are kill
 A consumer blocked in ``next()`` on the workers is woken by the closed event
 :func:`close_workers` sets: DataLoader waits for a batch in ticks of at most :data:`TICK_S`
 (its ``timeout``, see :func:`wait_tick`), and between two ticks the pass looks at the event
-(:class:`fastload.sources.process.PassWait`).
+(:class:`fastload.sources.worker_loader.PassWait`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from torch._utils import ExceptionWrapper
@@ -143,7 +143,7 @@ def pass_failure(
         dataset: Names samples in the message, or None.
         waited: Seconds the pass has waited for this batch; ``tick``: DataLoader's own
             ``timeout`` (the Loader's ``timeout`` is the pass's deadline, see
-            :class:`fastload.sources.process.PassWait`).
+            :class:`fastload.sources.worker_loader.PassWait`).
 
     Returns:
         A worker's own error as it is (tracebacks cleared, see :func:`forget_frames`); a
@@ -276,7 +276,7 @@ def in_worker(make: Any, worker: int | None) -> Any:
         return Raised(worker)
 
 
-def in_worker_iter(items: Iterator, worker: int | None) -> Iterator:
+def in_worker_iter(items: Iterator, worker: int | None) -> Generator:
     """``items``; in DataLoader worker ``worker``, a SampleError among them ends them as
     :class:`InWorker` (the main process re-raises it)."""
     if worker is None:

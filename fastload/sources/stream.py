@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,8 +28,8 @@ from ..datasets.stream_slots import batch_count, slot_batches_done
 from ..encoded import SourceBatch
 from . import resume
 from .batchplan import BatchPlan, Row, cpu_executor, plan_row
-from .closing import close_workers
-from .failures import PassClosed, in_worker_iter
+from .board import PassBoard
+from .failures import PassClosed, WorkerFailure, in_worker_iter
 from .fetch import SampleLoader
 from .handoff import BufferTable, SharedPool, detached, worker_buffers
 from .inflight import InFlight
@@ -37,12 +37,14 @@ from .maker import BatchMaker
 from .neighbours import Neighbours, Owed
 from .packed import GpuRows, PackMaker
 from .pools import BufferPool, PlainPool
-from .process import ShowsDataset, WorkerOptions, dataloader_options, start_workers, worker_batches
 from .request import BatchRequest, PassRequest
 from .resume import StreamResume
 from .ring import RingPool
 from .samples import RecordSamples
+from .segments import SUPPORTED
 from .slot_threads import slot_threads
+from .worker_loader import WorkerLoader, worker_batches
+from .workers import ShowsDataset, WorkerOptions, dataloader_options
 
 
 def whole_batches(stream: Any, world_size: int) -> bool:
@@ -101,6 +103,21 @@ class SlotMaker(Protocol):
         """The next batch learns its sample shape again."""
 
 
+@dataclass(frozen=True)
+class SlotPass:
+    """What one pass of a rank's slots reads: its epoch and ``seed``, this rank of
+    ``world_size``, the batches of the rank ``start`` leaves out (a resumed pass), the
+    stream's ``order`` (:class:`StreamOrder`, or None) and ``decode="gpu"``'s ``cpu_share``."""
+
+    epoch: int
+    seed: int
+    rank: int
+    world_size: int
+    start: int = 0
+    order: StreamOrder | None = None
+    cpu_share: float = 0.0
+
+
 class StreamMaker:
     """Makes one reading slot's batches from its records, with the batch builder every source
     uses (:meth:`fastload.sources.maker.BatchMaker.build`; with ``decode="gpu"``, the GPU's
@@ -121,17 +138,14 @@ class StreamMaker:
 
     def __init__(self, maker: SlotMaker, batch_size: int, drop_last: bool, pool: BufferPool) -> None:
         self.maker, self.batch_size, self.drop_last, self.pool = maker, batch_size, drop_last, pool
-        #: ``decode="gpu"``: the share of GPU-decodable rows the slots decode on the CPU, set as
-        #: each pass starts (its workers start with it; ``BatchRequest.cpu_share``).
-        self.cpu_share = 0.0
 
     @property
     def loader(self) -> SampleLoader:
         return self.maker.loader
 
-    def _plans(self, records: Iterator[Any], epoch: int, seed: int, rank: int, worker: int) -> Iterator[BatchPlan]:
+    def _plans(self, records: Iterator[Any], run: SlotPass, worker: int) -> Iterator[BatchPlan]:
         """The slot's records cut into batch plans, each record planned as it is read."""
-        plans, share = self.maker.plans, self.cpu_share
+        plans, share, epoch, seed, rank = self.maker.plans, run.cpu_share, run.epoch, run.seed, run.rank
         plan = BatchPlan(BatchRequest(epoch, np.zeros(0, np.int64), seed, rank, cpu_share=share))
         for record in records:
             plan.rows.append(Row(record, int(record.number)))
@@ -144,13 +158,11 @@ class StreamMaker:
         if len(plan) and not self.drop_last:
             yield plan
 
-    def batches(
-        self, records: Iterator[Any], epoch: int, seed: int, rank: int, slot: int, worker: int
-    ) -> Iterator[SourceBatch]:
-        """The batches of slot ``slot``'s ``records`` (in worker ``worker``)."""
-        neighbours = Neighbours()
+    def batches(self, records: Iterator[Any], run: SlotPass, slot: int, worker: int) -> Iterator[SourceBatch]:
+        """The batches of slot ``slot``'s ``records`` in the pass ``run`` (in worker ``worker``)."""
+        neighbours, epoch = Neighbours(), run.epoch
         owed: list[Owed] = []
-        for plan in self._plans(records, epoch, seed, rank, worker):
+        for plan in self._plans(records, run, worker):
             made = self.maker.build(plan, worker, self.pool, planned=True, neighbours=neighbours)
             if isinstance(made, Owed):
                 owed.append(made)
@@ -167,29 +179,26 @@ class StreamMaker:
 
 
 class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
-    """One epoch of one rank: each DataLoader worker batches its reading slot's records.
+    """The passes of one rank: each DataLoader worker (or thread) batches its reading slot's
+    records of the pass :attr:`run`, which the main process sets before each pass.
 
     A pass resumed after ``start`` batches of the rank leaves each slot's batches among
     them out, by record position (the records are read past, not decoded), and worker i
     reads slot (i + start) % workers: DataLoader asks worker 0 first, and the next batch
     is that slot's.
+
+    Args:
+        maker: Batches a slot's records.
+        board: Where workers that persist across passes read each pass (None: workers
+            start with each pass, or there are none, and read :attr:`run` as it was set).
     """
 
-    def __init__(
-        self,
-        maker: StreamMaker,
-        epoch: int,
-        seed: int,
-        rank: int,
-        world_size: int,
-        start: int = 0,
-        order: StreamOrder | None = None,
-    ) -> None:
+    def __init__(self, maker: StreamMaker, board: PassBoard | None = None) -> None:
         super().__init__()
-        self.maker, self.epoch, self.seed, self.rank, self.world_size = maker, epoch, seed, rank, world_size
-        self.start, self.order = start, order
+        self.maker, self.board = maker, board
         self.stream = maker.loader.dataset
-        self.layout = {"batch_size": maker.batch_size} if whole_batches(self.stream, world_size) else {}
+        self.run = SlotPass(0, 0, 0, 1)
+        self._generation = 0  # of the board's pass this worker reads
 
     @property
     def inflight(self) -> InFlight:
@@ -204,7 +213,12 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
         info = get_worker_info()
         if info is None:
             return in_worker_iter(self.slot(0, 1), None)
-        return self._to_the_end(in_worker_iter(self.slot(info.id, info.num_workers), info.id), info.id)
+        if self.board is None:
+            return self._to_the_end(in_worker_iter(self.slot(info.id, info.num_workers), info.id), info.id)
+        # A persistent worker: this copy of the records learns the pass, and its maker the shape, anew.
+        self._generation, self.run = self.board.read()
+        self.maker.maker.new_pass()
+        return self._until_given_up(in_worker_iter(self.slot(info.id, info.num_workers), info.id))
 
     def _to_the_end(self, batches: Iterator[SourceBatch], worker: int) -> Iterator[SourceBatch]:
         yield from batches
@@ -212,14 +226,31 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
         # not a death (the pass would fail, naming it, a tick later).
         self.inflight.finished(worker)
 
+    def _until_given_up(self, batches: Generator[SourceBatch, None, None]) -> Iterator[SourceBatch]:
+        """``batches``, until the main process gives the pass up (:meth:`PassBoard.stop`):
+        looked at before each batch is made, so the drain of a pass cut short waits for no
+        more than the batches under way."""
+        board, generation = self.board, self._generation
+        assert board is not None
+        try:
+            while board.generation == generation:
+                batch = next(batches, None)
+                if batch is None:
+                    return
+                yield batch
+        finally:
+            batches.close()  # the slot's reader lets go of its shard now, not when collected
+
     def slot(self, worker: int, workers: int) -> Iterator[SourceBatch]:
-        """The batches of worker ``worker`` of ``workers`` (a process, or a thread)."""
-        local = (worker + self.start) % workers
-        into, slots = self.rank * workers + local, self.world_size * workers
-        skip = slot_batches_done(self.start, local, workers) * self.maker.batch_size
-        ordered = {} if self.order is None else {"order": self.order}
-        records = self.stream.records_for(into, slots, drop_last=self.maker.drop_last, **ordered, **self.layout)
-        return self.maker.batches(itertools.islice(records, skip, None), self.epoch, self.seed, self.rank, into, worker)
+        """The batches of worker ``worker`` of ``workers`` (a process, or a thread) in the pass :attr:`run`."""
+        run = self.run
+        local = (worker + run.start) % workers
+        into, slots = run.rank * workers + local, run.world_size * workers
+        skip = slot_batches_done(run.start, local, workers) * self.maker.batch_size
+        ordered = {} if run.order is None else {"order": run.order}
+        layout = {"batch_size": self.maker.batch_size} if whole_batches(self.stream, run.world_size) else {}
+        records = self.stream.records_for(into, slots, drop_last=self.maker.drop_last, **ordered, **layout)
+        return self.maker.batches(itertools.islice(records, skip, None), run, into, worker)
 
 
 class StreamSource:
@@ -235,7 +266,7 @@ class StreamSource:
             splits whole batches on one rank (``records_for(..., batch_size=...)``).
         batch_size, drop_last, on_error, shuffle: As in LoaderConfig.
         rank, world_size: This rank among all.
-        options: Worker count and settings (workers are started each epoch).
+        options: Worker count and settings (persistent workers read each pass from a PassBoard).
         threads: Read each slot in a thread of this process (the thread backend), not in a worker process.
         reuse: With ``threads``: reuse the batches' buffers (a ring; off when the consumer keeps
             views of the uint8 batch).
@@ -263,8 +294,10 @@ class StreamSource:
     ) -> None:
         self.stream, self.batch_size, self.drop_last, self.shuffle = stream, batch_size, drop_last, shuffle
         self.on_error, self.rank, self.world_size = on_error, rank, world_size
-        self.options = dataclasses.replace(options, persistent=False)  # workers are started each epoch
         self.threads = threads and options.num_workers > 0
+        # Persistent workers read each pass from a board (memfd): where there is none, new workers each pass.
+        persistent = options.persistent and options.num_workers > 0 and not self.threads and SUPPORTED
+        self.options = dataclasses.replace(options, persistent=persistent)
         # GPU decode: a row for this process too, where the device loads the rows its decoder refuses.
         self.inflight = InFlight(max(1, options.num_workers) + (gpu is not None))
         self.cpu_share = cpu_share
@@ -284,6 +317,16 @@ class StreamSource:
             pool = RingPool(DEVICE_AHEAD + 1, batch_size, options.pin, options.pin_device, self._closed)
         maker: SlotMaker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(samples))
         self.maker = StreamMaker(maker, batch_size, drop_last, pool)
+        self.records = SlotRecords(self.maker, PassBoard() if persistent else None)
+        board = self.records.board
+        self.workers = WorkerLoader(
+            lambda: DataLoader(self.records, batch_size=None, **dataloader_options(self.options, persistent)),
+            self.options,
+            self.inflight,
+            self._closed,
+            renew=lambda: self.maker.pool.reset(self._in_use()),
+            stop=board.stop if board is not None else lambda: None,
+        )
 
     def _in_use(self) -> int:
         """The buffers a pass on threads has in use at once: each thread's ``prefetch_factor``
@@ -341,7 +384,9 @@ class StreamSource:
         return {"num_workers": self.options.num_workers}
 
     def restart(self) -> None:
-        """Nothing to restart: every pass starts its own workers."""
+        """New workers for the next pass, after a worker failed (threads: nothing to restart)."""
+        if not self.threads:
+            self.workers.restart()
 
     def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One epoch's batches of this rank, from its batch number ``run.resumed.start`` on; after
@@ -350,30 +395,41 @@ class StreamSource:
             raise PassClosed()
         plan = run.resumed
         start, history = (0, ()) if plan is None else (plan.start, tuple(plan.history))
-        epoch = run.epoch
         order = None
         if self.shuffle or history:
-            order = StreamOrder(epoch, run.seed, self.shuffle, self.batch_size, history)
-        # Each pass starts its own workers (or threads): its buffers are fresh.
-        self.maker.pool.reset(self._in_use())
-        self.maker.maker.new_pass()  # without workers, this process's maker learns the shape again
-        self.maker.cpu_share = self.cpu_share() if self.cpu_share is not None else 0.0
-        data = SlotRecords(self.maker, epoch, run.seed, self.rank, self.world_size, start, order)
+            order = StreamOrder(run.epoch, run.seed, self.shuffle, self.batch_size, history)
+        share = self.cpu_share() if self.cpu_share is not None else 0.0
+        slots = SlotPass(run.epoch, run.seed, self.rank, self.world_size, start, order, share)
+
+        def prepare() -> None:
+            self.records.run = slots
+            if self.records.board is not None:
+                self.records.board.post(slots)
+            self.maker.maker.new_pass()  # without workers, this process's maker learns the shape again
+
         if self.threads:
+            self.maker.pool.reset(self._in_use())  # each pass starts its own threads
+            prepare()
             o = self.options
-            yield from slot_threads(data, o.num_workers, o.prefetch_factor, o.timeout, self.inflight, self._closed)
+            yield from slot_threads(
+                self.records, o.num_workers, o.prefetch_factor, o.timeout, self.inflight, self._closed
+            )
             return
-        loader = DataLoader(data, batch_size=None, **dataloader_options(self.options, self.options.persistent))
-        # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
-        for batch in worker_batches(
-            start_workers(loader, self.options), self.options, self.inflight, None, self._closed
-        ):
-            yield detached(batch)
+        try:
+            items = worker_batches(self.workers.start(prepare), self.options, self.inflight, None, self._closed)
+            # Out of the worker's buffer at once (the pin-memory thread has copied a pinned batch).
+            for batch in items:
+                yield detached(batch)
+        except WorkerFailure:
+            self.restart()
+            raise
 
     def close(self) -> None:
         """Ends the pass under way (from any thread: its ``next()`` raises the closed error)
         and stops its workers (or threads), killing workers not gone after a grace (:mod:`.closing`)."""
         if self._closed.is_set():
             return
-        close_workers(self._closed, self.inflight, [])  # the pass holds the DataLoader: nothing of ours to drop
+        self.workers.close()
         self.maker.pool.close()
+        if self.records.board is not None:
+            self.records.board.close()

@@ -1,0 +1,264 @@
+"""A source's torch DataLoader across its passes: each pass's items waited for in ticks
+(:class:`PassWait`, :func:`worker_batches`), and the workers that persist between passes
+resumed, drained of a pass given up, restarted after a failure and closed
+(:class:`WorkerLoader`), for the indexed and the stream process runners alike."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from ..batch import HostBatch
+from ..datasets import waits
+from ..encoded import EncodedBatch
+from . import deaths
+from .closing import close_workers, end_workers, wait_tick
+from .failures import PassClosed, WorkerFailure, from_worker, interrupted, pass_failure, worker_failure
+from .inflight import InFlight
+from .waiting import Stop, deadline, wait_until
+from .workers import WorkerOptions, start_workers
+
+END = object()  # what PassWait.next returns at the end of DataLoader's items
+
+
+@dataclass(frozen=True)
+class PassWait:
+    """How a pass waits for the next item of a DataLoader iterator: in DataLoader's ticks
+    (:func:`~fastload.sources.closing.wait_tick`) through the runners' one wait
+    (:func:`~fastload.sources.waiting.wait_until`), which between two looks at the closed
+    event and the Loader's ``timeout``; each tick looks at the workers' deaths. Failures
+    become errors that name the samples in flight.
+
+    Args:
+        options: The workers' settings (``timeout``: the Loader's, 0: none).
+        inflight: The workers' in-flight table.
+        dataset: Names samples in errors, or None.
+        closed: Set by ``close()``: the wait ends with the closed error within a tick.
+    """
+
+    options: WorkerOptions
+    inflight: InFlight
+    dataset: Any
+    closed: threading.Event
+
+    def next(self, box: list) -> Any:
+        """The next item of the iterator ``box[0]``, or :data:`END`.
+
+        The iterator comes in a box (a list the caller empties when done with it): no frame of
+        an error raised here holds it. Each error is made past the ``except`` that caught
+        DataLoader's (no ``__context__``), with DataLoader's tracebacks cleared, so an error the
+        program keeps keeps no worker alive.
+
+        Raises:
+            RuntimeError: The closed error (:data:`~fastload.sources.failures.CLOSED`).
+            WorkerFailure: A worker died, its batch was lost, or no batch came in ``timeout``.
+        """
+        workers = self.options.num_workers > 0
+        started = time.monotonic()
+        got: list = []
+
+        def ready(_seconds: float) -> bool:  # a DataLoader tick (wait_tick) bounds each wait, not WAIT_S
+            failure: BaseException | None = None
+            try:
+                if workers:
+                    deaths.check(self.inflight)  # a worker that died during the consumer's step
+                with deaths.waiting(), waits.bounded(0 if workers else self.options.timeout, self.closed):
+                    got.append(next(box[0]))  # without workers, loaded here: our own waits end in time
+                return True
+            except StopIteration:
+                got.append(END)
+                return True
+            except waits.Interrupted as e:
+                failure = interrupted(e)
+            except Exception as e:
+                if not workers and not self.closed.is_set():
+                    raise  # loaded in this process: keep the whole traceback
+                failure = self.failure(e, time.monotonic() - started)
+            if failure is None:
+                return False  # DataLoader's tick: wait on
+            try:
+                raise failure  # past the except: its __context__ is not DataLoader's error
+            finally:
+                failure = None  # its traceback keeps this frame: no cycle back to it
+
+        # The Loader's timeout is the runners' one deadline; without workers it bounds our own
+        # waits in the sample instead (waits.bounded), as DataLoader's timeout needs workers.
+        timeout = self.options.timeout if workers else 0.0
+        wait_until(ready, Stop(self.closed), deadline(timeout, start=started), self.timed_out)
+        return got[0]
+
+    def timed_out(self) -> WorkerFailure:
+        """The error of a pass whose workers gave no batch within the Loader's ``timeout``."""
+        message = f"DataLoader timed out after {self.options.timeout:g} seconds"
+        return worker_failure(RuntimeError(message), self.inflight, self.dataset)
+
+    def failure(self, error: Exception, waited: float) -> BaseException | None:
+        """What the pass raises for ``error`` out of DataLoader, after waiting ``waited`` s for
+        an item (see :func:`~fastload.sources.failures.pass_failure`); None: wait on."""
+        if self.closed.is_set():  # e.g. a batch arriving in a buffer close() let go of
+            return PassClosed()
+        return pass_failure(
+            error,
+            died=deaths.dead(self.inflight),
+            inflight=self.inflight,
+            dataset=self.dataset,
+            waited=waited,
+            tick=wait_tick(self.options.timeout),
+        )
+
+
+def worker_batches(
+    it: Iterator, options: WorkerOptions, inflight: InFlight, dataset: Any, closed: threading.Event
+) -> Iterator:
+    """The items of a DataLoader iterator, waited for as :class:`PassWait` waits: its failures
+    turned into errors that name the samples in flight, the closed error within a tick of
+    ``closed`` being set (also while a worker never answers).
+
+    This generator owns ``it``: when it ends, ``it`` is dropped in the background (with no
+    persistent workers, ours is the last reference, and dropping it joins workers that may be
+    stuck in a sample; those not gone after a grace are killed, see :mod:`.closing`)."""
+    box = [it]
+    del it  # only the box holds it: an error's traceback keeps this frame (see forget_frames)
+    workers = options.num_workers > 0
+    wait = PassWait(options, inflight, dataset, closed)
+    if workers:
+        deaths.watch(inflight)
+    try:
+        while (item := wait.next(box)) is not END:
+            yield item
+    finally:
+        item = None  # the frame may outlive the pass in an error's traceback: it keeps no batch
+        pids = inflight.pids().values() if workers and not options.persistent else ()
+        if workers and not options.persistent:
+            deaths.retire(inflight)
+        if closed.is_set():  # close() waits for the workers and kills them: the consumer raises at once
+            end_workers(box, grace_s=0)
+        else:
+            end_workers(box, pids)
+
+
+class WorkerLoader:
+    """A source's DataLoader across passes: new workers for each pass, or persistent ones
+    (``options.persistent``) resumed for the next pass once they finished what the last one
+    left them (:meth:`drain`), and new ones after a failure (:meth:`restart`).
+
+    No name holds the DataLoader while a pass starts, only a box emptied on the way out: an
+    error raised there keeps the frame in its traceback (and ``close()`` from another thread
+    may let go of the DataLoader meanwhile; the pass then raises the closed error).
+
+    Args:
+        new_loader: Makes the DataLoader (again after a failure: DataLoader does not restart
+            persistent workers after one of them died).
+        options: The workers' settings.
+        inflight: The workers' in-flight table.
+        closed: The source's closed event.
+        renew: Gives the next generation of workers fresh buffers (the old ones' memory goes
+            with the old workers).
+        stop: Ends the pass under way: the workers are sent, or make, no more of its batches.
+        dataset: Names samples in errors, or None.
+    """
+
+    def __init__(
+        self,
+        new_loader: Callable[[], DataLoader],
+        options: WorkerOptions,
+        inflight: InFlight,
+        closed: threading.Event,
+        renew: Callable[[], None],
+        stop: Callable[[], None],
+        dataset: Any = None,
+    ) -> None:
+        self._new_loader, self.options, self.inflight, self.closed = new_loader, options, inflight, closed
+        self._renew, self._stop, self.dataset = renew, stop, dataset
+        self._loader: DataLoader | None = new_loader()
+        self._started = False  # the persistent workers of _loader run
+        self._running: Iterator | None = None  # their iterator (persistent workers), for drain()
+
+    def _wait(self) -> PassWait:
+        return PassWait(self.options, self.inflight, self.dataset, self.closed)
+
+    def start(self, prepare: Callable[[], None]) -> Iterator:
+        """The DataLoader iterator of the next pass, whose work ``prepare()`` sets up (after the
+        last pass was drained, before the workers begin this one).
+
+        Raises:
+            RuntimeError: The closed error.
+            WorkerFailure: A persistent worker died or never answered the resume.
+        """
+        if not self.options.persistent:
+            self._renew()  # new workers each pass
+        elif self._started:
+            self.drain()
+            prepare()
+            failure: BaseException | None = None
+            box = [self._loader]
+            try:
+                if box[0] is None:
+                    raise PassClosed()
+                # DataLoader's resume waits for each worker, in ticks: idle now, they answer at once.
+                return start_workers(box[0], self.options, running=True)
+            except Exception as e:
+                failure = self._wait().failure(e, 0.0)
+            finally:
+                box.clear()
+            if isinstance(failure, WorkerFailure) or (failure is not None and self.closed.is_set()):
+                try:
+                    raise failure  # past the except: its __context__ is not DataLoader's error
+                finally:
+                    failure = None  # its traceback keeps this frame: no cycle back to it
+            self.restart()  # a resume that ran past a tick leaves its iterator unusable: new workers
+        prepare()
+        box = [self._loader]
+        try:
+            if box[0] is None:
+                raise PassClosed()
+            it = start_workers(box[0], self.options)
+        finally:
+            box.clear()
+        self._started = True
+        if self.options.persistent:
+            self._running = it
+        return it
+
+    def drain(self) -> None:
+        """Ends the last pass of the persistent workers: ``stop()``, then the batches they were
+        making for it are waited for (DataLoader's resume of the workers for the next pass would
+        wait for them without a tick) and dropped."""
+        self._stop()
+        box = [self._running]
+        wait = self._wait()
+        try:
+            while True:
+                try:
+                    item = wait.next(box)
+                except Exception as e:
+                    if from_worker(e):  # a sample's error in a batch of the pass given up: not this pass's
+                        continue
+                    raise
+                if item is END:
+                    return
+                if isinstance(item, (HostBatch, EncodedBatch)):
+                    item.release()
+        finally:
+            box.clear()
+
+    def restart(self) -> None:
+        """New workers for the next pass, after a failure: the old ones are killed, not waited for."""
+        if self._loader is not None:
+            pids = self.inflight.pids().values()
+            deaths.retire(self.inflight)
+            self._renew()
+            holder = [self._loader]
+            self._loader, self._started, self._running = self._new_loader(), False, None
+            end_workers(holder, pids, grace_s=0)
+
+    def close(self) -> None:
+        """Stops the workers, killing those not gone after a grace (:mod:`.closing`)."""
+        holder: list = [self._loader]
+        self._loader, self._running = None, None
+        close_workers(self.closed, self.inflight, holder)
