@@ -66,7 +66,7 @@ class BatchPlan:
     @classmethod
     def of(cls, request: BatchRequest) -> BatchPlan:
         """The plan of an indexed dataset's request: a row per index (a stream's plan gets its
-        rows as its records are read, :class:`~fastload.sources.stream.StreamMaker`)."""
+        rows as its records are read, :class:`~fastload.sources.slots.StreamMaker`)."""
         return cls(request, [Row(int(i), int(i)) for i in request.indices])
 
     def __len__(self) -> int:

@@ -5,7 +5,7 @@ shape where it does not know it yet (the head of a batch, loaded beside it), lea
 batch's buffers from a pool (:mod:`fastload.sources.pools`), finishes every row in place
 under the error policy (:class:`~fastload.sources.fetch.SampleLoader`) and collates the
 targets. Every host batch is built by :meth:`BatchMaker.build`: through :meth:`BatchMaker.make`
-for an indexed dataset's request, through :class:`~fastload.sources.stream.StreamMaker` for a
+for an indexed dataset's request, through :class:`~fastload.sources.slots.StreamMaker` for a
 stream's records, through :class:`~fastload.sources.packed.PackMaker` for the rows of a GPU
 pack decoded on the CPU, and for the rows the device's decoder refuses. Where it runs (a worker
 process, the main process, a thread), the pool that lends its buffers and the

@@ -22,7 +22,7 @@ the decoded rows; the worker's time on them travels with the batch
 (:attr:`EncodedBatch.cpu_seconds`), for the share's controller
 (:class:`fastload.device.gpudecode.share.CpuShare`).
 
-A stream's batch (:class:`~fastload.sources.stream.StreamMaker`: its records planned as read)
+A stream's batch (:class:`~fastload.sources.slots.StreamMaker`: its records planned as read)
 is packed the same way, and a record that fails under ``on_error="skip"`` takes its slot's
 neighbour as with ``decode="cpu"`` (:mod:`fastload.sources.neighbours`): a good row before it
 in its batch, whose pixels may be the device's, fills it there (its row is a hole,

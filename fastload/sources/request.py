@@ -3,7 +3,7 @@
 A :class:`BatchRequest` says everything that fixes a batch: its epoch, the seed of its draws,
 the rank and its number in the epoch, and its samples (dataset indices; a stream's batch
 plan takes its rows from its reading slot's records as they are read,
-:class:`fastload.sources.stream.StreamMaker`). Workers hold no seed, epoch or rank of their own, so changing
+:class:`fastload.sources.slots.StreamMaker`). Workers hold no seed, epoch or rank of their own, so changing
 the seed or the rank starts no new workers: the next requests simply carry the new values.
 """
 

@@ -1,7 +1,7 @@
 """A stream on the thread backend: each reading slot's batches made by a thread of this process.
 
 The slots and their batches are the same as on worker processes (a thread plays worker i,
-reading slot ``(i + start) % workers``: :meth:`fastload.sources.stream.SlotRecords.slot`), so a
+reading slot ``(i + start) % workers``: :meth:`fastload.sources.slots.SlotRecords.slot`), so a
 pass resumes the same and its batches are the same; the consumer takes them in the order
 DataLoader takes a worker's: one from each slot in turn, a slot that has ended left out.
 Each thread keeps up to ``prefetch_factor`` batches ahead; an error in a slot's thread is
@@ -53,7 +53,7 @@ def _read(slot: Iterator[SourceBatch], out: queue.Queue, stop: Stop) -> None:
 def slot_threads(
     data: Any, workers: int, prefetch_factor: int, timeout: float, inflight: InFlight, closed: threading.Event
 ) -> Iterator[SourceBatch]:
-    """The batches of ``data`` (a :class:`~fastload.sources.stream.SlotRecords`), its ``workers``
+    """The batches of ``data`` (a :class:`~fastload.sources.slots.SlotRecords`), its ``workers``
     slots each read by a thread, in DataLoader's order.
 
     Args:

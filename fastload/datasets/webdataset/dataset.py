@@ -330,7 +330,7 @@ class WebDataset(PlannedRecords):
         Args:
             slot, num_slots: Which reader this is, of how many.
             drop_last: Cut long slots to the shortest length instead of padding short ones.
-            order: The pass (a :class:`fastload.sources.stream.StreamOrder`: epoch, seed,
+            order: The pass (a :class:`fastload.sources.slots.StreamOrder`: epoch, seed,
                 shuffle, batch size, and the stages of the epoch run before, if resumed);
                 None: the first pass of an unshuffled epoch.
             batch_size: Given on one rank (the slots are its workers): the slot's run of whole
