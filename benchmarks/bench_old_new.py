@@ -14,6 +14,9 @@ workers, from /proc), and the new version's ratio to the old for each case:
 - WebDataset shards of the same photos (train: shuffled; its batches now planned, regions
   decoded in one call).
 
+It also reports the median time from the start of an epoch to its first batch (a pass's
+start-up: new workers, or persistent ones resumed).
+
 With ``--roi trusted`` both versions run with ``FASTLOAD_ROI=trusted`` (files trusted intact:
 region decodes planned): the thread backend's and WebDataset's batches then decode their
 regions in one call, as only the process backend did before.
@@ -77,15 +80,18 @@ def child(code: str) -> None:
             loader = loaders[cmd["case"]]
             loader.set_epoch(cmd["epoch"])
             time.sleep(SETTLE)
-            start, cpu, images = time.perf_counter(), cpu_seconds(), 0
+            start, cpu, images, first = time.perf_counter(), cpu_seconds(), 0, None
             for k, (x, _) in enumerate(loader):
+                if first is None:
+                    first = time.perf_counter() - start
                 images += x.shape[0]
                 if cmd["limit"] and k + 1 >= cmd["limit"]:
                     break
             wall = time.perf_counter() - start
             time.sleep(SETTLE)  # workers started for a pass (persistent_workers=False) are joined, their time counted
             spent = cpu_seconds() - cpu
-            print(json.dumps({"rate": images / wall, "cpu_rate": images / max(spent, 1e-3)}), flush=True)
+            rates = {"rate": images / wall, "cpu_rate": images / max(spent, 1e-3), "first_ms": 1000 * (first or 0)}
+            print(json.dumps(rates), flush=True)
         elif cmd["do"] == "close":
             for loader in loaders.values():
                 loader.close()
@@ -173,14 +179,14 @@ def main() -> None:
             for r in range(1, rounds + 1):
                 for v, case in order if r % 2 else order[::-1]:
                     got = v.ask(do="epoch", case=case, epoch=r, limit=limit)
-                    runs[(v.name, case)].append((got["rate"], got["cpu_rate"]))
+                    runs[(v.name, case)].append((got["rate"], got["cpu_rate"], got["first_ms"]))
             for v in versions:
                 v.ask(do="close")
         finally:
             for v in versions:
                 v.close()
         results[mode] = runs
-        for k, unit in enumerate(("images/s (wall)", "images per CPU-second")):
+        for k, unit in enumerate(("images/s (wall)", "images per CPU-second", "ms to an epoch's first batch")):
             print(f"{mode}, {unit}: median of {rounds} rounds")
             for case in cases:
                 old = median([x[k] for x in runs[("old", case)]])

@@ -1,9 +1,9 @@
 """Workers started while a decode="gpu" decoder is alive in this process are not forked from
 it: on an H200, workers forked beside a TFRecord stream's GPU decoders crashed in the fork
 (benchmarks/results/2026-11-28-gpu). The start method is decided as workers start: a fork
-server while a decoder lives (a stream's next pass, workers that are not persistent, another
-Loader's workers), fork otherwise (an indexed dataset's persistent workers start before any
-decoder)."""
+server while a decoder lives (workers that are not persistent, e.g. a stream's next pass with
+persistent_workers=False; another Loader's workers), fork otherwise (persistent workers, an
+indexed dataset's or a stream's, start before any decoder)."""
 
 import gc
 import multiprocessing
@@ -56,11 +56,14 @@ def _two_passes(ds, **kw):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("kind", ["tfrecord", "wds"])
-def test_a_streams_next_pass_beside_its_gpu_decoders_comes_from_a_fork_server(tmp_path, contexts, kind):
+def test_a_streams_next_pass_beside_its_gpu_decoders_comes_from_a_fork_server(tmp_path, contexts, kind, persistent):
     ds = _stream(kind, tmp_path / kind, list(_photos(8).values()), fl.transforms.train(48, reduced_decode=False))
-    assert _two_passes(ds, decode="gpu") == [8, 8]
-    assert contexts == ["fork", "forkserver"]  # the decoders start with the first pass's batches
+    assert _two_passes(ds, decode="gpu", persistent_workers=persistent) == [8, 8]
+    # The decoders start with the first pass's batches: new workers for the second come from a
+    # fork server; persistent ones, forked before the decoders, run the second pass too.
+    assert contexts == (["fork"] if persistent else ["fork", "forkserver"])
 
 
 @pytest.mark.slow
@@ -100,7 +103,8 @@ def test_a_script_whose_loop_is_not_guarded_is_told_so_when_its_stream_workers_d
     script.write_text(
         "import fastload as fl\n"  # no `if __name__ == "__main__":`, as many scripts are
         f"ds = fl.WebDataset({str(tmp_path / 'wds')!r}, transform=fl.transforms.train(32, reduced_decode=False))\n"
-        "loader = fl.Loader(ds, decode='gpu', batch_size=2, num_workers=1, device='cpu', timeout=60)\n"
+        "loader = fl.Loader(ds, decode='gpu', batch_size=2, num_workers=1, device='cpu', timeout=60,\n"
+        "                   persistent_workers=False)\n"
         "for epoch in range(2):  # the second pass's workers start beside the GPU decoders\n"
         "    loader.set_epoch(epoch)\n"
         "    print(sum(len(b[1]) for b in loader))\n"

@@ -129,3 +129,95 @@ def test_a_dead_persistent_stream_worker_is_named_and_replaced_for_the_next_epoc
         assert sorted(k for _, _, index in loader for k in index.tolist()) == list(range(n))
         now = set(_calls(log)[before:])
     assert len(now) == 2 and sorted(first)[0] not in now
+
+
+def test_a_pass_stopped_before_a_worker_reads_it_is_seen_as_given_up():
+    """A worker that reads the board only after the main process gave the pass up (a slow start:
+    spawn, a fork server) sees the stop at its first batch: the pass carries the generation it
+    was posted with, not the board's at the read."""
+    from fastload.sources.board import PassBoard
+
+    board = PassBoard()
+    board.post({"epoch": 0})
+    board.stop()
+    generation, run = board.read()
+    assert run == {"epoch": 0} and board.generation != generation
+    board.post({"epoch": 1, "pad": "x" * 100_000})  # a pass larger than the segment was
+    generation, run = board.read()
+    assert run["epoch"] == 1 and board.generation == generation
+    board.close()
+
+
+def test_an_error_as_a_persistent_worker_begins_a_pass_reaches_the_consumer_as_itself(tmp_path, monkeypatch):
+    """The stream refusing ``records_for`` at a later pass: the error, not a dead worker (torch
+    resumes a persistent worker's pass with no guard around ``iter()``)."""
+    records_for = fl.WebDataset.records_for
+
+    def refusing(self, slot, num_slots, **kw):
+        if kw.get("order") is not None and kw["order"].epoch == 1:
+            raise ValueError("this order does not fit the dataset")
+        return records_for(self, slot, num_slots, **kw)
+
+    monkeypatch.setattr(fl.WebDataset, "records_for", refusing)  # the forked workers inherit it
+    loader, n = _loader(tmp_path, os.path.join(tmp_path, "calls"))
+    with loader:
+        assert sum(len(i) for _, _, i in loader) == n
+        loader.set_epoch(1)
+        with pytest.raises(ValueError, match="does not fit"):
+            sum(1 for _ in loader)
+        loader.set_epoch(2)
+        assert sorted(k for _, _, index in loader for k in index.tolist()) == list(range(n))
+
+
+@pytest.mark.parametrize("taken", [1, 3])
+def test_a_state_loaded_into_a_loader_whose_workers_run_finishes_the_epoch_once(tmp_path, taken):
+    loader, n = _loader(tmp_path, os.path.join(tmp_path, "calls"))
+    with loader:
+        sum(1 for _ in loader)  # the workers run
+        loader.set_epoch(1)
+        it = iter(loader)
+        first = sum((next(it)[2].tolist() for _ in range(taken)), [])
+        state = loader.state_dict()
+        del it
+        loader.load_state_dict(state)
+        rest = [k for _, _, index in loader for k in index.tolist()]
+    assert sorted(first + rest) == list(range(n))
+
+
+@pytest.mark.skipif(not __import__("fastload.decode.roi").decode.roi.available(), reason="needs nvImageCodec")
+def test_gpu_decodes_cpu_share_reaches_persistent_workers_with_each_pass(tmp_path, monkeypatch):
+    """decode="gpu" (run on the CPU here): the share of rows the workers decode on the CPU, read
+    as each pass starts, is posted to workers that already run."""
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    n = _shards(tmp_path)
+    ds = fl.WebDataset(str(tmp_path), transform=fl.transforms.train(16, reduced_decode=False))
+    opts = dict(batch_size=4, num_workers=2, device="cpu", seed=3, return_index=True, normalize=False)
+    seen = []
+    with fl.Loader(ds, decode="gpu", gpu_cpu_share=0.0, **opts) as loader:
+        for epoch, share in enumerate((0.0, 1.0, 0.0)):
+            loader._source.cpu_share = lambda share=share: share  # as "auto" steers it between passes
+            loader.set_epoch(epoch)
+            before = loader.stats()["cpu_share_rows"]
+            assert sum(len(i) for _, _, i in loader) == n
+            seen.append(loader.stats()["cpu_share_rows"] - before)
+    assert seen == [0, n, 0], seen
+
+
+def test_a_close_from_another_thread_just_before_a_pass_is_posted_is_the_closed_error(tmp_path, monkeypatch):
+    """close() lets go of the board: a pass about to post on it ends with the closed error, not
+    with the OSError of a closed segment."""
+    from fastload.sources.board import PassBoard
+
+    loader, _ = _loader(tmp_path, os.path.join(tmp_path, "calls"))
+    post = PassBoard.post
+
+    def closed_first(board, run):
+        loader.close()  # as if another thread closed the Loader at this moment
+        post(board, run)
+
+    with loader:
+        sum(1 for _ in loader)
+        monkeypatch.setattr(PassBoard, "post", closed_first)
+        loader.set_epoch(1)
+        with pytest.raises(RuntimeError, match=r"closed \(close\(\)\) during this pass"):
+            sum(1 for _ in loader)

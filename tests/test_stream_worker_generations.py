@@ -36,13 +36,14 @@ def _shard(path, keys):
                 t.addfile(info, io.BytesIO(value))
 
 
+@pytest.mark.parametrize("persistent", [False, True])  # False: DataLoader ends the worker; True: it idles
 @pytest.mark.parametrize("start_method", ["fork", pytest.param("forkserver", marks=pytest.mark.slow)])
-def test_a_slot_that_ends_first_ends_its_worker_and_the_pass_goes_on(tmp_path, start_method):
+def test_a_slot_that_ends_first_ends_its_worker_and_the_pass_goes_on(tmp_path, start_method, persistent):
     _shard(os.path.join(tmp_path, "shard-000000.tar"), range(0, 12))  # slot 0: 6 batches, 0.3 s each
     _shard(os.path.join(tmp_path, "shard-000001.tar"), range(12, 14))  # slot 1: one batch
     ds = fl.WebDataset(str(tmp_path), transform=Slow(0.15))
     opts = dict(batch_size=2, num_workers=2, device="cpu", seed=0, shuffle=False, return_index=True)
-    with fl.Loader(ds, **opts, multiprocessing_context=start_method) as loader:
+    with fl.Loader(ds, **opts, multiprocessing_context=start_method, persistent_workers=persistent) as loader:
         for epoch in range(2):
             loader.set_epoch(epoch)
             assert sorted(k for _, _, index in loader for k in index.tolist()) == list(range(14))

@@ -1,11 +1,13 @@
 """What a stream's persistent workers read next: the pass, posted by the main process.
 
 A stream's workers read their slots' records with the pass's epoch, seed, rank, resume point
-and order; workers that persist across passes (as an indexed source's do) forked before the
-pass was known. So the main process posts each pass here, in a memfd segment the workers
-inherit (:mod:`.segments`), before it asks them to begin it; each worker reads it as its
-pass begins. Its generation, read before each batch, tells a worker that the pass it is
-reading was given up (:meth:`PassBoard.stop`), so that it ends its slot there.
+and order; workers that persist across passes (as an indexed source's do) started before the
+pass was known. So the main process posts each pass here, in a memfd segment (:mod:`.segments`:
+forked workers inherit it, spawned ones open it through ``/proc``), before it asks them to
+begin it; each worker reads it as its pass begins. The board's generation, read before each
+batch, tells a worker that the pass it reads was given up (:meth:`PassBoard.stop`), also
+when that happened before the worker read the pass: the pass carries the generation it was
+posted with.
 
 What is posted is the main process's own object, pickled; nothing of a dataset's bytes.
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from .segments import Segments
 
-_HEADER = 16  # bytes: the generation, then the length of the pickled pass (two int64)
+_HEADER = 24  # bytes (three int64): the generation, the pickled pass's length, the generation it was posted with
 
 
 class PassBoard:
@@ -52,16 +54,18 @@ class PassBoard:
         view = self._map(_HEADER + len(data), grow=True)
         view[_HEADER : _HEADER + len(data)] = np.frombuffer(data, np.uint8)
         self._header = view[:_HEADER].view(np.int64)
-        self._header[1] = len(data)
-        self._header[0] += 1  # last: a worker that sees the new generation sees the new pass
+        generation = int(self._header[0]) + 1
+        self._header[1:] = (len(data), generation)
+        self._header[0] = generation  # last: a worker that sees the new generation sees the new pass
 
     def stop(self) -> None:
         """Gives up the pass under way: each worker ends its slot before its next batch."""
         self._header[0] += 1
 
     def read(self) -> tuple[int, Any]:
-        """(generation, the pass posted last), in a worker as its pass begins."""
-        generation, n = (int(v) for v in self._header)
+        """(the generation it was posted with, the pass posted last), in a worker as its pass
+        begins: a :meth:`stop` since then already shows in :attr:`generation`."""
+        _, n, generation = (int(v) for v in self._header)
         view = self._map(_HEADER + n)
         self._header = view[:_HEADER].view(np.int64)
         return generation, pickle.loads(view[_HEADER : _HEADER + n].tobytes())

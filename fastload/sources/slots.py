@@ -12,7 +12,7 @@ one rank, a stream with ``batch_slots = True`` is asked for whole batches instea
 from __future__ import annotations
 
 import itertools
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -186,7 +186,6 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
         self.maker, self.board = maker, board
         self.stream = maker.loader.dataset
         self.run = SlotPass(0, 0, 0, 1)
-        self._generation = 0  # of the board's pass this worker reads
 
     @property
     def inflight(self) -> InFlight:
@@ -203,10 +202,7 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
             return in_worker_iter(self.slot(0, 1), None)
         if self.board is None:
             return self._to_the_end(in_worker_iter(self.slot(info.id, info.num_workers), info.id), info.id)
-        # A persistent worker: this copy of the records learns the pass, and its maker the shape, anew.
-        self._generation, self.run = self.board.read()
-        self.maker.maker.new_pass()
-        return self._until_given_up(in_worker_iter(self.slot(info.id, info.num_workers), info.id))
+        return self._posted(info.id, info.num_workers)
 
     def _to_the_end(self, batches: Iterator[SourceBatch], worker: int) -> Iterator[SourceBatch]:
         yield from batches
@@ -214,12 +210,20 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
         # not a death (the pass would fail, naming it, a tick later).
         self.inflight.finished(worker)
 
-    def _until_given_up(self, batches: Generator[SourceBatch, None, None]) -> Iterator[SourceBatch]:
-        """``batches``, until the main process gives the pass up (:meth:`PassBoard.stop`):
-        looked at before each batch is made, so the drain of a pass cut short waits for no
-        more than the batches under way."""
-        board, generation = self.board, self._generation
+    def _posted(self, worker: int, workers: int) -> Iterator[SourceBatch]:
+        """A persistent worker's slot in the pass posted on the board, until the main process
+        gives it up (:meth:`PassBoard.stop`), looked at before each batch is made: the drain of a
+        pass cut short waits for the batches under way, not for the rest of the slot (under
+        ``on_error="skip"`` a batch may take the batches owed before it along).
+
+        All of it runs as the first batch is asked for, not in ``iter()``: DataLoader resumes a
+        persistent worker's pass with no guard around ``iter()``, so an error there (the stream
+        refusing ``records_for``) would end the worker instead of reaching the main process."""
+        board = self.board
         assert board is not None
+        generation, self.run = board.read()  # this copy of the records learns the pass
+        self.maker.maker.new_pass()  # and its maker the shape, anew
+        batches = in_worker_iter(self._slot_lazily(worker, workers), worker)
         try:
             while board.generation == generation:
                 batch = next(batches, None)
@@ -228,6 +232,9 @@ class SlotRecords(ShowsDataset, torch.utils.data.IterableDataset):
                 yield batch
         finally:
             batches.close()  # the slot's reader lets go of its shard now, not when collected
+
+    def _slot_lazily(self, worker: int, workers: int) -> Iterator[SourceBatch]:
+        yield from self.slot(worker, workers)  # its errors arise in in_worker_iter's loop
 
     def slot(self, worker: int, workers: int) -> Iterator[SourceBatch]:
         """The batches of worker ``worker`` of ``workers`` (a process, or a thread) in the pass :attr:`run`."""

@@ -38,8 +38,8 @@ from .workers import WorkerOptions, dataloader_options
 
 
 class StreamSource:
-    """Batches from a record stream (e.g. TFRecordStream), one DataLoader per epoch (threads: :func:`slot_threads`):
-    HostBatches, or with ``decode="gpu"`` EncodedBatches.
+    """Batches from a record stream (e.g. TFRecordStream), from one DataLoader across passes
+    (threads: :func:`slot_threads`): HostBatches, or with ``decode="gpu"`` EncodedBatches.
 
     Args:
         stream: A :class:`~fastload.datasets.protocols.RecordStream` (``slot_length``,
@@ -57,7 +57,7 @@ class StreamSource:
         gpu: ``decode="gpu"``: the transforms as the device runs them; the slots then pack
             batches for it (:class:`~fastload.sources.packed.PackMaker`).
         cpu_share: With ``gpu``: the share of GPU-decodable rows the slots decode on the CPU,
-            read as each pass starts (its workers, or threads, start with it).
+            read as each pass starts (and posted with it to persistent workers).
     """
 
     def __init__(
@@ -188,7 +188,12 @@ class StreamSource:
         def prepare() -> None:
             self.records.run = slots
             if self.records.board is not None:
-                self.records.board.post(slots)
+                try:
+                    self.records.board.post(slots)
+                except OSError:
+                    if self._closed.is_set():  # close() from another thread let go of the board
+                        raise PassClosed() from None
+                    raise
             self.maker.maker.new_pass()  # without workers, this process's maker learns the shape again
 
         if self.threads:
