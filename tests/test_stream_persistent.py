@@ -6,6 +6,8 @@ import io
 import os
 import signal
 import tarfile
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -221,3 +223,33 @@ def test_a_close_from_another_thread_just_before_a_pass_is_posted_is_the_closed_
         loader.set_epoch(1)
         with pytest.raises(RuntimeError, match=r"closed \(close\(\)\) during this pass"):
             sum(1 for _ in loader)
+
+
+class _Slow:
+    def __call__(self, img):
+        time.sleep(0.02)
+        return np.ascontiguousarray(img[:16, :16])
+
+
+def test_an_idle_loaders_dead_worker_is_its_own_error_not_another_loaders(tmp_path):
+    """A persistent worker of a loader between epochs is killed while another loader's pass
+    runs: that pass goes on; the idle loader's next epoch names its dead worker, and the one
+    after starts new workers."""
+    from conftest import write_folder
+
+    log = os.path.join(tmp_path, "calls")
+    train, n = _loader(tmp_path, log)
+    folder = write_folder(str(tmp_path / "folder"), per_class=20, size=(24, 24))
+    val = fl.Loader(fl.ImageFolder(folder, transform=_Slow()), batch_size=4, num_workers=2, device="cpu")
+    with train, val:
+        sum(1 for _ in train)
+        victim = sorted(set(_calls(log)))[0]
+        timer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
+        timer.start()
+        assert sum(len(y) for _, y in val) == len(val.dataset)  # about 1 s of batches
+        timer.join()
+        train.set_epoch(1)
+        with pytest.raises(fl.WorkerFailure, match=f"pid {victim}"):
+            sum(1 for _ in train)
+        train.set_epoch(2)
+        assert sorted(k for _, _, index in train for k in index.tolist()) == list(range(n))

@@ -29,7 +29,7 @@ _RETIRED_KEPT = 4096
 _tables: weakref.WeakSet = weakref.WeakSet()  # in-flight tables of the running sources
 _retired: deque[int] = deque(maxlen=_RETIRED_KEPT)
 _pending: list[tuple[frozenset[int], RuntimeError]] = []
-_waiting = 0  # > 0 while the main thread waits inside a fastload next()
+_waiting: list[InFlight] = []  # the tables whose pass the main thread waits on inside a fastload next()
 _handlers: weakref.WeakSet = weakref.WeakSet()  # the SIGCHLD handlers fastload installed
 
 
@@ -43,8 +43,9 @@ def _wrap(previous: Any) -> Any:
             # torch leaves a dead worker a zombie until it joins it.
             pids = frozenset(pid for table in list(_tables) for pid in dead(table))
             if pids:
-                if _waiting:
+                if any(dead(table) for table in _waiting):
                     raise  # out of the consumer's next(), which names the samples
+                # Another loader's worker (idle persistent workers die too): its next pass says so.
                 _pending.append((pids, e))
             elif _dead_children() - set(_retired):
                 raise  # a death of another child: the user's own DataLoader's worker
@@ -145,17 +146,23 @@ def check(table: InFlight) -> None:
 
 
 class waiting:
-    """Context: the consumer waits inside a fastload ``next()`` (deaths raise right there)."""
+    """Context: the consumer waits inside a fastload ``next()`` on the workers of ``table``
+    (their deaths raise right there; another loader's are kept for its own next pass).
+
+    Args:
+        table: The in-flight table of the workers waited on.
+    """
+
+    def __init__(self, table: InFlight) -> None:
+        self.table = table
 
     def __enter__(self) -> None:
-        global _waiting
         if threading.current_thread() is threading.main_thread():
-            _waiting += 1
+            _waiting.append(self.table)
 
     def __exit__(self, *exc: Any) -> None:
-        global _waiting
         if threading.current_thread() is threading.main_thread():
-            _waiting -= 1
+            _waiting.remove(self.table)
 
 
 def _forked() -> None:

@@ -67,7 +67,7 @@ class PassWait:
             try:
                 if workers:
                     deaths.check(self.inflight)  # a worker that died during the consumer's step
-                with deaths.waiting(), waits.bounded(0 if workers else self.options.timeout, self.closed):
+                with deaths.waiting(self.inflight), waits.bounded(0 if workers else self.options.timeout, self.closed):
                     got.append(next(box[0]))  # without workers, loaded here: our own waits end in time
                 return True
             except StopIteration:
