@@ -1,9 +1,23 @@
-"""What this process may use: CPUs (affinity and cgroup quota) and its local rank; what another process is doing."""
+"""What this process may use: CPUs (affinity and cgroup quota) and its local rank; what another
+process is doing; where a warning points in the program's own code."""
 
 from __future__ import annotations
 
 import math
 import os
+import sys
+from types import FrameType
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))  # fastload/
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside fastload."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _cgroup_cpu_limit() -> float | None:

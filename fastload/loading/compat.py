@@ -22,7 +22,7 @@ from torch.utils.data import DistributedSampler
 from ..config import LoaderConfig, Shard
 from ..config.spellings import upgrade
 from ..datasets.protocols import is_stream
-from .passes import user_stacklevel
+from ..system import user_stacklevel
 
 # Keywords of DataLoader that LoaderConfig does not have; each is translated or refused here.
 KEYWORDS = (

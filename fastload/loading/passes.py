@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..sources.failures import PassClosed
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fastload/, this is fastload/loading/
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 # In a forked process: its copies of the parent's sources and passes. Held until the process
 # ends, never closed or freed here: closing a DataLoader iterator signals the parent's workers
@@ -162,11 +160,3 @@ def _close_all() -> None:
             loader.close()
         except Exception:
             pass
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside fastload."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame, level = frame.f_back, level + 1
-    return level

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..sources import resume
 from ..sources.sampler import check_epoch
-from .passes import user_stacklevel
+from ..system import user_stacklevel
 
 
 @dataclass

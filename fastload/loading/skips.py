@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 
 from ..batch import SkippedSample
-from .passes import user_stacklevel
+from ..system import user_stacklevel
 
 WARN_EVERY = 100
 KEPT = 10_000

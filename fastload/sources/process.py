@@ -140,10 +140,6 @@ class ProcessSource(IndexedSource):
             self.restart()
             raise
 
-    def drain(self) -> None:
-        """Ends the last pass of the persistent workers (:meth:`WorkerLoader.drain`)."""
-        self.workers.drain()
-
     def restart(self) -> None:
         """New workers for the next pass (DataLoader does not restart persistent workers
         after one of them died)."""

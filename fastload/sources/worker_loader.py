@@ -5,8 +5,10 @@ resumed, drained of a pass given up, restarted after a failure and closed
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,12 +18,18 @@ from torch.utils.data import DataLoader
 from ..batch import HostBatch
 from ..datasets import waits
 from ..encoded import EncodedBatch
+from ..system import user_stacklevel
 from . import deaths
 from .closing import close_workers, end_workers, wait_tick
 from .failures import PassClosed, WorkerFailure, from_worker, interrupted, pass_failure, worker_failure
 from .inflight import InFlight
 from .waiting import Stop, deadline, wait_until
 from .workers import WorkerOptions, start_workers
+
+#: How long the batches a pass given up left under way may take before its persistent workers
+#: are replaced instead (about one batch of 2-8 MP photos on a slow core; a sample stuck for
+#: good would hold the next pass for ever, or up to the Loader's timeout and then fail it).
+DRAIN_S = 5.0
 
 END = object()  # what PassWait.next returns at the end of DataLoader's items
 
@@ -192,8 +200,9 @@ class WorkerLoader:
         """
         if not self.options.persistent:
             self._renew()  # new workers each pass
+        elif self._started and not self._resumable():
+            self.restart()
         elif self._started:
-            self.drain()
             prepare()
             failure: BaseException | None = None
             box = [self._loader]
@@ -225,13 +234,41 @@ class WorkerLoader:
             self._running = it
         return it
 
-    def drain(self) -> None:
+    def _resumable(self) -> bool:
+        """Whether the persistent workers can take the next pass: none of them ended since the
+        last one (killed while idle: the OOM killer, a Ctrl-C to the process group), and the
+        last pass drains within :data:`DRAIN_S`. Else they are replaced, with a warning that
+        says why: nothing of the next pass is lost."""
+        gone = deaths.dead(self.inflight)
+        if gone:
+            pids = ", ".join(map(str, sorted(gone)))
+            message = f"fastload: worker process(es) {pids} ended between passes; new workers start"
+            warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
+            return False
+        try:
+            self.drain(DRAIN_S)
+        except WorkerFailure as e:
+            # A batch of the pass given up that never ends (a sample stuck) or a worker that died in it.
+            message = f"fastload: {e} (in the pass given up before this one); new workers start"
+            warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
+            return False
+        return True
+
+    def drain(self, limit: float = 0.0) -> None:
         """Ends the last pass of the persistent workers: ``stop()``, then the batches they were
         making for it are waited for (DataLoader's resume of the workers for the next pass would
-        wait for them without a tick) and dropped."""
+        wait for them without a tick) and dropped.
+
+        Args:
+            limit: Seconds the batches may take, 0: the Loader's ``timeout``.
+
+        Raises:
+            WorkerFailure: A worker died, or the batches took longer than ``limit``.
+        """
         self._stop()
         box = [self._running]
-        wait = self._wait()
+        options = dataclasses.replace(self.options, timeout=limit) if limit else self.options
+        wait = PassWait(options, self.inflight, self.dataset, self.closed)
         try:
             while True:
                 try:
