@@ -225,29 +225,44 @@ def test_a_close_from_another_thread_just_before_a_pass_is_posted_is_the_closed_
             sum(1 for _ in loader)
 
 
-class _Slow:
+class _KillsFirst:
+    """Crops to 16x16; the first image any worker transforms while ``armed`` exists kills the
+    process whose pid is in ``victim``, then sleeps: the consumer waits in ``next()`` meanwhile
+    (no batch is done before the first image is)."""
+
+    def __init__(self, armed, victim):
+        self.armed, self.victim = armed, victim
+
     def __call__(self, img):
-        time.sleep(0.02)
+        try:
+            os.remove(self.armed)
+        except FileNotFoundError:
+            return np.ascontiguousarray(img[:16, :16])
+        with open(self.victim) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        time.sleep(0.5)
         return np.ascontiguousarray(img[:16, :16])
 
 
 def test_an_idle_loaders_dead_worker_is_replaced_at_its_next_pass_not_another_loaders_error(tmp_path):
-    """A persistent worker of a loader between epochs is killed while another loader's pass
-    runs: that pass goes on; the idle loader's next epoch starts new workers, with a warning
-    naming the one that ended (nothing of it was lost)."""
+    """A persistent worker of a loader between epochs is killed while the consumer waits in
+    another loader's pass: that pass goes on; the idle loader's next epoch starts new workers,
+    with a warning naming the one that ended (nothing of it was lost)."""
     from conftest import write_folder
 
-    log = os.path.join(tmp_path, "calls")
+    log, armed, victim_file = (os.path.join(tmp_path, name) for name in ("calls", "armed", "victim"))
     train, n = _loader(tmp_path, log)
-    folder = write_folder(str(tmp_path / "folder"), per_class=20, size=(24, 24))
-    val = fl.Loader(fl.ImageFolder(folder, transform=_Slow()), batch_size=4, num_workers=2, device="cpu")
+    folder = write_folder(str(tmp_path / "folder"), per_class=8, size=(24, 24))
+    val = fl.Loader(fl.ImageFolder(folder, transform=_KillsFirst(armed, victim_file)), batch_size=4, num_workers=2,
+                    device="cpu")
     with train, val:
         sum(1 for _ in train)
         victim = sorted(set(_calls(log)))[0]
-        timer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
-        timer.start()
-        assert sum(len(y) for _, y in val) == len(val.dataset)  # about 1 s of batches
-        timer.join()
+        with open(victim_file, "w") as f:
+            f.write(str(victim))
+        open(armed, "w").close()
+        assert sum(len(y) for _, y in val) == len(val.dataset)
+        assert not os.path.exists(armed)  # the kill happened in val's pass
         train.set_epoch(1)
         before = len(_calls(log))
         with pytest.warns(RuntimeWarning, match=f"worker process\\(es\\) {victim} ended between passes"):
@@ -255,42 +270,73 @@ def test_an_idle_loaders_dead_worker_is_replaced_at_its_next_pass_not_another_lo
         assert victim not in set(_calls(log)[before:])
 
 
-class _StuckOnce:
-    """Crops to 16x16; sleeps ``seconds`` on the first image while ``flag`` exists (the flag is
-    removed then: one stuck sample)."""
+class _StuckAt:
+    """Crops to 16x16; each worker process counts its images, and the first to reach image
+    ``at`` while ``armed`` exists writes ``stuck`` and sleeps ``seconds`` (one stuck sample)."""
 
-    def __init__(self, flag, seconds):
-        self.flag, self.seconds = flag, seconds
+    def __init__(self, armed, stuck, at, seconds):
+        self.armed, self.stuck, self.at, self.seconds, self.count = armed, stuck, at, seconds, 0
 
     def __call__(self, img):
-        try:
-            os.remove(self.flag)
-            time.sleep(self.seconds)
-        except FileNotFoundError:
-            pass
+        self.count += 1
+        if self.count == self.at:
+            try:
+                os.remove(self.armed)
+            except FileNotFoundError:
+                pass
+            else:
+                open(self.stuck, "w").close()
+                time.sleep(self.seconds)
         return np.ascontiguousarray(img[:16, :16])
 
 
 def test_a_sample_stuck_in_a_pass_given_up_does_not_hold_the_next_pass(tmp_path, monkeypatch):
     """Persistent workers wait for the batches a pass given up left under way for DRAIN_S at
-    most; a worker stuck longer is replaced, with a warning naming its sample."""
+    most; then they are replaced, with a warning naming the sample still loading."""
     from fastload.sources import worker_loader
 
     monkeypatch.setattr(worker_loader, "DRAIN_S", 0.5)
     data = os.path.join(tmp_path, "data")
     os.makedirs(data)
     n = _shards(data)
-    flag = os.path.join(tmp_path, "stuck")
-    ds = fl.WebDataset(data, transform=_StuckOnce(flag, 20))
+    armed, stuck = os.path.join(tmp_path, "armed"), os.path.join(tmp_path, "stuck")
+    open(armed, "w").close()
+    # Each worker is asked for 3 batches once the first is taken (2 ahead, 1 more): image 9 is its 3rd batch's first.
+    ds = fl.WebDataset(data, transform=_StuckAt(armed, stuck, at=9, seconds=20))
     opts = dict(batch_size=4, num_workers=2, device="cpu", seed=3, return_index=True, normalize=False)
-    with fl.Loader(ds, **opts) as loader:
+    with fl.Loader(ds, **opts, prefetch_factor=2) as loader:
         it = iter(loader)
         next(it)
-        open(flag, "w").close()  # the next image a worker transforms gets stuck
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(stuck) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert os.path.exists(stuck)
         del it
         loader.set_epoch(1)
         start = time.monotonic()
-        with pytest.warns(RuntimeWarning, match=r"timed out after 0.5 seconds.*pass given up"):
+        with pytest.warns(RuntimeWarning, match=r"not done within 0.5 s.*was loading record"):
             assert sorted(k for _, _, index in loader for k in index.tolist()) == list(range(n))
         assert time.monotonic() - start < 10
+
+
+def test_a_program_that_turns_warnings_into_errors_gets_new_workers_all_the_same(tmp_path):
+    import warnings
+
+    from fastload.sources.inflight import process_state
+
+    log = os.path.join(tmp_path, "calls")
+    loader, n = _loader(tmp_path, log)
+    with loader:
+        sum(1 for _ in loader)
+        victim = sorted(set(_calls(log)))[0]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while process_state(victim) not in ("gone", "dead", "dead (zombie)") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loader.set_epoch(1)
+            with pytest.raises(RuntimeWarning, match="ended between passes"):
+                sum(1 for _ in loader)
+            loader.set_epoch(2)  # the workers were replaced before the warning: no warning now
+            assert sorted(k for _, _, index in loader for k in index.tolist()) == list(range(n))

@@ -19,7 +19,8 @@ import signal
 import threading
 import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .inflight import InFlight, process_state
@@ -145,24 +146,19 @@ def check(table: InFlight) -> None:
             raise error
 
 
-class waiting:
+@contextmanager
+def waiting(table: InFlight) -> Iterator[None]:
     """Context: the consumer waits inside a fastload ``next()`` on the workers of ``table``
-    (their deaths raise right there; another loader's are kept for its own next pass).
-
-    Args:
-        table: The in-flight table of the workers waited on.
-    """
-
-    def __init__(self, table: InFlight) -> None:
-        self.table = table
-
-    def __enter__(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            _waiting.append(self.table)
-
-    def __exit__(self, *exc: Any) -> None:
-        if threading.current_thread() is threading.main_thread():
-            _waiting.remove(self.table)
+    (their deaths raise right there; another loader's are kept for its own next pass). The
+    table leaves the waiting list however the wait ends, a death raised while it enters too."""
+    main = threading.current_thread() is threading.main_thread()
+    try:
+        if main:
+            _waiting.append(table)
+        yield
+    finally:
+        if main and table in _waiting:
+            _waiting.remove(table)
 
 
 def _forked() -> None:

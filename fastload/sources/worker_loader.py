@@ -5,7 +5,6 @@ resumed, drained of a pass given up, restarted after a failure and closed
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import warnings
@@ -47,12 +46,17 @@ class PassWait:
         inflight: The workers' in-flight table.
         dataset: Names samples in errors, or None.
         closed: Set by ``close()``: the wait ends with the closed error within a tick.
+        drain_limit: Seconds the drain this wait is part of may take, all its items together,
+            in place of the Loader's ``timeout`` for each item; 0: a pass's wait.
+        drain_until: That drain's deadline (monotonic).
     """
 
     options: WorkerOptions
     inflight: InFlight
     dataset: Any
     closed: threading.Event
+    drain_limit: float = 0.0
+    drain_until: float = 0.0
 
     def next(self, box: list) -> Any:
         """The next item of the iterator ``box[0]``, or :data:`END`.
@@ -97,12 +101,16 @@ class PassWait:
         # The Loader's timeout is the runners' one deadline; without workers it bounds our own
         # waits in the sample instead (waits.bounded), as DataLoader's timeout needs workers.
         timeout = self.options.timeout if workers else 0.0
-        wait_until(ready, Stop(self.closed), deadline(timeout, start=started), self.timed_out)
+        end = self.drain_until if self.drain_limit else deadline(timeout, start=started)
+        wait_until(ready, Stop(self.closed), end, self.timed_out)
         return got[0]
 
     def timed_out(self) -> WorkerFailure:
-        """The error of a pass whose workers gave no batch within the Loader's ``timeout``."""
+        """The error of a pass whose workers gave no batch within the Loader's ``timeout`` (or of a
+        drain that did not end by its deadline)."""
         message = f"DataLoader timed out after {self.options.timeout:g} seconds"
+        if self.drain_limit:
+            message = f"the batches a pass given up left under way were not done within {self.drain_limit:g} s"
         return worker_failure(RuntimeError(message), self.inflight, self.dataset)
 
     def failure(self, error: Exception, waited: float) -> BaseException | None:
@@ -200,9 +208,7 @@ class WorkerLoader:
         """
         if not self.options.persistent:
             self._renew()  # new workers each pass
-        elif self._started and not self._resumable():
-            self.restart()
-        elif self._started:
+        elif self._started and not self._replaced():
             prepare()
             failure: BaseException | None = None
             box = [self._loader]
@@ -234,41 +240,41 @@ class WorkerLoader:
             self._running = it
         return it
 
-    def _resumable(self) -> bool:
-        """Whether the persistent workers can take the next pass: none of them ended since the
-        last one (killed while idle: the OOM killer, a Ctrl-C to the process group), and the
-        last pass drains within :data:`DRAIN_S`. Else they are replaced, with a warning that
-        says why: nothing of the next pass is lost."""
+    def _replaced(self) -> bool:
+        """Replaces the persistent workers where they cannot take the next pass: one of them
+        ended since the last pass (killed while idle: the OOM killer, a Ctrl-C to the process
+        group), or the last pass did not drain within :data:`DRAIN_S` (or the Loader's longer
+        ``timeout``). They are replaced first, then a warning says why (nothing of the next pass
+        is lost): a program that turns warnings into errors gets new workers all the same."""
         gone = deaths.dead(self.inflight)
         if gone:
-            pids = ", ".join(map(str, sorted(gone)))
-            message = f"fastload: worker process(es) {pids} ended between passes; new workers start"
-            warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
-            return False
-        try:
-            self.drain(DRAIN_S)
-        except WorkerFailure as e:
-            # A batch of the pass given up that never ends (a sample stuck) or a worker that died in it.
-            message = f"fastload: {e} (in the pass given up before this one); new workers start"
-            warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
-            return False
+            why = f"fastload: worker process(es) {', '.join(map(str, sorted(gone)))} ended between passes"
+        else:
+            try:
+                self.drain(max(DRAIN_S, self.options.timeout))
+                return False
+            except WorkerFailure as e:
+                # A batch of the pass given up that does not end (a sample stuck) or a worker that died in it.
+                died = deaths.dead(self.inflight)  # else the drain's own deadline, which says so
+                why = f"{e} (in the pass given up before this one)" if died else str(e)
+        self.restart()
+        warnings.warn(f"{why}; new workers start", RuntimeWarning, stacklevel=user_stacklevel())
         return True
 
-    def drain(self, limit: float = 0.0) -> None:
+    def drain(self, limit: float) -> None:
         """Ends the last pass of the persistent workers: ``stop()``, then the batches they were
         making for it are waited for (DataLoader's resume of the workers for the next pass would
         wait for them without a tick) and dropped.
 
         Args:
-            limit: Seconds the batches may take, 0: the Loader's ``timeout``.
+            limit: Seconds the drain may take, all its batches together.
 
         Raises:
             WorkerFailure: A worker died, or the batches took longer than ``limit``.
         """
         self._stop()
         box = [self._running]
-        options = dataclasses.replace(self.options, timeout=limit) if limit else self.options
-        wait = PassWait(options, self.inflight, self.dataset, self.closed)
+        wait = PassWait(self.options, self.inflight, self.dataset, self.closed, limit, time.monotonic() + limit)
         try:
             while True:
                 try:
