@@ -143,6 +143,6 @@ def test_old_new_comparison_runs_against_a_checkout(tmp_path):
                            "--quick", "--workers", "1", "--json", str(out), "--data", str(tmp_path / "data")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert proc.stdout.count("new/old") == 12  # 3 cases x train/eval x wall/CPU
+    assert proc.stdout.count("new/old") == 18  # 3 cases x train/eval x wall, CPU and first batch
     record = json.loads(out.read_text().splitlines()[-1])
     assert record["benchmark"] == "bench_old_new" and len(record["runs"]["train"]) == 6
