@@ -16,7 +16,11 @@ pipeline runs too: its ratio to the first is the noise of the run. ``antialias=F
 resize: does less) and ``normalize=True`` (does more) are shown, not compared.
 Switches read by the planner in each worker process (``FASTLOAD_ROI``,
 ``FASTLOAD_NO_CALIBRATION``) are set while that loader's workers start (on its warm-up
-epoch) and restored after, as a user would set them for the whole run.
+epoch) and restored after, as a user would set them for the whole run. With
+``--busy-calibration`` one more default loader plans with a calibration made while
+spinning processes kept every CPU busy (``busy_calibration.py``, made again before each
+mode), and its ratio to each switch is printed too (issue 39: a calibration made on a
+busy machine must not steer later runs).
 
 Every table is printed twice: by wall time (images/s), and by the CPU time the pipeline's
 processes spent (images per CPU-second: the main process, its threads and its worker
@@ -31,9 +35,11 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import tempfile
 import time
 from collections.abc import Callable
 
+import busy_calibration
 import torch
 from common import loader_parser, median, photo_folder, photo_set_record, report, tree_cpu_seconds
 from peers import ClassicDataset, DaliBatches, TimmDataset, dali_version, timm_fast_collate
@@ -91,11 +97,15 @@ def full_decode_rate(paths: list[str], passes: int) -> tuple[float, float, str]:
 ENV_SWITCHES = {"FASTLOAD_ROI=trusted": ("FASTLOAD_ROI", "trusted"),
                 "FASTLOAD_NO_CALIBRATION=1": ("FASTLOAD_NO_CALIBRATION", "1")}
 
+#: The default loader planning with a calibration made on a busy machine (--busy-calibration).
+BUSY = "fastload process uint8 (default, busy calibration)"
 
-def fastload_variants(train: bool) -> dict:
+
+def fastload_variants(train: bool, busy: bool = False) -> dict:
     """name -> (transform options, Loader options, environment switch or None, compared with the default)."""
     variants = {
         "fastload process uint8 (default)": ({}, {}, None, False),
+        **({BUSY: ({}, {}, BUSY, True)} if busy else {}),
         "fastload thread uint8": ({}, {"backend": "thread"}, None, True),
         # The default again, as its own loader: its ratio to the default is the run's noise.
         "fastload process uint8 (default, a second loader)": ({}, {}, None, True),
@@ -137,12 +147,18 @@ def switched(env: str | None):
         plan.set_planner(None)
 
 
-def fastload_pipelines(root: str, train: bool, bs: int, workers: int, few: bool) -> tuple[dict, set]:
+def fastload_pipelines(root: str, train: bool, bs: int, workers: int, few: bool,
+                       busy: bool = False) -> tuple[dict, set]:
     """The fastload loaders, each warmed up (workers started) under its own switches, and
-    the names compared with the default (``few``: the default and the thread backend only)."""
+    the names compared with the default (``few``: the default and the thread backend only;
+    ``busy``: one more default loader planning with a calibration made on a busy machine)."""
     make = fl.transforms.train if train else fl.transforms.eval
     loaders, compared = {}, set()
-    variants = fastload_variants(train)
+    if busy:
+        cache = tempfile.mkdtemp(prefix="fastload-busy-cache-")
+        print(busy_calibration.describe(busy_calibration.busy_calibration(cache)), flush=True)
+        ENV_SWITCHES[BUSY] = ("FASTLOAD_CACHE_DIR", cache)
+    variants = fastload_variants(train, busy)
     for name, (tf_kw, loader_kw, env, compare) in list(variants.items())[: 2 if few else None]:
         decoder = loader_kw.pop("decoder", None)
         ds = fl.ImageFolder(root, transform=make(224, **tf_kw), decoder=decoder)
@@ -173,8 +189,8 @@ def peer_pipelines(root: str, train: bool, bs: int, workers: int, dali: bool) ->
 
 
 def run_mode(root: str, train: bool, bs: int, workers: int, rounds: int, dali: bool,
-             few: bool = False, peers: bool = True) -> tuple[dict, set]:
-    ours, compared = fastload_pipelines(root, train, bs, workers, few)
+             few: bool = False, peers: bool = True, busy: bool = False) -> tuple[dict, set]:
+    ours, compared = fastload_pipelines(root, train, bs, workers, few, busy)
     peers = peer_pipelines(root, train, bs, workers, dali) if peers else {}
     for batches in peers.values():  # warm-up epoch: workers started, buffers in place
         epoch_rate(batches)
@@ -219,6 +235,12 @@ def print_table(mode: str, runs: dict, limits: tuple[float, float], compared: se
         print(f"  {mode}, {unit}: the default against each switch (never slower: >= 0.97):")
         for name, ratio in ratios.items():
             print(f"    vs {name[len('fastload '):]:50s} {ratio:5.2f}x  {'ok' if ratio >= 0.97 else 'SLOWER'}")
+        if BUSY in med:
+            busy = {name: med[BUSY] / med[name] for name in med if name in compared and name != BUSY}
+            print(f"  {mode}, {unit}: the default calibrated on a busy machine against each switch (>= 0.97):")
+            for name, ratio in busy.items():
+                print(f"    vs {name[len('fastload '):]:50s} {ratio:5.2f}x  {'ok' if ratio >= 0.97 else 'SLOWER'}")
+            ratios = {**ratios, **{f"busy vs {name}": ratio for name, ratio in busy.items()}}
         out["wall" if k == 0 else "cpu"] = {
             "median": med, "default_vs_switch": ratios, "default_vs_timm": med[DEFAULT] / timm,
             "default_vs_dali": med[DEFAULT] / dali if dali else None, "default_of_limit": med[DEFAULT] / limit}
@@ -241,6 +263,8 @@ def main() -> None:
     p.add_argument("--no-dali", action="store_true", help="leave DALI out even where it is installed")
     p.add_argument("--switches", action="store_true",
                    help="fastload's variants only (no peers), for more rounds of the default-against-switch ratios")
+    p.add_argument("--busy-calibration", action="store_true",
+                   help="also the default planning with a calibration made while every CPU was kept busy")
     args = p.parse_args()
     root = photo_folder(args)
     rounds = 1 if args.quick else args.rounds
@@ -255,7 +279,7 @@ def main() -> None:
     for mode, train in (("train", True), ("eval", False)):
         # --quick checks that every variant runs once: in training only.
         runs, compared = run_mode(root, train, bs, workers, rounds, version is not None, args.quick and not train,
-                                  not args.switches)
+                                  not args.switches, args.busy_calibration)
         results[mode] = {**print_table(mode, runs, (limit, per_cpu_s), compared), "rounds": runs}
     print(f"({len(paths)} photos, batch {bs}, {workers} workers/threads on {available_cpus()} CPUs, one epoch per "
           f"pipeline per round after a warm-up epoch; decode limit = {workers} x {per_core:.0f} images/s one-core "

@@ -16,6 +16,11 @@ decoder, whether any fall-back warning was given, and that a damaged JPEG (entro
 bytes changed so that libjpeg warns) is a DecodeError naming the sample; then each pass
 times ``ImageFolder.load`` (read, header, plan, decode, resize, flip) over the photos on
 one thread, in CPU time. The ratio of the medians is printed: the target is >= 0.95.
+
+With ``--busy-calibration`` both environments first calibrate their decode costs while
+spinning processes keep every CPU busy (``busy_calibration.py``, into a cache folder of
+this run's), and plan with what that calibration leaves them (issue 39: a calibration
+made on a busy machine must not steer later runs).
 """
 
 from __future__ import annotations
@@ -86,15 +91,20 @@ def child(root: str, limit: int) -> None:
         print(json.dumps({"us": (time.thread_time() - start_t) / n * 1e6}), flush=True)
 
 
-def start(python: str, root: str, limit: int, pip_only: bool) -> subprocess.Popen:
-    env = {**os.environ, "FASTLOAD_ROI": "0"}
-    if pip_only:
-        env["FASTLOAD_NO_SYSTEM_TURBOJPEG"] = "1"
-        # The fresh venv's own fastload, not this checkout's (PYTHONPATH would shadow it).
-        if python != sys.executable:
-            env.pop("PYTHONPATH", None)
+def start(python: str, root: str, limit: int, pip_only: bool, cache: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "FASTLOAD_ROI": "0", **pip_only_env(pip_only)}
+    if cache:
+        env["FASTLOAD_CACHE_DIR"] = cache
+    if python != sys.executable:
+        env.pop("PYTHONPATH", None)  # the fresh venv's own fastload, not this checkout's
     return subprocess.Popen([python, HERE, "--child", root, "--limit", str(limit)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env, cwd="/" if python != sys.executable else None)
+
+
+def pip_only_env(pip_only: bool) -> dict:
+    """The environment that makes ``python`` a pip-only install (none for the full one):
+    no system libturbojpeg loads."""
+    return {"FASTLOAD_NO_SYSTEM_TURBOJPEG": "1"} if pip_only else {}
 
 
 def main() -> None:
@@ -110,11 +120,22 @@ def main() -> None:
     p.add_argument("--pip-only", default=None, help="python of a fresh venv with only `pip install .`")
     p.add_argument("--passes", type=int, default=7)
     p.add_argument("--limit", type=int, default=1000, help="photos per pass")
+    p.add_argument("--busy-calibration", action="store_true",
+                   help="both environments plan with a calibration made while every CPU was kept busy")
     args = p.parse_args()
     root = photo_folder(args)
     passes, limit = (1, 32) if args.quick else (args.passes, args.limit)
-    procs = {"full install": start(args.full, root, limit, False),
-             "pip only": start(args.pip_only or sys.executable, root, limit, True)}
+    pythons = {"full install": (args.full, False), "pip only": (args.pip_only or sys.executable, True)}
+    cache = None
+    if args.busy_calibration:
+        import tempfile
+
+        from busy_calibration import busy_calibration, describe
+
+        cache = tempfile.mkdtemp(prefix="fastload-busy-cache-")
+        for python, pip_only in pythons.values():
+            print(describe(busy_calibration(cache, python, pip_only_env(pip_only))), flush=True)
+    procs = {name: start(python, root, limit, pip_only, cache) for name, (python, pip_only) in pythons.items()}
     info = {name: json.loads(proc.stdout.readline()) for name, proc in procs.items()}
     for name, i in info.items():
         print(f"{name}: {i['python']} (fastload from {i['fastload']}): default decoder {i['decoder']}; "

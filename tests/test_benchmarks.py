@@ -146,3 +146,15 @@ def test_old_new_comparison_runs_against_a_checkout(tmp_path):
     assert proc.stdout.count("new/old") == 18  # 3 cases x train/eval x wall, CPU and first batch
     record = json.loads(out.read_text().splitlines()[-1])
     assert record["benchmark"] == "bench_old_new" and len(record["runs"]["train"]) == 6
+
+
+@pytest.mark.slow  # spinning processes beside one calibration per install or mode, then the runs: 15-25 s each
+@pytest.mark.parametrize("entry", ["bench_pip_only --busy-calibration", "bench_loader --switches --busy-calibration"])
+def test_a_calibration_made_on_a_busy_machine_is_recognised_and_not_planned_with(entry, tmp_path):
+    out, _ = run_quick(entry, tmp_path)
+    made = [line for line in out.splitlines() if line.startswith("calibration on a busy machine")]
+    assert len(made) == 2, out  # both installs, or both modes
+    for line in made:
+        assert "noisy True" in line and "planners use the built-in costs (untrusted)" in line, line
+    if entry.startswith("bench_loader"):
+        assert "the default calibrated on a busy machine against each switch" in out
