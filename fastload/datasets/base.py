@@ -9,7 +9,7 @@ import torch
 
 from ..batch import SampleError
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
-from ..transforms.compose import DecodePipeline, as_compose
+from ..transforms.compose import DecodePipeline, HoldsPipeline, as_compose
 from ..verified import NOT_VERIFIED, check_bytes
 from ..views import contiguous
 from .protocols import LoadTraits
@@ -35,7 +35,7 @@ def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng((seed, epoch, index))
 
 
-class ImageDataset(torch.utils.data.Dataset):
+class ImageDataset(HoldsPipeline, torch.utils.data.Dataset):
     """Base class: subclasses implement :meth:`read` and :meth:`describe`.
 
     Labels live in a shared int64 array (``self.labels``); per-sample metadata must be

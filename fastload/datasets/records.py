@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 
 from ..decode import DecodeError, get_decoder
+from ..transforms.compose import HoldsPipeline
 from ..verified import ChangedSinceVerifiedError
 from .base import sample_rng
 from .sampleplan import SamplePlan
 
 
-class PlannedRecords:
+class PlannedRecords(HoldsPipeline):
     """A mixin for streams: records planned and finished as an ImageDataset's samples are.
 
     The stream sets ``transform``, ``decoder`` and ``max_pixels`` and implements

@@ -17,6 +17,7 @@ from PIL import Image
 
 from ..batch import SampleError
 from ..transforms import as_compose
+from ..transforms.compose import HoldsPipeline
 from ..views import contiguous
 from .base import sample_name, sample_rng
 from .protocols import Describes, LoadTraits
@@ -235,7 +236,7 @@ def item_path(item: Any) -> str | None:
     return None
 
 
-class WrappedDataset(torch.utils.data.Dataset):
+class WrappedDataset(HoldsPipeline, torch.utils.data.Dataset):
     """A map-style dataset (``__len__`` + ``__getitem__``) as a fastload dataset.
 
     Items may be ``(image, target, ...)``, a dict (image under ``"image"``/``"img"``, target

@@ -15,7 +15,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from ..batch import HostBatch
-from ..datasets import waits
+from ..datasets import changes, waits
 from ..encoded import EncodedBatch
 from ..system import user_stacklevel
 from . import deaths
@@ -161,7 +161,8 @@ def worker_batches(
 class WorkerLoader:
     """A source's DataLoader across passes: new workers for each pass, or persistent ones
     (``options.persistent``) resumed for the next pass once they finished what the last one
-    left them (:meth:`drain`), and new ones after a failure (:meth:`restart`).
+    left them (:meth:`drain`), and new ones after a failure (:meth:`restart`) or where the
+    dataset changed since they copied it (:mod:`fastload.datasets.changes`).
 
     No name holds the DataLoader while a pass starts, only a box emptied on the way out: an
     error raised there keeps the frame in its traceback (and ``close()`` from another thread
@@ -177,6 +178,10 @@ class WorkerLoader:
             with the old workers).
         stop: Ends the pass under way: the workers are sent, or make, no more of its batches.
         dataset: Names samples in errors, or None.
+        watched: The datasets the workers copy as they start (the user's, then the wrapper the
+            Loader made of it; or the stream): persistent workers that copied them before a
+            change are replaced as the next pass starts, so that the pass sees the change
+            (:mod:`fastload.datasets.changes`). Empty: not watched.
     """
 
     def __init__(
@@ -188,9 +193,11 @@ class WorkerLoader:
         renew: Callable[[], None],
         stop: Callable[[], None],
         dataset: Any = None,
+        watched: tuple[Any, ...] = (),
     ) -> None:
         self._new_loader, self.options, self.inflight, self.closed = new_loader, options, inflight, closed
-        self._renew, self._stop, self.dataset = renew, stop, dataset
+        self._renew, self._stop, self.dataset, self.watched = renew, stop, dataset, watched
+        self._copied: changes.Snapshot | None = None  # the watched datasets as the running workers copied them
         self._loader: DataLoader | None = new_loader()
         self._started = False  # the persistent workers of _loader run
         self._running: Iterator | None = None  # their iterator (persistent workers), for drain()
@@ -229,6 +236,8 @@ class WorkerLoader:
             self.restart()  # a resume that ran past a tick leaves its iterator unusable: new workers
         prepare()
         box = [self._loader]
+        if self.options.persistent and self.options.num_workers > 0 and self.watched:
+            self._copied = changes.snapshot(*self.watched)  # the workers copy them as they start, next
         try:
             if box[0] is None:
                 raise PassClosed()
@@ -243,12 +252,22 @@ class WorkerLoader:
     def _replaced(self) -> bool:
         """Replaces the persistent workers where they cannot take the next pass: one of them
         ended since the last pass (killed while idle: the OOM killer, a Ctrl-C to the process
-        group), or the last pass did not drain within :data:`DRAIN_S` (or the Loader's longer
-        ``timeout``). They are replaced first, then a warning says why (nothing of the next pass
-        is lost): a program that turns warnings into errors gets new workers all the same."""
+        group), the dataset changed since they copied it (a new ``transform`` between epochs:
+        they would go on with the old one), or the last pass did not drain within
+        :data:`DRAIN_S` (or the Loader's longer ``timeout``). They are replaced first, then a
+        warning says why (nothing of the next pass is lost): a program that turns warnings into
+        errors gets new workers all the same."""
         gone = deaths.dead(self.inflight)
+        moved = changes.changed(self._copied, *self.watched) if self._copied is not None else []
         if gone:
             why = f"fastload: worker process(es) {', '.join(map(str, sorted(gone)))} ended between passes"
+        elif moved:
+            named = ", ".join(map(repr, moved[:3])) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
+            why = (
+                f"fastload: the dataset's {named} changed since its persistent worker processes copied it, "
+                "which they would not see (pass persistent_workers=False to start workers every epoch "
+                "without this warning)"
+            )
         else:
             try:
                 self.drain(max(DRAIN_S, self.options.timeout))

@@ -1,0 +1,187 @@
+"""Persistent workers copy the dataset as they start: a change between epochs (a new
+transform for progressive resizing, an attribute the dataset's own ``set_epoch`` sets, a
+transform changed in place) starts new workers, which see it, with a warning naming what
+changed (``fastload/datasets/changes.py``). Torch's DataLoader would go on with the old copy."""
+
+import io
+import os
+import tarfile
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import jpeg_bytes, make_image, write_folder
+
+import fastload as fl
+from fastload.datasets.changes import changed, snapshot
+
+CHANGED = "changed since its persistent worker processes copied it"
+
+
+class Scale:
+    """A transform with a setting a program may change in place."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __call__(self, x):
+        return x * self.factor
+
+
+class Counting(torch.utils.data.Dataset):
+    """Images whose target says which epoch the dataset was told (hundreds) and what its
+    transform makes of 1 (units)."""
+
+    def __init__(self, n=8):
+        self.n, self.epoch, self.transform = n, 0, Scale(1)
+        self._cache = {}
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self._cache[i] = os.getpid()  # private: per process, by design
+        return np.zeros((4, 4, 3), np.uint8), 100 * self.epoch + self.transform(1)
+
+
+class Holder(torch.utils.data.Dataset):
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+
+class Crop:
+    def __init__(self, size):
+        self.size = size
+
+    def __call__(self, img):
+        return np.ascontiguousarray(img[: self.size, : self.size])
+
+
+def test_changed_names_what_was_set_added_removed_or_changed_inside_a_transform():
+    inner = Counting()
+    ds = Holder(inner)
+    before = snapshot(ds)
+    assert changed(before, ds) == []
+    inner._cache["x"] = 1  # private
+    inner.epoch = 0  # the same plain value again
+    inner.n = int("8")  # an equal int, maybe another object
+    assert changed(before, ds) == []
+    inner.transform.factor = 3  # in place
+    assert changed(before, ds) == ["dataset.transform"]
+    assert changed(snapshot(inner, ds), inner, ds) == []  # the user's dataset first: paths read as theirs
+    before = snapshot(inner, ds)
+    inner.transform.factor = 4
+    assert changed(before, inner, ds) == ["transform"]
+    before = snapshot(ds)
+    inner.set_epoch(1)
+    inner.extra = []
+    del inner.n
+    assert changed(before, ds) == ["dataset.epoch", "dataset.extra", "dataset.n"]
+    before = snapshot(ds)
+    inner.transform = lambda x: x  # does not pickle: its identity counts
+    assert changed(before, ds) == ["dataset.transform"]
+    before = snapshot(ds)
+    assert changed(before, ds) == []
+
+
+def _epochs(loader, epochs, between):
+    """Each epoch's (epochs, transform values) told by its targets, ``between(epoch)`` called
+    before every epoch but the first."""
+    out = []
+    for epoch in range(epochs):
+        if epoch:
+            between(epoch)
+        loader.set_epoch(epoch)
+        targets = {int(t) for _, batch in loader for t in batch}
+        out.append((sorted({t // 100 for t in targets}), sorted({t % 100 for t in targets})))
+    return out
+
+
+def test_a_datasets_set_epoch_reaches_persistent_workers():
+    ds = Counting()
+    loader = fl.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    with pytest.warns(RuntimeWarning, match=r"the dataset's 'epoch' " + CHANGED):
+        seen = _epochs(loader, 3, ds.set_epoch)
+    assert [told for told, _ in seen] == [[0], [1], [2]]
+    loader.close()
+
+
+def test_a_transform_changed_in_place_reaches_persistent_workers():
+    ds = Counting()
+    loader = fl.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+
+    def grow(epoch):
+        ds.transform.factor = 10 * epoch
+
+    with pytest.warns(RuntimeWarning, match=r"'transform' " + CHANGED):
+        seen = _epochs(loader, 2, grow)
+    assert [made for _, made in seen] == [[1], [10]]
+    loader.close()
+
+
+def test_an_unchanged_dataset_keeps_its_workers_and_says_nothing():
+    ds = Counting()
+    loader = fl.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _epochs(loader, 3, lambda epoch: None)
+    loader.close()
+
+
+def test_without_persistent_workers_a_change_is_seen_with_no_warning():
+    ds = Counting()
+    loader = fl.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        seen = _epochs(loader, 2, ds.set_epoch)
+    assert [told for told, _ in seen] == [[0], [1]]
+
+
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_progressive_resizing_an_image_folder(tmp_path, backend):
+    """fl.Loader's workers persist by default: a new transform each epoch gives that epoch's size."""
+    ds = fl.ImageFolder(write_folder(tmp_path, num_classes=2, per_class=4), transform=fl.transforms.train(32))
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, backend=backend, device="cpu", normalize=False)
+    sizes = []
+
+    def resize(epoch):
+        ds.transform = fl.transforms.train(32 - 8 * epoch)
+
+    context = pytest.warns(RuntimeWarning, match="'transform' " + CHANGED) if backend == "process" else warnings.catch_warnings()
+    with context:
+        if backend == "thread":
+            warnings.simplefilter("error")  # threads share the dataset: nothing to replace
+        for epoch in range(3):
+            if epoch:
+                resize(epoch)
+            sizes.append({tuple(images.shape[2:]) for images, _ in loader})
+    assert sizes == [{(32, 32)}, {(24, 24)}, {(16, 16)}]
+    loader.close()
+
+
+def _shards(folder, shards=2, per_shard=8):
+    for s in range(shards):
+        with tarfile.open(os.path.join(folder, f"shard-{s:06d}.tar"), "w") as t:
+            for k in range(s * per_shard, (s + 1) * per_shard):
+                for name, value in ((f"s{k:05d}.jpg", jpeg_bytes(make_image(k, 24, 24))), (f"s{k:05d}.cls", b"%d" % k)):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(value)
+                    t.addfile(info, io.BytesIO(value))
+
+
+def test_a_streams_persistent_workers_see_a_new_transform(tmp_path):
+    _shards(str(tmp_path))
+    ds = fl.WebDataset(str(tmp_path), transform=Crop(16))
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", normalize=False)
+    sizes = []
+    with pytest.warns(RuntimeWarning, match="'transform' " + CHANGED):
+        for epoch in range(3):
+            if epoch == 2:
+                ds.transform = Crop(8)
+            sizes.append({tuple(images.shape[2:]) for images, _ in loader})
+    assert sizes == [{(16, 16)}, {(16, 16)}, {(8, 8)}]
+    loader.close()
