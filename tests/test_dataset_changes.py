@@ -3,15 +3,14 @@ transform for progressive resizing, an attribute the dataset's own ``set_epoch``
 transform changed in place) starts new workers, which see it, with a warning naming what
 changed (``fastload/datasets/changes.py``). Torch's DataLoader would go on with the old copy."""
 
-import io
 import os
-import tarfile
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from conftest import jpeg_bytes, make_image, write_folder
+from conftest import write_folder
+from golden import write_shards
 
 import fastload as fl
 from fastload.datasets.changes import changed, snapshot
@@ -143,39 +142,26 @@ def test_without_persistent_workers_a_change_is_seen_with_no_warning():
 
 @pytest.mark.parametrize("backend", ["process", "thread"])
 def test_progressive_resizing_an_image_folder(tmp_path, backend):
-    """fl.Loader's workers persist by default: a new transform each epoch gives that epoch's size."""
+    """fl.Loader's workers persist by default: a new transform each epoch gives that epoch's size
+    (on threads, which share the dataset, with no warning)."""
     ds = fl.ImageFolder(write_folder(tmp_path, num_classes=2, per_class=4), transform=fl.transforms.train(32))
     loader = fl.Loader(ds, batch_size=4, num_workers=2, backend=backend, device="cpu", normalize=False)
     sizes = []
-
-    def resize(epoch):
-        ds.transform = fl.transforms.train(32 - 8 * epoch)
-
-    context = pytest.warns(RuntimeWarning, match="'transform' " + CHANGED) if backend == "process" else warnings.catch_warnings()
-    with context:
-        if backend == "thread":
-            warnings.simplefilter("error")  # threads share the dataset: nothing to replace
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         for epoch in range(3):
             if epoch:
-                resize(epoch)
+                ds.transform = fl.transforms.train(32 - 8 * epoch)
             sizes.append({tuple(images.shape[2:]) for images, _ in loader})
-    assert sizes == [{(32, 32)}, {(24, 24)}, {(16, 16)}]
     loader.close()
-
-
-def _shards(folder, shards=2, per_shard=8):
-    for s in range(shards):
-        with tarfile.open(os.path.join(folder, f"shard-{s:06d}.tar"), "w") as t:
-            for k in range(s * per_shard, (s + 1) * per_shard):
-                for name, value in ((f"s{k:05d}.jpg", jpeg_bytes(make_image(k, 24, 24))), (f"s{k:05d}.cls", b"%d" % k)):
-                    info = tarfile.TarInfo(name)
-                    info.size = len(value)
-                    t.addfile(info, io.BytesIO(value))
+    assert sizes == [{(32, 32)}, {(24, 24)}, {(16, 16)}]
+    said = [str(w.message) for w in caught if CHANGED in str(w.message)]
+    assert len(said) == (2 if backend == "process" else 0), said
+    assert all("'transform'" in m for m in said)
 
 
 def test_a_streams_persistent_workers_see_a_new_transform(tmp_path):
-    _shards(str(tmp_path))
-    ds = fl.WebDataset(str(tmp_path), transform=Crop(16))
+    ds = fl.WebDataset(write_shards(str(tmp_path / "shards"), (8, 8), size=(24, 24)), transform=Crop(16))
     loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", normalize=False)
     sizes = []
     with pytest.warns(RuntimeWarning, match="'transform' " + CHANGED):
@@ -185,3 +171,10 @@ def test_a_streams_persistent_workers_see_a_new_transform(tmp_path):
             sizes.append({tuple(images.shape[2:]) for images, _ in loader})
     assert sizes == [{(16, 16)}, {(16, 16)}, {(8, 8)}]
     loader.close()
+
+
+def test_a_plain_callable_set_as_transform_is_wrapped_as_the_constructor_wraps_it(tmp_path):
+    ds = fl.ImageFolder(write_folder(tmp_path, num_classes=1, per_class=2), transform=Crop(8))
+    ds.transform = Crop(4)  # not a Compose: it would fail at the next load unwrapped
+    image, _ = ds[0]
+    assert sorted(image.shape) == [3, 4, 4]
