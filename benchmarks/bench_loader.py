@@ -93,47 +93,49 @@ def full_decode_rate(paths: list[str], passes: int) -> tuple[float, float, str]:
     return len(blobs) / median(times), len(blobs) / median(cpu), name
 
 
-#: Environment switches and the variants they make (process backend: read in its workers).
-ENV_SWITCHES = {"FASTLOAD_ROI=trusted": ("FASTLOAD_ROI", "trusted"),
-                "FASTLOAD_NO_CALIBRATION=1": ("FASTLOAD_NO_CALIBRATION", "1")}
+#: Environment switches of the variants (process backend: read in its workers), as (name, value).
+ROI_TRUSTED = ("FASTLOAD_ROI", "trusted")
+NO_CALIBRATION = ("FASTLOAD_NO_CALIBRATION", "1")
 
 #: The default loader planning with a calibration made on a busy machine (--busy-calibration).
 BUSY = "fastload process uint8 (default, busy calibration)"
 
 
-def fastload_variants(train: bool, busy: bool = False) -> dict:
-    """name -> (transform options, Loader options, environment switch or None, compared with the default)."""
+def fastload_variants(train: bool, busy_cache: str | None = None) -> dict:
+    """name -> (transform options, Loader options, environment switch or None, compared with the
+    default); ``busy_cache``: the cache folder of a calibration made on a busy machine, which one
+    more default loader plans with."""
     variants = {
         "fastload process uint8 (default)": ({}, {}, None, False),
-        **({BUSY: ({}, {}, BUSY, True)} if busy else {}),
         "fastload thread uint8": ({}, {"backend": "thread"}, None, True),
+        **({BUSY: ({}, {}, ("FASTLOAD_CACHE_DIR", busy_cache), True)} if busy_cache else {}),
         # The default again, as its own loader: its ratio to the default is the run's noise.
         "fastload process uint8 (default, a second loader)": ({}, {}, None, True),
         "fastload process uint8, reduced_decode=False": ({"reduced_decode": False}, {}, None, True),
     }
     if roi.available():
         # Region decodes for files known intact: faster where they pay, blind to corrupt data.
-        variants["fastload process uint8, FASTLOAD_ROI=trusted"] = ({}, {}, "FASTLOAD_ROI=trusted", True)
+        variants["fastload process uint8, FASTLOAD_ROI=trusted"] = ({}, {}, ROI_TRUSTED, True)
     other = "turbojpeg" if default_backend() == "simplejpeg" else "simplejpeg"
     try:
         get_decoder(other)
         variants[f"fastload process uint8, decoder={other!r}"] = ({}, {"decoder": other}, None, True)
     except ImportError:
         pass
-    variants["fastload process uint8, FASTLOAD_NO_CALIBRATION=1"] = ({}, {}, "FASTLOAD_NO_CALIBRATION=1", True)
+    variants["fastload process uint8, FASTLOAD_NO_CALIBRATION=1"] = ({}, {}, NO_CALIBRATION, True)
     variants["fastload process uint8, antialias=False (does less)"] = ({"antialias": False}, {}, None, False)
     variants["fastload process float (CPU normalize)"] = ({}, {"normalize": True}, None, False)
     return variants
 
 
 @contextlib.contextmanager
-def switched(env: str | None):
-    """``env`` set (and this process's planner dropped, so forked workers build theirs
-    under it) for the duration; everything restored after."""
+def switched(env: tuple[str, str] | None):
+    """``env`` (name, value) set (and this process's planner dropped, so forked workers build
+    theirs under it) for the duration; everything restored after."""
     if env is None:
         yield
         return
-    key, value = ENV_SWITCHES[env]
+    key, value = env
     old = os.environ.get(key)
     os.environ[key] = value
     plan.set_planner(None)
@@ -154,11 +156,10 @@ def fastload_pipelines(root: str, train: bool, bs: int, workers: int, few: bool,
     ``busy``: one more default loader planning with a calibration made on a busy machine)."""
     make = fl.transforms.train if train else fl.transforms.eval
     loaders, compared = {}, set()
-    if busy:
-        cache = tempfile.mkdtemp(prefix="fastload-busy-cache-")
+    cache = tempfile.mkdtemp(prefix="fastload-busy-cache-") if busy else None
+    if cache is not None:
         print(busy_calibration.describe(busy_calibration.busy_calibration(cache)), flush=True)
-        ENV_SWITCHES[BUSY] = ("FASTLOAD_CACHE_DIR", cache)
-    variants = fastload_variants(train, busy)
+    variants = fastload_variants(train, cache)
     for name, (tf_kw, loader_kw, env, compare) in list(variants.items())[: 2 if few else None]:
         decoder = loader_kw.pop("decoder", None)
         ds = fl.ImageFolder(root, transform=make(224, **tf_kw), decoder=decoder)
@@ -235,14 +236,15 @@ def print_table(mode: str, runs: dict, limits: tuple[float, float], compared: se
         print(f"  {mode}, {unit}: the default against each switch (never slower: >= 0.97):")
         for name, ratio in ratios.items():
             print(f"    vs {name[len('fastload '):]:50s} {ratio:5.2f}x  {'ok' if ratio >= 0.97 else 'SLOWER'}")
+        busy = {}
         if BUSY in med:
             busy = {name: med[BUSY] / med[name] for name in med if name in compared and name != BUSY}
             print(f"  {mode}, {unit}: the default calibrated on a busy machine against each switch (>= 0.97):")
             for name, ratio in busy.items():
                 print(f"    vs {name[len('fastload '):]:50s} {ratio:5.2f}x  {'ok' if ratio >= 0.97 else 'SLOWER'}")
-            ratios = {**ratios, **{f"busy vs {name}": ratio for name, ratio in busy.items()}}
         out["wall" if k == 0 else "cpu"] = {
             "median": med, "default_vs_switch": ratios, "default_vs_timm": med[DEFAULT] / timm,
+            "busy_vs_switch": busy if BUSY in med else None,
             "default_vs_dali": med[DEFAULT] / dali if dali else None, "default_of_limit": med[DEFAULT] / limit}
     return out
 

@@ -95,7 +95,7 @@ def start(python: str, root: str, limit: int, pip_only: bool, cache: str | None 
     env = {**os.environ, "FASTLOAD_ROI": "0", **pip_only_env(pip_only)}
     if cache:
         env["FASTLOAD_CACHE_DIR"] = cache
-    if python != sys.executable:
+    if pip_only and python != sys.executable:
         env.pop("PYTHONPATH", None)  # the fresh venv's own fastload, not this checkout's
     return subprocess.Popen([python, HERE, "--child", root, "--limit", str(limit)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env, cwd="/" if python != sys.executable else None)

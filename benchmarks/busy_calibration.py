@@ -55,8 +55,10 @@ def busy_calibration(cache_dir: str, python: str = sys.executable, env: dict | N
         a planner would ignore the fitted costs), ``backend``, ``file`` and the seconds the
         hogs ran.
     """
-    os.makedirs(cache_dir, exist_ok=True)
     count = hogs if hogs is not None else len(os.sched_getaffinity(0))
+    if count < 1:
+        raise ValueError(f"hogs must be >= 1, got {count}")
+    os.makedirs(cache_dir, exist_ok=True)
     spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
     start = time.perf_counter()
     try:

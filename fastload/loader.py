@@ -306,6 +306,24 @@ class Loader(DataLoaderAttributes):
             self._fingerprint = None
             self._rebuild_source()
 
+    def _follow_pipeline(self) -> None:
+        """``decode="gpu"`` runs the dataset's transforms on the device as they were when the
+        Loader was made: ones changed since (``ds.transform = train(160)``, progressive
+        resizing, on any runner) get their device pipeline, and a source whose workers plan
+        by them (as :meth:`_follow_length`).
+
+        Raises:
+            ValueError: The new transforms are not ones GPU decode can run (the message says which).
+        """
+        if self._gpu is None or self._inherited():
+            return
+        from .device.gpudecode import check_setup
+
+        now = check_setup(self._samples, self.device, self.config.backend)
+        if now != self._gpu:
+            self._gpu = now
+            self._rebuild_source()
+
     def __len__(self) -> int:
         """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""
         if not self._closed:
@@ -322,6 +340,7 @@ class Loader(DataLoaderAttributes):
         if self._inherited():
             self._rebuild_source()  # a forked process's first pass: workers, threads and buffers of its own
         self._follow_length()
+        self._follow_pipeline()
         self._follow_rank()
         self._follow_device()
         self._adopt_sampler_epoch()

@@ -1,7 +1,8 @@
 """Persistent workers copy the dataset as they start: a change between epochs (a new
 transform for progressive resizing, an attribute the dataset's own ``set_epoch`` sets, a
-transform changed in place) starts new workers, which see it, with a warning naming what
-changed (``fastload/datasets/changes.py``). Torch's DataLoader would go on with the old copy."""
+fastload pipeline's setting changed in place) starts new workers, which see it, with a
+warning naming what changed (``fastload/datasets/changes.py``). Torch's DataLoader would go
+on with the old copy. ``decode="gpu"`` follows a new transform on every runner."""
 
 import os
 import warnings
@@ -14,12 +15,14 @@ from golden import write_shards
 
 import fastload as fl
 from fastload.datasets.changes import changed, snapshot
+from fastload.datasets.subset import SubsetDataset
+from fastload.datasets.wrap import WrappedDataset
 
 CHANGED = "changed since its persistent worker processes copied it"
 
 
 class Scale:
-    """A transform with a setting a program may change in place."""
+    """A user's transform with a setting a program may change in place."""
 
     def __init__(self, factor):
         self.factor = factor
@@ -60,7 +63,7 @@ class Crop:
         return np.ascontiguousarray(img[: self.size, : self.size])
 
 
-def test_changed_names_what_was_set_added_removed_or_changed_inside_a_transform():
+def test_changed_names_what_was_set_added_or_removed():
     inner = Counting()
     ds = Holder(inner)
     before = snapshot(ds)
@@ -68,23 +71,50 @@ def test_changed_names_what_was_set_added_removed_or_changed_inside_a_transform(
     inner._cache["x"] = 1  # private
     inner.epoch = 0  # the same plain value again
     inner.n = int("8")  # an equal int, maybe another object
+    inner.transform.factor = 3  # inside a user's object: not looked into (nothing is pickled or called)
     assert changed(before, ds) == []
-    inner.transform.factor = 3  # in place
-    assert changed(before, ds) == ["dataset.transform"]
-    assert changed(snapshot(inner, ds), inner, ds) == []  # the user's dataset first: paths read as theirs
-    before = snapshot(inner, ds)
-    inner.transform.factor = 4
-    assert changed(before, inner, ds) == ["transform"]
-    before = snapshot(ds)
     inner.set_epoch(1)
     inner.extra = []
     del inner.n
     assert changed(before, ds) == ["dataset.epoch", "dataset.extra", "dataset.n"]
     before = snapshot(ds)
-    inner.transform = lambda x: x  # does not pickle: its identity counts
-    assert changed(before, ds) == ["dataset.transform"]
+    inner.epoch = 1.0  # equal, but another type: the workers would compute with an int
+    inner.transform = Scale(3)
+    assert changed(before, ds) == ["dataset.epoch", "dataset.transform"]
+
+
+def test_a_fastload_pipeline_is_compared_by_its_settings():
+    ds = Holder(None)
+    ds.transform = fl.transforms.train(32)
     before = snapshot(ds)
+    ds.transform.transforms[0].size = (16, 16)
+    assert changed(before, ds) == ["transform"]
+    before = snapshot(ds)
+    ds.transform = fl.transforms.Compose(list(ds.transform.transforms))  # the same transforms, wrapped again
     assert changed(before, ds) == []
+    ds.transform = fl.transforms.train(32, reduced_decode=False)  # a setting its repr does not show
+    assert changed(before, ds) == ["transform"]
+
+
+def test_the_loaders_wrappers_are_looked_through_and_a_concat_datasets_parts_looked_into(tmp_path):
+    user = Counting()
+    wrapped = WrappedDataset(user, transform=None)
+    before = snapshot(wrapped)
+    user.set_epoch(2)
+    assert changed(before, wrapped) == ["epoch"]  # the user's name, not dataset.epoch
+    folder = fl.ImageFolder(write_folder(tmp_path, num_classes=1, per_class=4))
+    sub = SubsetDataset(folder, [0, 2])
+    sub.given = torch.utils.data.Subset(folder, [0, 2])
+    before = snapshot(sub)
+    sub.given.indices = [1]  # the Loader copied them: not what the workers load
+    assert changed(before, sub) == []
+    folder.transform = fl.transforms.eval(16)
+    assert changed(before, sub) == ["transform"]
+    a, b = Counting(), Counting()
+    concat = torch.utils.data.ConcatDataset([a, b])
+    before = snapshot(concat)
+    b.transform = Scale(2)
+    assert changed(before, concat) == ["datasets[1].transform"]
 
 
 def _epochs(loader, epochs, between):
@@ -109,15 +139,15 @@ def test_a_datasets_set_epoch_reaches_persistent_workers():
     loader.close()
 
 
-def test_a_transform_changed_in_place_reaches_persistent_workers():
-    ds = Counting()
-    loader = fl.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+def test_a_new_transform_of_a_concat_datasets_part_reaches_persistent_workers():
+    a, b = Counting(4), Counting(4)
+    loader = fl.DataLoader(torch.utils.data.ConcatDataset([a, b]), batch_size=4, num_workers=2, persistent_workers=True)
 
-    def grow(epoch):
-        ds.transform.factor = 10 * epoch
+    def scale(epoch):
+        a.transform = b.transform = Scale(10)
 
-    with pytest.warns(RuntimeWarning, match=r"'transform' " + CHANGED):
-        seen = _epochs(loader, 2, grow)
+    with pytest.warns(RuntimeWarning, match=r"'datasets\[0\].transform', 'datasets\[1\].transform' " + CHANGED):
+        seen = _epochs(loader, 2, scale)
     assert [made for _, made in seen] == [[1], [10]]
     loader.close()
 
@@ -140,37 +170,82 @@ def test_without_persistent_workers_a_change_is_seen_with_no_warning():
     assert [told for told, _ in seen] == [[0], [1]]
 
 
+def _sizes(loader, epochs, between):
+    """Each epoch's image sizes, and the change warnings given, ``between(epoch)`` called
+    before every epoch but the first."""
+    sizes = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for epoch in range(epochs):
+            if epoch:
+                between(epoch)
+            loader.set_epoch(epoch)
+            sizes.append({tuple(images.shape[2:]) for images, _ in loader})
+    loader.close()
+    return sizes, [str(w.message) for w in caught if CHANGED in str(w.message)]
+
+
 @pytest.mark.parametrize("backend", ["process", "thread"])
 def test_progressive_resizing_an_image_folder(tmp_path, backend):
     """fl.Loader's workers persist by default: a new transform each epoch gives that epoch's size
     (on threads, which share the dataset, with no warning)."""
     ds = fl.ImageFolder(write_folder(tmp_path, num_classes=2, per_class=4), transform=fl.transforms.train(32))
     loader = fl.Loader(ds, batch_size=4, num_workers=2, backend=backend, device="cpu", normalize=False)
-    sizes = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for epoch in range(3):
-            if epoch:
-                ds.transform = fl.transforms.train(32 - 8 * epoch)
-            sizes.append({tuple(images.shape[2:]) for images, _ in loader})
-    loader.close()
+
+    def resize(epoch):
+        ds.transform = fl.transforms.train(32 - 8 * epoch)
+
+    sizes, said = _sizes(loader, 3, resize)
     assert sizes == [{(32, 32)}, {(24, 24)}, {(16, 16)}]
-    said = [str(w.message) for w in caught if CHANGED in str(w.message)]
     assert len(said) == (2 if backend == "process" else 0), said
     assert all("'transform'" in m for m in said)
+
+
+def test_a_pipelines_setting_changed_in_place_reaches_persistent_workers(tmp_path):
+    ds = fl.ImageFolder(write_folder(tmp_path, num_classes=1, per_class=4), transform=fl.transforms.train(32))
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", normalize=False)
+
+    def resize(epoch):
+        ds.transform.transforms[0].size = (16, 16)
+
+    sizes, said = _sizes(loader, 2, resize)
+    assert sizes == [{(32, 32)}, {(16, 16)}] and len(said) == 1
+
+
+def test_a_fastload_datasets_own_set_epoch_replaces_no_worker(tmp_path):
+    """timm's train.py calls dataset.set_epoch each epoch; a Loader passes its own epochs."""
+    ds = fl.ImageFolder(write_folder(tmp_path, num_classes=1, per_class=4), transform=fl.transforms.train(16))
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", normalize=False)
+    sizes, said = _sizes(loader, 3, ds.set_epoch)
+    assert ds.epoch == 2 and said == []
+
+
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_gpu_decode_follows_a_new_transform(tmp_path, monkeypatch, backend):
+    """decode="gpu" runs the transform on the device: a new one gets its device pipeline
+    (it failed, or kept the old size, before)."""
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    ds = fl.ImageFolder(write_folder(tmp_path, num_classes=2, per_class=4), transform=fl.transforms.train(32))
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, backend=backend, device="cpu", normalize=False, decode="gpu")
+
+    def resize(epoch):
+        ds.transform = fl.transforms.train(32 - 8 * epoch)
+
+    sizes, _ = _sizes(loader, 3, resize)
+    assert sizes == [{(32, 32)}, {(24, 24)}, {(16, 16)}]
 
 
 def test_a_streams_persistent_workers_see_a_new_transform(tmp_path):
     ds = fl.WebDataset(write_shards(str(tmp_path / "shards"), (8, 8), size=(24, 24)), transform=Crop(16))
     loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", normalize=False)
-    sizes = []
-    with pytest.warns(RuntimeWarning, match="'transform' " + CHANGED):
-        for epoch in range(3):
-            if epoch == 2:
-                ds.transform = Crop(8)
-            sizes.append({tuple(images.shape[2:]) for images, _ in loader})
+
+    def crop(epoch):
+        if epoch == 2:
+            ds.transform = Crop(8)
+
+    sizes, said = _sizes(loader, 3, crop)
     assert sizes == [{(16, 16)}, {(16, 16)}, {(8, 8)}]
-    loader.close()
+    assert len(said) == 1 and "'transform'" in said[0]
 
 
 def test_a_plain_callable_set_as_transform_is_wrapped_as_the_constructor_wraps_it(tmp_path):

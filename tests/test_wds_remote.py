@@ -294,3 +294,14 @@ def test_the_constructor_does_not_wait_for_the_downloads(data, tmp_path):
         # a Loader forks its workers before it asks for len(): the fork waits for the indexes
         batches, n, _ = _epoch(ds, num_workers=2, shuffle=True)
         assert sorted(sum(batches, [])) == list(range(24)) and len(batches) == n and ds.indexed == (4, 4)
+
+
+def test_persistent_workers_over_http_are_kept_for_every_epoch(data, tmp_path):
+    """The index a remote WebDataset finishes as its workers start is no change to the dataset:
+    the workers it started with serve every epoch (the snapshot is taken after the start)."""
+    with http_server(data) as (base, _):
+        ds = _ds(base + URLS, tmp_path / "c")
+        with fl.Loader(ds, **OPTS, num_workers=2, shuffle=True) as loader:
+            for epoch in range(3):
+                loader.set_epoch(epoch)
+                assert sorted(y for _, batch in loader for y in batch.tolist()) == list(range(24))

@@ -89,8 +89,28 @@ class ImageDataset(HoldsPipeline, torch.utils.data.Dataset):
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder = decoder
         self.max_pixels = resolve_max_pixels(max_pixels)
-        self.epoch = 0
-        self.seed = 0
+        # Private: only __getitem__ reads them, never a Loader's workers (a Loader passes its own),
+        # so set_epoch is no change they must see (fastload.datasets.changes).
+        self._epoch = 0
+        self._seed = 0
+
+    @property
+    def epoch(self) -> int:
+        """The epoch ``__getitem__`` loads with (:meth:`set_epoch`; a Loader passes its own)."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._epoch = int(epoch)
+
+    @property
+    def seed(self) -> int:
+        """The seed ``__getitem__`` loads with (a Loader passes its own)."""
+        return self._seed
+
+    @seed.setter
+    def seed(self, seed: int) -> None:
+        self._seed = int(seed)
 
     @property
     def labels(self) -> np.ndarray:
@@ -196,7 +216,7 @@ class ImageDataset(HoldsPipeline, torch.utils.data.Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch used by ``__getitem__`` (the Loader passes epochs explicitly instead)."""
-        self.epoch = int(epoch)
+        self._epoch = int(epoch)
 
     def summary(self) -> dict:
         """Short description for the CLI and the tuner's JSON."""

@@ -112,7 +112,7 @@ class ProcessSource(IndexedSource):
             renew=lambda: self.pool.reset(options.prefetch_factor),
             stop=self._requests.stop,
             dataset=self.dataset,
-            watched=(given_dataset(self.dataset), self.dataset),
+            watched=self.dataset,
         )
 
     def _new_loader(self) -> DataLoader:

@@ -110,7 +110,7 @@ class StreamSource:
             self._closed,
             renew=lambda: self.maker.pool.reset(self._in_use()),
             stop=board.stop if board is not None else lambda: None,
-            watched=(self.stream,),
+            watched=self.stream,
         )
 
     def _in_use(self) -> int:

@@ -178,10 +178,10 @@ class WorkerLoader:
             with the old workers).
         stop: Ends the pass under way: the workers are sent, or make, no more of its batches.
         dataset: Names samples in errors, or None.
-        watched: The datasets the workers copy as they start (the user's, then the wrapper the
-            Loader made of it; or the stream): persistent workers that copied them before a
-            change are replaced as the next pass starts, so that the pass sees the change
-            (:mod:`fastload.datasets.changes`). Empty: not watched.
+        watched: The dataset the workers copy as they start (the Loader's, or the stream):
+            persistent workers that copied it before a change are replaced as the next pass
+            starts, so that the pass sees the change (:mod:`fastload.datasets.changes`).
+            None: not watched.
     """
 
     def __init__(
@@ -193,11 +193,11 @@ class WorkerLoader:
         renew: Callable[[], None],
         stop: Callable[[], None],
         dataset: Any = None,
-        watched: tuple[Any, ...] = (),
+        watched: Any = None,
     ) -> None:
         self._new_loader, self.options, self.inflight, self.closed = new_loader, options, inflight, closed
         self._renew, self._stop, self.dataset, self.watched = renew, stop, dataset, watched
-        self._copied: changes.Snapshot | None = None  # the watched datasets as the running workers copied them
+        self._copied: changes.Snapshot | None = None  # the watched dataset as the running workers copied it
         self._loader: DataLoader | None = new_loader()
         self._started = False  # the persistent workers of _loader run
         self._running: Iterator | None = None  # their iterator (persistent workers), for drain()
@@ -236,14 +236,16 @@ class WorkerLoader:
             self.restart()  # a resume that ran past a tick leaves its iterator unusable: new workers
         prepare()
         box = [self._loader]
-        if self.options.persistent and self.options.num_workers > 0 and self.watched:
-            self._copied = changes.snapshot(*self.watched)  # the workers copy them as they start, next
         try:
             if box[0] is None:
                 raise PassClosed()
             it = start_workers(box[0], self.options)
         finally:
             box.clear()
+        if self.options.persistent and self.options.num_workers > 0 and self.watched is not None:
+            # After the start: the workers copied the dataset there (forked, or pickled), and
+            # what the copy made of it is in it (a remote WebDataset's index, finished first).
+            self._copied = changes.snapshot(self.watched)
         self._started = True
         if self.options.persistent:
             self._running = it
@@ -258,7 +260,7 @@ class WorkerLoader:
         warning says why (nothing of the next pass is lost): a program that turns warnings into
         errors gets new workers all the same."""
         gone = deaths.dead(self.inflight)
-        moved = changes.changed(self._copied, *self.watched) if self._copied is not None else []
+        moved = changes.changed(self._copied, self.watched) if self._copied is not None else []
         if gone:
             why = f"fastload: worker process(es) {', '.join(map(str, sorted(gone)))} ended between passes"
         elif moved:
