@@ -306,23 +306,25 @@ class Loader(DataLoaderAttributes):
             self._fingerprint = None
             self._rebuild_source()
 
-    def _follow_pipeline(self) -> None:
-        """``decode="gpu"`` runs the dataset's transforms on the device as they were when the
-        Loader was made: ones changed since (``ds.transform = train(160)``, progressive
-        resizing, on any runner) get their device pipeline, and a source whose workers plan
-        by them (as :meth:`_follow_length`).
+    def _pipeline_changed(self) -> bool:
+        """``decode="gpu"`` runs the dataset's transforms on the device as they were when its
+        device pipeline was made: whether ones set otherwise since (``ds.transform =
+        train(160)``, progressive resizing, on any runner; a new pipeline set alike is no
+        change) replaced it, for a new source whose workers plan by them.
 
         Raises:
             ValueError: The new transforms are not ones GPU decode can run (the message says which).
         """
-        if self._gpu is None or self._inherited():
-            return
+        if self._gpu is None:
+            return False
+        from .datasets.changes import same_settings
         from .device.gpudecode import check_setup
 
         now = check_setup(self._samples, self.device, self.config.backend)
-        if now != self._gpu:
-            self._gpu = now
-            self._rebuild_source()
+        if same_settings(now, self._gpu):
+            return False
+        self._gpu = now
+        return True
 
     def __len__(self) -> int:
         """Batches of the next pass on this rank (a resumed epoch's rest after ``load_state_dict``)."""
@@ -337,10 +339,11 @@ class Loader(DataLoaderAttributes):
         refuse_while_bootstrapping()  # an unguarded script, re-imported by a spawned worker
         self._end_pass()
         fork_safe_threads()  # in a forked process: torch's thread pool is the parent's
-        if self._inherited():
-            self._rebuild_source()  # a forked process's first pass: workers, threads and buffers of its own
+        # A forked process's first pass: workers, threads and buffers of its own; a new device
+        # pipeline: a source whose workers plan by it (one rebuild for both).
+        if self._pipeline_changed() | self._inherited():
+            self._rebuild_source()
         self._follow_length()
-        self._follow_pipeline()
         self._follow_rank()
         self._follow_device()
         self._adopt_sampler_epoch()

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import write_folder
+from conftest import children, write_folder
 from golden import write_shards
 
 import fastload as fl
@@ -81,6 +81,17 @@ def test_changed_names_what_was_set_added_or_removed():
     inner.epoch = 1.0  # equal, but another type: the workers would compute with an int
     inner.transform = Scale(3)
     assert changed(before, ds) == ["dataset.epoch", "dataset.transform"]
+    inner.pair = (Equal(), 1)
+    before = snapshot(ds)
+    inner.pair = (Equal(), 1)  # another object that says it is equal: no __eq__ is asked
+    assert changed(before, ds) == ["dataset.pair"]
+
+
+class Equal:
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
 
 
 def test_a_fastload_pipeline_is_compared_by_its_settings():
@@ -102,6 +113,8 @@ def test_the_loaders_wrappers_are_looked_through_and_a_concat_datasets_parts_loo
     before = snapshot(wrapped)
     user.set_epoch(2)
     assert changed(before, wrapped) == ["epoch"]  # the user's name, not dataset.epoch
+    wrapped.transform = fl.transforms.eval(8)
+    assert changed(before, wrapped) == ["epoch", "loader.transform"]  # the Loader's transform= named apart
     folder = fl.ImageFolder(write_folder(tmp_path, num_classes=1, per_class=4))
     sub = SubsetDataset(folder, [0, 2])
     sub.given = torch.utils.data.Subset(folder, [0, 2])
@@ -115,6 +128,13 @@ def test_the_loaders_wrappers_are_looked_through_and_a_concat_datasets_parts_loo
     before = snapshot(concat)
     b.transform = Scale(2)
     assert changed(before, concat) == ["datasets[1].transform"]
+    parts = torch.utils.data.ConcatDataset([folder])
+    before = snapshot(parts)
+    folder.set_epoch(3)  # read by index there: its __getitem__ loads with it
+    assert changed(before, parts) == ["datasets[0].epoch"]
+    before = snapshot(folder)
+    folder.set_epoch(4)  # loaded by the Loader itself, with the Loader's epoch
+    assert changed(before, folder) == []
 
 
 def _epochs(loader, epochs, between):
@@ -212,6 +232,19 @@ def test_a_pipelines_setting_changed_in_place_reaches_persistent_workers(tmp_pat
     assert sizes == [{(32, 32)}, {(16, 16)}] and len(said) == 1
 
 
+def test_the_set_epoch_of_a_fastload_dataset_inside_a_concat_dataset_reaches_persistent_workers(tmp_path):
+    """There the workers call its __getitem__, which loads with its own epoch: each epoch's crops differ."""
+    part = fl.ImageFolder(write_folder(tmp_path, num_classes=1, per_class=4), transform=fl.transforms.train(16))
+    loader = fl.DataLoader(torch.utils.data.ConcatDataset([part]), batch_size=4, num_workers=2, persistent_workers=True)
+    pixels = []
+    with pytest.warns(RuntimeWarning, match=r"'datasets\[0\].epoch' " + CHANGED):
+        for epoch in range(3):
+            part.set_epoch(epoch)
+            pixels.append(torch.cat([images for images, _ in loader]))
+    loader.close()
+    assert not torch.equal(pixels[0], pixels[1]) and not torch.equal(pixels[1], pixels[2])
+
+
 def test_a_fastload_datasets_own_set_epoch_replaces_no_worker(tmp_path):
     """timm's train.py calls dataset.set_epoch each epoch; a Loader passes its own epochs."""
     ds = fl.ImageFolder(write_folder(tmp_path, num_classes=1, per_class=4), transform=fl.transforms.train(16))
@@ -233,6 +266,20 @@ def test_gpu_decode_follows_a_new_transform(tmp_path, monkeypatch, backend):
 
     sizes, _ = _sizes(loader, 3, resize)
     assert sizes == [{(32, 32)}, {(24, 24)}, {(16, 16)}]
+
+
+def test_gpu_decode_keeps_its_workers_for_a_new_transform_set_alike(tmp_path, monkeypatch):
+    """A schedule that assigns ``train(size)`` every epoch, the size unchanged: no new source."""
+    monkeypatch.setenv("FASTLOAD_GPU_DECODE_ON_CPU", "1")
+    ds = fl.ImageFolder(write_folder(tmp_path, num_classes=1, per_class=4), transform=fl.transforms.train(16))
+    loader = fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", normalize=False, decode="gpu")
+    workers = []
+    for _ in range(3):
+        ds.transform = fl.transforms.train(16)
+        list(loader)
+        workers.append(children())
+    loader.close()
+    assert workers[0] == workers[1] == workers[2]
 
 
 def test_a_streams_persistent_workers_see_a_new_transform(tmp_path):

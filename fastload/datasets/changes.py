@@ -14,17 +14,25 @@ tuple: a ``ConcatDataset``'s parts):
 
 - every public attribute (no leading underscore) set to another object, added or removed
   (plain values, ``int``, ``str``, ..., compare by type and value);
-- inside a fastload transform pipeline (a ``Compose``, a ``MultiView``, and the fastload
-  transforms in them), a setting changed in place, as
-  ``ds.transform.transforms[0].size = (160, 160)``.
+- a fastload transform pipeline (a ``Compose``, a ``MultiView``, and the fastload transforms
+  in them) by its settings: a new pipeline set alike is no change, and a setting changed in
+  place is one, as ``ds.transform.transforms[0].size = (160, 160)`` (of the fastload
+  transforms, the crops and flips read their settings as they run; the others keep what
+  they derive from them when made, so change those by assigning a new pipeline);
+- the ``epoch`` and ``seed`` of a fastload dataset that the workers read by index (one held
+  in a ``ConcatDataset`` or in the user's own dataset): its ``set_epoch`` changes what its
+  ``__getitem__`` loads. One the Loader loads itself gets the Loader's epoch and seed, and
+  its ``set_epoch`` is no change.
 
 Not seen: a change inside any other object (a user's transform changed in place, an
 element of a list replaced), and private attributes (the dataset's caches and handles,
-which may differ per process by design). Nothing is pickled or called: a snapshot costs
-microseconds, whatever the dataset holds. The wrapper a Loader makes of the user's dataset
-(:class:`~fastload.datasets.wrap.WrappedDataset`, :class:`~fastload.datasets.subset.SubsetDataset`)
-is looked through: paths read as the user's dataset's (``transform``, not
-``dataset.transform``), and the ``Subset`` the Loader copied its indices from is not watched.
+which may differ per process by design). Nothing is pickled, and no object's ``__eq__`` is
+called: a snapshot takes well under a millisecond, whatever the dataset holds. The
+wrapper a Loader makes of the user's dataset (:class:`~fastload.datasets.wrap.WrappedDataset`,
+:class:`~fastload.datasets.subset.SubsetDataset`) is looked through: the user's dataset's
+attributes read as theirs (``transform``, not ``dataset.transform``), the wrapper's own as
+``loader.transform``, and the ``Subset`` of a fastload dataset whose indices the Loader
+copied is not watched.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import Any
 import torch
 
 from ..transforms.compose import DecodePipeline
+from .base import ImageDataset
 from .subset import SubsetDataset
 from .wrap import WrappedDataset
 
@@ -50,17 +59,12 @@ _ITEMS = 256
 
 
 class _Ref:
-    """An object compared by identity inside a pipeline's settings (tuples compare by ``==``)."""
+    """An object inside a pipeline's settings, compared by identity (:func:`_same`)."""
 
     __slots__ = ("obj",)
 
     def __init__(self, obj: Any) -> None:
         self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Ref) and other.obj is self.obj
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ def snapshot(dataset: Any) -> Snapshot:
         The snapshot, for :func:`changed`.
     """
     entries: dict[str, tuple[str, Any]] = {}
-    _walk(dataset, "", "", entries, 0, set())
+    _walk(dataset, "", "", entries, 0, set(), False)  # the root is loaded by the Loader's load (or a stream's)
     return Snapshot(entries)
 
 
@@ -109,37 +113,61 @@ def changed(before: Snapshot, dataset: Any) -> list[str]:
     return sorted(moved)
 
 
+def same_settings(a: Any, b: Any) -> bool:
+    """Whether fastload objects ``a`` and ``b`` are set alike (as :func:`changed` compares a
+    pipeline: their public attributes, recursively; any other object by identity), e.g. two
+    GPU decode pipelines made of one transform each, the transforms set alike."""
+    return _same(_settings(a, 0), _settings(b, 0))
+
+
 def _same(old: Any, new: Any) -> bool:
+    """Plain values by type and value; tuples (a pipeline's settings) elementwise; any other
+    object by identity: no object's own ``__eq__`` is called."""
     if old is new:
         return True
-    if type(old) is not type(new) or not isinstance(old, (*_PLAIN, tuple)):
-        return False  # an object is compared by identity; a pipeline's settings are tuples
-    try:
-        return bool(old == new)
-    except Exception:  # noqa: BLE001 - a value's own __eq__ may raise anything: count it as changed
+    if type(old) is not type(new):
         return False
+    if isinstance(old, _Ref):
+        return old.obj is new.obj
+    if isinstance(old, tuple):
+        return len(old) == len(new) and all(_same(a, b) for a, b in zip(old, new))
+    if isinstance(old, _PLAIN):
+        try:
+            return bool(old == new)
+        except Exception:  # noqa: BLE001 - a subclass's own __eq__ may raise anything: changed
+            return False
+    return False
 
 
-def _walk(obj: Any, key: str, shown: str, entries: dict, depth: int, seen: set[int]) -> None:
+def _walk(obj: Any, key: str, shown: str, entries: dict, depth: int, seen: set[int], by_index: bool) -> None:
+    """Records ``obj``'s public attributes and walks the datasets it holds; ``by_index``: the
+    workers read ``obj`` by ``obj[i]`` (held by a user's dataset), not by the Loader's own
+    ``load`` (with the Loader's epoch and seed)."""
     if id(obj) in seen or depth > _DEPTH:
         return
     seen.add(id(obj))
-    if isinstance(obj, (WrappedDataset, SubsetDataset)):
-        # The Loader's wrapper: its user's dataset is shown as the user's; the Subset it was
-        # made from ("given") is not what the workers load (the Loader copied its indices).
-        _walk(obj.dataset, key + "dataset.", shown, entries, depth + 1, seen)
-    skip = ("dataset", "given") if isinstance(obj, (WrappedDataset, SubsetDataset)) else ()
+    wrapper = isinstance(obj, (WrappedDataset, SubsetDataset))
+    if wrapper:
+        # The Loader's wrapper: its user's dataset is shown as the user's (read by obj[i] in a
+        # WrappedDataset, by load in a SubsetDataset); the Subset it was made from ("given") is
+        # not what the workers load (the Loader copied its indices).
+        inner_by_index = isinstance(obj, WrappedDataset)
+        _walk(obj.dataset, key + "dataset.", shown, entries, depth + 1, seen, inner_by_index)
+    if by_index and isinstance(obj, ImageDataset):
+        # Its __getitem__ loads with its own epoch and seed (set_epoch): private, so named here.
+        entries[key + "epoch"] = (shown + "epoch", obj.epoch)
+        entries[key + "seed"] = (shown + "seed", obj.seed)
     try:
         attrs = vars(obj)
     except TypeError:  # no __dict__ (slots, a C type): nothing public to compare
         return
     for name, value in list(attrs.items()):
-        if not isinstance(name, str) or name.startswith("_") or name in skip:
+        if not isinstance(name, str) or name.startswith("_") or (wrapper and name in ("dataset", "given")):
             continue
-        path, label = key + name, shown + name
+        path, label = key + name, ("loader." if wrapper else shown) + name
         entries[path] = (label, _settings(value, 0) if isinstance(value, DecodePipeline) else value)
         for k, held in _datasets(value):
-            _walk(held, f"{path}{k}.", f"{label}{k}.", entries, depth + 1, seen)
+            _walk(held, f"{path}{k}.", f"{label}{k}.", entries, depth + 1, seen, True)
 
 
 def _datasets(value: Any) -> list[tuple[str, Any]]:
