@@ -9,7 +9,7 @@ import torch
 
 from ..batch import SampleError
 from ..decode import MODULE_LIMIT, DecodeError, MaxPixels, get_decoder, resolve_max_pixels
-from ..transforms.compose import DecodePipeline, HoldsPipeline, as_compose
+from ..transforms.compose import DecodePipeline, as_compose
 from ..verified import NOT_VERIFIED, check_bytes
 from ..views import contiguous
 from .protocols import LoadTraits
@@ -33,6 +33,16 @@ class SampleDecodeError(DecodeError, SampleError):
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     """The generator for one sample's augmentation: a function of its identity only."""
     return np.random.default_rng((seed, epoch, index))
+
+
+class HoldsPipeline:
+    """A dataset whose ``transform`` is always a pipeline
+    (:func:`~fastload.transforms.compose.as_compose`): one assigned after construction, as
+    ``ds.transform = train(160)`` between epochs for progressive resizing, or a plain
+    callable, is wrapped as the constructor wraps it."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, as_compose(value) if name == "transform" else value)
 
 
 class ImageDataset(HoldsPipeline, torch.utils.data.Dataset):

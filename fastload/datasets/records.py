@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..decode import DecodeError, get_decoder
-from ..transforms.compose import HoldsPipeline
 from ..verified import ChangedSinceVerifiedError
-from .base import sample_rng
+from .base import HoldsPipeline, sample_rng
 from .sampleplan import SamplePlan
 
 

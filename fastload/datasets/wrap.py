@@ -17,9 +17,8 @@ from PIL import Image
 
 from ..batch import SampleError
 from ..transforms import as_compose
-from ..transforms.compose import HoldsPipeline
 from ..views import contiguous
-from .base import sample_name, sample_rng
+from .base import HoldsPipeline, sample_name, sample_rng
 from .protocols import Describes, LoadTraits
 
 ACCEPTED = "a PIL image (converted to RGB), a uint8 numpy array (H×W×C or H×W) or a uint8 tensor (C×H×W or H×W×C)"

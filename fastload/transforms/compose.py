@@ -285,15 +285,6 @@ def as_compose(transform: Any) -> DecodePipeline:
     return compose_of(transform)
 
 
-class HoldsPipeline:
-    """A dataset whose ``transform`` is always a pipeline (:func:`as_compose`): one assigned
-    after construction, as ``ds.transform = train(160)`` between epochs for progressive
-    resizing, or a plain callable, is wrapped as the constructor wraps it."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, as_compose(value) if name == "transform" else value)
-
-
 def compose_of(transform: Any) -> Compose:
     """``transform`` as one view's pipeline: a Compose as it is, ``Compose(transform)`` for a
     list, ``Compose([])`` for None, else ``Compose([transform])``."""
