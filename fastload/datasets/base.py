@@ -99,8 +99,9 @@ class ImageDataset(HoldsPipeline, torch.utils.data.Dataset):
             get_decoder(decoder)  # fail now, naming the backend, not in a worker
         self.decoder = decoder
         self.max_pixels = resolve_max_pixels(max_pixels)
-        # Private: only __getitem__ reads them, never a Loader's workers (a Loader passes its own),
-        # so set_epoch is no change they must see (fastload.datasets.changes).
+        # Private: only __getitem__ reads them. A Loader that loads this dataset itself passes
+        # its own, so set_epoch is no change its workers must see; where they read it by index
+        # (inside a ConcatDataset) fastload.datasets.changes watches them by name.
         self._epoch = 0
         self._seed = 0
 
