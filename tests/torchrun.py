@@ -39,7 +39,15 @@ def torchrun(script: str, *args, ranks: int = 2, timeout: float = 180, env: dict
     path = os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), base.get("PYTHONPATH", "")])
     full_env = {**base, "PYTHONPATH": path}
     for attempt in (1, 2):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+        except subprocess.TimeoutExpired as e:
+            # What each rank printed until then (the exception's repr cuts it to a line).
+            def text(b) -> str:
+                return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+            ran = subprocess.CompletedProcess(cmd, -9, text(e.stdout), text(e.stderr))
+            raise AssertionError(f"torchrun timed out after {timeout:g} s:\n{failure(ran)}") from None
         if proc.returncode == 0 or attempt == 2 or not _transport_only(proc.stdout + proc.stderr):
             break
         warnings.warn(f"torchrun: gloo's connection set-up failed, retried once:\n{failure(proc)}", stacklevel=2)
