@@ -7,6 +7,7 @@ failure shows every rank's traceback, not only the tail that torchrun's summary 
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import warnings
@@ -39,21 +40,29 @@ def torchrun(script: str, *args, ranks: int = 2, timeout: float = 180, env: dict
     path = os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), base.get("PYTHONPATH", "")])
     full_env = {**base, "PYTHONPATH": path}
     for attempt in (1, 2):
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
-        except subprocess.TimeoutExpired as e:
-            # What each rank printed until then (the exception's repr cuts it to a line).
-            def text(b) -> str:
-                return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
-
-            ran = subprocess.CompletedProcess(cmd, -9, text(e.stdout), text(e.stderr))
-            raise AssertionError(f"torchrun timed out after {timeout:g} s:\n{failure(ran)}") from None
+        proc = _run(cmd, timeout, full_env, cwd)
         if proc.returncode == 0 or attempt == 2 or not _transport_only(proc.stdout + proc.stderr):
             break
         warnings.warn(f"torchrun: gloo's connection set-up failed, retried once:\n{failure(proc)}", stacklevel=2)
     if check:
         assert proc.returncode == 0, failure(proc)
     return proc
+
+
+def _run(cmd: list, timeout: float, env: dict, cwd: str | None) -> subprocess.CompletedProcess:
+    """``cmd`` in a session of its own: at ``timeout`` the launcher and its ranks are all
+    killed (killing the launcher alone left the ranks running, and holding the CPU, for the
+    rest of the suite), and the error shows what each rank printed until then."""
+    popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                             start_new_session=True)
+    try:
+        out, err = popen.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(popen.pid, signal.SIGKILL)
+        out, err = popen.communicate()
+        ran = subprocess.CompletedProcess(cmd, -9, out, err)
+        raise AssertionError(f"torchrun timed out after {timeout:g} s:\n{failure(ran)}") from None
+    return subprocess.CompletedProcess(cmd, popen.returncode, out, err)
 
 
 def failure(proc: subprocess.CompletedProcess, limit: int = 8000) -> str:
