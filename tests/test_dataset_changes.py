@@ -4,7 +4,9 @@ fastload pipeline's setting changed in place) starts new workers, which see it, 
 warning naming what changed (``fastload/datasets/changes.py``). Torch's DataLoader would go
 on with the old copy. ``decode="gpu"`` follows a new transform on every runner."""
 
+import multiprocessing.util
 import os
+import time
 import warnings
 
 import numpy as np
@@ -295,3 +297,34 @@ def test_a_plain_callable_set_as_transform_is_wrapped_as_the_constructor_wraps_i
     ds.transform = Crop(4)  # not a Compose: it would fail at the next load unwrapped
     image, _ = ds[0]
     assert sorted(image.shape) == [3, 4, 4]
+
+
+class LogsExit(Counting):
+    """Counting whose worker processes write their pid to ``log`` as they exit their own way
+    (multiprocessing's finalizers run then; a killed process runs none)."""
+
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def __getitem__(self, i):
+        if os.getpid() not in self._cache:
+            self._cache[os.getpid()] = True
+            log = self.log
+            multiprocessing.util.Finalize(None, lambda: open(log, "a").write(f"{os.getpid()}\n"), exitpriority=10)
+        return super().__getitem__(i)
+
+
+def test_workers_replaced_for_a_change_exit_their_own_way(tmp_path):
+    """Idle and drained, they are asked to exit, not killed: three generations, six clean exits."""
+    log = str(tmp_path / "exits")
+    open(log, "w").close()
+    ds = LogsExit(log)
+    loader = fl.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    with pytest.warns(RuntimeWarning, match=CHANGED):
+        _epochs(loader, 3, ds.set_epoch)
+    loader.close()
+    deadline = time.monotonic() + 10
+    while len(open(log).read().split()) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(open(log).read().split()) == 6

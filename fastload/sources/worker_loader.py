@@ -19,7 +19,7 @@ from ..datasets import changes, waits
 from ..encoded import EncodedBatch
 from ..system import user_stacklevel
 from . import deaths
-from .closing import close_workers, end_workers, wait_tick
+from .closing import GRACE_S, close_workers, end_workers, wait_tick
 from .failures import PassClosed, WorkerFailure, from_worker, interrupted, pass_failure, worker_failure
 from .inflight import InFlight
 from .waiting import Stop, deadline, wait_until
@@ -258,27 +258,32 @@ class WorkerLoader:
         they would go on with the old one), or the last pass did not drain within
         :data:`DRAIN_S` (or the Loader's longer ``timeout``). They are replaced first, then a
         warning says why (nothing of the next pass is lost): a program that turns warnings into
-        errors gets new workers all the same."""
+        errors gets new workers all the same. Those replaced for a change are drained and idle:
+        they are asked to exit (killed only after :data:`~fastload.sources.closing.GRACE_S`);
+        the others are killed at once."""
         gone = deaths.dead(self.inflight)
-        moved = changes.changed(self._copied, self.watched) if self._copied is not None else []
+        grace = 0.0  # workers that cannot take the pass are killed, not waited for
         if gone:
             why = f"fastload: worker process(es) {', '.join(map(str, sorted(gone)))} ended between passes"
-        elif moved:
-            named = ", ".join(map(repr, moved[:3])) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
-            why = (
-                f"fastload: the dataset's {named} changed since its persistent worker processes copied it, "
-                "which they would not see (pass persistent_workers=False to start workers every epoch "
-                "without this warning)"
-            )
         else:
             try:
                 self.drain(max(DRAIN_S, self.options.timeout))
-                return False
             except WorkerFailure as e:
                 # A batch of the pass given up that does not end (a sample stuck) or a worker that died in it.
                 died = deaths.dead(self.inflight)  # else the drain's own deadline, which says so
                 why = f"{e} (in the pass given up before this one)" if died else str(e)
-        self.restart()
+            else:
+                moved = changes.changed(self._copied, self.watched) if self._copied is not None else []
+                if not moved:
+                    return False
+                named = ", ".join(map(repr, moved[:3])) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
+                why = (
+                    f"fastload: the dataset's {named} changed since its persistent worker processes copied it, "
+                    "which they would not see (pass persistent_workers=False to start workers every epoch "
+                    "without this warning)"
+                )
+                grace = GRACE_S  # idle and drained: they exit their own way
+        self.restart(grace)
         warnings.warn(f"{why}; new workers start", RuntimeWarning, stacklevel=user_stacklevel())
         return True
 
@@ -311,15 +316,16 @@ class WorkerLoader:
         finally:
             box.clear()
 
-    def restart(self) -> None:
-        """New workers for the next pass, after a failure: the old ones are killed, not waited for."""
+    def restart(self, grace_s: float = 0.0) -> None:
+        """New workers for the next pass: the old ones are asked to exit and killed after
+        ``grace_s`` (0, after a failure: at once, not waited for)."""
         if self._loader is not None:
             pids = self.inflight.pids().values()
             deaths.retire(self.inflight)
             self._renew()
             holder = [self._loader]
             self._loader, self._started, self._running = self._new_loader(), False, None
-            end_workers(holder, pids, grace_s=0)
+            end_workers(holder, pids, grace_s=grace_s)
 
     def close(self) -> None:
         """Stops the workers, killing those not gone after a grace (:mod:`.closing`)."""
