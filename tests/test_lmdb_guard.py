@@ -305,3 +305,17 @@ def test_lock_true_on_a_full_disk_names_the_full_disk(lmdb_path, tmp_path, guard
     out = proc.stdout.strip()
     assert out.startswith("ERROR OSError 28 "), out + proc.stderr[-2000:]
     assert f"no space left on the disk of its lock file {disk}/data.lmdb/lock.mdb" in out and "lock=False" in out, out
+
+
+def test_a_process_with_over_1024_files_open_reads_through_its_guard(lmdb_path):
+    """A training process may hold thousands of files: the guard's pipe then gets a descriptor
+    above select()'s 1024 ("filedescriptor out of range in select()"); its waits use poll."""
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        ds = fl.LMDBDataset(lmdb_path)
+        assert ds.read(1) == fl.LMDBDataset(lmdb_path).read(1) and ds.read(1)[0]
+    finally:
+        for fd in held:
+            os.close(fd)

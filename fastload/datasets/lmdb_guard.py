@@ -119,13 +119,17 @@ class Guard:
         check_same_file(self.data)
 
     def _wait_readable(self, fd: int, deadline: float, what: str) -> None:
+        # poll, not select: select() refuses a descriptor above 1024, which a process holding
+        # many files open gives the guard's pipe.
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
         while True:
             left = waits.check(f"the LMDB guard of {self.path} {what}")  # Interrupted: the pass was closed or is late
             now = time.monotonic()
             if now >= deadline:
                 raise _Hung
             tick = min(waits.TICK_S, deadline - now, left if left is not None else waits.TICK_S)
-            if select.select([fd], [], [], tick)[0]:
+            if poller.poll(tick * 1000):  # readable, or the guard's end of the pipe closed (EOF next)
                 return
 
     def _read(self, proc: subprocess.Popen, n: int, deadline: float, what: str) -> bytes:
