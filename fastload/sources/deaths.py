@@ -91,10 +91,16 @@ def retire(table: InFlight) -> None:
 
     Workers that are stopped (SIGSTOP) would never get to exit: they are killed."""
     pids = table.pids()
-    _retired.extend(pids.values())
+    retire_pids(pids.values())
     _tables.discard(table)
-    _pending[:] = [(p, e) for p, e in _pending if not p <= set(_retired)]
     kill_children(pid for pid in pids.values() if process_state(pid).startswith("stopped"))
+
+
+def retire_pids(pids: Iterable[int]) -> None:
+    """The processes ``pids`` (workers, registered in no table) are being ended on purpose:
+    their deaths are no longer errors."""
+    _retired.extend(pids)
+    _pending[:] = [(p, e) for p, e in _pending if not p <= set(_retired)]
 
 
 def dead(table: InFlight) -> frozenset[int]:

@@ -124,11 +124,12 @@ class ProcessSource(IndexedSource):
 
     def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
-        requests = self.requests(run)
         try:
             # No name holds the DataLoader iterator here: worker_batches owns it (see there).
+            # Each start deals the pass's requests anew: one whose workers were replaced as it
+            # started had sent them some (see WorkerLoader.start).
             items = worker_batches(
-                self.workers.start(lambda: setattr(self._requests, "current", requests)),
+                self.workers.start(lambda: setattr(self._requests, "current", self.requests(run))),
                 self.options,
                 self.inflight,
                 self.dataset,

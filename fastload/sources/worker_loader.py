@@ -22,6 +22,7 @@ from . import deaths
 from .closing import GRACE_S, close_workers, end_workers, wait_tick
 from .failures import PassClosed, WorkerFailure, from_worker, interrupted, pass_failure, worker_failure
 from .inflight import InFlight
+from .startup import START_TRIES, Starting
 from .waiting import Stop, deadline, wait_until
 from .workers import WorkerOptions, start_workers
 
@@ -234,14 +235,7 @@ class WorkerLoader:
                 finally:
                     failure = None  # its traceback keeps this frame: no cycle back to it
             self.restart()  # a resume that ran past a tick leaves its iterator unusable: new workers
-        prepare()
-        box = [self._loader]
-        try:
-            if box[0] is None:
-                raise PassClosed()
-            it = start_workers(box[0], self.options)
-        finally:
-            box.clear()
+        it = self._start_new(prepare)
         if self.options.persistent and self.options.num_workers > 0 and self.watched is not None:
             # After the start: the workers copied the dataset there (forked, or pickled), and
             # what the copy made of it is in it (a remote WebDataset's index, finished first).
@@ -250,6 +244,42 @@ class WorkerLoader:
         if self.options.persistent:
             self._running = it
         return it
+
+    def _start_new(self, prepare: Callable[[], None]) -> Iterator:
+        """New workers' DataLoader iterator for the next pass, ``prepare()`` run first.
+
+        Forked workers are waited for until each has started: one stuck in the fork itself
+        (:mod:`.startup`) would hold the pass for ever. Nothing of the pass has reached the
+        consumer then, so the workers are replaced and the pass starts again, with a warning,
+        up to :data:`~.startup.START_TRIES` times.
+
+        Raises:
+            RuntimeError: The closed error.
+            WorkerFailure: Workers stuck at every try.
+        """
+        o = self.options
+        for tries in range(1, START_TRIES + 1):
+            prepare()
+            box: list[Any] = [self._loader]
+            starting = Starting(self.inflight, o.num_workers) if o.num_workers and o.start_now() == "fork" else None
+            try:
+                if box[0] is None:
+                    raise PassClosed()
+                box[0] = start_workers(box[0], o)
+                stuck = starting.stuck(self.closed) if starting is not None else None
+                if stuck is None:
+                    return box[0]
+            except BaseException:
+                end_workers(box, grace_s=0)  # closed while they started: dropped in the background
+                raise
+            deaths.watch(self.inflight)  # DataLoader's death handler is installed now: wrapped, it
+            deaths.retire_pids(stuck.pids)  # drops the deaths of workers ended on purpose
+            self.restart()  # the workers that started are killed at once
+            end_workers(box, stuck.pids, grace_s=0)
+            if tries == START_TRIES:
+                raise WorkerFailure(f"{stuck.message()}, {START_TRIES} times in a row")
+            warnings.warn(f"{stuck.message()}; new workers start", RuntimeWarning, stacklevel=user_stacklevel())
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _replaced(self) -> bool:
         """Replaces the persistent workers where they cannot take the next pass: one of them

@@ -1,0 +1,140 @@
+"""Forked workers that never start: found as a pass starts, so that new ones replace them.
+
+A child forked while another thread of the parent holds a lock it needs right after the fork
+waits for that lock for ever, before it runs a line of Python. CPython before 3.11.10 is one
+such case (python/cpython#112275): the child takes the interpreter's thread-state lock again
+before resetting it, so a fork made while another thread holds that lock without the GIL
+leaves a worker stuck. A C++ thread entering Python does: torch.distributed's gloo thread
+(``pt_gloo_runloop``), ending an ``all_reduce``, drops its tensors' Python objects and so
+creates a thread state (gdb: ``ProcessGroupGloo::runLoop`` -> ``~AsyncWork`` ->
+``decref_pyobject`` -> ``gil_scoped_acquire`` -> ``PyThreadState_New``). DataLoader would
+then wait on the stuck worker for ever: it is alive, and none of its batches comes (with
+``timeout=0``, DataLoader's and the Loader's default).
+
+A worker's first act is to register in the in-flight table (:func:`~.workers.worker_init`),
+which counts registrations per worker (:meth:`~.inflight.InFlight.starts`). A pass that
+forked new workers waits for each count to move (a fraction of a second), at most
+:data:`STARTUP_S`; a worker still not started then is stuck (:class:`Starting`). Nothing of
+the pass has reached the consumer yet, so the caller can replace the workers and start the
+pass again, losing nothing and repeating nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from .closing import running
+from .inflight import InFlight
+from .waiting import Stop, wait_until
+
+#: How long a forked worker may take to register (normally well under a second; a loaded
+#: machine, or a slow ``os.register_at_fork`` hook of another library, takes longer).
+STARTUP_S = 30.0
+#: Starts of one pass that may end with a worker stuck before the pass fails.
+START_TRIES = 3
+_POLL_S = 0.005
+
+# python/cpython#112275 is fixed from 3.11.10 on (3.12 never had it).
+KNOWN_DEADLOCK = sys.version_info < (3, 11, 10)
+
+
+def _children() -> set[int]:
+    """The child processes this thread started (Linux lists them by thread); none where the
+    kernel does not list them."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/children") as f:
+            return {int(pid) for pid in f.read().split()}
+    except (OSError, ValueError):
+        return set()
+
+
+def _same_program(pid: int) -> bool:
+    """Whether ``pid`` runs this process's program: a fork of it, not a helper it executed."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe") == os.readlink("/proc/self/exe")
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """The workers of a start that never started.
+
+    Attributes:
+        workers: Their worker numbers.
+        pids: Their processes, where this thread's children are listed (else empty: they are
+            ended with the rest of their DataLoader).
+    """
+
+    workers: tuple[int, ...]
+    pids: tuple[int, ...]
+    limit: float
+
+    def message(self) -> str:
+        """The warning's text: what was seen, and why it can happen."""
+        who = ", ".join(map(str, self.workers))
+        pids = f" (pid {', '.join(map(str, self.pids))})" if self.pids else ""
+        why = ""
+        if KNOWN_DEADLOCK:
+            why = (
+                f"; on Python {sys.version.split()[0]}, a child forked while another thread creates its Python "
+                "thread state can deadlock before it runs (python/cpython#112275, fixed in 3.11.10)"
+            )
+        return f"fastload: worker process(es) {who}{pids} did not start within {self.limit:g} s of their fork{why}"
+
+
+class Starting:
+    """A start of new workers by a fork, seen from before it: call :meth:`stuck` after it.
+
+    Args:
+        inflight: The workers' in-flight table (each worker registers there as it starts).
+        workers: How many are started.
+    """
+
+    def __init__(self, inflight: InFlight, workers: int) -> None:
+        self.inflight, self.workers = inflight, workers
+        self._starts = inflight.starts()
+        self._children = _children()
+
+    def _waiting(self) -> list[int]:
+        """The workers whose registrations have not moved since the start began."""
+        moved = self.inflight.starts() != self._starts
+        return [w for w in range(self.workers) if not moved[w]]
+
+    def stuck(self, closed: threading.Event, limit: float | None = None) -> Stuck | None:
+        """Waits until every worker has started (None back), or ``limit`` seconds (default
+        :data:`STARTUP_S`): those not started then are stuck.
+
+        A new child that is no longer running ends the wait early (None): it died as it started,
+        which the pass reports as a worker death.
+
+        Raises:
+            PassClosed: ``closed`` was set meanwhile.
+        """
+        limit = STARTUP_S if limit is None else limit
+        new = [pid for pid in _children() - self._children if _same_program(pid)]
+
+        def ready(seconds: float) -> bool:
+            until = time.monotonic() + seconds
+            while self._waiting():
+                if len(running(new)) < len(new):
+                    return True
+                if time.monotonic() >= until:
+                    return False
+                time.sleep(_POLL_S)
+            return True
+
+        try:
+            wait_until(ready, Stop(closed), time.monotonic() + limit, TimeoutError)
+            return None
+        except TimeoutError:
+            pass
+        waiting = self._waiting()
+        if not waiting:
+            return None
+        started = set(self.inflight.pids().values())
+        return Stuck(tuple(waiting), tuple(pid for pid in new if pid not in started), limit)

@@ -1,0 +1,126 @@
+"""A forked worker that never starts is replaced as its pass starts (fastload/sources/startup.py).
+
+CPython before 3.11.10 deadlocks a child forked while another thread creates its Python
+thread state (python/cpython#112275): torch.distributed's gloo threads made one DataLoader
+worker of a torchrun rank hang in ``os.fork`` in CI, and the rank waited for it for ever.
+Here an ``os.register_at_fork`` hook makes chosen forks' children wait for ever in the same
+place (before any of the worker's own code), in a subprocess per scenario (fork hooks cannot
+be removed). Each pass must still deliver every sample exactly once, with one warning per
+start replaced, and leave no stuck process behind.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+SCRIPT = """
+import io, json, os, sys, tarfile, time, warnings
+import numpy as np
+import fastload as fl
+from fastload.sources import startup
+
+LIMIT, STUCK, SCENARIO = float(sys.argv[1]), set(json.loads(sys.argv[2])), sys.argv[3]
+startup.STARTUP_S = LIMIT
+forks = [0]
+
+def before():
+    forks[0] += 1
+
+def child():
+    if forks[0] in STUCK:  # as a child deadlocked in the fork: alive, and never running a line of its own
+        while True:
+            time.sleep(60)
+
+os.register_at_fork(before=before, after_in_child=child)
+
+class Numbered(fl.ImageDataset):
+    def __init__(self, n):
+        super().__init__(np.arange(n, dtype=np.int64))
+
+    def load(self, index, epoch=0, seed=0):
+        img = np.full((16, 16, 3), index % 256, np.uint8)
+        return img, int(index)
+
+def shard(path, keys):
+    from conftest import jpeg_bytes, make_image
+    with tarfile.open(path, "w") as t:
+        for k in keys:
+            for name, value in ((f"s{k:05d}.jpg", jpeg_bytes(make_image(k, 24, 24))), (f"s{k:05d}.cls", str(k).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(value)
+                t.addfile(info, io.BytesIO(value))
+
+def state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+common = dict(batch_size=8, num_workers=2, device="cpu", multiprocessing_context="fork", timeout=60)
+if SCENARIO == "indexed":
+    loader, epochs = fl.Loader(Numbered(100), normalize=False, **common), 2
+elif SCENARIO == "dataloader":  # torch's defaults: new workers every epoch
+    loader, epochs = fl.DataLoader(Numbered(100), **common), 3
+else:
+    where = sys.argv[4]
+    shard(f"{where}/a.tar", range(0, 50))
+    shard(f"{where}/b.tar", range(50, 100))
+    loader, epochs = fl.Loader(fl.WebDataset(f"{where}/{{a,b}}.tar", transform=fl.transforms.CenterCrop(16)), normalize=False, **common), 2
+
+out = {"epochs": [], "warnings": []}
+started = time.monotonic()
+try:
+    for epoch in range(epochs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            seen = sorted(int(t) for _, targets in loader for t in targets)
+        out["epochs"].append(seen)
+        out["warnings"].append([str(w.message) for w in caught])
+except Exception as e:
+    out["error"] = f"{type(e).__name__}: {e}"
+out["seconds"] = time.monotonic() - started
+loader.close()
+time.sleep(0.5)
+pids = [int(p) for text in sum(out["warnings"], []) for p in text.split("(pid ")[1].split(")")[0].split(", ")]
+out["left"] = {p: state(p) for p in pids if state(p) not in ("gone", "Z", "X")}
+print(json.dumps(out))
+"""
+
+
+def _run(tmp_path, stuck, scenario, limit=2.0):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_TESTS, os.path.dirname(_TESTS)])}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(limit), json.dumps(stuck), scenario, str(tmp_path)],
+                          capture_output=True, text=True, timeout=150, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("scenario, stuck, epochs, stuck_in", [
+    ("indexed", [2], 2, 0),  # the second worker of the first start; persistent after that
+    ("dataloader", [3], 3, 1),  # the first worker of the second epoch's start
+    ("stream", [1], 2, 0),
+])
+def test_a_worker_stuck_in_its_fork_is_replaced_and_nothing_is_lost(tmp_path, scenario, stuck, epochs, stuck_in):
+    out = _run(tmp_path, stuck, scenario)
+    assert "error" not in out, out.get("error")
+    assert out["epochs"] == [list(range(100))] * epochs, "every sample exactly once, every epoch"
+    for epoch, said in enumerate(out["warnings"]):
+        assert len(said) == (epoch == stuck_in), said
+    (said,) = out["warnings"][stuck_in]
+    assert "did not start within 2 s of their fork" in said and said.endswith("; new workers start"), said
+    assert "(pid " in said, "the stuck process is named"
+    assert out["left"] == {}, "the stuck process is killed"
+
+
+def test_workers_stuck_at_every_start_fail_the_pass_naming_why(tmp_path):
+    out = _run(tmp_path, list(range(1, 20)), "indexed", limit=1.0)
+    assert "WorkerFailure" in out["error"] and "3 times in a row" in out["error"], out["error"]
+    assert "did not start within 1 s of their fork" in out["error"]
+    assert len(out["warnings"]) == 0  # recorded per finished epoch: the first failed
+    assert out["seconds"] < 20
