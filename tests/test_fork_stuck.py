@@ -102,9 +102,10 @@ def _run(tmp_path, stuck, scenario, limit=2.0):
 
 
 @pytest.mark.parametrize("scenario, stuck, epochs, stuck_in", [
-    ("indexed", [2], 2, 0),  # the second worker of the first start; persistent after that
-    ("dataloader", [3], 3, 1),  # the first worker of the second epoch's start
-    ("stream", [1], 2, 0),
+    # the second worker of the first start; persistent after that
+    pytest.param("indexed", [2], 2, 0, marks=pytest.mark.slow),
+    ("dataloader", [3], 3, 1),  # the first worker of the second epoch's start (the hang seen in CI)
+    pytest.param("stream", [1], 2, 0, marks=pytest.mark.slow),
 ])
 def test_a_worker_stuck_in_its_fork_is_replaced_and_nothing_is_lost(tmp_path, scenario, stuck, epochs, stuck_in):
     out = _run(tmp_path, stuck, scenario)
@@ -119,8 +120,8 @@ def test_a_worker_stuck_in_its_fork_is_replaced_and_nothing_is_lost(tmp_path, sc
 
 
 def test_workers_stuck_at_every_start_fail_the_pass_naming_why(tmp_path):
-    out = _run(tmp_path, list(range(1, 20)), "indexed", limit=1.0)
+    out = _run(tmp_path, list(range(1, 20)), "indexed", limit=0.5)
     assert "WorkerFailure" in out["error"] and "3 times in a row" in out["error"], out["error"]
-    assert "did not start within 1 s of their fork" in out["error"]
+    assert "did not start within 0.5 s of their fork" in out["error"]
     assert len(out["warnings"]) == 0  # recorded per finished epoch: the first failed
     assert out["seconds"] < 20

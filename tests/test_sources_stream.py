@@ -183,6 +183,18 @@ def test_a_stream_on_the_thread_backend_gives_the_process_backends_batches(tmp_p
     assert [i.tolist() for _, i in resumed] == [i.tolist() for _, i in threads[2:]]
 
 
+def _threads(head):
+    """``head``, then every thread's stack: where a consumer that did not end is waiting."""
+    import sys
+    import threading
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    stacks = [f"--- {names.get(ident, ident)}\n{''.join(traceback.format_stack(frame))}"
+              for ident, frame in sys._current_frames().items()]
+    return "\n".join([head, *stacks])
+
+
 class _Hangs:
     """Leaves every image as it is but record ``at``'s (by its pixel sum), on which it hangs."""
 
@@ -232,7 +244,8 @@ def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
         start = time.monotonic()
         loader.close()
         consumer.join(5)
-        assert got and "close()" in str(got[0]) and time.monotonic() - start < 3
+        took = time.monotonic() - start
+        assert got and "close()" in str(got[0]) and took < 3, _threads(f"after {took:.1f} s, got {got}")
     finally:
         release.set()
 
