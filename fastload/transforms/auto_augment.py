@@ -25,6 +25,7 @@ from ._augment_ops import (
 )
 from ._policies import POLICIES
 from .functional._utils import Fill, check_fill, interpolation_name
+from .settings import Settings
 
 
 class AutoAugmentPolicy(enum.Enum):
@@ -44,7 +45,7 @@ def _int_arg(value: Any, name: str, low: int, high: int | None = None) -> int:
     return int(value)
 
 
-class _AutoAugmentBase:
+class _AutoAugmentBase(Settings):
     """Validates and keeps ``interpolation`` ('nearest' or 'bilinear') and ``fill``."""
 
     space: Space

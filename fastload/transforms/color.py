@@ -10,6 +10,7 @@ import numpy as np
 
 from . import functional as F
 from .functional._utils import finite
+from .settings import Settings
 
 
 def _probability(p: float) -> float:
@@ -44,7 +45,7 @@ def _jitter_range(
     return None if lo == hi == center else (lo, hi)
 
 
-class ColorJitter:
+class ColorJitter(Settings):
     """Brightness, contrast, saturation and hue adjusted in a random order, each by a
     factor drawn uniformly from its range (None: left alone).
 
@@ -88,7 +89,7 @@ class ColorJitter:
         )
 
 
-class RandomGrayscale:
+class RandomGrayscale(Settings):
     """Grayscale with probability ``p``, keeping the channel count (3 stays 3)."""
 
     def __init__(self, p: float = 0.1) -> None:
@@ -104,7 +105,7 @@ class RandomGrayscale:
         return f"RandomGrayscale(p={self.p})"
 
 
-class RandomSolarize:
+class RandomSolarize(Settings):
     """Inverts the levels >= ``threshold`` with probability ``p``."""
 
     def __init__(self, threshold: float, p: float = 0.5) -> None:
@@ -123,7 +124,7 @@ class RandomSolarize:
         return f"RandomSolarize(threshold={self.threshold}, p={self.p})"
 
 
-class GaussianBlur:
+class GaussianBlur(Settings):
     """Gaussian blur with sigma drawn uniformly from ``sigma`` (min, max), or fixed.
 
     Args:

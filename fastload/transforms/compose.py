@@ -15,6 +15,7 @@ from ..decode.plan import DecodePlan, choose, execute
 from ..decode.resize import Crop
 from .crops import CenterCrop, CropPlanner, InPlace, Resize, ResizedCenterCrop
 from .foreign import foreign_error
+from .settings import Settings, same_items
 
 
 def takes_rng(transform: Any) -> bool:
@@ -65,7 +66,7 @@ class DecodeSteps:
 _REQUIRED: Any = object()  # Compose.__call__'s rng when the caller gave none
 
 
-class DecodePipeline(abc.ABC):
+class DecodePipeline(Settings, abc.ABC):
     """What a dataset holds as its transform (:func:`as_compose`): transforms that plan the
     decode of an encoded image from its header (:meth:`plan_decode`), then decode it and
     transform the result (:meth:`finish_decode`). Subclassed by :class:`Compose` (one view)
@@ -132,8 +133,20 @@ class Compose(DecodePipeline):
             ts[:2] = [ResizedCenterCrop(ts[1].size, ts[0].size, ts[0].antialias)]
         self.transforms = ts
         self.reduced_decode = reduced_decode
-        self._with_rng = [takes_rng(t) for t in ts]
-        self._inplace = [isinstance(t, InPlace) for t in ts]  # may run in place (after_crop)
+        self._steps: tuple[tuple, list[bool], list[bool]] = ((), [], [])
+        self._forms()
+
+    def _forms(self) -> tuple[tuple, list[bool], list[bool]]:
+        """The transforms, whether each takes the rng and whether it may run in place
+        (after_crop): read from the transforms, again where the list was changed in place (a
+        transform replaced, added or removed: ``pipeline.transforms[0] = t``). One tuple,
+        replaced whole: a thread running the pipeline meanwhile sees the old or the new."""
+        ts = self.transforms
+        if not same_items(self._steps[0], ts):
+            for t in ts:
+                _check_transform(t)
+            self._steps = (tuple(ts), [takes_rng(t) for t in ts], [isinstance(t, InPlace) for t in ts])
+        return self._steps
 
     @staticmethod
     def _apply(t: Any, with_rng: bool, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -154,8 +167,9 @@ class Compose(DecodePipeline):
                 f"Compose takes the image as a uint8 H×W×C numpy array, got {type(img).__name__} "
                 "(a PIL image: np.asarray(img))"
             )
-        for t, with_rng in zip(self.transforms, self._with_rng):
-            img = self._apply(t, with_rng, img, rng)
+        ts, with_rng, _ = self._forms()
+        for t, takes in zip(ts, with_rng):
+            img = self._apply(t, takes, img, rng)
         return img
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop | None:
@@ -240,12 +254,13 @@ class Compose(DecodePipeline):
         ``img`` when it is ``owned`` (nothing else holds it): a flip then costs a few µs,
         where a flipped view costs its caller a reversed copy (~100 µs for 224x224 RGB)."""
         first = 1 if cropped else 0
-        steps = zip(self.transforms[first:], self._with_rng[first:], self._inplace[first:])
-        for t, with_rng, inplace in steps:
-            if inplace and (owned or img is out):
+        ts, with_rng, inplace = self._forms()
+        steps = zip(ts[first:], with_rng[first:], inplace[first:])
+        for t, takes, in_place in steps:
+            if in_place and (owned or img is out):
                 img = t.apply_inplace(img, rng)
             else:
-                img = self._apply(t, with_rng, img, rng)
+                img = self._apply(t, takes, img, rng)
                 owned = False  # the result may be a view of an array someone else holds
         return img
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..decode.resize import Crop, random_resized_crop, resized_center_crop, shorter_side
 from .functional._utils import finite
+from .settings import Settings
 
 
 def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
@@ -19,7 +20,7 @@ def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
-class InPlace(abc.ABC):
+class InPlace(Settings, abc.ABC):
     """A transform that can also write its result into the array it is given: :class:`Compose`
     runs :meth:`apply_inplace` on an array nothing else holds (a fresh decode, a batch slot),
     ``__call__`` elsewhere. Subclassed by fastload's flips; a user's transform is not one."""
@@ -32,7 +33,7 @@ class InPlace(abc.ABC):
         """Same draws as ``__call__``, the result written into ``img`` (and returned)."""
 
 
-class CropPlanner:
+class CropPlanner(Settings):
     """A transform whose geometry is chosen from the image size alone."""
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
@@ -102,7 +103,7 @@ class Resize(CropPlanner):
         return f"Resize({self.size}, antialias={self.antialias})"
 
 
-class CenterCrop:
+class CenterCrop(Settings):
     """Crops the centre ``size`` (torchvision's rounding); the image must be at least that big."""
 
     def __init__(self, size: int | Sequence[int]) -> None:
@@ -125,8 +126,10 @@ class ResizedCenterCrop(CropPlanner):
     decode can be reduced and only the kept pixels are resized. Antialiased (the
     default), its pixels are those of Pillow's resize then centre crop."""
 
-    def __init__(self, size: int | Sequence[int], resize: int, antialias: bool = True) -> None:
+    def __init__(self, size: int | Sequence[int], resize: int | Resize, antialias: bool = True) -> None:
         self.size = _pair(size, "size")
+        if isinstance(resize, Resize):  # as kept here: a setting changed in place makes it again
+            resize = resize.size
         if isinstance(resize, bool) or not isinstance(resize, (int, np.integer)) or resize <= 0:
             raise ValueError(f"resize must be a positive int (the shorter side), got {resize!r}")
         self.resize = Resize(resize, antialias)

@@ -18,6 +18,7 @@ from . import functional as F
 from .crops import InPlace
 from .functional._geometry import BORDERS, parse_padding
 from .functional._utils import Fill, check_fill
+from .settings import Settings
 
 
 def _size(size: int | Sequence[int]) -> tuple[int, int]:
@@ -33,7 +34,7 @@ def _size(size: int | Sequence[int]) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
-class RandomCrop:
+class RandomCrop(Settings):
     """A ``size`` window at a uniformly drawn position, after optional padding.
 
     Args:

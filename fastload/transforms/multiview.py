@@ -114,11 +114,15 @@ class MultiView(DecodePipeline):
             if isinstance(p, MultiView):
                 raise TypeError(f"a MultiView cannot hold another MultiView, got {p!r}; list its pipelines instead")
         self.pipelines: tuple[Compose, ...] = tuple(compose_of(p) for p in pipelines)
-        # The pipelines (what a Compose's ``transforms`` is to a single view).
-        self.transforms: list[Compose] = list(self.pipelines)
         self.counts = _counts(counts, len(self.pipelines))
         self.reduced_decode = bool(reduced_decode) and all(p.reduced_decode for p in self.pipelines)
         self._per_view = tuple(p for p, c in zip(self.pipelines, self.counts) for _ in range(c))
+
+    @property  # read-only where a Compose's is a list to change: set ``pipelines`` instead
+    def transforms(self) -> list[Compose]:  # type: ignore[override]
+        """The pipelines (what a Compose's ``transforms`` is to a single view), read-only: set
+        ``pipelines`` to change them."""
+        return list(self.pipelines)
 
     @property
     def num_views(self) -> int:

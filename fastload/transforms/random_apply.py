@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from .compose import Compose
+from .settings import Settings, same_items
 
 
-class RandomApply:
+class RandomApply(Settings):
     """Applies ``transforms`` in order with probability ``p``, else returns the image as is
     (torchvision's ``RandomApply``). One draw from ``rng`` decides; the transforms then draw
     from it too, only when applied.
@@ -31,12 +32,22 @@ class RandomApply:
             raise ValueError(f"p must be in [0, 1], got {p!r}")
         self.transforms = list(transforms)  # as torchvision's: the list given
         self.p = float(p)
-        self._pipeline = Compose(self.transforms, reduced_decode=False)
+        self._made_of: tuple[tuple, Compose | None] = ((), None)
+        self._pipeline()
+
+    def _pipeline(self) -> Compose:
+        """The transforms as one pipeline, made again where the list was changed in place (one
+        tuple, replaced whole: a thread running it meanwhile sees the old or the new)."""
+        seen, pipeline = self._made_of
+        if pipeline is None or not same_items(seen, self.transforms):
+            pipeline = Compose(self.transforms, reduced_decode=False)
+            self._made_of = (tuple(self.transforms), pipeline)
+        return pipeline
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if rng.random() >= self.p:
             return img
-        return self._pipeline(img, rng)
+        return self._pipeline()(img, rng)
 
     def __repr__(self) -> str:
         return f"RandomApply({self.transforms!r}, p={self.p})"

@@ -12,11 +12,12 @@ import numpy as np
 from . import functional as F
 from .color import _probability
 from .functional._utils import finite
+from .settings import Settings
 
 _PROBE = np.zeros((2, 2, 3), np.uint8)  # arguments are checked by the operation itself, once
 
 
-class _MaybeApplied:
+class _MaybeApplied(Settings):
     """Applies ``op`` with probability ``p`` (one draw from the sample's rng)."""
 
     def __init__(self, op: Callable[[np.ndarray], np.ndarray], p: float, name: str, args: str = "") -> None:
@@ -72,7 +73,7 @@ class RandomAdjustSharpness(_MaybeApplied):
         )
 
 
-class Grayscale:
+class Grayscale(Settings):
     """The grayscale image, with 1 or 3 channels (torchvision's weights and rounding)."""
 
     def __init__(self, num_output_channels: int = 1) -> None:
@@ -87,7 +88,7 @@ class Grayscale:
         return f"Grayscale(num_output_channels={self.num_output_channels})"
 
 
-class Pad:
+class Pad(Settings):
     """Pads the image: ``padding`` as torchvision's (one value, (left/right, top/bottom) or
     (left, top, right, bottom)), ``fill`` for 'constant', or 'edge', 'reflect', 'symmetric'."""
 

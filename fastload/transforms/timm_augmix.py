@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .settings import Settings
+
 
 def _blend(a: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
     """Pillow's ``Image.blend(a, b, alpha)``: a + alpha (b - a) in float32, clipped, truncated."""
@@ -22,7 +24,7 @@ def _blend(a: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
     return np.clip(out, 0, 255, out=out).astype(np.uint8)
 
 
-class TimmAugMix:
+class TimmAugMix(Settings):
     """timm's AugMix on uint8 H×W×C arrays.
 
     Args:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .functional._utils import finite
+from .settings import Settings
 from .timm_augmix import TimmAugMix
 from .timm_config import AugMixConfig, AutoConfig, RandConfig, parse_auto_augment
 from .timm_levels import (
@@ -33,7 +34,7 @@ from .timm_levels import (
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 
 
-class TimmOp:
+class TimmOp(Settings):
     """timm's ``AugmentOp``: applied with probability ``prob`` at a (noisy) magnitude.
 
     Args:
@@ -88,7 +89,7 @@ class TimmOp:
         )
 
 
-class TimmRandAugment:
+class TimmRandAugment(Settings):
     """timm's ``RandAugment``: ``num_layers`` ops drawn per image, with replacement, or by
     weight without replacement when ``weights`` is given (as timm's ``np.random.choice``).
 
@@ -197,7 +198,7 @@ POLICIES = {
 }
 
 
-class TimmAutoAugment:
+class TimmAutoAugment(Settings):
     """timm's ``AutoAugment``: one sub-policy drawn uniformly per image, its ops applied in order.
 
     Args:
