@@ -122,8 +122,8 @@ def test_eval_matches_timms_eval_transform_on_pillow(factory, kw):
 
 
 def test_eval_arguments():
-    assert T.eval(224).transforms[0].resize.size == 256
-    assert T.eval(224, crop_pct=0.95).transforms[0].resize.size == 235  # floor(224 / 0.95), as timm
+    assert T.eval(224).transforms[0].resize == 256
+    assert T.eval(224, crop_pct=0.95).transforms[0].resize == 235  # floor(224 / 0.95), as timm
     with pytest.raises(ValueError, match="not both"):
         T.eval(224, resize=256, crop_pct=0.9)
     with pytest.raises(ValueError, match="crop_mode"):

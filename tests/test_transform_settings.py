@@ -13,8 +13,23 @@ from conftest import write_folder
 
 import fastload as fl
 import fastload.transforms as T
+from fastload.transforms.presets import BicubicCenterCrop, BorderCenterCrop, SquashCenterCrop
 from fastload.transforms.settings import Settings
 from fastload.transforms.timm_policies import TimmOp
+
+
+class Aug:
+    """An albumentations-like pipeline: ``aug(image=img)["image"]``."""
+
+    def __init__(self, add):
+        self.add = add
+
+    def __call__(self, image):
+        return {"image": image + np.uint8(self.add)}
+
+    def __repr__(self):
+        return f"Aug({self.add})"
+
 
 CHANGED = "changed since its persistent worker processes copied it"
 
@@ -48,6 +63,10 @@ CASES = [
     (T.TimmAugMix, dict(ops=[TimmOp("Invert", 1.0)]), dict(ops=[TimmOp("Posterize", 1.0, 8)], width=2, depth=2)),
     (T.TimmAutoAugment, dict(policy=[[TimmOp("Invert", 1.0)]]), dict(policy=[[TimmOp("Equalize", 1.0)]])),
     (T.Compose, dict(transforms=[T.CenterCrop(20)]), dict(transforms=[T.RandomResizedCrop(12), T.RandomInvert(1.0)])),
+    (SquashCenterCrop, dict(size=12, resize=20), dict(size=8, resize=(16, 18), antialias=False)),
+    (BorderCenterCrop, dict(size=12, resize=20, fill=(0, 0, 0)), dict(size=16, resize=14, fill=(9, 9, 9))),
+    (BicubicCenterCrop, dict(size=12, resize=20), dict(size=8, resize=(16, 18))),
+    (T.Albumentations, dict(aug=Aug(1)), dict(aug=Aug(7))),
     (T.MultiView, dict(pipelines=[[T.CenterCrop(20)], [T.CenterCrop(8)]]),
      dict(pipelines=[[T.RandomResizedCrop(12)], [T.CenterCrop(4)]], counts=[2, 3], reduced_decode=False)),
 ]
@@ -60,9 +79,7 @@ def _image():
 
 def _out(t):
     rng = np.random.default_rng(5)
-    if isinstance(t, T.Resize) or (isinstance(t, T.ResizedCenterCrop)):
-        return t.plan(24, 28, rng)
-    if isinstance(t, T.RandomResizedCrop):
+    if isinstance(t, (T.Resize, T.ResizedCenterCrop, T.RandomResizedCrop, SquashCenterCrop)):
         return t.plan(24, 28, rng)
     return t(_image(), rng)
 
@@ -79,9 +96,19 @@ def _same(a, b):
     return a == b
 
 
+def _subclasses(cls):
+    return {cls, *(s for sub in cls.__subclasses__() for s in _subclasses(sub))}
+
+
 def test_every_transform_is_covered():
-    classes = {getattr(T, n) for n in T.__all__ if isinstance(getattr(T, n), type) and issubclass(getattr(T, n), Settings)}
-    assert classes | {TimmOp} == {c for c, _, _ in CASES}
+    """Every transform class fastload exports is a Settings (so a setting set in place takes
+    effect), and every Settings of fastload's is in CASES."""
+    exported = {getattr(T, n) for n in T.__all__ if isinstance(getattr(T, n), type)}
+    not_transforms = {T.AutoAugmentPolicy, T.Crop, T.DecodeSteps, T.ViewSteps}
+    assert all(issubclass(c, Settings) for c in exported - not_transforms), exported - not_transforms
+    ours = {c for c in _subclasses(Settings) if c.__module__.startswith("fastload.") and c is not Settings}
+    bases = {c for c in ours if c.__name__.startswith("_") or c.__name__ in ("DecodePipeline", "InPlace", "CropPlanner")}
+    assert ours - bases == {c for c, _, _ in CASES}
 
 
 @pytest.mark.parametrize("cls, made, later", CASES, ids=[c.__name__ for c, _, _ in CASES])
@@ -161,3 +188,75 @@ def test_a_setting_changed_in_place_between_epochs_takes_effect(tmp_path, backen
     assert len(first) == len(second) == 1
     assert (first[0] != first[0] & 0x80).any(), "bits=8 keeps the image"
     assert (second[0] == first[0] & 0x80).all(), "bits=1 keeps each level's top bit"
+
+
+def test_settings_set_together_from_two_threads_are_both_kept():
+    import threading
+
+    for _ in range(50):
+        t = T.ColorJitter(brightness=0.1, contrast=0.1)
+        start = threading.Barrier(2)
+
+        def set_(name, t=t, start=start):
+            start.wait()
+            setattr(t, name, 0.3)
+
+        threads = [threading.Thread(target=set_, args=(n,)) for n in ("brightness", "contrast")]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert t.brightness == t.contrast == (0.7, 1.3)
+
+
+def test_a_list_setting_left_as_it_was_stays_the_callers():
+    pipe = T.Compose([T.CenterCrop(8)])
+    held = pipe.transforms
+    pipe.reduced_decode = False
+    assert pipe.transforms is held
+    held.append(T.RandomInvert(1.0))
+    assert pipe(_image(), np.random.default_rng(0)).max() <= 255 and len(pipe._forms()[0]) == 2
+
+
+def test_a_pipelines_own_reduced_decode_set_in_place_counts_in_a_multiview():
+    views = T.MultiView([T.train(16), T.train(8)])
+    assert views._reduced()
+    views.pipelines[0].reduced_decode = False
+    assert not views._reduced()
+    with pytest.raises(TypeError):
+        views.transforms[0] = T.train(16)  # a tuple: set pipelines instead
+
+
+def test_numpy_values_are_taken_as_the_constructor_takes_them():
+    applied = T.RandomApply([T.RandomInvert(1.0)], p=np.float32(0.25))
+    assert applied.p == 0.25
+    crop = T.RandomResizedCrop(np.array([16, 12]))
+    crop.size = np.array([8, 8])
+    assert crop.size == (8, 8)
+
+
+class _Scaled:
+    """A user's mixin that sets a setting of the fastload transform it is mixed into."""
+
+    def __init__(self, brightness=0.5):
+        super().__init__(brightness=brightness)
+        self.brightness = brightness
+
+
+class _Mixed(_Scaled, T.ColorJitter):
+    pass
+
+
+class _Doubled(T.RandomResizedCrop):
+    """A user's subclass that stores its own value under an argument's name."""
+
+    def __init__(self, size):
+        super().__init__(size * 2)
+
+
+def test_a_users_subclass_is_set_as_before():
+    mixed = _Mixed(0.5)  # before: made again from within its own constructor, for ever
+    assert mixed.brightness == 0.5
+    doubled = _Doubled(8)
+    doubled.scale = (0.6, 1.0)  # set as it is: no constructor of its to call with (16, 16)
+    assert doubled.scale == (0.6, 1.0) and doubled.size == (16, 16)

@@ -16,16 +16,15 @@ tuple: a ``ConcatDataset``'s parts):
   (plain values, ``int``, ``str``, ..., compare by type and value);
 - a fastload transform pipeline (a ``Compose``, a ``MultiView``, and the fastload transforms
   in them) by its settings: a new pipeline set alike is no change, and a setting changed in
-  place is one, as ``ds.transform.transforms[0].size = (160, 160)`` (of the fastload
-  transforms, the crops and flips read their settings as they run; the others keep what
-  they derive from them when made, so change those by assigning a new pipeline);
+  place is one, as ``ds.transform.transforms[0].size = 160`` (a fastload transform makes
+  again what it derives from a setting set in place: :mod:`fastload.transforms.settings`);
 - the ``epoch`` and ``seed`` of a fastload dataset that the workers read by index (one held
   in a ``ConcatDataset`` or in the user's own dataset): its ``set_epoch`` changes what its
   ``__getitem__`` loads. One the Loader loads itself gets the Loader's epoch and seed, and
   its ``set_epoch`` is no change.
 
 Not seen: a change inside any other object (a user's transform changed in place, an
-element of a list replaced), and private attributes (the dataset's caches and handles,
+element of the user's own list replaced), and private attributes (the dataset's caches and handles,
 which may differ per process by design). Nothing is pickled, and no object's ``__eq__`` is
 called: a snapshot takes well under a millisecond, whatever the dataset holds. The
 wrapper a Loader makes of the user's dataset (:class:`~fastload.datasets.wrap.WrappedDataset`,

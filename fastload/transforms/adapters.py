@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from .settings import Settings
 
-class Albumentations:
+
+class Albumentations(Settings):
     """An albumentations pipeline as an ``f(img, rng)`` transform.
 
     Each call hands the pipeline generators drawn from ``rng`` (albumentations >= 2's

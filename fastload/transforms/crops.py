@@ -14,7 +14,13 @@ from .settings import Settings
 
 
 def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
-    pair = (size, size) if isinstance(size, int) else tuple(size) if isinstance(size, (tuple, list)) else ()
+    pair = (
+        (size, size)
+        if isinstance(size, (int, np.integer))
+        else tuple(size)
+        if isinstance(size, (tuple, list, np.ndarray))
+        else ()
+    )
     if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v > 0 for v in pair):
         raise ValueError(f"{what} must be a positive int or (height, width), got {size!r}")
     return int(pair[0]), int(pair[1])
@@ -126,22 +132,24 @@ class ResizedCenterCrop(CropPlanner):
     decode can be reduced and only the kept pixels are resized. Antialiased (the
     default), its pixels are those of Pillow's resize then centre crop."""
 
-    def __init__(self, size: int | Sequence[int], resize: int | Resize, antialias: bool = True) -> None:
+    def __init__(self, size: int | Sequence[int], resize: int, antialias: bool = True) -> None:
         self.size = _pair(size, "size")
-        if isinstance(resize, Resize):  # as kept here: a setting changed in place makes it again
-            resize = resize.size
         if isinstance(resize, bool) or not isinstance(resize, (int, np.integer)) or resize <= 0:
             raise ValueError(f"resize must be a positive int (the shorter side), got {resize!r}")
-        self.resize = Resize(resize, antialias)
-        self.antialias = self.resize.antialias
-        if max(self.size) > self.resize.size:
+        self.resize = int(resize)  # the shorter side, as given (kept under its name: see settings.py)
+        self.antialias = bool(antialias)
+        if max(self.size) > self.resize:
             raise ValueError(f"crop {self.size} is larger than the resize {resize}")
 
+    def out_size(self, h: int, w: int) -> tuple[int, int]:
+        """The size an h×w image is resized to before the centre crop."""
+        return shorter_side(h, w, self.resize)
+
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
-        return resized_center_crop(h, w, self.size, self.resize.size, self.antialias)
+        return resized_center_crop(h, w, self.size, self.resize, self.antialias)
 
     def __repr__(self) -> str:
-        return f"ResizedCenterCrop(size={self.size}, resize={self.resize.size}, antialias={self.antialias})"
+        return f"ResizedCenterCrop(size={self.size}, resize={self.resize}, antialias={self.antialias})"
 
 
 class RandomHorizontalFlip(InPlace):

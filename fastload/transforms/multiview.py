@@ -115,14 +115,19 @@ class MultiView(DecodePipeline):
                 raise TypeError(f"a MultiView cannot hold another MultiView, got {p!r}; list its pipelines instead")
         self.pipelines: tuple[Compose, ...] = tuple(compose_of(p) for p in pipelines)
         self.counts = _counts(counts, len(self.pipelines))
-        self.reduced_decode = bool(reduced_decode) and all(p.reduced_decode for p in self.pipelines)
+        self.reduced_decode = bool(reduced_decode)  # as given: each pipeline's own is read as it plans
         self._per_view = tuple(p for p, c in zip(self.pipelines, self.counts) for _ in range(c))
 
     @property  # read-only where a Compose's is a list to change: set ``pipelines`` instead
-    def transforms(self) -> list[Compose]:  # type: ignore[override]
-        """The pipelines (what a Compose's ``transforms`` is to a single view), read-only: set
+    def transforms(self) -> tuple[Compose, ...]:  # type: ignore[override]
+        """The pipelines (what a Compose's ``transforms`` is to a single view), a tuple: set
         ``pipelines`` to change them."""
-        return list(self.pipelines)
+        return self.pipelines
+
+    def _reduced(self) -> bool:
+        """Whether the decode may be reduced: this MultiView's ``reduced_decode`` and every
+        pipeline's (read as it plans: a pipeline's set in place counts)."""
+        return self.reduced_decode and all(p.reduced_decode for p in self.pipelines)
 
     @property
     def num_views(self) -> int:
@@ -159,7 +164,7 @@ class MultiView(DecodePipeline):
         crops = self.plan(header.height, header.width, rng)
         planned = None
         if all(c is not None for c in crops) and decoder.scales and header.format == "jpeg" and header.components != 4:
-            planned = choose(header, cast(tuple[Crop, ...], crops), self.reduced_decode, verified)
+            planned = choose(header, cast(tuple[Crop, ...], crops), self._reduced(), verified)
         return ViewSteps(header, crops, planned)
 
     def finish_decode(
@@ -188,7 +193,7 @@ class MultiView(DecodePipeline):
                 img = planned.decode(data, decoder, header, max_pixels, buf)
         else:
             cropped = [c for c in crops if c is not None]
-            reduce = self.reduced_decode and len(cropped) == len(crops)
+            reduce = self._reduced() and len(cropped) == len(crops)
             img = decoder.decode(
                 data, max(c.decode_scale for c in cropped) if reduce else 1.0, header=header, max_pixels=max_pixels
             )

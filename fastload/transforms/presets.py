@@ -24,6 +24,7 @@ from .crops import CropPlanner, RandomHorizontalFlip, RandomResizedCrop, Resized
 from .functional._utils import finite
 from .geometry import RandomVerticalFlip
 from .random_apply import RandomApply
+from .settings import Settings
 from .timm_policies import IMAGENET_MEAN, timm_augment
 
 INTERPOLATIONS = ("bilinear", "bicubic", "random")
@@ -180,7 +181,7 @@ def _resize_whole(img: np.ndarray, rh: int, rw: int, interpolation: str) -> np.n
     return torch.ops.aten._upsample_bicubic2d_aa(t, [rh, rw], False, None, None)[0].permute(1, 2, 0).numpy()
 
 
-class BorderCenterCrop:
+class BorderCenterCrop(Settings):
     """timm's ``crop_mode="border"``: the longer side resized to fit ``resize`` (aspect
     kept), padded with ``fill`` to at least ``size``, then the centre ``size`` cropped.
 
@@ -220,7 +221,7 @@ class BorderCenterCrop:
         return f"BorderCenterCrop(size={self.size}, resize={self.resize}, interpolation={self.interpolation!r})"
 
 
-class BicubicCenterCrop:
+class BicubicCenterCrop(Settings):
     """Resize (bicubic, antialiased: Pillow's filter, as torchvision v2) then centre crop.
 
     Not a crop planner: the image is decoded whole and resized whole, slower than the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,10 +29,10 @@ class RandomApply(Settings):
     def __init__(self, transforms: Sequence[Any], p: float = 0.5) -> None:
         if not isinstance(transforms, (list, tuple)):
             raise TypeError(f"transforms must be a list of transforms, got {transforms!r}")
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
             raise ValueError(f"p must be in [0, 1], got {p!r}")
-        self.transforms = list(transforms)  # as torchvision's: the list given
-        self.p = float(p)
+        self.transforms: list[Any] = list(transforms)  # as torchvision's: the list given
+        self.p: float = float(p)
         self._made_of: tuple[tuple, Compose | None] = ((), None)
         self._pipeline()
 

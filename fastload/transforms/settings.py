@@ -10,14 +10,24 @@ what the transform derives from it is derived again, here and in the worker proc
 copy the transform afterwards (a Loader replaces its persistent workers when the dataset's
 pipeline changed, see :mod:`fastload.datasets.changes`).
 
-A list a transform holds and that is changed in place (``pipeline.transforms[0] = t``) is
-seen by the transform that derives from it, as it runs (:func:`same_items`).
+Each setting is checked with the others as they are: set them in an order where each step
+is valid (RandAugment's ``magnitude`` below a smaller ``num_magnitude_bins`` first), or assign
+a new transform. A transform held inside another is set through its holder (a MultiView's
+``counts`` name its pipelines: assign a new MultiView to change how many it has).
+
+A Compose's or RandomApply's list changed in place (``pipeline.transforms[0] = t``,
+``append``) is read again as it runs (:func:`same_items`).
+
+Only fastload's own classes are made again: a subclass of yours may store its arguments
+otherwise (a changed value under an argument's name, an argument of its own not kept), so
+its attributes are set as they are, as before.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,23 +35,26 @@ _KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONL
 
 
 _PARAMS: dict[type, tuple[str, ...] | None] = {}
+_SETTING = threading.RLock()  # one setting made at a time: two threads setting two settings keep both
 
 
 def _params(cls: type) -> tuple[str, ...] | None:
     """The constructor's arguments of ``cls``, by name; None where one cannot be passed by name."""
     if cls not in _PARAMS:
         params = inspect.signature(cls).parameters.values()
-        _PARAMS[cls] = None if any(p.kind not in _KINDS for p in params) else tuple(p.name for p in params)
+        ours = cls.__module__.startswith("fastload.")
+        _PARAMS[cls] = tuple(p.name for p in params) if ours and all(p.kind in _KINDS for p in params) else None
     return _PARAMS[cls]
 
 
 class Settings:
     """Base of fastload's transforms: a public attribute named as a constructor argument, set
     after construction, makes the transform again from its settings with the new value (the
-    constructor checks it; on an error nothing changes).
+    constructor checks it; on an error nothing changes). A list setting left as it was stays
+    the list the caller may hold.
 
-    Any other attribute is set as is; so is every attribute of a subclass whose constructor
-    takes an argument it does not keep under the argument's name (nothing to make it again from).
+    Any other attribute is set as is, as is every attribute of a class that is not
+    fastload's own (a user's subclass, see the module's docstring).
     """
 
     _made = False  # set once the outermost constructor returned
@@ -71,11 +84,17 @@ class Settings:
         if params is None or name not in params or any(p not in self.__dict__ for p in params):
             object.__setattr__(self, name, value)
             return
-        settings = {p: self.__dict__[p] for p in params}
-        settings[name] = value
-        fresh = object.__new__(type(self))
-        type(self).__init__(fresh, **settings)  # checks the new value: raises before anything changes
-        self.__dict__.update(fresh.__dict__)
+        with _SETTING:
+            settings = {p: self.__dict__[p] for p in params}
+            settings[name] = value
+            fresh = object.__new__(type(self))
+            type(self).__init__(fresh, **settings)  # checks the new value: raises before anything changes
+            made = fresh.__dict__
+            for p in params:  # a list the caller holds stays the transform's where its items are
+                old, new = self.__dict__[p], made.get(p)
+                if p != name and isinstance(old, list) and isinstance(new, list) and same_items(old, new):
+                    made[p] = old
+            self.__dict__.update(made)
 
 
 def same_items(seen: Sequence[Any], items: Sequence[Any]) -> bool:

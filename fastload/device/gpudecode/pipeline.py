@@ -168,7 +168,7 @@ class GpuPipeline:
         if isinstance(self.crop, ResizedCenterCrop):
             # Resize the whole image, then take the centre window: the CPU path's pixels
             # (its window resize computes exactly these output pixels).
-            rh, rw = self.crop.resize.out_size(height, width)
+            rh, rw = self.crop.out_size(height, width)
             ch, cw = self.crop.size
             return Geometry(
                 None, (0, 0, height, width), (rh, rw), (int(round((rh - ch) / 2)), int(round((rw - cw) / 2)))
