@@ -396,10 +396,11 @@ class Loader(DataLoaderAttributes):
 
     def _goes_on_after(self, error: Exception, source: Any) -> bool:
         """Whether the pass goes on after ``error``: a batch's error, not a worker's death or
-        timeout (``WorkerFailure``), nor the Loader closed; and an indexed source, whose pass
-        can be made again from any batch (a stream's cannot: its pass ends)."""
+        timeout (``WorkerFailure``), a warning the program made an error, nor the Loader
+        closed; and an indexed source, whose pass can be made again from any batch (a
+        stream's cannot: its pass ends)."""
         return (
-            not isinstance(error, WorkerFailure)
+            not isinstance(error, (WorkerFailure, Warning))  # a warning made an error: not a batch's
             and not self._closed
             and not isinstance(error, PassClosed)
             and source.replays

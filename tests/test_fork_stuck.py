@@ -25,6 +25,7 @@ import fastload as fl
 from fastload.sources import startup
 
 LIMIT, STUCK, SCENARIO = float(sys.argv[1]), set(json.loads(sys.argv[2])), sys.argv[3]
+DIES = set(json.loads(os.environ.get("DIES", "[]")))  # forks whose child exits as it starts
 startup.STARTUP_S = LIMIT
 forks = [0]
 
@@ -35,6 +36,8 @@ def child():
     if forks[0] in STUCK:  # as a child deadlocked in the fork: alive, and never running a line of its own
         while True:
             time.sleep(60)
+    if forks[0] in DIES:
+        os._exit(3)
 
 os.register_at_fork(before=before, after_in_child=child)
 
@@ -69,12 +72,37 @@ elif SCENARIO == "dataloader":  # torch's defaults: new workers every epoch
     loader, epochs = fl.DataLoader(Numbered(100), **common), 3
 else:
     where = sys.argv[4]
-    shard(f"{where}/a.tar", range(0, 50))
-    shard(f"{where}/b.tar", range(50, 100))
-    loader, epochs = fl.Loader(fl.WebDataset(f"{where}/{{a,b}}.tar", transform=fl.transforms.CenterCrop(16)), normalize=False, **common), 2
+    # Less than a batch per slot: the worker that starts ends its slot while the other is stuck.
+    shard(f"{where}/a.tar", range(0, 5))
+    shard(f"{where}/b.tar", range(5, 10))
+    # New workers every epoch: one that ends its slot leaves the in-flight table (finished) at once.
+    loader = fl.Loader(fl.WebDataset(f"{where}/{{a,b}}.tar", transform=fl.transforms.CenterCrop(16)), normalize=False,
+                       persistent_workers=False, **common)
+    epochs = 2
 
-out = {"epochs": [], "warnings": []}
+out = {"epochs": [], "warnings": [], "raised": [], "n": len(loader.dataset)}
 started = time.monotonic()
+if os.environ.get("INTERRUPT"):  # Ctrl-C while the first start waits for its workers
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, float(os.environ["INTERRUPT"]))
+    try:
+        list(loader)
+    except KeyboardInterrupt:
+        out["raised"].append("KeyboardInterrupt")
+if os.environ.get("WERROR"):
+    warnings.simplefilter("error", RuntimeWarning)
+    it = iter(loader)
+    try:
+        next(it)
+    except RuntimeWarning as e:
+        out["raised"].append(str(e))
+    out["after"] = [int(t) for _, targets in it for t in targets]  # the same pass, gone on with
+    warnings.resetwarnings()
 try:
     for epoch in range(epochs):
         with warnings.catch_warnings(record=True) as caught:
@@ -93,8 +121,8 @@ print(json.dumps(out))
 """
 
 
-def _run(tmp_path, stuck, scenario, limit=2.0):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_TESTS, os.path.dirname(_TESTS)])}
+def _run(tmp_path, stuck, scenario, limit=2.0, **env_vars):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_TESTS, os.path.dirname(_TESTS)]), **env_vars}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(limit), json.dumps(stuck), scenario, str(tmp_path)],
                           capture_output=True, text=True, timeout=150, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -110,12 +138,12 @@ def _run(tmp_path, stuck, scenario, limit=2.0):
 def test_a_worker_stuck_in_its_fork_is_replaced_and_nothing_is_lost(tmp_path, scenario, stuck, epochs, stuck_in):
     out = _run(tmp_path, stuck, scenario)
     assert "error" not in out, out.get("error")
-    assert out["epochs"] == [list(range(100))] * epochs, "every sample exactly once, every epoch"
+    assert out["epochs"] == [list(range(out["n"]))] * epochs, "every sample exactly once, every epoch"
     for epoch, said in enumerate(out["warnings"]):
         assert len(said) == (epoch == stuck_in), said
     (said,) = out["warnings"][stuck_in]
     assert "did not start within 2 s of their fork" in said and said.endswith("; new workers start"), said
-    assert "(pid " in said, "the stuck process is named"
+    assert said.count("(pid ") == 1 and "," not in said.split("(pid ")[1].split(")")[0], "the stuck process, alone"
     assert out["left"] == {}, "the stuck process is killed"
 
 
@@ -125,3 +153,25 @@ def test_workers_stuck_at_every_start_fail_the_pass_naming_why(tmp_path):
     assert "did not start within 0.5 s of their fork" in out["error"]
     assert len(out["warnings"]) == 0  # recorded per finished epoch: the first failed
     assert out["seconds"] < 20
+
+
+def test_a_worker_that_dies_as_it_starts_is_a_death_at_once(tmp_path):
+    # The first worker of the second epoch's start: fastload's death handler is installed by then.
+    out = _run(tmp_path, [], "dataloader", limit=20.0, DIES="[3]")
+    assert len(out["epochs"]) == 1 and "WorkerFailure" in out.get("error", ""), out
+    assert "did not start" not in out["error"] and out["seconds"] < 10, out
+
+
+@pytest.mark.slow  # 2 starts of 2 s
+def test_a_start_ended_by_ctrl_c_leaves_the_next_pass_whole(tmp_path):
+    # Persistent workers: the next pass must start new ones, not resume those of the start ended.
+    out = _run(tmp_path, [2], "indexed", INTERRUPT="0.5")
+    assert out["raised"] == ["KeyboardInterrupt"], out
+    assert out["epochs"] == [list(range(100))] * 2 and out["warnings"] == [[], []], out
+
+
+def test_with_warnings_made_errors_a_replaced_start_raises_and_the_next_pass_is_whole(tmp_path):
+    out = _run(tmp_path, [2], "dataloader", WERROR="1")
+    assert len(out["raised"]) == 1 and "did not start within" in out["raised"][0], out
+    assert out["after"] == [], "the pass ended: no pass goes on without its first batch"
+    assert out["epochs"] == [list(range(100))] * 3

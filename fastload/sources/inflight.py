@@ -16,7 +16,7 @@ import torch
 
 from ..system import process_state
 
-_PID, _INDEX, _EPOCH, _START, _NAMED, _STARTS = range(6)
+_PID, _INDEX, _EPOCH, _START, _NAMED, _STARTS, _BORN = range(7)
 IDLE = -1
 NAME_BYTES = 512  # of a sample's own name in flight (a stream record's shard, key or byte offset)
 
@@ -35,13 +35,14 @@ class Busy:
 
 class InFlight:
     """A row per worker: (pid, sample index or -1, epoch, start time in monotonic ns, bytes of
-    its name or 0, how many processes registered as it), and the name itself beside it: a sample
-    the main process cannot name by its index (a stream's record) is named by the worker."""
+    its name or 0, how many processes registered as it, the last of them), and the name itself
+    beside it: a sample the main process cannot name by its index (a stream's record) is named
+    by the worker."""
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        table = torch.full((workers, 6), IDLE, dtype=torch.int64)
+        table = torch.full((workers, 7), IDLE, dtype=torch.int64)
         table[:, _STARTS] = 0
         names = torch.zeros((workers, NAME_BYTES), dtype=torch.uint8)
         table.share_memory_()  # before any numpy view: see storage.py
@@ -64,13 +65,19 @@ class InFlight:
         """Records the calling process as ``worker`` before it loads anything."""
         row = self._rows[worker % len(self._rows)]
         row[_INDEX] = IDLE
-        row[_PID] = os.getpid()
+        row[_PID] = row[_BORN] = os.getpid()
         row[_STARTS] += 1
 
     def starts(self) -> np.ndarray:
         """How many processes have registered as each worker so far (a copy): a worker whose count
         has not moved since its process was forked has not started."""
         return self._rows[:, _STARTS].copy()
+
+    def started_since(self, starts: np.ndarray) -> dict[int, int]:
+        """worker → pid of the workers that registered since ``starts`` (:meth:`starts` then),
+        also those that finished since (:meth:`finished` forgets only their ``pids()`` entry)."""
+        rows = self._rows.copy()
+        return {w: int(rows[w, _BORN]) for w in range(len(rows)) if rows[w, _STARTS] != starts[w]}
 
     def finished(self, worker: int) -> None:
         """Worker ``worker`` has nothing more to load and is about to be told to exit: its pid

@@ -127,7 +127,7 @@ class ProcessSource(IndexedSource):
         try:
             # No name holds the DataLoader iterator here: worker_batches owns it (see there).
             # Each start deals the pass's requests anew: one whose workers were replaced as it
-            # started had sent them some (see WorkerLoader.start).
+            # started had sent them some (see WorkerLoader._start_new).
             items = worker_batches(
                 self.workers.start(lambda: setattr(self._requests, "current", self.requests(run))),
                 self.options,

@@ -11,12 +11,13 @@ creates a thread state (gdb: ``ProcessGroupGloo::runLoop`` -> ``~AsyncWork`` ->
 then wait on the stuck worker for ever: it is alive, and none of its batches comes (with
 ``timeout=0``, DataLoader's and the Loader's default).
 
-A worker's first act is to register in the in-flight table (:func:`~.workers.worker_init`),
-which counts registrations per worker (:meth:`~.inflight.InFlight.starts`). A pass that
-forked new workers waits for each count to move (a fraction of a second), at most
-:data:`STARTUP_S`; a worker still not started then is stuck (:class:`Starting`). Nothing of
-the pass has reached the consumer yet, so the caller can replace the workers and start the
-pass again, losing nothing and repeating nothing.
+A worker registers in the in-flight table before it loads anything (in
+:func:`~.workers.worker_init`, after torch's worker set-up), and the table counts
+registrations per worker (:meth:`~.inflight.InFlight.starts`). A pass that forked new
+workers waits for each count to move (a fraction of a second), at most :data:`STARTUP_S`
+(or the Loader's shorter ``timeout``); a worker still not started then is stuck
+(:class:`Starting`). Nothing of the pass has reached the consumer yet, so the caller can
+replace the workers and start the pass again, losing nothing and repeating nothing.
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ def _children() -> set[int]:
         return set()
 
 
-def _same_program(pid: int) -> bool:
-    """Whether ``pid`` runs this process's program: a fork of it, not a helper it executed."""
+def _another_program(pid: int) -> bool:
+    """Whether ``pid`` runs another program than this process: a helper it executed, not a
+    fork of it (one that exited, its program no longer readable, is a fork that died)."""
     try:
-        return os.readlink(f"/proc/{pid}/exe") == os.readlink("/proc/self/exe")
+        return os.readlink(f"/proc/{pid}/exe") != os.readlink("/proc/self/exe")
     except OSError:
         return False
 
@@ -68,6 +70,7 @@ class Stuck:
         workers: Their worker numbers.
         pids: Their processes, where this thread's children are listed (else empty: they are
             ended with the rest of their DataLoader).
+        limit: The seconds they were given.
     """
 
     workers: tuple[int, ...]
@@ -105,18 +108,26 @@ class Starting:
         moved = self.inflight.starts() != self._starts
         return [w for w in range(self.workers) if not moved[w]]
 
-    def stuck(self, closed: threading.Event, limit: float | None = None) -> Stuck | None:
-        """Waits until every worker has started (None back), or ``limit`` seconds (default
-        :data:`STARTUP_S`): those not started then are stuck.
+    def forked(self) -> list[int]:
+        """This thread's children forked since (the new workers, also those that died)."""
+        return [pid for pid in _children() - self._children if not _another_program(pid)]
 
-        A new child that is no longer running ends the wait early (None): it died as it started,
-        which the pass reports as a worker death.
+    def unstarted(self) -> list[int]:
+        """The pids of the new workers that have not registered (stuck, or dead before)."""
+        started = set(self.inflight.started_since(self._starts).values())
+        return [pid for pid in self.forked() if pid not in started]
+
+    def stuck(self, closed: threading.Event, limit: float) -> Stuck | None:
+        """Waits until every worker has started (None back), or ``limit`` seconds: those not
+        started then are stuck.
+
+        A new worker that is no longer running ends the wait (None): it died as it started, and
+        the pass reports its death.
 
         Raises:
             PassClosed: ``closed`` was set meanwhile.
         """
-        limit = STARTUP_S if limit is None else limit
-        new = [pid for pid in _children() - self._children if _same_program(pid)]
+        new = self.forked()
 
         def ready(seconds: float) -> bool:
             until = time.monotonic() + seconds
@@ -134,7 +145,6 @@ class Starting:
         except TimeoutError:
             pass
         waiting = self._waiting()
-        if not waiting:
+        if not waiting or len(running(new)) < len(new):
             return None
-        started = set(self.inflight.pids().values())
-        return Stuck(tuple(waiting), tuple(pid for pid in new if pid not in started), limit)
+        return Stuck(tuple(waiting), tuple(self.unstarted()), limit)

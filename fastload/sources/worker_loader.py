@@ -18,7 +18,7 @@ from ..batch import HostBatch
 from ..datasets import changes, waits
 from ..encoded import EncodedBatch
 from ..system import user_stacklevel
-from . import deaths
+from . import deaths, startup
 from .closing import GRACE_S, close_workers, end_workers, wait_tick
 from .failures import PassClosed, WorkerFailure, from_worker, interrupted, pass_failure, worker_failure
 from .inflight import InFlight
@@ -202,6 +202,7 @@ class WorkerLoader:
         self._loader: DataLoader | None = new_loader()
         self._started = False  # the persistent workers of _loader run
         self._running: Iterator | None = None  # their iterator (persistent workers), for drain()
+        self._swap = threading.Lock()  # restart() and close() replace _loader one at a time
 
     def _wait(self) -> PassWait:
         return PassWait(self.options, self.inflight, self.dataset, self.closed)
@@ -258,28 +259,43 @@ class WorkerLoader:
             WorkerFailure: Workers stuck at every try.
         """
         o = self.options
+        limit = min(startup.STARTUP_S, o.timeout) if o.timeout else startup.STARTUP_S
         for tries in range(1, START_TRIES + 1):
             prepare()
             box: list[Any] = [self._loader]
             starting = Starting(self.inflight, o.num_workers) if o.num_workers and o.start_now() == "fork" else None
+            forked = False
             try:
-                if box[0] is None:
+                if box[0] is None or self.closed.is_set():
                     raise PassClosed()
                 box[0] = start_workers(box[0], o)
-                stuck = starting.stuck(self.closed) if starting is not None else None
+                forked = True
+                stuck = starting.stuck(self.closed, limit) if starting is not None else None
                 if stuck is None:
                     return box[0]
             except BaseException:
-                end_workers(box, grace_s=0)  # closed while they started: dropped in the background
+                # Ended while they started (close(), Ctrl-C): those not started are killed, and
+                # the next pass starts new workers (persistent ones would be resumed, started or not).
+                if forked:
+                    self._end_start(box, starting.unstarted() if starting is not None else [])
+                else:
+                    box.clear()
                 raise
-            deaths.watch(self.inflight)  # DataLoader's death handler is installed now: wrapped, it
-            deaths.retire_pids(stuck.pids)  # drops the deaths of workers ended on purpose
-            self.restart()  # the workers that started are killed at once
-            end_workers(box, stuck.pids, grace_s=0)
+            self._end_start(box, list(stuck.pids))
+            if self.closed.is_set():
+                raise PassClosed()
             if tries == START_TRIES:
                 raise WorkerFailure(f"{stuck.message()}, {START_TRIES} times in a row")
             warnings.warn(f"{stuck.message()}; new workers start", RuntimeWarning, stacklevel=user_stacklevel())
         raise AssertionError("unreachable: the last try returns or raises")
+
+    def _end_start(self, box: list, unstarted: list[int]) -> None:
+        """Ends the workers of a start given up: ``unstarted`` (registered nowhere) and those
+        that started are killed at once, and the DataLoader is made again (unless closed)."""
+        deaths.watch(self.inflight)  # DataLoader's death handler is installed now: wrapped, it
+        deaths.retire_pids(unstarted)  # drops the deaths of workers ended on purpose
+        self.restart()  # the workers that started are killed at once
+        end_workers(box, unstarted, grace_s=0)
 
     def _replaced(self) -> bool:
         """Replaces the persistent workers where they cannot take the next pass: one of them
@@ -349,16 +365,19 @@ class WorkerLoader:
     def restart(self, grace_s: float = 0.0) -> None:
         """New workers for the next pass: the old ones are asked to exit and killed after
         ``grace_s`` (0, after a failure: at once, not waited for)."""
-        if self._loader is not None:
+        with self._swap:  # close() from another thread meanwhile: no new DataLoader after it
+            if self._loader is None:
+                return
             pids = self.inflight.pids().values()
             deaths.retire(self.inflight)
             self._renew()
             holder = [self._loader]
             self._loader, self._started, self._running = self._new_loader(), False, None
-            end_workers(holder, pids, grace_s=grace_s)
+        end_workers(holder, pids, grace_s=grace_s)
 
     def close(self) -> None:
         """Stops the workers, killing those not gone after a grace (:mod:`.closing`)."""
-        holder: list = [self._loader]
-        self._loader, self._running = None, None
+        with self._swap:
+            holder: list = [self._loader]
+            self._loader, self._running = None, None
         close_workers(self.closed, self.inflight, holder)
