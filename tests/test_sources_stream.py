@@ -196,13 +196,18 @@ def _threads(head):
 
 
 class _Hangs:
-    """Leaves every image as it is but record ``at``'s (by its pixel sum), on which it hangs."""
+    """Leaves every image as it is but record ``at``'s (by its pixel sum), on which it hangs
+    (``entered`` set as it starts to)."""
 
     def __init__(self, at, release):
-        self.at, self.release = at, release
+        import threading
+
+        self.at, self.release, self.entered, self.sums = at, release, threading.Event(), []
 
     def __call__(self, img, rng):
+        self.sums.append(int(img.sum()))
         if int(img.sum()) == self.at:
+            self.entered.set()
             self.release.wait(30)
         return img
 
@@ -227,25 +232,30 @@ def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
             with pytest.raises(fl.WorkerFailure, match=r"timed out after 1 s.*record 9 \("):
                 list(loader)
             assert time.monotonic() - start < 5
-        loader = fl.Loader(stream, batch_size=4, num_workers=2, backend="thread", device="cpu")
+        hangs = _Hangs(int(decode_image(tiny_jpeg(9)).sum()), release)  # a stream of its own: its own `entered`
+        loader = fl.Loader(fl.TFRecordStream(path, transform=hangs), batch_size=4, num_workers=2, backend="thread",
+                           device="cpu", return_index=True)
         it = iter(loader)
-        next(it)  # slot 0's first batch; slot 1's holds record 9
+        first = next(it)[2].tolist()  # slot 0's first batch; slot 1's holds record 9
         got = []
 
         def consume():
             try:
-                next(it)
-            except RuntimeError as e:
+                got.append(f"returned {next(it)[2].tolist()}")  # a failure, said below
+            except BaseException as e:
                 got.append(e)
 
         consumer = threading.Thread(target=consume, daemon=True)
         consumer.start()
-        time.sleep(0.3)
+        assert hangs.entered.wait(30), _threads(f"record 9 never reached: first batch {first}, sums {hangs.sums}")
+        time.sleep(0.1)  # the consumer waits for slot 1's batch
         start = time.monotonic()
         loader.close()
         consumer.join(5)
         took = time.monotonic() - start
-        assert got and "close()" in str(got[0]) and took < 3, _threads(f"after {took:.1f} s, got {got}")
+        assert got and "close()" in str(got[0]) and took < 3, _threads(
+            f"after {took:.1f} s, got {got!r}; first batch {first}; sums {hangs.sums}"
+        )
     finally:
         release.set()
 
