@@ -68,6 +68,23 @@ def test_resize_then_center_crop_matches_fused_crop():
 def test_resize_shorter_side_keeps_aspect():
     assert T.Resize(256)(make_image(6, 300, 400), None).shape == (256, 341, 3)
     assert T.Resize(256)(make_image(6, 400, 300), None).shape == (341, 256, 3)
+    assert T.Resize([256])(make_image(6, 400, 300), None).shape == (341, 256, 3)  # torchvision: one element
+
+
+def test_resize_to_a_pair_is_that_size_as_torchvisions_on_real_photos():
+    """torchvision's Resize((h, w)) resizes to exactly (h, w) (before, fastload took h as the
+    shorter side and dropped w): Pillow's antialiased bilinear resize of the whole photo."""
+    blobs = photo_jpegs((256, 512), 1, seed=11, originals=True)[:6]
+    dec = get_decoder()
+    for b in blobs:
+        out = T.Compose([T.Resize((120, 200))], reduced_decode=False).decode(b, dec, np.random.default_rng(0))
+        with Image.open(io.BytesIO(b)) as img:
+            ref = np.asarray(img.convert("RGB").resize((200, 120), Image.Resampling.BILINEAR))
+        assert out.shape == ref.shape == (120, 200, 3)
+        assert np.abs(out.astype(np.int16) - ref).mean() < 0.5
+    squash = T.Compose([T.Resize((240, 260)), T.CenterCrop(224)])
+    assert isinstance(squash.transforms[0], T.Resize), "not fused as a shorter-side resize"
+    assert squash(make_image(6, 300, 500), np.random.default_rng(0)).shape == (224, 224, 3)
 
 
 def test_reduced_decode_pipeline_matches_full_decode():

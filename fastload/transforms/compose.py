@@ -129,7 +129,7 @@ class Compose(DecodePipeline):
         ts = list(transforms)
         for t in ts:
             _check_transform(t)
-        if len(ts) >= 2 and isinstance(ts[0], Resize) and isinstance(ts[1], CenterCrop):
+        if len(ts) >= 2 and isinstance(ts[0], Resize) and isinstance(ts[0].size, int) and isinstance(ts[1], CenterCrop):
             ts[:2] = [ResizedCenterCrop(ts[1].size, ts[0].size, ts[0].antialias)]
         self.transforms = ts
         self.reduced_decode = reduced_decode

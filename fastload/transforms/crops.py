@@ -92,14 +92,21 @@ class RandomResizedCrop(CropPlanner):
 
 
 class Resize(CropPlanner):
-    """Resizes the shorter side to ``size``, keeping the aspect ratio (torchvision's
-    int truncation of the longer side); antialiased unless ``antialias=False``."""
+    """torchvision's ``Resize``: an int (or a one-element list) resizes the shorter side to
+    ``size``, keeping the aspect ratio (torchvision's int truncation of the longer side); a
+    (height, width) pair resizes to exactly that size. Antialiased unless ``antialias=False``.
+    """
 
-    def __init__(self, size: int, antialias: bool = True) -> None:
-        self.size = _pair(size, "size")[0]
+    def __init__(self, size: int | Sequence[int], antialias: bool = True) -> None:
+        if isinstance(size, (list, tuple, np.ndarray)) and len(size) == 1:
+            size = size[0]
+        pair = _pair(size, "size")  # checks it
+        self.size: int | tuple[int, int] = pair[0] if isinstance(size, (int, np.integer)) else pair
         self.antialias = bool(antialias)
 
     def out_size(self, h: int, w: int) -> tuple[int, int]:
+        if isinstance(self.size, tuple):
+            return self.size
         return shorter_side(h, w, self.size)
 
     def plan(self, h: int, w: int, rng: np.random.Generator) -> Crop:
