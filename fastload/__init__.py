@@ -34,7 +34,7 @@ from .device.normalize import Normalizer
 from .device.prefetch import CudaPrefetcher
 from .encoded import EncodedBatch
 from .loader import Loader
-from .sources.failures import WorkerFailure
+from .sources.failures import WorkerFailure, WorkersReplaced
 from .sources.resume import merge_states
 from .sources.sampler import ShardedBatchSampler
 
@@ -70,6 +70,7 @@ __all__ = [
     "TFRecordStream",
     "WebDataset",
     "WorkerFailure",
+    "WorkersReplaced",
     "WrappedDataset",
     "augment",
     "decode_image",

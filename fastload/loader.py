@@ -28,7 +28,7 @@ from .loading.progress import Position, Progress
 from .loading.skips import SkipLog
 from .sources import SourceBatch, build_source, is_stream, resume
 from .sources.build import pin_memory
-from .sources.failures import PassClosed, WorkerFailure, is_worker_failure, worker_failure
+from .sources.failures import PassClosed, WorkerFailure, WorkersReplaced, is_worker_failure, worker_failure
 from .sources.request import After, PassRequest
 from .sources.sampler import RankSampler, resolve_rank
 from .sources.start import refuse_while_bootstrapping
@@ -396,11 +396,11 @@ class Loader(DataLoaderAttributes):
 
     def _goes_on_after(self, error: Exception, source: Any) -> bool:
         """Whether the pass goes on after ``error``: a batch's error, not a worker's death or
-        timeout (``WorkerFailure``), a warning the program made an error, nor the Loader
-        closed; and an indexed source, whose pass can be made again from any batch (a
-        stream's cannot: its pass ends)."""
+        timeout (``WorkerFailure``), the warning of new workers made an error
+        (``WorkersReplaced``), nor the Loader closed; and an indexed source, whose pass can be
+        made again from any batch (a stream's cannot: its pass ends)."""
         return (
-            not isinstance(error, (WorkerFailure, Warning))  # a warning made an error: not a batch's
+            not isinstance(error, (WorkerFailure, WorkersReplaced))  # made an error: not a batch's
             and not self._closed
             and not isinstance(error, PassClosed)
             and source.replays

@@ -175,3 +175,38 @@ def test_with_warnings_made_errors_a_replaced_start_raises_and_the_next_pass_is_
     assert len(out["raised"]) == 1 and "did not start within" in out["raised"][0], out
     assert out["after"] == [], "the pass ended: no pass goes on without its first batch"
     assert out["epochs"] == [list(range(100))] * 3
+
+
+def test_a_samples_own_warning_made_an_error_is_that_batchs_error_alone():
+    """Only the warning of new workers, made an error, ends a pass (nothing of it was made): a
+    sample's own warning made an error loses its batch, and the pass goes on, as any batch's error."""
+    import warnings
+
+    import numpy as np
+
+    import fastload as fl
+
+    class Warns(fl.ImageDataset):
+        def __init__(self):
+            super().__init__(np.arange(64, dtype=np.int64))
+
+        def load(self, index, epoch=0, seed=0):
+            if index == 20:
+                warnings.warn("sample 20 is odd", UserWarning)
+            return np.full((8, 8, 3), index % 256, np.uint8), int(index)
+
+    loader = fl.Loader(Warns(), batch_size=8, num_workers=0, device="cpu", shuffle=False, normalize=False)
+    seen, raised = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        it = iter(loader)
+        while True:
+            try:
+                _, targets = next(it)
+            except StopIteration:
+                break
+            except UserWarning as e:
+                raised.append(str(e))
+                continue
+            seen += targets.tolist()
+    assert len(raised) == 1 and "sample 20 is odd" in raised[0] and seen == [i for i in range(64) if not 16 <= i < 24]

@@ -278,7 +278,7 @@ def test_decode_gpu_needs_cuda_or_the_test_switch(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("transform, message", [
     (lambda: [fl.transforms.RandomResizedCrop(32), fl.transforms.CenterCrop(16)], "at most a RandomHorizontalFlip"),
-    (lambda: [fl.transforms.Resize(40)], "RandomResizedCrop or Resize \\+ CenterCrop first"),
+    (lambda: [fl.transforms.Resize(40)], "RandomResizedCrop, or Resize\\(int\\) \\+ CenterCrop"),
     (lambda: fl.transforms.train(32, antialias=False), "antialiasing only"),
     (lambda: [fl.transforms.RandomResizedCrop(32), lambda img: img], "at most a RandomHorizontalFlip"),
 ])

@@ -29,6 +29,12 @@ class WorkerFailure(RuntimeError):
     """A worker process died, or no batch came in time; the message names the samples in flight."""
 
 
+class WorkersReplaced(RuntimeWarning):
+    """New worker processes started for a pass, and why (a worker stuck in its start, one that
+    ended between passes, a dataset changed since they copied it). Made an error by the
+    program, it ends the pass, of which nothing was made yet: it is no batch's error."""
+
+
 def is_worker_failure(error: BaseException) -> bool:
     """DataLoader's own errors for a dead or silent worker (not a worker's re-raised error), by
     their text: the Loader's last resort, for such an error that reaches it untold (a worker

@@ -20,7 +20,7 @@ from ..encoded import EncodedBatch
 from ..system import user_stacklevel
 from . import deaths, startup
 from .closing import GRACE_S, close_workers, end_workers, wait_tick
-from .failures import PassClosed, WorkerFailure, from_worker, interrupted, pass_failure, worker_failure
+from .failures import PassClosed, WorkerFailure, WorkersReplaced, from_worker, interrupted, pass_failure, worker_failure
 from .inflight import InFlight
 from .startup import START_TRIES, Starting
 from .waiting import Stop, deadline, wait_until
@@ -273,10 +273,11 @@ class WorkerLoader:
                 stuck = starting.stuck(self.closed, limit) if starting is not None else None
                 if stuck is None:
                     return box[0]
-            except BaseException:
+            except BaseException as e:
                 # Ended while they started (close(), Ctrl-C): those not started are killed, and
-                # the next pass starts new workers (persistent ones would be resumed, started or not).
-                if forked:
+                # the next pass starts new workers (persistent ones would be resumed, started or
+                # not). A worker's death is the pass's failure: its error names the workers first.
+                if forked and (isinstance(e, PassClosed) or not isinstance(e, Exception)):
                     self._end_start(box, starting.unstarted() if starting is not None else [])
                 else:
                     box.clear()
@@ -286,7 +287,7 @@ class WorkerLoader:
                 raise PassClosed()
             if tries == START_TRIES:
                 raise WorkerFailure(f"{stuck.message()}, {START_TRIES} times in a row")
-            warnings.warn(f"{stuck.message()}; new workers start", RuntimeWarning, stacklevel=user_stacklevel())
+            warnings.warn(f"{stuck.message()}; new workers start", WorkersReplaced, stacklevel=user_stacklevel())
         raise AssertionError("unreachable: the last try returns or raises")
 
     def _end_start(self, box: list, unstarted: list[int]) -> None:
@@ -330,7 +331,7 @@ class WorkerLoader:
                 )
                 grace = GRACE_S  # idle and drained: they exit their own way
         self.restart(grace)
-        warnings.warn(f"{why}; new workers start", RuntimeWarning, stacklevel=user_stacklevel())
+        warnings.warn(f"{why}; new workers start", WorkersReplaced, stacklevel=user_stacklevel())
         return True
 
     def drain(self, limit: float) -> None:

@@ -120,7 +120,7 @@ class GpuPipeline:
         ts = list(transform.transforms)
         if not ts or not isinstance(ts[0], (RandomResizedCrop, ResizedCenterCrop)):
             raise ValueError(
-                f"decode='gpu' runs RandomResizedCrop or Resize + CenterCrop first "
+                f"decode='gpu' runs RandomResizedCrop, or Resize(int) + CenterCrop (a shorter-side resize), first "
                 f"(fl.transforms.train() / eval()), got {transform!r}{where}; {_USE_CPU}"
             )
         crop = ts[0]
