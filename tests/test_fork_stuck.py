@@ -210,3 +210,29 @@ def test_a_samples_own_warning_made_an_error_is_that_batchs_error_alone():
                 continue
             seen += targets.tolist()
     assert len(raised) == 1 and "sample 20 is odd" in raised[0] and seen == [i for i in range(64) if not 16 <= i < 24]
+
+
+def test_a_childs_death_while_workers_start_is_not_raised_there():
+    """torch's SIGCHLD handler raises a worker's death wherever the main thread is; while
+    DataLoader starts workers that was inside threading's bookkeeping (a KeyError on its
+    queue thread later, seen once). fastload's handler keeps it for DataLoader's own check."""
+    import time
+
+    from fastload.sources import deaths
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3)  # a zombie with an error status: a death torch's handler raises for
+    try:
+        time.sleep(0.2)
+
+        def torchs(signum, frame):
+            raise RuntimeError(f"DataLoader worker (pid {pid}) exited unexpectedly")
+
+        handler = deaths._wrap(torchs)
+        with deaths.starting():
+            handler(17, None)  # kept
+        with pytest.raises(RuntimeError, match="exited unexpectedly"):
+            handler(17, None)  # another child's death, outside a start: raised as torch does
+    finally:
+        os.waitpid(pid, 0)

@@ -32,6 +32,7 @@ _retired: deque[int] = deque(maxlen=_RETIRED_KEPT)
 _pending: list[tuple[frozenset[int], RuntimeError]] = []
 _waiting: list[InFlight] = []  # the tables whose pass the main thread waits on inside a fastload next()
 _handlers: weakref.WeakSet = weakref.WeakSet()  # the SIGCHLD handlers fastload installed
+_starting = [0]  # starts of fastload workers under way (DataLoader forking them), in any thread
 
 
 def _wrap(previous: Any) -> Any:
@@ -48,6 +49,8 @@ def _wrap(previous: Any) -> Any:
                     raise  # out of the consumer's next(), which names the samples
                 # Another loader's worker (idle persistent workers die too): its next pass says so.
                 _pending.append((pids, e))
+            elif _starting[0]:
+                pass  # a worker that died as workers start: DataLoader's own check reports it at the first batch
             elif _dead_children() - set(_retired):
                 raise  # a death of another child: the user's own DataLoader's worker
             # else a retired worker's (or one joined since: torch's own check then sees it)
@@ -150,6 +153,20 @@ def check(table: InFlight) -> None:
         if pids & mine:
             del _pending[i]
             raise error
+
+
+@contextmanager
+def starting() -> Iterator[None]:
+    """Context: fastload workers are being started (DataLoader's ``iter()`` forks them). A
+    child's death meanwhile is not raised there: torch's handler would raise it wherever the
+    main thread is, such as inside threading's own bookkeeping as DataLoader starts its queue
+    threads (a ``KeyError`` on a Thread later). DataLoader's own check of its workers reports it
+    at the pass's first batch, as a worker death."""
+    _starting[0] += 1
+    try:
+        yield
+    finally:
+        _starting[0] -= 1
 
 
 @contextmanager

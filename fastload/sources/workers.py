@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from ..collate import pinning_on
+from . import deaths
 from .closing import wait_tick
 from .descriptors import check_descriptors, dataloader_descriptors, descriptor_limit
 from .frozen import parent_objects_frozen
@@ -148,7 +149,7 @@ def start_workers(loader: DataLoader, options: WorkerOptions, running: bool = Fa
         check_descriptors(dataloader_descriptors(options.num_workers), doing)
     method = options.start_now()  # decided as they start: a GPU decoder alive now means a fork server
     try:
-        with pinning_on(options.pin_device if options.pin else None):
+        with pinning_on(options.pin_device if options.pin else None), deaths.starting():
             if options.num_workers > 0 and not running:
                 loader.multiprocessing_context = method
             if options.num_workers == 0 or method != "fork":
