@@ -122,12 +122,15 @@ class Starting:
         started then are stuck.
 
         A new worker that is no longer running ends the wait (None): it died as it started, and
-        the pass reports its death.
+        the pass reports its death. Where no child was forked (this kernel lists no children,
+        or the start forked none), nothing is waited for.
 
         Raises:
             PassClosed: ``closed`` was set meanwhile.
         """
         new = self.forked()
+        if not new:
+            return None
 
         def ready(seconds: float) -> bool:
             until = time.monotonic() + seconds
