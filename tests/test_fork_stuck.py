@@ -147,6 +147,7 @@ def test_a_worker_stuck_in_its_fork_is_replaced_and_nothing_is_lost(tmp_path, sc
     assert out["left"] == {}, "the stuck process is killed"
 
 
+@pytest.mark.slow  # 3 starts in a subprocess (make test's 4-minute bar)
 def test_workers_stuck_at_every_start_fail_the_pass_naming_why(tmp_path):
     out = _run(tmp_path, list(range(1, 20)), "indexed", limit=0.5)
     assert "WorkerFailure" in out["error"] and "3 times in a row" in out["error"], out["error"]
@@ -155,6 +156,7 @@ def test_workers_stuck_at_every_start_fail_the_pass_naming_why(tmp_path):
     assert out["seconds"] < 20
 
 
+@pytest.mark.slow  # 2 epochs in a subprocess (make test's 4-minute bar)
 def test_a_worker_that_dies_as_it_starts_is_a_death_at_once(tmp_path):
     # The first worker of the second epoch's start: fastload's death handler is installed by then.
     out = _run(tmp_path, [], "dataloader", limit=20.0, DIES="[3]")
@@ -170,6 +172,7 @@ def test_a_start_ended_by_ctrl_c_leaves_the_next_pass_whole(tmp_path):
     assert out["epochs"] == [list(range(100))] * 2 and out["warnings"] == [[], []], out
 
 
+@pytest.mark.slow  # 4 passes in a subprocess (make test's 4-minute bar)
 def test_with_warnings_made_errors_a_replaced_start_raises_and_the_next_pass_is_whole(tmp_path):
     out = _run(tmp_path, [2], "dataloader", WERROR="1")
     assert len(out["raised"]) == 1 and "did not start within" in out["raised"][0], out
