@@ -202,19 +202,33 @@ class _Hangs:
     def __init__(self, at, release):
         import threading
 
-        self.at, self.release, self.entered, self.sums = at, release, threading.Event(), []
+        self.at, self.release, self.entered, self.sums, self.waits = at, release, threading.Event(), [], []
 
     def __call__(self, img, rng):
+        import time
+
         self.sums.append(int(img.sum()))
         if int(img.sum()) == self.at:
             self.entered.set()
-            self.release.wait(30)
+            began = time.monotonic()
+            released = self.release.wait(30)
+            self.waits.append((released, round(time.monotonic() - began, 3), threading_name()))
         return img
+
+
+def threading_name():
+    import threading
+
+    return threading.current_thread().name
 
 
 def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
     # A slot stuck in a record: the consumer's wait ends at the Loader's timeout, naming the
     # record in flight, and close() from another thread ends a pass blocked on it at once.
+    # Record 11, the fourth of slot 1's first batch: the threads learn a pass's sample shape
+    # under one lock from a batch's first samples until two agree (8 and 9 here). A stuck
+    # record 9 held that lock whenever slot 1 learned first, so slot 0's first batch waited
+    # for it too, 30 s (the test's own release), and the test failed (about 1 run in 8).
     import threading
     import time
 
@@ -225,18 +239,18 @@ def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
     path = str(tmp_path / "one.tfrecord")
     write_records(path, range(16))
     release = threading.Event()
-    stream = fl.TFRecordStream(path, transform=_Hangs(int(decode_image(tiny_jpeg(9)).sum()), release))
+    stream = fl.TFRecordStream(path, transform=_Hangs(int(decode_image(tiny_jpeg(11)).sum()), release))
     try:
         with fl.Loader(stream, batch_size=4, num_workers=2, backend="thread", device="cpu", timeout=1) as loader:
             start = time.monotonic()
-            with pytest.raises(fl.WorkerFailure, match=r"timed out after 1 s.*record 9 \("):
+            with pytest.raises(fl.WorkerFailure, match=r"timed out after 1 s.*record 11 \("):
                 list(loader)
             assert time.monotonic() - start < 5
-        hangs = _Hangs(int(decode_image(tiny_jpeg(9)).sum()), release)  # a stream of its own: its own `entered`
+        hangs = _Hangs(int(decode_image(tiny_jpeg(11)).sum()), release)  # a stream of its own: its own `entered`
         loader = fl.Loader(fl.TFRecordStream(path, transform=hangs), batch_size=4, num_workers=2, backend="thread",
                            device="cpu", return_index=True)
         it = iter(loader)
-        first = next(it)[2].tolist()  # slot 0's first batch; slot 1's holds record 9
+        first = next(it)[2].tolist()  # slot 0's first batch; slot 1's holds record 11
         got = []
 
         def consume():
@@ -247,14 +261,15 @@ def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
 
         consumer = threading.Thread(target=consume, daemon=True)
         consumer.start()
-        assert hangs.entered.wait(30), _threads(f"record 9 never reached: first batch {first}, sums {hangs.sums}")
+        assert hangs.entered.wait(30), _threads(f"record 11 never reached: first batch {first}, sums {hangs.sums}")
         time.sleep(0.1)  # the consumer waits for slot 1's batch
         start = time.monotonic()
         loader.close()
         consumer.join(5)
         took = time.monotonic() - start
         assert got and "close()" in str(got[0]) and took < 3, _threads(
-            f"after {took:.1f} s, got {got!r}; first batch {first}; sums {hangs.sums}"
+            f"after {took:.1f} s, got {got!r}; first batch {first}; sums {hangs.sums}; "
+            f"record 11's waits (released, seconds, thread) {hangs.waits}"
         )
     finally:
         release.set()
