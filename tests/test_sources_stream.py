@@ -225,10 +225,8 @@ def threading_name():
 def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
     # A slot stuck in a record: the consumer's wait ends at the Loader's timeout, naming the
     # record in flight, and close() from another thread ends a pass blocked on it at once.
-    # Record 11, the fourth of slot 1's first batch: the threads learn a pass's sample shape
-    # under one lock from a batch's first samples until two agree (8 and 9 here). A stuck
-    # record 9 held that lock whenever slot 1 learned first, so slot 0's first batch waited
-    # for it too, 30 s (the test's own release), and the test failed (about 1 run in 8).
+    # Record 11, the fourth of slot 1's first batch, past the samples its shape is learnt from
+    # (8 and 9; a hang there is the next test's).
     import threading
     import time
 
@@ -271,6 +269,50 @@ def test_a_stream_on_threads_ends_at_its_timeout_and_at_close(tmp_path):
             f"after {took:.1f} s, got {got!r}; first batch {first}; sums {hangs.sums}; "
             f"record 11's waits (released, seconds, thread) {hangs.waits}"
         )
+    finally:
+        release.set()
+
+
+class _HangsAfter(_Hangs):
+    """As :class:`_Hangs`; record ``after`` (by its pixel sum) waits up to 15 s for ``at`` to hang first."""
+
+    def __init__(self, at, after, release):
+        super().__init__(at, release)
+        self.after = after
+
+    def __call__(self, img, rng):
+        if int(img.sum()) == self.after:
+            self.entered.wait(15)
+        return super().__call__(img, rng)
+
+
+def test_a_sample_hanging_in_one_slots_first_batch_holds_up_no_other_slot(tmp_path):
+    # The threads learn a pass's sample shape from each batch's first samples. They learnt it
+    # under one lock, so a record hanging among slot 1's first ones (record 9, second of
+    # [8, 9, 10, 11]) held slot 0's first batch until it returned. Slot 0's record 0 waits
+    # here until record 9 hangs: slot 1 learns first, and the consumer's first batch must come
+    # while record 9 still hangs (before: only after record 0's 15 s wait or the release).
+    import threading
+    import time
+
+    from tfrecord_files import tiny_jpeg
+
+    from fastload.decode import decode_image
+
+    path = str(tmp_path / "one.tfrecord")
+    write_records(path, range(16))
+    release = threading.Event()
+    sums = [int(decode_image(tiny_jpeg(k)).sum()) for k in (9, 0)]
+    hangs = _HangsAfter(*sums, release)
+    try:
+        with fl.Loader(fl.TFRecordStream(path, transform=hangs), batch_size=4, num_workers=2, backend="thread",
+                       device="cpu", return_index=True) as loader:
+            start = time.monotonic()
+            first = next(iter(loader))[2].tolist()
+            took = time.monotonic() - start
+            assert hangs.entered.is_set() and not hangs.waits, "record 9 never hung"
+            assert first == [0, 1, 2, 3] and took < 8, f"slot 0's first batch {first} after {took:.1f} s"
+            release.set()
     finally:
         release.set()
 

@@ -46,11 +46,12 @@ class BatchMaker:
 
     def __init__(self, loader: SampleLoader, executor: CpuExecutor) -> None:
         self.loader, self.executor = loader, executor
-        self._shape: SampleShape | None = None  # of one sample, learnt by head()
-        self._shape_epoch: int | None = None
+        self._learnt: tuple[int, SampleShape] | None = None  # (epoch, shape of one sample), by head()
         self._copies = Tally()
-        # Threads making batches of one epoch at once (the thread runner's slots) learn its
-        # shape one at a time: the first one's stands, and the others load against it.
+        # Threads making batches of one epoch at once (the thread runner's slots) each learn
+        # its shape from their own head, loaded without a lock (a sample that hangs holds up
+        # its own batch only); the first shape learnt stands, and a head that learnt another
+        # is fitted to it.
         self._learning = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -84,36 +85,45 @@ class BatchMaker:
 
     def new_pass(self) -> None:
         """The next head() learns the sample shape again (a transform may have changed)."""
-        self._shape_epoch = None
+        self._learnt = None
 
     def shape(self, epoch: int) -> SampleShape | None:
         """The sample shape learnt for ``epoch`` in this process, or None."""
-        return self._shape if self._shape_epoch == epoch else None
+        learnt = self._learnt  # one read: another thread may set it meanwhile
+        return learnt[1] if learnt is not None and learnt[0] == epoch else None
 
     def shaped(self, epoch: int) -> bool:
         """Whether the batches of ``epoch`` may be made at once here: the head of its first
         batch has fixed their sample shape."""
         return self.shape(epoch) is not None
 
-    def head(self, plan: BatchPlan, worker: int = 0) -> list[Loaded | Failed]:
-        """The first row(s) of a batch loaded beside it, all of the batch's sample shape; none
-        when the shape of the epoch is known here already; every row, failed, when every row
-        failed (a stream's records under "skip"): the shape is then still unknown.
+    def head(self, plan: BatchPlan, worker: int = 0) -> tuple[list[Loaded | Failed], SampleShape | None]:
+        """The first row(s) of a batch loaded beside it, all of the batch's sample shape, and
+        that shape: no rows when the shape of the epoch is known here already; every row,
+        failed, and no shape when every row failed (a stream's records under "skip").
 
         The shape is learnt once per epoch and process, by majority: a first sample of an odd
         shape is then the error of that sample (raised, or replaced under "skip"), not of
-        every other sample of the batch.
+        every other sample of the batch. Threads learning at once each load their own head;
+        the first shape learnt stands, and the others' rows of another shape are loaded again
+        against it.
 
         Raises:
             ValueError: The first three samples have three different shapes.
         """
-        request = plan.request
-        if self.shape(request.epoch) is not None:
-            return []
+        epoch = plan.request.epoch
+        if (known := self.shape(epoch)) is not None:
+            return [], known
+        rows, loaded, common = self._learn(plan, worker)
+        if common is None:
+            return loaded, None
         with self._learning:
-            return [] if self.shape(request.epoch) is not None else self._learn(plan, worker)
+            if (known := self.shape(epoch)) is None:
+                self._learnt = (epoch, common)  # other batches of the epoch may start
+        return self._fit(rows, loaded, known or common, plan, worker), known or common
 
-    def _learn(self, plan: BatchPlan, worker: int) -> list[Loaded | Failed]:
+    def _learn(self, plan: BatchPlan, worker: int) -> tuple[list[Row], list[Loaded | Failed], SampleShape | None]:
+        """The head's rows, as loaded, and the shape they vote for (None: all failed)."""
         request = plan.request
         seed, epoch = request.seed, request.epoch
         rows: list[Row] = []
@@ -128,7 +138,7 @@ class BatchMaker:
                 if max(shapes.count(s) for s in shapes) >= 2 or len(good) == 3:
                     break
         if not good:
-            return loaded
+            return rows, loaded, None
         common = common_shape(good, self.loader)
         shapes = [shape_of(item.image) for item in good]
         if len(good) < 3 and shapes.count(common) < 2 and self.loader.samples.replaces:
@@ -137,20 +147,27 @@ class BatchMaker:
             beside = self.loader.shapes_beside(rows[0].key, epoch, worker, seed, 3 - len(good))
             votes = shapes + beside
             common = max(votes, key=lambda s: (votes.count(s), -votes.index(s)))
-        # A row not of the common shape is loaded again as a row of a known shape is (what any
-        # other batch does with it): from its own sample, its replacements drawn for it and its
-        # skipped samples reported. Not from ``item.index``, which may be a replacement already
-        # (its sample failed, and the replacement is the odd one): that would draw other
-        # replacements than another backend or worker count does, and drop the failed sample's
-        # record. Its plan is spent (its generator has drawn); the error its planning met stays.
-        head = [
+        return rows, loaded, common
+
+    def _fit(
+        self, rows: list[Row], loaded: list[Loaded | Failed], shape: SampleShape, plan: BatchPlan, worker: int
+    ) -> list[Loaded | Failed]:
+        """The head's rows, each of ``shape``: a row of another is loaded again as a row of a
+        known shape is (what any other batch does with it): from its own sample, its
+        replacements drawn for it and its skipped samples reported. Not from ``item.index``,
+        which may be a replacement already (its sample failed, and the replacement is the odd
+        one): that would draw other replacements than another backend or worker count does,
+        and drop the failed sample's record. Its plan is spent (its generator has drawn); the
+        error its planning met stays."""
+        request = plan.request
+        return [
             item
-            if isinstance(item, Failed) or shape_of(item.image) == common
-            else self.loader.row(r.key, epoch, worker, shape=common, seed=seed, row=Row(r.key, r.index, error=r.error))
+            if isinstance(item, Failed) or shape_of(item.image) == shape
+            else self.loader.row(
+                r.key, request.epoch, worker, shape=shape, seed=request.seed, row=Row(r.key, r.index, error=r.error)
+            )
             for r, item in zip(rows, loaded)
         ]
-        self._shape, self._shape_epoch = common, request.epoch  # other batches of the epoch may start
-        return head
 
     def make(self, request: BatchRequest, worker: int, pool: BufferPool, rows: RowMap | None = None) -> HostBatch:
         """Plans, loads and collates one batch of an indexed dataset into buffers leased from ``pool``.
@@ -202,8 +219,9 @@ class BatchMaker:
             if not planned:
                 rows.map(lambda j, w: plan_row(loader, plan, j, w), range(n))
             rows.map(lambda _, w: self.executor.decode_batch(loader, plan, w), range(1))
-        head = [] if self.shaped(request.epoch) else rows.map(lambda _, w: self.head(plan, w), range(1))[0]
-        shape = self.shape(request.epoch)
+        head: list[Loaded | Failed] = []
+        if (shape := self.shape(request.epoch)) is None:
+            head, shape = rows.map(lambda _, w: self.head(plan, w), range(1))[0]
         if shape is None:  # every row failed (loaded by the head) before any fixed the shape
             return Owed([cast(Failed, item).skipped for item in head])
         first = next((item for item in head if isinstance(item, Loaded)), None)
