@@ -13,7 +13,7 @@ BENCHMARKS = ["bench_decode", "bench_pip_only", "bench_loader", "bench_resize", 
               "profile_loader", "bench_h2d", "bench_gpu_train", "bench_spawn_start", "bench_wds", "wds_shuffle",
               "bench_batched_roi", "bench_gpu_decode", "bench_handoff", "bench_augment", "bench_multiview", "bench_recipe",
               "bench_damage", "bench_sample", "bench_handoff_peers", "bench_gpu_rows", "bench_region_decode",
-              "bench_checksum", "bench_tune_choice"]
+              "bench_checksum", "bench_tune_choice", "bench_ceiling"]
 
 
 def main(argv: list[str]) -> int:

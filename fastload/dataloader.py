@@ -14,6 +14,11 @@ Given what hands batching, order or worker setup to the user's code (``collate_f
 ``fl.DataLoader(...)`` is ``torch.utils.data.DataLoader(...)`` itself, with a ``RuntimeWarning``
 that nothing of fastload runs and what its loader would need instead.
 
+A map-style dataset that makes no batch at all (empty, or fewer samples per rank than
+``batch_size`` with ``drop_last``) is ``torch.utils.data.DataLoader(...)`` too, without a
+warning: it yields nothing, as there (``fl.Loader``, or fastload's own options, name it as a
+ValueError instead).
+
 A dataset whose items are not images (numbers, strings, vectors: the first item's first
 field is none, nor a sequence of them), or whose images fastload does not take as they are
 (float pixels, C×H×W arrays: a ``RuntimeWarning`` says so), has nothing for fastload to
@@ -106,11 +111,15 @@ class DataLoader(Loader):
         del arguments["self"]
         options, dataset = arguments.pop("options"), arguments.pop("dataset")
         reason = compat.torch_only(dataset, arguments)
-        if reason is None:
+        nothing = reason is None and not options and compat.yields_nothing(dataset, arguments)
+        if reason is None and not nothing:
             return super().__new__(cls)
-        given, instead = reason
         checked = inspect.signature(compat.check_combinations).parameters
         compat.check_combinations(dataset, **{k: arguments[k] for k in checked if k != "dataset"})
+        if nothing:  # as DataLoader: no batch, where a Loader refuses (there is nothing to speed up)
+            return torch.utils.data.DataLoader(dataset, **compat.torch_arguments(arguments))
+        assert reason is not None
+        given, instead = reason
         if options:
             raise TypeError(
                 f"fl.DataLoader given {given} is torch.utils.data.DataLoader, which takes none of fastload's "

@@ -156,8 +156,8 @@ class Loader(DataLoaderAttributes):
         unindexed = cfg.device is None or torch.device(cfg.device).index is None
         self._device_follows = self.device.type == "cuda" and unindexed
         self.rank, self.world_size = resolve_rank(cfg.shard.rank, cfg.shard.world_size)
-        self.num_workers = int(cfg.num_workers)
-        self.pin_memory = pin_memory(cfg.pin_memory, self.device)
+        self._num_workers = int(cfg.num_workers)
+        self._pin_memory = pin_memory(cfg.pin_memory, self.device)
         self._skips = SkipLog()
         self.skipped: list[SkippedSample] = self._skips.items  # what on_error="skip" replaced (the latest 10,000)
         self._gpu = None  # the GPU decode pipeline (decode="gpu")

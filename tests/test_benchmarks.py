@@ -32,6 +32,7 @@ SLOW = (
     "bench_region_decode",  # four 2-8 MP photos made, then every region path: about 15 s
     "bench_checksum",  # four 2-8 MP photos and 48 small ones made, then three paths each: about 8 s
     "bench_tune_choice",  # fastload tune as a subprocess, then its choice re-measured: about 15 s
+    "bench_ceiling",  # 48 photos made, then decoded and resized 8 times: about 5 s
 )  # make test-slow (.ci/run) runs them
 
 

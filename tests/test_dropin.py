@@ -269,8 +269,12 @@ def test_workers_with_a_multiprocessing_context():
 
 
 @pytest.mark.parametrize("attr", ["dataset", "batch_size", "sampler", "batch_sampler", "drop_last",
-                                  "persistent_workers"])
+                                  "persistent_workers", "num_workers", "pin_memory", "timeout", "prefetch_factor",
+                                  "multiprocessing_context"])
 def test_setting_dataloaders_fixed_attributes_is_a_value_error(attr):
+    # DataLoader applies num_workers, pin_memory, timeout, prefetch_factor and the context at
+    # its next iter(); a Loader's workers start with it, so a value set would silently go unused
+    # (a user's `loader.num_workers = 0` to debug went on with 2 worker processes).
     for kind in (fl.DataLoader, fl.Loader):
         with kind(Plain(4), num_workers=0, **CPU) as loader:
             before = getattr(loader, attr)
@@ -278,6 +282,26 @@ def test_setting_dataloaders_fixed_attributes_is_a_value_error(attr):
                                                  f"initialized \\(got {attr}=5\\)"):
                 setattr(loader, attr, 5)
             assert getattr(loader, attr) is before or getattr(loader, attr) == before
+
+
+@pytest.mark.parametrize("n,kwargs", [(0, {}), (10, dict(batch_size=16, drop_last=True)),
+                                      (10, dict(batch_size=4, drop_last=True, world=4)),
+                                      (3, dict(batch_size=4, world=4, uneven=True))])
+def test_a_dataloader_with_no_batch_yields_none_as_torchs(n, kwargs):
+    # An empty dataset, or too few samples per rank for one batch with drop_last: DataLoader
+    # yields nothing (len 0); fl.DataLoader was a ValueError at construction. fl.Loader (and
+    # fl.DataLoader given fastload's own options) still names it.
+    kwargs = dict(kwargs)
+    world, uneven = kwargs.pop("world", 1), kwargs.pop("uneven", False)
+    if world > 1:
+        kwargs["sampler"] = torch.utils.data.distributed.DistributedSampler(Plain(n), world, world - 1, drop_last=uneven)
+    want = torch.utils.data.DataLoader(Plain(n), **kwargs)
+    got = fl.DataLoader(Plain(n), **kwargs)
+    assert len(got) == len(want) == 0 and list(got) == list(want) == []
+    with pytest.raises(ValueError, match="empty|no batch to yield"):
+        fl.Loader(Plain(n), num_workers=0, **CPU, **kwargs)
+    with pytest.raises(ValueError, match="empty|no batch to yield"):
+        fl.DataLoader(Plain(n), **CPU, **kwargs)
 
 
 def test_repr_names_the_class_made():

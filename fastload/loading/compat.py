@@ -22,6 +22,7 @@ from torch.utils.data import DistributedSampler
 from ..config import LoaderConfig, Shard
 from ..config.spellings import upgrade
 from ..datasets.protocols import is_stream
+from ..sources.sampler import rank_count
 from ..system import user_stacklevel
 
 # Keywords of DataLoader that LoaderConfig does not have; each is translated or refused here.
@@ -72,6 +73,21 @@ def torch_only(dataset: Any, arguments: dict) -> tuple[str, str] | None:
             "give a dataset with random access (__len__ and __getitem__), or a fastload stream such as TFRecordStream",
         )
     return None
+
+
+def yields_nothing(dataset: Any, arguments: dict) -> bool:
+    """Whether DataLoader's ``arguments`` over map-style ``dataset`` make no batch at all: an
+    empty dataset, or fewer samples per rank than ``batch_size`` with ``drop_last``. DataLoader
+    then yields nothing, where a Loader refuses (a run that trains on nothing is a mistake
+    it names)."""
+    if is_stream(dataset) or not isinstance(dataset, Sized):
+        return False
+    sampler = arguments.get("sampler")
+    world, uneven = 1, False
+    if isinstance(sampler, DistributedSampler):
+        world, uneven = sampler.num_replicas, sampler.drop_last
+    batch_size = arguments.get("batch_size") or 1
+    return rank_count(len(dataset), world, batch_size, bool(arguments.get("drop_last")), uneven)[1] == 0
 
 
 def torch_arguments(arguments: dict) -> dict:
@@ -259,15 +275,64 @@ def _set_refused(owner: Any, name: str, value: Any) -> None:
 
 
 class DataLoaderAttributes:
-    """DataLoader's attributes that training frameworks look for (the Loader also sets
-    ``num_workers`` and ``pin_memory`` itself). Those DataLoader refuses to have set after
-    construction (``dataset``, ``batch_size``, ``sampler``, ``batch_sampler``, ``drop_last``,
-    ``persistent_workers``) are refused here too, with a ValueError."""
+    """DataLoader's attributes that training frameworks look for, read-only: set after
+    construction, each is refused with a ValueError. DataLoader refuses ``dataset``,
+    ``batch_size``, ``sampler``, ``batch_sampler``, ``drop_last`` and ``persistent_workers``
+    too; it applies ``num_workers``, ``pin_memory``, ``timeout``, ``prefetch_factor`` and
+    ``multiprocessing_context`` at the next ``iter()``, where a Loader's workers start with
+    it, so a value set would silently not be used."""
 
     config: LoaderConfig
     _source: Any
     _dataset: Any
     _sampler: Any
+    _num_workers: int
+    _pin_memory: bool
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes or threads (``"auto"`` resolved)."""
+        return self._num_workers
+
+    @num_workers.setter
+    def num_workers(self, value: Any) -> None:
+        _set_refused(self, "num_workers", value)
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether host batches are pinned before the copy to the device."""
+        return self._pin_memory
+
+    @pin_memory.setter
+    def pin_memory(self, value: Any) -> None:
+        _set_refused(self, "pin_memory", value)
+
+    @property
+    def timeout(self) -> float:
+        """Seconds to wait for a batch (0: forever)."""
+        return self.config.timeout
+
+    @timeout.setter
+    def timeout(self, value: Any) -> None:
+        _set_refused(self, "timeout", value)
+
+    @property
+    def prefetch_factor(self) -> int | None:
+        """Batches prepared ahead per worker (None without workers, as DataLoader's)."""
+        return self.config.prefetch_factor if self._num_workers else None
+
+    @prefetch_factor.setter
+    def prefetch_factor(self, value: Any) -> None:
+        _set_refused(self, "prefetch_factor", value)
+
+    @property
+    def multiprocessing_context(self) -> Any:
+        """The workers' start method as given (None: the platform's)."""
+        return self.config.multiprocessing_context
+
+    @multiprocessing_context.setter
+    def multiprocessing_context(self, value: Any) -> None:
+        _set_refused(self, "multiprocessing_context", value)
 
     @property
     def dataset(self) -> Any:
