@@ -283,6 +283,8 @@ def _tree(fn: Any, value: Any) -> Any:
         return fn(value)
     if isinstance(value, dict):
         return {k: _tree(fn, v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple takes its fields one by one
+        return type(value)(*(_tree(fn, v) for v in value))
     if isinstance(value, (tuple, list)):
         return type(value)(_tree(fn, v) for v in value)
     return value

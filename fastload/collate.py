@@ -187,7 +187,7 @@ def collate_extras(fields: Sequence[tuple]) -> tuple:
     numbers as a tensor (Python ints int64, floats float64, bools bool; numpy scalars of
     their dtype, ``np.float32`` float32, ``np.int32`` int32); numpy
     arrays and tensors of one shape and dtype stacked; dicts of the same keys key by key;
-    sequences of one length position by position. Nothing is dropped: what does not batch so
+    sequences of one length position by position (a namedtuple as its type, a list otherwise). Nothing is dropped: what does not batch so
     (None, ragged arrays, other objects) is handed out as the list of the samples' values.
 
     Args:
@@ -236,5 +236,8 @@ def collate_values(values: Sequence) -> Any:
     if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys() for v in values):
         return {k: collate_values([v[k] for v in values]) for k in first}
     if isinstance(first, (tuple, list)) and all(isinstance(v, (tuple, list)) and len(v) == len(first) for v in values):
-        return [collate_values(tuple(v[k] for v in values)) for k in range(len(first))]
+        fields = [collate_values(tuple(v[k] for v in values)) for k in range(len(first))]
+        if isinstance(first, tuple) and hasattr(first, "_fields") and all(type(v) is type(first) for v in values):
+            return type(first)(*fields)  # a namedtuple stays one, field by field (default_collate's)
+        return fields
     return list(values)
