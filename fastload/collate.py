@@ -187,7 +187,8 @@ def collate_extras(fields: Sequence[tuple]) -> tuple:
     numbers as a tensor (Python ints int64, floats float64, bools bool; numpy scalars of
     their dtype, ``np.float32`` float32, ``np.int32`` int32); numpy
     arrays and tensors of one shape and dtype stacked; dicts of the same keys key by key;
-    sequences of one length position by position (a namedtuple as its type, a list otherwise). Nothing is dropped: what does not batch so
+    sequences of one length position by position (a namedtuple as its type, a list
+    otherwise). Nothing is dropped: what does not batch so
     (None, ragged arrays, other objects) is handed out as the list of the samples' values.
 
     Args:
