@@ -131,6 +131,35 @@ def test_tools_run_from_a_checkout(folder, tmp_path, tool, fmt):
     assert again.returncode == 2 and "exists; pass --overwrite" in again.stderr
 
 
+@pytest.mark.parametrize("fmt", ["lmdb", "tfrecord", "wds"])
+def test_overwrite_never_deletes_the_source_nor_what_no_conversion_wrote(folder, tmp_path, fmt):
+    # A user review: `folder2lmdb.py train train --overwrite` deleted the photos it converted,
+    # and --overwrite of a folder around the source or of an unrelated folder deleted them too.
+    if fmt != "wds":  # written by fastload itself
+        need_formats(fmt)
+    import shutil
+
+    src = str(tmp_path / "photos")
+    shutil.copytree(folder, src)
+    before = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+    for dst in (src, os.path.join(src, "c0"), os.path.join(src, "out"), str(tmp_path)):
+        with pytest.raises(ValueError, match="the destination .* (is|is inside|holds) the source"):
+            convert(src, dst, fmt, progress=False, overwrite=True)
+    other = tmp_path / "other"
+    (other / "important").mkdir(parents=True)
+    (other / "important" / "thesis.tex").write_text("x")
+    (other / "data.mdb").write_text("x")
+    with pytest.raises(FileExistsError, match=r"holds what no conversion writes \('important/'\)"):
+        convert(src, str(other), fmt, progress=False, overwrite=True)
+    assert (other / "important" / "thesis.tex").read_text() == "x"
+    after = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+    assert after == before, "the source is untouched"
+    dst = str(tmp_path / f"out.{fmt}")
+    for _ in range(2):  # a converter's own output is replaced
+        convert(src, dst, fmt, progress=False, overwrite=True, verify_output=True)
+        assert len(fl.open_dataset(dst)) == len(fl.ImageFolder(src))
+
+
 # --- Converters without rough edges ---------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from ..datasets.tfrecord import TFRecordDataset, TFRecordStream
 from ..datasets.webdataset import WebDataset
 from ..decode import JPEG_BACKENDS, DecodeError, decode_image, default_backend
 from ..verified import NOT_VERIFIED, crc32c
+from .staging import check_apart
 from .verify import VerifyError, verify
 from .wds_writer import write_wds
 from .writers import write_lmdb, write_tfrecord
@@ -140,6 +141,7 @@ def convert(
         raise ValueError(f"--quality must be in 1..100, got {quality}")
     if resize_shorter is not None and resize_shorter < 1:
         raise ValueError(f"--resize-shorter must be positive, got {resize_shorter}")
+    check_apart(src, dst)
     source = open_dataset(src, **open_kwargs)
     if isinstance(source, TFRecordStream):
         raise ValueError(f"{src} is a compressed stream; decompress it to convert")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -104,14 +105,70 @@ def clean_leftovers(dst: str) -> None:
         )
 
 
+#: What a conversion writes into its folder (LMDB's files; TFRecord shards, their indexes and
+#: sidecars; WebDataset shards and sidecars), and ``fastload verify``'s manifest.
+_OUTPUT_FILES = ("data.mdb", "lock.mdb", "fastload-verified.json")
+_OUTPUT_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".idx", ".index", ".tar", ".json")
+_TFRECORD_SHARD = re.compile(r".+-\d{5}-of-\d{5}")  # write_tfrecord's shard names
+
+
+def _not_written_here(dst: str) -> list[str]:
+    """What in an existing ``dst`` no conversion writes (a file, a subfolder, a photo)."""
+    if not os.path.isdir(dst) or os.path.islink(dst):
+        return [os.path.basename(dst)]
+    return sorted(
+        name + ("/" if os.path.isdir(os.path.join(dst, name)) else "")
+        for name in os.listdir(dst)
+        if not (
+            os.path.isfile(os.path.join(dst, name))
+            and (
+                name in _OUTPUT_FILES
+                or name.endswith(_OUTPUT_SUFFIXES)
+                or _TFRECORD_SHARD.fullmatch(name)
+                or name.startswith(".fastload")
+            )
+        )
+    )
+
+
+def check_apart(src: str, dst: str) -> None:
+    """Refuses a destination that is the source, inside it or around it (``--overwrite`` would
+    delete the source; an output inside a folder would join its images).
+
+    Raises:
+        ValueError: They overlap (the message names both).
+    """
+    s, d = os.path.realpath(src), os.path.realpath(dst)
+    inside = os.path.isdir(s) and d.startswith(s.rstrip(os.sep) + os.sep)
+    around = s.startswith(d.rstrip(os.sep) + os.sep)
+    if s == d or inside or around:
+        where = "is" if s == d else "is inside" if inside else "holds"
+        raise ValueError(f"the destination {dst} {where} the source {src}: write the output elsewhere")
+
+
 def stage(dst: str, overwrite: bool) -> str:
     """Prepares the temporary folder a conversion into ``dst`` writes to (creating ``dst``'s parents).
 
+    With ``overwrite``, an existing ``dst`` is replaced only once the new output is complete,
+    and only where it holds nothing but what a conversion writes: never a folder of anything
+    else (photos, a subfolder, other files) nor a file.
+
     Raises:
-        FileExistsError: ``dst`` exists and not ``overwrite``, or another conversion into it runs.
+        FileExistsError: ``dst`` exists and not ``overwrite``, or another conversion into it runs,
+            or it holds what no conversion wrote (the message names some of it).
     """
-    if os.path.exists(dst) and not overwrite:
-        raise FileExistsError(f"{dst} exists; pass --overwrite to replace it")
+    if os.path.lexists(dst):
+        if not overwrite:
+            raise FileExistsError(f"{dst} exists; pass --overwrite to replace it")
+        others = _not_written_here(dst)
+        if others:
+            shown = ", ".join(repr(name) for name in others[:5]) + (
+                f" and {len(others) - 5} more" if len(others) > 5 else ""
+            )
+            raise FileExistsError(
+                f"{dst} holds what no conversion writes ({shown}): --overwrite replaces only a converter's "
+                "output; write elsewhere, or move or delete it yourself"
+            )
     clean_leftovers(dst)
     tmp = partial_path(dst, os.getpid())
     try:
