@@ -65,7 +65,11 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
         "dataset's metadata (readers then decode them cheaply while the checksum holds); read everything back "
         "and check it",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace DST if it is a converter's output (never a folder of anything else, nor SRC)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace DST if it is a converter's output (never a folder of anything else, nor SRC)",
+    )
     args = p.parse_args(argv)
     kwargs = {"root": args.root} if args.root else {}
     try:
