@@ -160,6 +160,49 @@ def test_overwrite_never_deletes_the_source_nor_what_no_conversion_wrote(folder,
         assert len(fl.open_dataset(dst)) == len(fl.ImageFolder(src))
 
 
+@pytest.mark.parametrize("fmt", ["lmdb", "tfrecord", "wds"])
+def test_a_verified_sample_changed_since_is_never_copied_nor_verified_again(folder, tmp_path, fmt):
+    # A user review: a byte flipped in a verified folder (reading it refused the file), then
+    # `folder2lmdb.py --verify` wrote it, stamped verified anew, and a verified LMDB tampered
+    # the same way went on into WebDataset shards. Converters read as the datasets do.
+    if fmt != "wds":
+        need_formats(fmt)
+    import shutil
+
+    from fastload.convert.manifest import verify_folder
+    from fastload.verified import ChangedSinceVerifiedError
+
+    src = str(tmp_path / "photos")
+    shutil.copytree(folder, src)
+    verify_folder(src, progress=False)
+    first = os.path.join(src, fl.ImageFolder(src).paths[5])
+    data = bytearray(open(first, "rb").read())
+    data[len(data) // 2] ^= 1
+    open(first, "wb").write(bytes(data))
+    for verify_output in (True, False):
+        with pytest.raises(ChangedSinceVerifiedError, match=r"changed since it was verified: .*sample 5"):
+            convert(src, str(tmp_path / f"out.{fmt}"), fmt, progress=False, verify_output=verify_output)
+        assert not os.path.exists(tmp_path / f"out.{fmt}")
+    if fmt == "lmdb":
+        return
+    # A verified LMDB whose record changed, converted on.
+    need_formats("lmdb")
+    clean = str(tmp_path / "clean")
+    shutil.copytree(folder, clean)
+    convert(clean, str(tmp_path / "v.lmdb"), "lmdb", progress=False, verify_output=True)
+    import lmdb
+
+    env = lmdb.open(str(tmp_path / "v.lmdb"), map_size=1 << 26)
+    with env.begin(write=True) as txn:
+        key = b"%09d" % 3
+        value = bytearray(txn.get(key))
+        value[len(value) // 2] ^= 1
+        txn.put(key, bytes(value))
+    env.close()
+    with pytest.raises(ChangedSinceVerifiedError, match="changed since it was verified"):
+        convert(str(tmp_path / "v.lmdb"), str(tmp_path / f"again.{fmt}"), fmt, progress=False, verify_output=True)
+
+
 # --- Converters without rough edges ---------------------------------------------------
 
 

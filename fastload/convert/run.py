@@ -63,7 +63,7 @@ def read_all(
 
     def fetch(j: int) -> tuple[int, bytes, int]:
         i = j if order is None else int(order[j])
-        data, label = source.read(i)
+        data, label = source.read_checked(i)  # bytes changed since they were verified are not copied
         data = bytes(data)
         if resize_shorter or quality:
             try:

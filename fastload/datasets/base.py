@@ -163,6 +163,18 @@ class ImageDataset(HoldsPipeline, torch.utils.data.Dataset):
         data, label = self.read(index)
         return self._plan_bytes(index, data, label, epoch, seed)
 
+    def read_checked(self, index: int) -> tuple[Any, Any]:
+        """Sample ``index``'s encoded bytes and label as :meth:`read` gives them, a verified
+        sample's bytes first checked against its checksum (what a converter copies: bytes that
+        changed since they were verified must not be copied, nor verified again, silently).
+
+        Raises:
+            ChangedSinceVerifiedError: They changed since they were verified (names the sample).
+        """
+        data, label = self.read(index)
+        check_bytes(data, self.verified_checksum(index), index, self.describe(index), self._verified_what)
+        return data, label
+
     def verified_checksum(self, index: int) -> int:
         """The CRC32C sample ``index``'s bytes had when they were verified strictly, or
         :data:`fastload.verified.NOT_VERIFIED` (the default: datasets that record checksums

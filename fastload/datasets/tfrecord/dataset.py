@@ -149,6 +149,15 @@ class TFRecordDataset(ImageDataset):
         image, label, _ = self._read(index, NOT_VERIFIED)
         return image, label
 
+    def read_checked(self, index: int) -> tuple[bytes, int]:
+        """As :meth:`read`, a verified record's data first checked against its checksum.
+
+        Raises:
+            ChangedSinceVerifiedError: The record's data changed since it was verified.
+        """
+        image, label, _ = self._read(index, self.verified_checksum(index))
+        return image, label
+
     def plan(self, index: int, epoch: int = 0, seed: int = 0) -> SamplePlan:
         """As :meth:`ImageDataset.plan <fastload.ImageDataset.plan>`; a verified record's data
         is checked against its checksum while it is read (one CRC32C, the frame's).

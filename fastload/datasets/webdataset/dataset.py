@@ -441,6 +441,16 @@ class WebDataset(PlannedRecords):
             record.chunk, n, int(self.table.image_offset.array[n]), int(self.table.image_size.array[n])
         )
 
+    def read_checked(self, index: int) -> tuple[bytes, int]:
+        """As :meth:`read`, a verified sample's image first checked against its checksum.
+
+        Raises:
+            ChangedSinceVerifiedError: The image changed since it was verified (names the sample).
+        """
+        data, target = self.read(index)
+        check_bytes(data, self.verified_checksum(index), index, self.describe(index), "sample")
+        return data, target
+
     def record_verified(self, record: ShardRecord, data: Any) -> bool:
         """Whether ``record``'s image ``data`` has the CRC32C a converter's strict verification
         recorded (False where none was recorded).
