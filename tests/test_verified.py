@@ -64,6 +64,18 @@ def test_crc32c_is_castagnoli():
     assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
 
 
+def test_verify_of_a_folder_without_images_is_an_error_writing_nothing(tmp_path, capsys):
+    # A user review: `fastload verify out.lmdb` printed "verified 0 files", exit 0, and wrote a
+    # manifest into the LMDB's folder.
+    lmdb_like = tmp_path / "out.lmdb"
+    lmdb_like.mkdir()
+    (lmdb_like / "data.mdb").write_bytes(b"x" * 100)
+    for folder in (lmdb_like, tmp_path / "empty"):
+        folder.mkdir(exist_ok=True)
+        assert main(["verify", str(folder), "--quiet"]) == 2
+        assert "no image files" in capsys.readouterr().err and MANIFEST_NAME not in os.listdir(folder)
+
+
 def test_verify_lists_what_fails_and_writes_a_manifest_of_the_rest(photo_folder, capsys):
     good = (photo_folder / "c0" / "00.jpg").read_bytes()
     (photo_folder / "c0" / "bad-flip.jpg").write_bytes(_damaged(good))

@@ -89,7 +89,8 @@ def verify_folder(
 
     Raises:
         FileNotFoundError: ``root`` is not a folder.
-        ValueError: No strict JPEG decoder is available, or ``workers`` is not a positive int.
+        ValueError: No strict JPEG decoder is available, ``workers`` is not a positive int, or
+            ``root`` holds no image file.
     """
     from tqdm import tqdm
 
@@ -109,6 +110,11 @@ def verify_folder(
     exts = tuple(e.lower() for e in (IMG_EXTENSIONS if extensions is None else extensions))
     out = os.fspath(manifest) if manifest is not None else manifest_path(root)
     files = _scan_files(root, exts, "")
+    if not files:  # no manifest of nothing: an LMDB, shards or an empty folder is no image folder
+        raise ValueError(
+            f"no image files ({', '.join(exts)}) under {root!r}: `fastload verify` verifies an image folder; "
+            "an LMDB, TFRecord or WebDataset is verified as it is written (the converters' --verify)"
+        )
     report = VerifyReport(out)
     rows: list[list] = []
     start = time.perf_counter()
