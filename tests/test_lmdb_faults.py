@@ -48,6 +48,27 @@ def test_an_empty_data_file_is_named(tmp_path):
             fl.LMDBDataset(path, guard=guard)
 
 
+@pytest.mark.parametrize("cut", [0.5, 0.9, 0.0])
+def test_a_damaged_metadata_record_is_named(lmdb_path, tmp_path, cut):
+    # A user review: the metadata record cut short raised a bare "BadZipFile: File is not a zip
+    # file", naming neither the LMDB nor the record.
+    import shutil
+
+    import lmdb
+
+    from fastload.datasets.lmdb_dataset import META_KEY
+
+    path = str(tmp_path / "copy.lmdb")
+    shutil.copytree(lmdb_path, path)
+    env = lmdb.open(path, map_size=1 << 26)
+    with env.begin(write=True) as txn:
+        value = txn.get(META_KEY)
+        txn.put(META_KEY, value[: int(len(value) * cut)])
+    env.close()
+    with pytest.raises(ValueError, match=rf"{path}: corrupt fastload metadata record: \w+"):
+        fl.LMDBDataset(path, guard=False)
+
+
 CUT_IN_USE = r"""
 import os, shutil, sys
 import fastload as fl

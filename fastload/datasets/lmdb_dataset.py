@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -127,6 +128,10 @@ def pack_meta(
     return buf.getvalue()
 
 
+#: What np.load of a damaged .npz raises (a cut zip: BadZipFile; a cut member: EOFError).
+_CORRUPT = (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile)
+
+
 def unpack_verified(value: bytes, path: str, count: int) -> tuple[np.ndarray | None, str]:
     """The per-record verified CRC32Cs (int64, NOT_VERIFIED where not) and who verified them,
     from the metadata record ``value``; (None, "") where the converter did not verify.
@@ -139,8 +144,8 @@ def unpack_verified(value: bytes, path: str, count: int) -> tuple[np.ndarray | N
             if "verified_crc32c" not in z.files:
                 return None, ""
             crcs, by = z["verified_crc32c"], z["verified_by"]
-    except (KeyError, OSError, ValueError) as e:
-        raise ValueError(f"{path}: corrupt fastload metadata record: {e}") from e
+    except _CORRUPT as e:
+        raise ValueError(f"{path}: corrupt fastload metadata record: {type(e).__name__}: {e}") from e
     if crcs.dtype != np.int64 or crcs.shape != (count,) or by.dtype != np.uint8 or by.ndim != 1:
         raise ValueError(f"{path}: corrupt fastload metadata record: verified checksums {crcs.dtype}{crcs.shape}")
     if count and (crcs.min() < NOT_VERIFIED or crcs.max() > 0xFFFFFFFF):
@@ -152,19 +157,17 @@ def unpack_meta(value: bytes, path: str) -> tuple[StringArray, np.ndarray, list[
     try:
         with np.load(io.BytesIO(value), allow_pickle=False) as z:
             version = int(z["version"])
-            if version > FORMAT_VERSION:
-                raise ValueError(
-                    f"{path}: fastload LMDB format {version} is newer than this fastload "
-                    f"({FORMAT_VERSION}); upgrade fastload"
-                )
-            keys = StringArray.from_buffer(z["keys_data"], z["keys_offsets"])
-            labels = z["labels"].astype(np.int64)
-            classes = list(StringArray.from_buffer(z["classes_data"], z["classes_offsets"]))
-            count = int(z["count"])
-    except (KeyError, OSError, ValueError) as e:
-        if "newer" in str(e):
-            raise
-        raise ValueError(f"{path}: corrupt fastload metadata record: {e}") from e
+            if version <= FORMAT_VERSION:
+                keys = StringArray.from_buffer(z["keys_data"], z["keys_offsets"])
+                labels = z["labels"].astype(np.int64)
+                classes = list(StringArray.from_buffer(z["classes_data"], z["classes_offsets"]))
+                count = int(z["count"])
+    except _CORRUPT as e:
+        raise ValueError(f"{path}: corrupt fastload metadata record: {type(e).__name__}: {e}") from e
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: fastload LMDB format {version} is newer than this fastload ({FORMAT_VERSION}); upgrade fastload"
+        )
     if not len(keys) == len(labels) == count:
         raise ValueError(f"{path}: metadata says {count} samples but has {len(keys)} keys, {len(labels)} labels")
     return keys, labels, classes
