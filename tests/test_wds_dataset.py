@@ -242,6 +242,33 @@ def test_an_archive_in_directory_order_groups_members_by_key(tmp_path, shards):
     assert "sample 'b' is cut off" in str(records[2].error) and broken.decode(records[1], 0, 0).shape == (16, 16, 3)
 
 
+def test_a_cut_in_a_samples_first_member_blames_that_sample_not_the_whole_one_before(tmp_path, shards):
+    # A user review: a shard cut inside b.jpg (its header whole, its data not) named the whole
+    # sample a as cut off and dropped it, and b was not listed; under "skip" every record of
+    # the slot failed. A sample with no image member was named "at byte 0".
+    with tarfile.open(os.path.join(shards, "shard-000000.tar")) as t:
+        jpg = t.extractfile("s00000.jpg").read()
+    path = str(tmp_path / "whole.tar")
+    _tar(path, [("a.jpg", jpg), ("a.cls", b"1"), ("y.cls", b"5"), ("b.jpg", jpg), ("b.cls", b"2")])
+    offsets = tar_offsets(path)
+    ds = _ds(path)
+    assert ds.describe(1) == f"{path} sample 'y' at byte {offsets['y.cls']}"
+    cut = str(tmp_path / "cut.tar")
+    with open(path, "rb") as f:
+        raw = f.read()
+    with open(cut, "wb") as f:
+        f.write(raw[: offsets["b.jpg"] + 100])
+    with pytest.warns(RuntimeWarning, match="its last sample is yielded as an error record"):
+        broken = _ds(cut)
+    records = list(broken.records_for(0, 1))
+    assert [broken.describe(i).split("'")[1] for i in range(len(broken))] == ["a", "y", "b"]
+    assert records[0].error is None and broken.decode(records[0], 0, 0).shape == (16, 16, 3)
+    assert "sample 'b' is cut off" in str(records[2].error)
+    with fl.Loader(broken, batch_size=1, num_workers=0, device="cpu", normalize=False, on_error="skip") as loader:
+        with pytest.warns(RuntimeWarning, match="skipped"):
+            assert sorted(sum(_labels(loader), [])) == [1, 1, 1]  # a, and a in the places of y and b
+
+
 @pytest.mark.parametrize("cache", [True, False])
 def test_gzipped_shards_are_streamed(tmp_path, cache):
     import gzip

@@ -20,7 +20,7 @@ import numpy as np
 
 from .tar import Member, ShardError
 
-FORMAT_VERSION = 2  # 2: samples grouped by key over the whole archive
+FORMAT_VERSION = 3  # 2: samples grouped by key over the whole archive; 3: a sample cut in its first member its own
 UNVALIDATED = "unvalidated:"
 GZIP_SUFFIXES = (".tar.gz", ".tgz")
 _NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -116,8 +116,9 @@ def group_members(members: Iterable[Member], url: str) -> ShardIndex:
                 raise
             broken_offset, broken = (e.offset if e.offset is not None else 0), e.problem
             parts = split_name(e.member) if e.member else None
-            # the sample of the member it broke in; when not known, the last one read
-            cut = key_ids.get(parts[0], -1) if parts is not None else rows[-1][0] if rows else -1
+            # the sample of the member it broke in (a sample of its own when that member was
+            # its first: the sample before is whole); when not known, the last one read
+            cut = key_ids.setdefault(parts[0], len(key_ids)) if parts is not None else rows[-1][0] if rows else -1
             break
         parts = split_name(member.name)
         if parts is None:

@@ -120,7 +120,13 @@ class SampleTable:
             if index.broken_offset >= 0 and n:
                 problem[-1] = BROKEN
             cols["shard"].append(np.full(n, i, np.int32))
-            cols["io"].append(np.where(image < 0, 0, index.member_offset[image]))
+            # A sample without an image member is named by its first member's offset (the cut
+            # one, with no member read, by where the archive breaks).
+            first = np.full(n, max(index.broken_offset, 0), np.int64)
+            if len(index.member_sample):
+                starts = np.flatnonzero(np.r_[True, index.member_sample[1:] != index.member_sample[:-1]])
+                first[index.member_sample[starts]] = index.member_offset[starts]
+            cols["io"].append(np.where(image < 0, first, index.member_offset[image]))
             cols["is"].append(np.where(image < 0, 0, index.member_size[image]))
             cols["to"].append(np.where(target < 0, 0, index.member_offset[target]))
             cols["ts"].append(np.where(target < 0, 0, index.member_size[target]))
