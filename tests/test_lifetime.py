@@ -56,6 +56,37 @@ def test_a_dropped_loader_is_freed_at_once(ds, backend):
         assert not workers & children(), "its worker processes outlived it"
 
 
+@pytest.mark.parametrize("kind", ["indexed", "stream"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_closed_loader_leaves_nothing_in_a_reference_cycle(ds, folder, tmp_path, kind, backend):
+    # A user review: each closed Loader left its source (its WorkerLoader held the source's own
+    # methods) and two shared-memory descriptors until the cyclic gc ran, though the guide says
+    # nothing holds it in a reference cycle.
+    if kind == "stream":
+        from fastload.convert import convert
+
+        convert(folder, str(tmp_path / "wds"), "wds", progress=False, shard_samples=8)
+        data = fl.WebDataset(str(tmp_path / "wds" / "shard-*.tar"), transform=fl.transforms.eval(16, resize=16))
+    else:
+        data = ds
+    with no_cyclic_gc():
+        gc.collect()
+        loader = fl.Loader(data, batch_size=4, num_workers=2, backend=backend, device="cpu")
+        assert sum(len(x) for x, _ in loader) > 0
+        source = weakref.ref(loader._source)
+        loader.close()
+        del loader
+        assert source() is None, "the closed Loader's source is kept alive by a reference cycle"
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            ours = [type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith("fastload.")]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert not ours, f"in reference cycles: {sorted(set(ours))}"
+
+
 @pytest.mark.parametrize("backend,rebinds", [("process", 30), ("thread", 100)])
 def test_rebinding_loaders_leaves_nothing_behind(ds, backend, rebinds, capfd):
     earlier, earlier_threads = children(), set(threading.enumerate())

@@ -381,4 +381,15 @@ class WorkerLoader:
         with self._swap:
             holder: list = [self._loader]
             self._loader, self._running = None, None
+            # They are the source's own (its methods, closures over it): kept, they would hold
+            # the source and this in a reference cycle, its buffers with it, until gc runs.
+            self._new_loader, self._renew, self._stop = _closed, _nothing, _nothing
         close_workers(self.closed, self.inflight, holder)
+
+
+def _closed() -> DataLoader:
+    raise RuntimeError("the source is closed: no workers start")
+
+
+def _nothing() -> None:
+    pass
