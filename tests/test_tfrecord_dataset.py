@@ -276,7 +276,9 @@ def test_record_that_disagrees_with_its_index_is_named(tmp_path):
     raw = bytearray(open(path, "rb").read())  # swap in a record of another length, same file size
     one = framed(b"x" * (offsets[2] - offsets[1] - 16 - 20))
     raw[offsets[1] : offsets[2]] = one + framed(b"y" * 4)
+    st = os.stat(path)
     open(path, "wb").write(bytes(raw))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the file's stamp as indexed: only its records tell
     with pytest.raises(ValueError, match=rf"record at byte {offsets[1]} holds .* index says .*stale"):
         ds.read(1)
 
@@ -309,3 +311,24 @@ def test_forked_child_reopens_its_own_descriptors(tmp_path):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert [ds.read(i)[1] for i in range(4)] == [0, 1, 2, 3]
+
+
+def test_a_file_replaced_after_indexing_is_an_error_where_it_is_opened_again(tmp_path):
+    # A user review: a TFRecord folder converted anew under an open TFRecordDataset was read with
+    # the old index by worker processes (which open the files again): every label wrong, no
+    # error, while num_workers=0 read the old file. Where a file is opened again, it must be the
+    # one indexed.
+    path = str(tmp_path / "a.tfrecord")
+    write_records(path, range(8))
+    ds = fl.TFRecordDataset(path, transform=fl.transforms.eval(8, resize=8))
+    assert ds.read(0)[1] == 0  # this process has the file open: it goes on reading the one indexed
+    replacement = str(tmp_path / "new.tfrecord")
+    write_records(replacement, range(10, 18))
+    os.replace(replacement, path)
+    assert ds.read(1)[1] == 1
+    with fl.Loader(ds, batch_size=4, num_workers=2, device="cpu", normalize=False) as loader:
+        with pytest.raises(fl.SampleError, match="a.tfrecord: the file changed since the dataset indexed it"):
+            list(loader)
+    ds._pool.close()  # closed (as after more files than max_open_files): opened again
+    with pytest.raises(fl.TFRecordError, match="the file changed since the dataset indexed it"):
+        ds.read(2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..base import ImageDataset
 from ..sampleplan import SamplePlan
 from ..storage import SharedArray, StringArray
 from .example import IMAGE_KEY, LABEL_KEY, example_fields
-from .fdpool import MAX_OPEN_FILES, FilePool
+from .fdpool import MAX_OPEN_FILES, FilePool, stamp
 from .files import expand_paths, load_meta
 from .framing import TFRecordError, parse_record
 from .index import load_index
@@ -98,6 +99,7 @@ class TFRecordDataset(ImageDataset):
         for path in files:
             if path.endswith(".gz"):
                 raise ValueError(f"{path} is compressed: use TFRecordStream for GZIP files")
+        stamps = [stamp(os.stat(path)) for path in files]  # before indexing: a change after it is seen
         meta = load_meta(files)
         indexes = load_indexes(files, meta.counts, index_dir)
         self.classes: list[str] | None = meta.classes
@@ -119,7 +121,7 @@ class TFRecordDataset(ImageDataset):
             raise ValueError(f"no records in {files}")
         self.image_key, self.label_key, self.label_offset = image_key, label_key, label_offset
         self.check_crc = check_crc
-        self._pool = FilePool(self.files, max_open_files)
+        self._pool = FilePool(self.files, max_open_files, stamps)
         # Labels live inside the records: read lazily (one pass) only when asked for.
         super().__init__(None, transform, decoder, max_pixels=max_pixels)
 

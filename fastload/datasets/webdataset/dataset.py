@@ -411,20 +411,22 @@ class WebDataset(PlannedRecords):
         if error is not None:
             raise error
         shard = self.table.shards[int(self.table.shard.array[index])]
-        path = self.store.local_file(shard)
+        file = self.store.open_local(shard)
 
         def member(offset: int, size: int) -> bytes:
-            if path is None:
+            if file is None:
                 return self.store.span(shard, offset, offset + size)
-            with open(path, "rb") as f:
-                data = os.pread(f.fileno(), size, offset)
+            data = os.pread(file.fileno(), size, offset)
             if len(data) != size:
                 raise ShardError(shard.url, offset + len(data), f"the member at byte {offset} needs {size} bytes")
             return data
 
-        return member(int(self.table.image_offset.array[index]), int(self.table.image_size.array[index])), self._target(
-            index, member
-        )
+        try:
+            image = member(int(self.table.image_offset.array[index]), int(self.table.image_size.array[index]))
+            return image, self._target(index, member)
+        finally:
+            if file is not None:
+                file.close()
 
     def describe(self, index: int) -> str:
         """``"<url> sample '<key>' at byte <offset>"``."""

@@ -89,9 +89,9 @@ class SlotReader:
             if prepared.closed:
                 return
             try:
-                path = self.store.local_file(self.table.shards[shard])
-                if path is not None:
-                    prepared.put(shard, file=open(path, "rb"))
+                file = self.store.open_local(self.table.shards[shard])
+                if file is not None:
+                    prepared.put(shard, file=file)
                     continue
                 lo, hi = self.table.span(numbers[shards == shard])
                 prepared.put(shard, span=(lo, self.store.span(self.table.shards[shard], lo, hi)))

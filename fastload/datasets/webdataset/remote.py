@@ -97,6 +97,12 @@ def is_url(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
+def local_version(st: os.stat_result) -> str:
+    """A local shard's version: its modification time, and its ctime and inode too, which a
+    copy that keeps the modification time (cp -p, rsync -t) still changes."""
+    return f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
 def local_path(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
@@ -222,8 +228,7 @@ class Remote:
                 st = os.stat(path)
             except FileNotFoundError:
                 raise FileNotFoundError(f"{url}: no such shard (at byte 0)") from None
-            # ctime and inode too: a copy that keeps the mtime (cp -p, rsync -t) still changes them
-            return ShardId(path, st.st_size, f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}")
+            return ShardId(path, st.st_size, local_version(st))
         fs, path = self.filesystem(url)
         info = self._retried(url, "asking for the size", lambda: fs.info(path))
         size = info.get("size")

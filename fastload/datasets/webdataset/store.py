@@ -19,13 +19,14 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from .cache import CacheError, CacheFull, ShardCache
 from .gz import file_chunks, gunzip
 from .gz import span as gz_span
 from .index import UNVALIDATED, ShardId, ShardIndex, group_members, load_index, save_index
-from .remote import Remote, ShardChanged, is_url, local_path
-from .tar import file_source, iter_members
+from .remote import Remote, ShardChanged, is_url, local_path, local_version
+from .tar import ShardError, file_source, iter_members
 
 
 class _Tee:
@@ -225,6 +226,32 @@ class ShardStore:
         except CacheError as e:
             self._cache_error(e)
             return None
+
+    def open_local(self, shard: ShardId) -> BinaryIO | None:
+        """:meth:`local_file`, opened; None where there is none. A local shard is checked to be
+        the version it was indexed as: one replaced or rewritten since is not read with the
+        old index (the dataset would hand out other samples under its keys, or fail on them,
+        differently in each process).
+
+        Raises:
+            ShardError: The local shard changed since it was indexed.
+        """
+        path = self.local_file(shard)
+        if path is None:
+            return None
+        f = open(path, "rb")
+        if not is_url(shard.url) and not shard.gzipped:
+            st = os.fstat(f.fileno())
+            if (st.st_size, local_version(st)) != (shard.size, shard.version):
+                f.close()
+                raise ShardError(
+                    shard.url,
+                    None,
+                    "the shard changed since the dataset indexed it (its size, modification time or inode "
+                    "differ: replaced or rewritten); its samples are not read with the old index: open the "
+                    "dataset again",
+                )
+        return f
 
     def _copy(self, shard: ShardId, sink: Callable[[bytes], None]) -> None:
         for chunk in self._plain(shard):
