@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,7 +52,13 @@ def _read(slot: Iterator[SourceBatch], out: queue.Queue, stop: Stop) -> None:
 
 
 def slot_threads(
-    data: Any, workers: int, prefetch_factor: int, timeout: float, inflight: InFlight, closed: threading.Event
+    data: Any,
+    workers: int,
+    prefetch_factor: int,
+    timeout: float,
+    inflight: InFlight,
+    closed: threading.Event,
+    started: list[threading.Thread],
 ) -> Iterator[SourceBatch]:
     """The batches of ``data`` (a :class:`~fastload.sources.slots.SlotRecords`), its ``workers``
     slots each read by a thread, in DataLoader's order.
@@ -63,6 +70,7 @@ def slot_threads(
         timeout: Seconds to wait for a batch (0: forever).
         inflight: Which record each thread is loading (thread i is row i), for timeout errors.
         closed: Set by close(): the pass ends.
+        started: Where the threads are added as they start (close() joins them: :func:`join_slots`).
     """
     stop = Stop(closed)
     queues: list[queue.Queue] = [queue.Queue(maxsize=max(1, prefetch_factor)) for _ in range(workers)]
@@ -74,6 +82,7 @@ def slot_threads(
     ]
     for t in threads:
         t.start()
+    started[:] = [t for t in started if t.is_alive()] + threads
     live = list(range(workers))
     try:
         while live:
@@ -97,6 +106,17 @@ def slot_threads(
                     break
                 if isinstance(left, (HostBatch, EncodedBatch)):
                     left.release()
+
+
+def join_slots(started: list[threading.Thread], wait_s: float) -> None:
+    """Waits up to ``wait_s`` seconds for the slot threads ``started`` (their pass stopped by
+    close()) to finish the batch each is making: none goes on calling the user's transform after
+    close() returned (a program that then exits would tear down what those calls use; one stuck
+    in a sample is left, a daemon)."""
+    deadline = time.monotonic() + wait_s
+    for t in started:
+        t.join(max(0.0, deadline - time.monotonic()))
+    started.clear()
 
 
 def _next(q: queue.Queue, timeout: float, stop: Stop, inflight: InFlight) -> Any:

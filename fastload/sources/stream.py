@@ -31,8 +31,9 @@ from .resume import StreamResume
 from .ring import RingPool
 from .samples import RecordSamples
 from .segments import SUPPORTED
-from .slot_threads import slot_threads
+from .slot_threads import join_slots, slot_threads
 from .slots import SlotMaker, SlotPass, SlotRecords, StreamMaker, StreamOrder, whole_batches
+from .waiting import JOIN_S
 from .worker_loader import WorkerLoader, worker_batches
 from .workers import WorkerOptions, dataloader_options
 
@@ -103,6 +104,7 @@ class StreamSource:
         self.maker = StreamMaker(maker, batch_size, drop_last, pool)
         self.records = SlotRecords(self.maker, PassBoard() if persistent else None)
         board = self.records.board
+        self._slots: list[threading.Thread] = []  # the slot threads of the passes on threads
         self.workers = WorkerLoader(
             lambda: DataLoader(self.records, batch_size=None, **dataloader_options(self.options, persistent)),
             self.options,
@@ -202,7 +204,7 @@ class StreamSource:
             prepare()
             o = self.options
             yield from slot_threads(
-                self.records, o.num_workers, o.prefetch_factor, o.timeout, self.inflight, self._closed
+                self.records, o.num_workers, o.prefetch_factor, o.timeout, self.inflight, self._closed, self._slots
             )
             return
         try:
@@ -220,6 +222,7 @@ class StreamSource:
         if self._closed.is_set():
             return
         self.workers.close()
+        join_slots(self._slots, JOIN_S)
         self.maker.pool.close()
         if self.records.board is not None:
             self.records.board.close()

@@ -27,9 +27,8 @@ from .request import BatchRequest, PassRequest
 from .ring import RingPool
 from .sampler import ShardedBatchSampler
 from .threadpool import ThreadRows, Workers
-from .waiting import Stop, deadline, wait_until
+from .waiting import JOIN_S, Stop, deadline, wait_until
 
-JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 # Past the timeout, for a pass's first batch: a wait of our own in it (the LMDB guard's) names what it waited for.
 HEAD_GRACE_S = 1.0
 SHAPE_POLL_S = 0.002  # how often the start of a pass looks whether its first batch fixed the shape

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from .failures import PassClosed
 
 WAIT_S = 0.1  # waits wake this often, so close(), cancel and Ctrl-C are prompt
+JOIN_S = 2.0  # close() waits this long for threads stuck in a sample, then leaves them (daemons)
 CANCELLED = (
     "a batch of this pass was cancelled: a newer pass of the same source started "
     "(iterate a Loader from one thread at a time)"
