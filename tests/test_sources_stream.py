@@ -395,3 +395,56 @@ def test_close_of_a_stream_on_threads_waits_for_its_slot_threads(tmp_path):
     time.sleep(0.5)
     assert not left, f"slot threads running after close(): {left}"
     assert not [s for s in slow.starts if s > closed], "the transform was called after close() returned"
+
+
+class _FailsAt:
+    """Leaves every image as it is but raises a ValueError at its ``at``-th call."""
+
+    def __init__(self, at):
+        self.at, self.calls = at, 0
+
+    def __call__(self, img, rng):
+        self.calls += 1
+        if self.calls == self.at:
+            raise ValueError("bad image")
+        return img
+
+
+def test_a_stream_pass_on_threads_ended_by_an_error_leaves_no_reader_behind(tmp_path):
+    # A fault injector: each pass ended by a sample's error kept its slot's reader (its open
+    # shard files, a WebDataset's reader thread) past close(), until the cyclic gc ran: the
+    # error's traceback held the consumer's frame, which held the error.
+    import gc
+    import os
+    import threading
+
+    from fastload.convert import convert
+
+    src = tmp_path / "photos"
+    for c in range(2):
+        (src / f"c{c}").mkdir(parents=True)
+        for k in range(12):
+            (src / f"c{c}" / f"{k}.jpg").write_bytes(__import__("tfrecord_files").tiny_jpeg(c * 12 + k))
+    convert(str(src), str(tmp_path / "wds"), "wds", progress=False, shard_samples=6)
+    shards = str(tmp_path / "wds")
+
+    def open_shards():
+        return [p for p in (os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                            if os.path.exists(f"/proc/self/fd/{fd}")) if p.startswith(shards)]
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        fails = _FailsAt(10)
+        loader = fl.Loader(fl.WebDataset(shards + "/shard-*.tar", transform=fails), batch_size=4,
+                           num_workers=2, backend="thread", device="cpu")
+        for _ in range(3):
+            fails.calls = 0
+            with pytest.raises(ValueError, match="bad image"):
+                list(loader)
+        loader.close()
+        readers = [t.name for t in threading.enumerate() if t.name.startswith("fastload-shards")]
+        assert not readers and not open_shards(), (readers, open_shards())
+    finally:
+        if was:
+            gc.enable()

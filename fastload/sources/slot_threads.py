@@ -49,6 +49,7 @@ def _read(slot: Iterator[SourceBatch], out: queue.Queue, stop: Stop) -> None:
         except BaseException as e:  # raised by the consumer, in this slot's turn
             end = e
     _put(out, end, stop)
+    del end  # not held by this frame, which the error's traceback holds
 
 
 def slot_threads(
@@ -92,9 +93,15 @@ def slot_threads(
                     live.remove(w)
                     continue
                 if isinstance(item, BaseException):
-                    if isinstance(item, waits.Interrupted):
-                        raise interrupted(item) from None
-                    raise item
+                    # Not kept in this frame, which the error's traceback holds: that cycle kept
+                    # the slot's reader (its open shard files, its threads) until gc ran.
+                    error, item = item, None
+                    try:
+                        if isinstance(error, waits.Interrupted):
+                            raise interrupted(error) from None
+                        raise error
+                    finally:
+                        del error
                 yield item
     finally:
         stop.cancelled = True  # the threads end at their next batch; their batches made ahead go back
