@@ -218,3 +218,60 @@ def test_a_huge_prefetch_factor_holds_no_more_than_a_pass(monkeypatch):
                    device="cpu") as loader:
         with pytest.raises(ValueError, match=r"prefetch_factor: the thread backend would hold 1003 batches"):
             next(iter(loader))
+
+
+class _HangsAt(torch.utils.data.Dataset):
+    """Sample ``at`` hangs until ``release`` is set (a stalled network file)."""
+
+    def __init__(self, at, release):
+        self.at, self.release = at, release
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        if i == self.at:
+            self.release.wait(30)
+        return np.full((8, 8, 3), i, np.uint8), i
+
+
+@pytest.mark.parametrize("kind", ["indexed", pytest.param("stream", marks=pytest.mark.slow)])  # stream: 11 s
+def test_after_a_timeout_the_next_pass_gets_new_threads(tmp_path, kind):
+    # A fault injector: a thread stuck in a sample was never replaced. Each timed-out pass left
+    # one more stuck; once every decode thread was (indexed), or the stuck slot threads held
+    # every ring buffer (a stream), every later pass delivered nothing. The process backend
+    # starts new workers; the threads now start anew too, and each pass gets what comes before
+    # the stuck sample.
+    release = threading.Event()
+    if kind == "stream":
+        from tfrecord_files import tiny_jpeg, write_records
+
+        from fastload.decode import decode_image
+
+        path = str(tmp_path / "one.tfrecord")
+        write_records(path, range(48))
+        stuck = int(decode_image(tiny_jpeg(10)).sum())
+
+        def hang(img, rng):
+            if int(img.sum()) == stuck:
+                release.wait(30)
+            return img
+
+        data = fl.TFRecordStream(path, transform=hang)
+    else:
+        data = _HangsAt(20, release)
+    try:
+        with fl.Loader(data, batch_size=4, num_workers=2, backend="thread", device="cpu", timeout=1,
+                       prefetch_factor=1) as loader:
+            got = []
+            # More passes than threads, and than a stream's ring has buffers (7 here: each stuck
+            # slot thread keeps one).
+            for _ in range(4 if kind == "indexed" else 9):
+                n = 0
+                with pytest.raises(fl.WorkerFailure, match="timed out after 1 s"):
+                    for _, y in loader:
+                        n += len(y)
+                got.append(n)
+            assert got[0] > 0 and got == [got[0]] * len(got), got
+    finally:
+        release.set()

@@ -111,7 +111,8 @@ def worker_failure(
 
 def threads_timed_out(timeout: float, inflight: InFlight, dataset: Any) -> WorkerFailure:
     """The error of a pass on threads that got no batch within the Loader's ``timeout``."""
-    return worker_failure(RuntimeError(f"thread backend timed out after {timeout} s"), inflight, dataset)
+    error = RuntimeError(f"thread backend timed out after {timeout} s (the next pass starts new threads)")
+    return worker_failure(error, inflight, dataset)
 
 
 def _state(pid: int, dead: bool) -> str:

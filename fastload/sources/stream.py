@@ -94,12 +94,13 @@ class StreamSource:
         # every batch still in flight when a pass is broken off or its workers end.
         # With no workers, pinned as the Loader says; GPU batches on threads are packed bytes: a new buffer each.
         pool: BufferPool = PlainPool(options.pin and gpu is None, options.pin_device)
+        self._ring: RingPool | None = None  # the pool of a pass on threads, made anew after a timeout
         if options.num_workers > 0 and BufferTable.supported and not self.threads:
             per_worker = worker_buffers(options.prefetch_factor, gpu is not None)
             pool = SharedPool(BufferTable(options.num_workers, per_worker))
         elif gpu is None and self.threads and reuse:
             # Sized as each pass starts (reset: _in_use), and allocated at its first batch.
-            pool = RingPool(DEVICE_AHEAD + 1, batch_size, options.pin, options.pin_device, self._closed)
+            pool = self._ring = RingPool(DEVICE_AHEAD + 1, batch_size, options.pin, options.pin_device, self._closed)
         maker: SlotMaker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(samples))
         self.maker = StreamMaker(maker, batch_size, drop_last, pool)
         self.records = SlotRecords(self.maker, PassBoard() if persistent else None)
@@ -203,9 +204,16 @@ class StreamSource:
             self.maker.pool.reset(self._in_use())  # each pass starts its own threads
             prepare()
             o = self.options
-            yield from slot_threads(
-                self.records, o.num_workers, o.prefetch_factor, o.timeout, self.inflight, self._closed, self._slots
-            )
+            try:
+                yield from slot_threads(
+                    self.records, o.num_workers, o.prefetch_factor, o.timeout, self.inflight, self._closed, self._slots
+                )
+            except WorkerFailure:  # past the timeout: a slot thread stuck in a record keeps its buffer
+                if self._ring is not None:  # the next pass lends from a new ring (one left each time ran dry)
+                    self._ring = self.maker.pool = RingPool(
+                        DEVICE_AHEAD + 1, self.maker.batch_size, o.pin, o.pin_device, self._closed
+                    )
+                raise
             return
         try:
             items = worker_batches(self.workers.start(prepare), self.options, self.inflight, None, self._closed)

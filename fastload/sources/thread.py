@@ -20,7 +20,7 @@ from typing import Any
 
 from ..datasets import waits
 from ..encoded import SourceBatch
-from .failures import PassClosed, interrupted, threads_timed_out
+from .failures import PassClosed, WorkerFailure, interrupted, threads_timed_out
 from .indexed import IndexedSource, Maker
 from .pools import BufferPool, PlainPool
 from .request import BatchRequest, PassRequest
@@ -74,14 +74,36 @@ class ThreadSource(IndexedSource):
         # capped at a pass's batches when a pass starts (a huge prefetch_factor allocates no more)
         self._held = device_ahead + 1
         count = min(prefetch, max(1, len(sampler))) + self._held
-        self._ring = RingPool(count, sampler.batch_size, pin, pin_device, self._closed) if reuse else None
+        self._ring_args = (count, sampler.batch_size, pin, pin_device) if reuse else None
+        self._ring = self._new_ring()
         self.pool: BufferPool = self._ring or PlainPool(pin, pin_device)
         self._consumer = num_threads  # the in-flight row of this process
-        self._decode = Workers(num_threads, "fastload-decode", self._closed)
+        self._threads = (num_threads, max(1, min(prefetch, num_threads + 2)))
+        self._new_threads()
+        self._stop = Stop(self._closed)  # the current pass's
+
+    def _new_ring(self) -> RingPool | None:
+        # A method, not a closure: one over self would hold this source in a reference cycle.
+        return RingPool(*self._ring_args, self._closed) if self._ring_args is not None else None
+
+    def _new_threads(self) -> None:
+        self._decode = Workers(self._threads[0], "fastload-decode", self._closed)
         # A batch thread per batch made at once: it plans the batch, leases its buffer and
         # waits for its rows; more than the decode threads can keep busy gains nothing.
-        self._batches = Workers(max(1, min(prefetch, num_threads + 2)), "fastload-batch", self._closed)
-        self._stop = Stop(self._closed)  # the current pass's
+        self._batches = Workers(self._threads[1], "fastload-batch", self._closed)
+
+    def _replace_threads(self) -> None:
+        """After a pass timed out: the next pass gets new threads, and a new ring of buffers. A
+        thread stuck in a sample cannot be stopped: it is left (a daemon), with the buffer its
+        batch holds, and the others end (before, each timeout left one more thread stuck, and
+        once every decode thread was, every later pass got nothing)."""
+        old = (self._batches, self._decode)
+        self._new_threads()
+        for threads in old:
+            threads.shutdown(0)
+        ring = self._new_ring()
+        if ring is not None:
+            self._ring = self.pool = ring
 
     @property
     def ring(self) -> Any:
@@ -95,7 +117,12 @@ class ThreadSource(IndexedSource):
         return self._batches.run(lambda: self.maker.make(request, self._consumer, self.pool, rows))
 
     def _wait(self, ready: Callable[[float], bool], stop: Stop, by: float | None) -> None:
-        wait_until(ready, stop, by, lambda: threads_timed_out(self.timeout, self.inflight, self.dataset))
+        try:
+            wait_until(ready, stop, by, lambda: threads_timed_out(self.timeout, self.inflight, self.dataset))
+        except WorkerFailure:  # past the timeout: the threads may be stuck in a sample
+            stop.cancelled = True
+            self._replace_threads()
+            raise
 
     def batches(self, run: PassRequest) -> Iterator[SourceBatch]:
         """One pass: the requests of ``run`` (its epoch's, or the rest of it that it resumes)."""
