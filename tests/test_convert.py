@@ -323,3 +323,17 @@ def test_progress_bars_show_images_per_second(folder, tmp_path, capsys):
     convert(folder, str(tmp_path / "p.lmdb"), "lmdb", verify_output=True, progress=True)
     err = capsys.readouterr().err
     assert "images/s" in err and "verify" in err
+
+
+def test_ctrl_c_in_a_converter_is_a_line_and_status_130_not_a_traceback(folder, tmp_path, monkeypatch, capsys):
+    # A user review: Ctrl-C printed a KeyboardInterrupt traceback from concurrent.futures.
+    from fastload.convert import cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "convert", interrupted)
+    with pytest.raises(SystemExit) as e:
+        cli.main("wds", [folder, str(tmp_path / "out")])
+    assert e.value.code == 130
+    assert "interrupted: nothing written to" in capsys.readouterr().err

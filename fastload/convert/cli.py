@@ -102,6 +102,8 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
         )
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
+    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback (the partial output is removed); SIGINT's status
+        p.exit(130, f"\n{p.prog}: interrupted: nothing written to {args.dst}\n")
     print(
         f"wrote {stats['records']} records to {args.dst} ({stats['bytes'] / 1e6:.1f} MB) in "
         f"{stats['seconds']:.1f} s: {stats['images_per_s']:.0f} images/s" + (", verified" if args.verify else "")

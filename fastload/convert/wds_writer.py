@@ -45,6 +45,12 @@ def _member_bytes(size: int) -> int:
     return BLOCK + -(-size // BLOCK) * BLOCK
 
 
+def _shard_bytes(members: int) -> int:
+    """The size of a shard whose members take ``members`` bytes: with the two zero blocks that
+    end an archive, padded to tarfile's record size (10 KiB), as tarfile closes it."""
+    return -(-(members + 2 * BLOCK) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+
 def _add(out: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = len(data), 0, 0o644
@@ -97,7 +103,7 @@ def write_wds(
             if (
                 out is None
                 or (shard_samples and count >= shard_samples)
-                or (shard_bytes and count and size + need > shard_bytes)
+                or (shard_bytes and count and _shard_bytes(size + need) > shard_bytes)
             ):
                 if out is not None:
                     out.close()
