@@ -173,7 +173,11 @@ def jpeg_end(data: Buffer) -> int:
             i = m.start()
             continue
         i = end
-    raise DecodeError(f"truncated JPEG: no end-of-image marker ({n:,} bytes, cut short at byte {min(i, n):,})")
+    # ``i`` is the last segment read (a scan's start, say), not where the bytes stop: the file
+    # ends at byte n.
+    raise DecodeError(
+        f"truncated JPEG: no end-of-image marker ({n:,} bytes; the file ends inside the segment at byte {min(i, n):,})"
+    )
 
 
 def check_jpeg_complete(data: Buffer) -> None:
