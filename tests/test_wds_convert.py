@@ -112,3 +112,20 @@ def test_the_tool_runs_from_a_checkout(folder, tmp_path, capsys):
     with pytest.raises(SystemExit) as bad:
         main("wds", [folder, str(tmp_path / "other"), "--shard-size", "lots"])
     assert bad.value.code == 2 and "not a size: 'lots'" in capsys.readouterr().err
+
+
+def test_a_shard_of_an_unfinished_conversion_named_directly_is_refused(folder, tmp_path):
+    # A user review: a killed run's shard opened when named by its path (only the folder was
+    # refused), though the guide says a killed run leaves nothing that opens.
+    import shutil
+
+    from fastload.convert.staging import stage
+
+    done = str(tmp_path / "done")
+    convert(folder, done, "wds", shard_samples=8, progress=False)
+    partial = stage(str(tmp_path / "out"), False)  # as a run killed while writing leaves it
+    shutil.copy(os.path.join(done, "shard-000000.tar"), partial)
+    for name in (os.path.join(partial, "shard-000000.tar"), os.path.join(partial, "shard-*.tar")):
+        with pytest.raises(ValueError, match="incomplete conversion"):
+            fl.WebDataset(name)
+    assert len(fl.WebDataset(os.path.join(done, "shard-000000.tar"))) == 8

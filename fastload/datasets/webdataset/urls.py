@@ -6,6 +6,7 @@ import glob
 import os
 from collections.abc import Sequence
 
+from ..partial import check_complete
 from .remote import filesystem, is_url, local_path
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -79,7 +80,8 @@ def expand_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], storage_o
 
     Raises:
         FileNotFoundError: A glob or folder matches no shard.
-        ValueError: No shard at all, a shard named twice, or a glob over HTTP (which cannot list).
+        ValueError: No shard at all, a shard named twice, a glob over HTTP (which cannot list), or
+            a shard of an unfinished conversion (its folder holds the converter's marker).
     """
     items = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
     out: list[str] = []
@@ -116,4 +118,7 @@ def expand_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], storage_o
         if path in seen:
             raise ValueError(f"the shard {path} is named twice")
         seen.add(path)
+    # A killed conversion's shards, named one by one, are refused as its folder is.
+    for folder in sorted({os.path.dirname(local_path(p)) or "." for p in out if not is_url(p)}):
+        check_complete(folder)
     return out
