@@ -14,10 +14,11 @@ Given what hands batching, order or worker setup to the user's code (``collate_f
 ``fl.DataLoader(...)`` is ``torch.utils.data.DataLoader(...)`` itself, with a ``RuntimeWarning``
 that nothing of fastload runs and what its loader would need instead.
 
-A map-style dataset that makes no batch at all (empty, or fewer samples per rank than
-``batch_size`` with ``drop_last``) is ``torch.utils.data.DataLoader(...)`` too, without a
-warning: it yields nothing, as there (``fl.Loader``, or fastload's own options, name it as a
-ValueError instead).
+A map-style dataset that makes no batch at all by DataLoader's count (empty, or fewer samples
+per rank than ``batch_size`` with ``drop_last``) is ``torch.utils.data.DataLoader(...)`` too
+(:class:`NoBatches`: with the Loader's ``with``, ``close()`` and ``set_epoch()``), without a
+warning: it yields nothing, as there (``fl.Loader``, or fastload's own options and
+``num_workers="auto"``, name it as a ValueError instead).
 
 A dataset whose items are not images (numbers, strings, vectors: the first item's first
 field is none, nor a sequence of them), or whose images fastload does not take as they are
@@ -48,6 +49,23 @@ import torch
 from .datasets.wrap import ItemsNotImages
 from .loader import Loader
 from .loading import compat
+
+
+class NoBatches(torch.utils.data.DataLoader):
+    """``torch.utils.data.DataLoader`` over a dataset that makes no batch (what ``fl.DataLoader``
+    is then), with the Loader's context manager, ``close()`` and ``set_epoch()`` (nothing to do)."""
+
+    def __enter__(self) -> NoBatches:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to stop: no worker ever starts for a pass of no batch."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Nothing to select: every epoch is empty."""
 
 
 class DataLoader(Loader):
@@ -117,7 +135,7 @@ class DataLoader(Loader):
         checked = inspect.signature(compat.check_combinations).parameters
         compat.check_combinations(dataset, **{k: arguments[k] for k in checked if k != "dataset"})
         if nothing:  # as DataLoader: no batch, where a Loader refuses (there is nothing to speed up)
-            return torch.utils.data.DataLoader(dataset, **compat.torch_arguments(arguments))
+            return NoBatches(dataset, **compat.torch_arguments(arguments))
         assert reason is not None
         given, instead = reason
         if options:

@@ -296,12 +296,16 @@ def test_a_dataloader_with_no_batch_yields_none_as_torchs(n, kwargs):
     if world > 1:
         kwargs["sampler"] = torch.utils.data.distributed.DistributedSampler(Plain(n), world, world - 1, drop_last=uneven)
     want = torch.utils.data.DataLoader(Plain(n), **kwargs)
-    got = fl.DataLoader(Plain(n), **kwargs)
-    assert len(got) == len(want) == 0 and list(got) == list(want) == []
+    with fl.DataLoader(Plain(n), **kwargs) as got:  # a Loader's context manager and set_epoch, as a user writes them
+        got.set_epoch(1)
+        assert isinstance(got, torch.utils.data.DataLoader)
+        assert len(got) == len(want) == 0 and list(got) == list(want) == []
     with pytest.raises(ValueError, match="empty|no batch to yield"):
         fl.Loader(Plain(n), num_workers=0, **CPU, **kwargs)
     with pytest.raises(ValueError, match="empty|no batch to yield"):
         fl.DataLoader(Plain(n), **CPU, **kwargs)
+    with pytest.raises(ValueError, match="empty|no batch to yield"):  # "auto" is fastload's own: the Loader names it
+        fl.DataLoader(Plain(n), num_workers="auto", **kwargs)
 
 
 def test_repr_names_the_class_made():

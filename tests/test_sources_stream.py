@@ -443,7 +443,13 @@ def test_a_stream_pass_on_threads_ended_by_an_error_leaves_no_reader_behind(tmp_
             with pytest.raises(ValueError, match="bad image"):
                 list(loader)
         loader.close()
-        readers = [t.name for t in threading.enumerate() if t.name.startswith("fastload-shards")]
+        import time
+
+        for _ in range(50):  # freed, their threads end as soon as they are scheduled (never, before: until gc)
+            readers = [t.name for t in threading.enumerate() if t.name.startswith("fastload-shards")]
+            if not readers and not open_shards():
+                break
+            time.sleep(0.1)
         assert not readers and not open_shards(), (readers, open_shards())
     finally:
         if was:

@@ -275,3 +275,27 @@ def test_after_a_timeout_the_next_pass_gets_new_threads(tmp_path, kind):
             assert got[0] > 0 and got == [got[0]] * len(got), got
     finally:
         release.set()
+
+
+def test_a_replaced_thread_ending_its_stuck_sample_leaves_its_replacements_row_alone():
+    # A reviewer: after a timeout replaced the threads, the old thread finishing its stuck
+    # sample 20 cleared in-flight row 0, which the new thread 0 had set for sample 8: the next
+    # timeout said "no sample was in flight".
+    class Hangs(torch.utils.data.Dataset):
+        hang = {20: 1.8}
+
+        def __len__(self):
+            return 48
+
+        def __getitem__(self, i):
+            time.sleep(self.hang.get(i, 0))
+            return np.full((8, 8, 3), i, np.uint8), i
+
+    ds = Hangs()
+    with fl.Loader(ds, batch_size=4, num_workers=1, backend="thread", device="cpu", timeout=1,
+                   prefetch_factor=1) as loader:
+        with pytest.raises(fl.WorkerFailure, match=r"loading sample 20 "):
+            list(loader)
+        ds.hang = {8: 3.0}
+        with pytest.raises(fl.WorkerFailure, match=r"loading sample 8 "):
+            list(loader)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from .run import convert
 from .staging import NO_SPACE_EXIT, NoSpaceError
@@ -27,6 +28,14 @@ def byte_size(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"a shard size must be at least 1 byte, got {text!r}")
     return int(value)
+
+
+def _left(dst: str) -> str:
+    """What an interrupted conversion left at ``dst``: an output is renamed into place only once
+    written, and then read back when verifying (interrupted then, it stays, not verified)."""
+    if os.path.exists(dst):
+        return f"{dst} is as it was, or written and not verified if the read-back had begun"
+    return f"nothing written to {dst}"
 
 
 def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
@@ -103,7 +112,7 @@ def main(fmt: str, argv: list[str] | None = None, description: str = "") -> int:
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
     except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback (the partial output is removed); SIGINT's status
-        p.exit(130, f"\n{p.prog}: interrupted: nothing written to {args.dst}\n")
+        p.exit(130, f"\n{p.prog}: interrupted ({_left(args.dst)})\n")
     print(
         f"wrote {stats['records']} records to {args.dst} ({stats['bytes'] / 1e6:.1f} MB) in "
         f"{stats['seconds']:.1f} s: {stats['images_per_s']:.0f} images/s" + (", verified" if args.verify else "")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 import socket
 import time
@@ -105,29 +104,45 @@ def clean_leftovers(dst: str) -> None:
         )
 
 
-#: What a conversion writes into its folder (LMDB's files; TFRecord shards, their indexes and
-#: sidecars; WebDataset shards and sidecars), and ``fastload verify``'s manifest.
-_OUTPUT_FILES = ("data.mdb", "lock.mdb", "fastload-verified.json")
-_OUTPUT_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".idx", ".index", ".tar", ".json")
-_TFRECORD_SHARD = re.compile(r".+-\d{5}-of-\d{5}")  # write_tfrecord's shard names
+#: Files a folder of a converter's output may hold besides what its sidecar lists: LMDB's
+#: files, ``fastload verify``'s manifest, and what a file manager leaves.
+_ALWAYS_OURS = ("data.mdb", "lock.mdb", "fastload-verified.json", ".DS_Store", "Thumbs.db")
+_SIDECAR = ".fastload.json"
+_SIDECAR_MAX = 64 << 20  # a sidecar larger than this is not one of ours
+
+
+def _listed(folder: str, name: str) -> set[str]:
+    """The files sidecar ``name`` in ``folder`` says a conversion wrote: itself, its shards and
+    their indexes; none where it is not a converter's sidecar."""
+    path = os.path.join(folder, name)
+    try:
+        if os.path.getsize(path) > _SIDECAR_MAX:
+            return set()
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return set()
+    shards = (doc.get("records") or doc.get("samples")) if isinstance(doc, dict) else None
+    if not isinstance(shards, dict) or not all(isinstance(k, str) and os.sep not in k for k in shards):
+        return set()
+    return {name, *shards, *(k + ext for k in shards for ext in (".idx", ".index"))}
 
 
 def _not_written_here(dst: str) -> list[str]:
-    """What in an existing ``dst`` no conversion writes (a file, a subfolder, a photo)."""
+    """What in an existing ``dst`` no conversion wrote: anything but an LMDB's files, and the
+    sidecar of TFRecord or WebDataset shards with the shards (and indexes) it lists; a file or
+    link given as ``dst`` itself."""
     if not os.path.isdir(dst) or os.path.islink(dst):
-        return [os.path.basename(dst)]
+        return [os.path.basename(os.path.normpath(dst))]
+    names = os.listdir(dst)
+    ours = set(_ALWAYS_OURS)
+    for name in names:
+        if name.endswith(_SIDECAR):
+            ours |= _listed(dst, name)
     return sorted(
         name + ("/" if os.path.isdir(os.path.join(dst, name)) else "")
-        for name in os.listdir(dst)
-        if not (
-            os.path.isfile(os.path.join(dst, name))
-            and (
-                name in _OUTPUT_FILES
-                or name.endswith(_OUTPUT_SUFFIXES)
-                or _TFRECORD_SHARD.fullmatch(name)
-                or name.startswith(".fastload")
-            )
-        )
+        for name in names
+        if not (os.path.isfile(os.path.join(dst, name)) and (name in ours or name.startswith(".fastload")))
     )
 
 
@@ -146,6 +161,29 @@ def check_apart(src: str, dst: str) -> None:
         raise ValueError(f"the destination {dst} {where} the source {src}: write the output elsewhere")
 
 
+def check_destination(dst: str, overwrite: bool) -> None:
+    """Refuses an existing ``dst`` unless ``overwrite``, and then unless it holds only a
+    converter's output (checked as a conversion starts, and again before it replaces ``dst``:
+    one made meanwhile is not deleted).
+
+    Raises:
+        FileExistsError: It is refused (the message names some of what it holds).
+    """
+    if not os.path.lexists(dst):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{dst} exists; pass --overwrite to replace it")
+    others = _not_written_here(dst)
+    if others:
+        shown = ", ".join(repr(name) for name in others[:5]) + (
+            f" and {len(others) - 5} more" if len(others) > 5 else ""
+        )
+        raise FileExistsError(
+            f"{dst} holds what no conversion writes ({shown}): --overwrite replaces only a converter's "
+            "output; write elsewhere, or move or delete it yourself"
+        )
+
+
 def stage(dst: str, overwrite: bool) -> str:
     """Prepares the temporary folder a conversion into ``dst`` writes to (creating ``dst``'s parents).
 
@@ -157,18 +195,7 @@ def stage(dst: str, overwrite: bool) -> str:
         FileExistsError: ``dst`` exists and not ``overwrite``, or another conversion into it runs,
             or it holds what no conversion wrote (the message names some of it).
     """
-    if os.path.lexists(dst):
-        if not overwrite:
-            raise FileExistsError(f"{dst} exists; pass --overwrite to replace it")
-        others = _not_written_here(dst)
-        if others:
-            shown = ", ".join(repr(name) for name in others[:5]) + (
-                f" and {len(others) - 5} more" if len(others) > 5 else ""
-            )
-            raise FileExistsError(
-                f"{dst} holds what no conversion writes ({shown}): --overwrite replaces only a converter's "
-                "output; write elsewhere, or move or delete it yourself"
-            )
+    check_destination(dst, overwrite)
     clean_leftovers(dst)
     tmp = partial_path(dst, os.getpid())
     try:
@@ -187,8 +214,13 @@ def stage(dst: str, overwrite: bool) -> str:
     return tmp
 
 
-def publish(tmp: str, dst: str) -> None:
-    """Moves the finished ``tmp`` to ``dst`` (replacing it)."""
+def publish(tmp: str, dst: str, overwrite: bool) -> None:
+    """Moves the finished ``tmp`` to ``dst`` (replacing it, as :func:`check_destination` allows).
+
+    Raises:
+        FileExistsError: ``dst`` was made during the conversion and is refused.
+    """
+    check_destination(dst, overwrite)
     os.remove(os.path.join(tmp, MARKER))
     if os.path.exists(dst):
         shutil.rmtree(dst) if os.path.isdir(dst) else os.remove(dst)

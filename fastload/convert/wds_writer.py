@@ -126,7 +126,7 @@ def write_wds(
             raise RuntimeError(f"expected {n} records, got {written}")
         section = None if verified is None else verified_section(verified_by, OF_IMAGE_MEMBER, checked)
         write_sidecar(tmp, prefix, classes, counts, section)
-        publish(tmp, dst)
+        publish(tmp, dst, overwrite)
         published = True
     except OSError as e:
         close_quietly(out)  # tarfile writes its end blocks on close: on a full disk that fails too

@@ -78,7 +78,7 @@ def write_lmdb(
         commit()
         env.sync(True)
         env.close()
-        publish(tmp, dst)
+        publish(tmp, dst, overwrite)
         published = True
     except (OSError, lmdb.Error) as e:
         if env is not None:
@@ -164,7 +164,7 @@ def write_tfrecord(
             out = index = None
         section = None if verified is None else verified_section(verified_by, OF_RECORD_DATA, checked)
         write_meta(tmp, prefix, classes, counts, section)
-        publish(tmp, dst)
+        publish(tmp, dst, overwrite)
         published = True
         if unsized:
             warnings.warn(

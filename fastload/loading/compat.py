@@ -22,7 +22,6 @@ from torch.utils.data import DistributedSampler
 from ..config import LoaderConfig, Shard
 from ..config.spellings import upgrade
 from ..datasets.protocols import is_stream
-from ..sources.sampler import rank_count
 from ..system import user_stacklevel
 
 # Keywords of DataLoader that LoaderConfig does not have; each is translated or refused here.
@@ -80,14 +79,16 @@ def yields_nothing(dataset: Any, arguments: dict) -> bool:
     empty dataset, or fewer samples per rank than ``batch_size`` with ``drop_last``. DataLoader
     then yields nothing, where a Loader refuses (a run that trains on nothing is a mistake
     it names)."""
-    if is_stream(dataset) or not isinstance(dataset, Sized):
-        return False
+    if is_stream(dataset) or not isinstance(dataset, Sized) or isinstance(arguments.get("num_workers"), str):
+        return False  # num_workers="auto" is fastload's own: its Loader says what is wrong
     sampler = arguments.get("sampler")
-    world, uneven = 1, False
-    if isinstance(sampler, DistributedSampler):
-        world, uneven = sampler.num_replicas, sampler.drop_last
+    # DataLoader's own count: a DistributedSampler pads its ranks (or drops the uneven tail)
+    try:
+        per_rank = len(sampler) if isinstance(sampler, DistributedSampler) else len(dataset)
+    except TypeError:  # a len() that fails: the Loader says so
+        return False
     batch_size = arguments.get("batch_size") or 1
-    return rank_count(len(dataset), world, batch_size, bool(arguments.get("drop_last")), uneven)[1] == 0
+    return (per_rank // batch_size if arguments.get("drop_last") else per_rank) == 0
 
 
 def torch_arguments(arguments: dict) -> dict:

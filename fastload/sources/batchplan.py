@@ -82,13 +82,13 @@ class BatchPlan:
 def plan_row(loader: SampleLoader, plan: BatchPlan, j: int, worker: int) -> None:
     """Plans row ``j``; a row whose planning fails keeps its error, which loading it raises."""
     row, request = plan.rows[j], plan.request
-    loader.inflight.begin(worker, row.index, request.epoch, loader.samples.in_flight(row.key))
+    mark = loader.inflight.begin(worker, row.index, request.epoch, loader.samples.in_flight(row.key))
     try:
         row.plan = loader.samples.plan(row.key, request.epoch, request.seed)
     except Exception as e:  # the sample's error: the error policy applies when its row is loaded
         row.error = e
     finally:
-        loader.inflight.end(worker)
+        loader.inflight.end(worker, mark)
 
 
 def complete(data) -> bool:
@@ -112,11 +112,11 @@ def decode_regions(loader: SampleLoader, plan: BatchPlan, worker: int) -> int:
     if len(group) < MIN_BATCH:
         return 0
     # The watchdog names one sample of the call: a stall here is the whole group's.
-    loader.inflight.begin(worker, group[0].index, plan.request.epoch, loader.samples.in_flight(group[0].key))
+    mark = loader.inflight.begin(worker, group[0].index, plan.request.epoch, loader.samples.in_flight(group[0].key))
     try:
         decoded = roi.get_region_decoder().decode_batch(datas, regions)
     finally:
-        loader.inflight.end(worker)
+        loader.inflight.end(worker, mark)
     for row, pixels in zip(group, decoded):
         row.pixels = pixels
     return sum(p is not None for p in decoded)

@@ -113,7 +113,7 @@ class SampleLoader:
         shape: SampleShape | None,
         row: PlannedRow | None = None,
     ) -> tuple[np.ndarray | tuple, Target, tuple]:
-        self.inflight.begin(worker, self.samples.number(key), epoch, self.samples.in_flight(key))
+        mark = self.inflight.begin(worker, self.samples.number(key), epoch, self.samples.in_flight(key))
         extras: tuple = ()
         try:
             if row is not None and row.error is not None:  # its planning failed: the sample's error, met once
@@ -124,7 +124,7 @@ class SampleLoader:
                 image, target, *further = self.samples.load(key, epoch, seed, out)
                 extras = tuple(further)
         finally:
-            self.inflight.end(worker)
+            self.inflight.end(worker, mark)
         # A bad image is an error of its sample, so the error policy applies to it too.
         check_image(image, "the image")
         expected = shape_of(out) if out is not None else shape

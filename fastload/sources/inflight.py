@@ -104,9 +104,10 @@ class InFlight:
             if state not in ("running", "sleeping", "in uninterruptible I/O")
         ]
 
-    def begin(self, worker: int, index: int, epoch: int, name: str | None = None) -> None:
+    def begin(self, worker: int, index: int, epoch: int, name: str | None = None) -> int:
         """Marks sample ``index`` in flight in ``worker``; ``name``: what to call it where its
-        index alone does not say (a stream's record: its shard, key or byte offset)."""
+        index alone does not say (a stream's record: its shard, key or byte offset). Returns
+        the mark, for :meth:`end`."""
         w = worker % len(self._rows)
         row = self._rows[w]
         row[_NAMED] = 0
@@ -114,13 +115,19 @@ class InFlight:
             data = name.encode("utf-8", "replace")[:NAME_BYTES]
             self._names[w, : len(data)] = np.frombuffer(data, np.uint8)
             row[_NAMED] = len(data)
-        row[_START] = time.monotonic_ns()
+        row[_START] = mark = time.monotonic_ns()
         row[_EPOCH] = epoch
         row[_PID] = os.getpid()
         row[_INDEX] = index
+        return mark
 
-    def end(self, worker: int) -> None:
-        self._rows[worker % len(self._rows), _INDEX] = IDLE
+    def end(self, worker: int, mark: int) -> None:
+        """Sample ``mark`` (:meth:`begin`'s) of ``worker`` is done; the row is left as it is where
+        another sample was marked since: a thread the thread runner replaced, stuck in a
+        sample past the timeout, ends it after its replacement, which uses the same row."""
+        row = self._rows[worker % len(self._rows)]
+        if row[_START] == mark:
+            row[_INDEX] = IDLE
 
     def busy(self) -> list[Busy]:
         """The samples in flight now, longest-running first."""
