@@ -16,9 +16,10 @@ Per round, over the same photos in memory and on one core (CPU time of this thre
 - ``resize``: that crop resized into a 224 x 224 row (``Crop.apply``, antialiased);
 - ``least``: planned + resize, one after the other per sample.
 
-Rounds alternate the order of the four and draw each round's crops anew (its epoch).
-Printed: µs per sample, medians over rounds with the range, and the ceiling
-``full / least`` per round.
+Each sample runs the four one after another (their order turned by one per sample), each
+timed on its own, so a machine's drift (this VM's neighbours) falls on all four alike; each
+round draws its crops anew (its epoch). Printed: µs per sample, medians over rounds with
+the range, and the ceiling ``full / least`` per round.
 
     python benchmarks/bench_ceiling.py --data /tmp/bench-data            # 2,000 photos, ~1 min
 """
@@ -38,11 +39,17 @@ from fastload.decode import default_backend, get_decoder, plan, read_header
 from fastload.decode.libjpeg import scaled_size, scratch
 
 
-def per_sample_us(fn, items) -> float:
-    start = time.thread_time()
-    for item in items:
-        fn(item)
-    return (time.thread_time() - start) / len(items) * 1e6
+def interleaved_us(steps: dict, items: list) -> dict[str, float]:
+    """CPU µs per sample of each step, the steps run in turn on each sample (order rotated)."""
+    names = list(steps)
+    spent = dict.fromkeys(names, 0.0)
+    for k, item in enumerate(items):
+        for j in range(len(names)):
+            name = names[(j + k) % len(names)]
+            start = time.thread_time()
+            steps[name](item)
+            spent[name] += time.thread_time() - start
+    return {name: s / len(items) * 1e6 for name, s in spent.items()}
 
 
 def main() -> None:
@@ -83,8 +90,7 @@ def main() -> None:
                                   plans[i].origin)
 
         steps = {"full": lambda i: full(data[i]), "planned": planned, "resize": resize, "least": least}
-        order = list(steps) if r % 2 else list(reversed(steps))
-        got = {step: per_sample_us(steps[step], idx) for step in order}
+        got = interleaved_us(steps, idx)
         if r:
             for step, us in got.items():
                 rounds[step].append(us)
