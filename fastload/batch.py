@@ -276,6 +276,11 @@ class _ByValue:
         return torch.from_numpy(self.data).view(self.dtype).reshape(self.shape)
 
 
+def is_namedtuple(value: Any) -> bool:
+    """Whether ``value`` is a namedtuple (batched and carried field by field, as its type)."""
+    return isinstance(value, tuple) and hasattr(value, "_fields")
+
+
 def _tree(fn: Any, value: Any) -> Any:
     """``value`` (the batched extra fields: tensors in tuples, lists and dicts) with ``fn``
     applied to each tensor (``_ByValue`` to each one travelled so)."""
@@ -283,7 +288,7 @@ def _tree(fn: Any, value: Any) -> Any:
         return fn(value)
     if isinstance(value, dict):
         return {k: _tree(fn, v) for k, v in value.items()}
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple takes its fields one by one
+    if is_namedtuple(value):  # a namedtuple takes its fields one by one
         return type(value)(*(_tree(fn, v) for v in value))
     if isinstance(value, (tuple, list)):
         return type(value)(_tree(fn, v) for v in value)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from .batch import is_namedtuple
 from .views import SampleShape, is_views, numpy_rows, row, shape_of
 
 SHM = "/dev/shm"
@@ -238,7 +239,7 @@ def collate_values(values: Sequence) -> Any:
         return {k: collate_values([v[k] for v in values]) for k in first}
     if isinstance(first, (tuple, list)) and all(isinstance(v, (tuple, list)) and len(v) == len(first) for v in values):
         fields = [collate_values(tuple(v[k] for v in values)) for k in range(len(first))]
-        if isinstance(first, tuple) and hasattr(first, "_fields") and all(type(v) is type(first) for v in values):
+        if is_namedtuple(first) and all(type(v) is type(first) for v in values):
             return type(first)(*fields)  # a namedtuple stays one, field by field (default_collate's)
         return fields
     return list(values)

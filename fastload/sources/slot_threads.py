@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,7 +70,7 @@ def slot_threads(
         timeout: Seconds to wait for a batch (0: forever).
         inflight: Which record each thread is loading (thread i is row i), for timeout errors.
         closed: Set by close(): the pass ends.
-        started: Where the threads are added as they start (close() joins them: :func:`join_slots`).
+        started: Where the threads are added as they start (close() joins them).
     """
     stop = Stop(closed)
     queues: list[queue.Queue] = [queue.Queue(maxsize=max(1, prefetch_factor)) for _ in range(workers)]
@@ -113,17 +112,6 @@ def slot_threads(
                     break
                 if isinstance(left, (HostBatch, EncodedBatch)):
                     left.release()
-
-
-def join_slots(started: list[threading.Thread], wait_s: float) -> None:
-    """Waits up to ``wait_s`` seconds for the slot threads ``started`` (their pass stopped by
-    close()) to finish the batch each is making: none goes on calling the user's transform after
-    close() returned (a program that then exits would tear down what those calls use; one stuck
-    in a sample is left, a daemon)."""
-    deadline = time.monotonic() + wait_s
-    for t in started:
-        t.join(max(0.0, deadline - time.monotonic()))
-    started.clear()
 
 
 def _next(q: queue.Queue, timeout: float, stop: Stop, inflight: InFlight) -> Any:

@@ -31,9 +31,9 @@ from .resume import StreamResume
 from .ring import RingPool
 from .samples import RecordSamples
 from .segments import SUPPORTED
-from .slot_threads import join_slots, slot_threads
+from .slot_threads import slot_threads
 from .slots import SlotMaker, SlotPass, SlotRecords, StreamMaker, StreamOrder, whole_batches
-from .waiting import JOIN_S
+from .waiting import JOIN_S, join_within
 from .worker_loader import WorkerLoader, worker_batches
 from .workers import WorkerOptions, dataloader_options
 
@@ -100,7 +100,7 @@ class StreamSource:
             pool = SharedPool(BufferTable(options.num_workers, per_worker))
         elif gpu is None and self.threads and reuse:
             # Sized as each pass starts (reset: _in_use), and allocated at its first batch.
-            pool = self._ring = RingPool(DEVICE_AHEAD + 1, batch_size, options.pin, options.pin_device, self._closed)
+            pool = self._ring = self._new_ring()
         maker: SlotMaker = PackMaker(loader, gpu) if gpu is not None else BatchMaker(loader, cpu_executor(samples))
         self.maker = StreamMaker(maker, batch_size, drop_last, pool)
         self.records = SlotRecords(self.maker, PassBoard() if persistent else None)
@@ -115,6 +115,10 @@ class StreamSource:
             stop=board.stop if board is not None else lambda: None,
             watched=self.stream,
         )
+
+    def _new_ring(self) -> RingPool:
+        # Sized as each pass starts (reset: _in_use), and allocated at its first batch.
+        return RingPool(DEVICE_AHEAD + 1, self.batch_size, self.options.pin, self.options.pin_device, self._closed)
 
     def _in_use(self) -> int:
         """The buffers a pass on threads has in use at once: each thread's ``prefetch_factor``
@@ -210,9 +214,7 @@ class StreamSource:
                 )
             except WorkerFailure:  # past the timeout: a slot thread stuck in a record keeps its buffer
                 if self._ring is not None:  # the next pass lends from a new ring (one left each time ran dry)
-                    self._ring = self.maker.pool = RingPool(
-                        DEVICE_AHEAD + 1, self.maker.batch_size, o.pin, o.pin_device, self._closed
-                    )
+                    self._ring = self.maker.pool = self._new_ring()
                 raise
             return
         try:
@@ -230,7 +232,10 @@ class StreamSource:
         if self._closed.is_set():
             return
         self.workers.close()
-        join_slots(self._slots, JOIN_S)
+        # None goes on calling the transform after close() returned (a program that then exits
+        # would tear down what those calls use): each finishes the batch it makes, then ends.
+        join_within(self._slots, JOIN_S)
+        self._slots.clear()
         self.maker.pool.close()
         if self.records.board is not None:
             self.records.board.close()

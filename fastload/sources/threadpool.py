@@ -13,13 +13,12 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..datasets import waits
-from .waiting import Stop, wait_until
+from .waiting import Stop, join_within, wait_until
 
 T = TypeVar("T")
 
@@ -79,9 +78,7 @@ class Workers:
         (a thread stuck in a sample is left: it is a daemon)."""
         for _ in self._threads:
             self._calls.put(None)
-        deadline = time.monotonic() + wait_s
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+        join_within(self._threads, wait_s)
 
 
 class ThreadRows:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .failures import PassClosed
 
@@ -78,3 +78,11 @@ def wait_until(
             return
         if deadline is not None and time.monotonic() > deadline:
             raise timed_out() if timed_out is not None else TimeoutError("past the deadline")
+
+
+def join_within(threads: Iterable[threading.Thread], wait_s: float) -> None:
+    """Joins ``threads``, all of them within ``wait_s`` seconds in all (one stuck in a sample is
+    left: fastload's threads are daemons)."""
+    deadline = time.monotonic() + wait_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))

@@ -103,6 +103,14 @@ def local_version(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
 
 
+def same_local_file(shard: ShardId, st: os.stat_result) -> bool:
+    """Whether the local file ``st`` is the content ``shard`` was identified as: its size,
+    modification time and inode (not the ctime of :func:`local_version`, which a chmod, a hard
+    link or an xattr changes without changing a byte)."""
+    mtime, _, inode = shard.version.split(":")
+    return (st.st_size, str(st.st_mtime_ns), str(st.st_ino)) == (shard.size, mtime, inode)
+
+
 def local_path(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 

@@ -25,7 +25,7 @@ from .cache import CacheError, CacheFull, ShardCache
 from .gz import file_chunks, gunzip
 from .gz import span as gz_span
 from .index import UNVALIDATED, ShardId, ShardIndex, group_members, load_index, save_index
-from .remote import Remote, ShardChanged, is_url, local_path
+from .remote import Remote, ShardChanged, is_url, local_path, same_local_file
 from .tar import ShardError, file_source, iter_members
 
 
@@ -241,11 +241,7 @@ class ShardStore:
             return None
         f = open(path, "rb")
         if not is_url(shard.url) and not shard.gzipped:
-            st = os.fstat(f.fileno())
-            # Size, modification time and inode: not the ctime of the version, which a chmod, a
-            # hard link (cp -al backups) or an xattr changes without changing a byte.
-            mtime, _, inode = shard.version.split(":")
-            if (st.st_size, str(st.st_mtime_ns), str(st.st_ino)) != (shard.size, mtime, inode):
+            if not same_local_file(shard, os.fstat(f.fileno())):
                 f.close()
                 raise ShardError(
                     shard.url,
